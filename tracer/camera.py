@@ -1,0 +1,70 @@
+"""Perspective and thin-lens cameras, as Mitsuba 3's ``perspective`` and ``thinlens`` sensors.
+
+Camera space looks down +z with +x to the left and +y up (Mitsuba's convention, which its
+``lookat`` builds); film position (0, 0) is the top-left corner of the image.
+"""
+import jax.numpy as jnp
+import numpy as np
+
+from tracer import sampling
+from tracer import vecmath as vm
+from tracer.pytree import pytree_dataclass
+
+__all__ = ["Camera", "make_camera", "x_fov_from", "generate_rays"]
+
+
+@pytree_dataclass
+class Camera:
+    to_world: jnp.ndarray        # (3, 4) camera-to-world affine map
+    tan_half_fov: jnp.ndarray    # () tan(fov_x / 2)
+    aspect: jnp.ndarray          # () film width / height
+    near_clip: jnp.ndarray       # () distance along the view axis where rays start
+    far_clip: jnp.ndarray        # ()
+    aperture_radius: jnp.ndarray  # () zero for a pinhole
+    focus_distance: jnp.ndarray  # ()
+
+
+def x_fov_from(fov, fov_axis, width, height):
+    """Mitsuba's ``parse_fov``: the horizontal field of view (degrees) for any ``fov_axis``."""
+    def from_y(f):
+        return np.degrees(2 * np.arctan(np.tan(np.radians(f) / 2) * width / height))
+
+    if fov_axis == "x":
+        return fov
+    if fov_axis == "y":
+        return from_y(fov)
+    if fov_axis == "diagonal":
+        return np.degrees(2 * np.arctan(np.tan(np.radians(fov) / 2) * width / np.hypot(width, height)))
+    if fov_axis == "smaller":
+        return from_y(fov) if width > height else fov
+    if fov_axis == "larger":
+        return from_y(fov) if width < height else fov
+    raise ValueError(f"unknown fov_axis {fov_axis!r} (expected x, y, diagonal, smaller or larger)")
+
+
+def make_camera(to_world, x_fov, width, height, near_clip=1e-2, far_clip=1e4, aperture_radius=0.0,
+                focus_distance=0.0):
+    f32 = lambda v: jnp.asarray(v, jnp.float32)
+    return Camera(to_world=f32(np.asarray(to_world)[:3, :4]), tan_half_fov=f32(np.tan(np.radians(x_fov) / 2)),
+                  aspect=f32(width / height), near_clip=f32(near_clip), far_clip=f32(far_clip),
+                  aperture_radius=f32(aperture_radius), focus_distance=f32(focus_distance))
+
+
+def generate_rays(camera, film_uv, aperture_u):
+    """Primary rays for film positions ``film_uv`` (2, N) in [0, 1]^2 and aperture uniforms (2, N).
+
+    Returns (origin (3, N), unit direction (3, N), t_max (N,)). With a zero aperture radius the
+    thin lens degenerates to Mitsuba's pinhole exactly.
+    """
+    near = jnp.stack([(1.0 - 2.0 * film_uv[0]) * camera.tan_half_fov,
+                      (1.0 - 2.0 * film_uv[1]) * camera.tan_half_fov / camera.aspect,
+                      jnp.ones_like(film_uv[0])])
+    disk = sampling.square_to_uniform_disk_concentric(aperture_u) * camera.aperture_radius
+    lens = jnp.stack([disk[0], disk[1], jnp.zeros_like(disk[0])])
+    focus = near * jnp.where(camera.aperture_radius > 0, camera.focus_distance, 1.0)
+    d_local = vm.normalize(focus - lens)
+    inv_z = 1.0 / d_local[2]
+    o = vm.transform_point(camera.to_world, lens)
+    d = vm.normalize(vm.transform_vector(camera.to_world, d_local))
+    near_t = camera.near_clip * inv_z
+    return o + d * near_t, d, camera.far_clip * inv_z - near_t

@@ -1,0 +1,163 @@
+"""Unidirectional path tracing with next-event estimation and MIS, as Mitsuba 3's ``path``.
+
+The whole batch advances one bounce per iteration of a ``lax.while_loop`` (a wavefront):
+every ray intersects, gathers its surface data and material, samples a light and the BSDF,
+and the loop ends when no path is left or ``max_depth`` is reached. The structure follows
+Mitsuba's path integrator line by line (its PRB twin in ``mitsuba/python/ad/integrators``):
+emission is weighted by the power heuristic against the previous BSDF sample, the light
+sample against the BSDF's pdf, and Russian roulette starts at ``rr_depth`` with survival
+probability min(max(throughput) * eta^2, 0.95).
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tracer import bsdfs, emitters, geometry, rng
+from tracer import vecmath as vm
+from tracer.pytree import pytree_dataclass
+from tracer.rng import Dims
+from tracer.sampling import power_heuristic
+
+__all__ = ["PathState", "trace_paths"]
+
+
+@pytree_dataclass
+class PathState:
+    """What evolves along a batch of N paths (the scene is what stays fixed)."""
+
+    depth: jnp.ndarray            # () int32 bounce index shared by the whole wavefront
+    origin: jnp.ndarray           # (3, N) next ray's origin
+    direction: jnp.ndarray        # (3, N) next ray's unit direction
+    t_max: jnp.ndarray            # (N,) next ray's extent
+    throughput: jnp.ndarray       # (3, N) path weight so far
+    radiance: jnp.ndarray         # (3, N) radiance gathered so far
+    eta: jnp.ndarray              # (N,) product of relative IORs crossed (for roulette)
+    active: jnp.ndarray           # (N,) bool: the path continues
+    prev_p: jnp.ndarray           # (3, N) previous vertex, for the light pdf of emission hits
+    prev_bsdf_pdf: jnp.ndarray    # (N,) pdf of the BSDF sample that made this ray
+    prev_bsdf_delta: jnp.ndarray  # (N,) bool: that sample came from a delta lobe
+
+
+def _skip_emitters(scene, origin, direction, t_max, hit):
+    """Mitsuba's ``hide_emitters``: camera rays pass through area emitters."""
+    def on_emitter(h):
+        shape = geometry.primitive_shape(scene.geometry, h.prim)
+        return (h.prim >= 0) & (scene.shapes.emitter[jnp.maximum(shape, 0)] >= 0)
+
+    def cond(carry):
+        _, _, h, n = carry
+        return jnp.any(on_emitter(h)) & (n < 16)
+
+    def body(carry):
+        o, tm, h, n = carry
+        skip = on_emitter(h)
+        si = geometry.surface_interaction(scene.geometry, o, direction, h)
+        o2 = geometry.spawn_ray(si.p, si.ng, direction)
+        tm2 = tm - h.t
+        h2 = geometry.closest_hit(scene.geometry, o2, direction, tm2)
+        o = vm.select(skip, o2, o)
+        tm = jnp.where(skip, tm2, tm)
+        h = jax.tree.map(lambda a, b: jnp.where(skip, a, b), h2, h)
+        return o, tm, h, n + 1
+
+    o, _, hit, _ = jax.lax.while_loop(cond, body, (origin, t_max, hit, jnp.int32(0)))
+    return o, hit
+
+
+def _bounce(scene, keys, state):
+    geo, shapes, mats, tex, ems = scene.geometry, scene.shapes, scene.materials, scene.textures, scene.emitters
+    settings = scene.settings
+    depth = state.depth
+    d = state.direction
+    active = state.active
+    u = lambda offset: rng.uniform(keys, Dims.bounce(depth, offset))
+    u2 = lambda offset: rng.uniform2(keys, Dims.bounce(depth, offset))
+
+    hit = geometry.closest_hit(geo, state.origin, d, state.t_max)
+    origin = state.origin
+    if settings.hide_emitters:
+        origin, hit = jax.lax.cond(depth == 0, lambda: _skip_emitters(scene, state.origin, d, state.t_max, hit),
+                                   lambda: (state.origin, hit))
+    si = geometry.surface_interaction(geo, origin, d, hit)
+    valid = active & si.valid
+    shape = jnp.maximum(si.shape, 0)
+    flip = shapes.flip_normals[shape]
+    ng = vm.select(flip, -si.ng, si.ng)
+    ns = vm.select(flip, -si.ns, si.ns)
+    front = vm.dot(ng, d) < 0
+
+    # ---- Emission seen by this ray (area lights, or the environment for escaped rays).
+    visible = active & ~((depth == 0) & settings.hide_emitters)
+    emitter = shapes.emitter[shape]
+    hit_emitter = valid & (emitter >= 0)
+    le = emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), ng, d, si.uv)
+    em_pdf = emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, ng, d)
+    mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
+    radiance = state.radiance + jnp.where(hit_emitter & visible, state.throughput * le * mis, 0.0)
+    if ems.environment >= 0:
+        escaped = active & ~si.valid
+        env = jnp.full_like(emitter, ems.environment)
+        le = emitters.eval_environment(ems, tex, d)
+        em_pdf = emitters.pdf_direction(ems, state.prev_p, env, si.p, ng, d)
+        mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
+        radiance = radiance + jnp.where(escaped & visible, state.throughput * le * mis, 0.0)
+
+    more = valid
+    if settings.max_depth >= 0:
+        more = more & (depth + 1 < settings.max_depth)
+
+    # ---- The material and its shading frame; reflective two-sided BSDFs mirror on the back.
+    mat = jnp.where(front, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
+    mirror = ~front & shapes.flip_back[shape]
+    n_frame = vm.select(mirror, -ns, ns)
+    frame = (*vm.coordinate_system(n_frame), n_frame)
+    wi = vm.to_local(frame, -d)
+    ng_out = vm.select(mirror, -ng, ng)
+
+    # ---- Next-event estimation.
+    do_nee = more & bsdfs.has_smooth(mats, mat)
+    ds, em_weight = emitters.sample_direction(ems, tex, si.p, u(Dims.EMITTER_SELECT), u2(Dims.EMITTER_POINT))
+    do_nee = do_nee & (ds.pdf > 0)
+    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, ng_out, ds.d, ds.dist)
+    blocked = geometry.occluded(geo, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
+    wo = vm.to_local(frame, ds.d)
+    bsdf_value, bsdf_pdf = bsdfs.eval_pdf(mats, tex, mat, si.uv, wi, wo)
+    mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
+    lit = do_nee & ~blocked
+    radiance = radiance + jnp.where(lit, state.throughput * bsdf_value * em_weight * mis_em, 0.0)
+
+    # ---- BSDF sampling: the next ray.
+    bs, bsdf_weight = bsdfs.sample(mats, tex, mat, si.uv, wi, u(Dims.BSDF_COMPONENT), u2(Dims.BSDF_DIRECTION))
+    wo_world = vm.to_world(frame, bs.wo)
+    next_origin = geometry.spawn_ray(si.p, ng_out, wo_world)
+    throughput = jnp.where(more, state.throughput * bsdf_weight, 0.0)
+    eta = state.eta * jnp.where(more, bs.eta, 1.0)
+
+    # ---- Russian roulette, as Mitsuba: from rr_depth on, survive with min(max(beta) eta^2, 0.95).
+    beta_max = jnp.max(throughput, axis=0)
+    more = more & (beta_max != 0)
+    rr_prob = jnp.minimum(beta_max * eta * eta, 0.95)
+    rr_active = depth >= settings.rr_depth
+    throughput = jnp.where(rr_active & more, throughput / jnp.where(rr_prob > 0, rr_prob, 1.0), throughput)
+    more = more & (~rr_active | (u(Dims.ROULETTE) < rr_prob))
+
+    return PathState(
+        depth=depth + 1, origin=next_origin, direction=wo_world,
+        t_max=jnp.full_like(state.t_max, jnp.inf), throughput=throughput, radiance=radiance, eta=eta,
+        active=more, prev_p=si.p, prev_bsdf_pdf=bs.pdf, prev_bsdf_delta=bs.is_delta,
+    )
+
+
+def trace_paths(scene, keys, origin, direction, t_max, active):
+    """Radiance (3, N) arriving along camera rays; ``keys`` (N,) uint32 address each path's randomness."""
+    n = keys.shape[0]
+    state = PathState(
+        depth=jnp.int32(0), origin=origin, direction=direction, t_max=t_max,
+        throughput=jnp.ones((3, n), jnp.float32), radiance=jnp.zeros((3, n), jnp.float32),
+        eta=jnp.ones((n,), jnp.float32), active=active, prev_p=origin,
+        prev_bsdf_pdf=jnp.ones((n,), jnp.float32), prev_bsdf_delta=jnp.ones((n,), bool),
+    )
+    if scene.settings.max_depth == 0:
+        return state.radiance
+    state = jax.lax.while_loop(lambda s: jnp.any(s.active), lambda s: _bounce(scene, keys, s), state)
+    return state.radiance

@@ -1,0 +1,122 @@
+"""The jitted work unit, and whole-image rendering built from it.
+
+A work unit is one output tile of one frame for a run of sample passes. Its shapes depend only
+on the tile size, the pass size and the scene's static structure, so every tile, frame and pass
+range of a job reuses one compiled program (frame, seed, tile origin and pass range are traced).
+
+Reduction tree (what makes split renders bit-identical): a pass is ``pass_size`` consecutive
+sample indices; within a pass, samples are summed in sample order per source pixel and the
+filter splats are added in a fixed order; passes are added to the accumulator one at a time in
+pass order, starting from the accumulator given. Samples at or past ``spp`` are masked out, so a
+short last pass adds exact zeros.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from tracer import camera as cameras
+from tracer import film as films
+from tracer import rng
+from tracer.integrator import trace_paths
+from tracer.rng import Dims
+
+__all__ = ["local_mesh", "render_tile", "render", "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
+
+DEFAULT_PASS_SIZE = 16
+DEFAULT_TILE = 128
+RAY_AXIS = "rays"
+
+
+def local_mesh():
+    """A one-axis mesh over this process's devices; ray batches are split along it."""
+    return Mesh(np.array(jax.local_devices()), (RAY_AXIS,))
+
+
+def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_h, tile_w, pass_size, mesh):
+    film = scene.film
+    m = film.margin
+    gh, gw = tile_h + 2 * m, tile_w + 2 * m
+    s = jnp.arange(pass_size, dtype=jnp.int32)[:, None, None]
+    py = (tile_y - m + jnp.arange(gh, dtype=jnp.int32))[None, :, None]
+    px = (tile_x - m + jnp.arange(gw, dtype=jnp.int32))[None, None, :]
+    shape = (pass_size, gh, gw)
+    sample = jnp.broadcast_to(first_sample + s, shape)
+    py, px = jnp.broadcast_to(py, shape), jnp.broadcast_to(px, shape)
+    valid = (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
+
+    # Flatten to one ray batch padded to a multiple of the device count, then shard it.
+    n = pass_size * gh * gw
+    n_dev = mesh.devices.size
+    padded = -(-n // n_dev) * n_dev
+    flat = lambda a: jnp.pad(a.reshape(-1), (0, padded - n))
+    shard = NamedSharding(mesh, PartitionSpec(RAY_AXIS))
+    pixel = flat(py * film.width + px).astype(jnp.uint32)
+    keys = rng.sample_key(seed, frame, pixel, flat(sample).astype(jnp.uint32))
+    keys = jax.lax.with_sharding_constraint(keys, shard)
+    active = jax.lax.with_sharding_constraint(flat(valid), shard)
+    offset = rng.uniform2(keys, Dims.FILM)
+    film_uv = jnp.stack([(flat(px) + offset[0]) / film.width, (flat(py) + offset[1]) / film.height])
+    origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
+    radiance = trace_paths(scene, keys, origin, direction, t_max, active)
+    radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
+
+    # Splat unsharded: the same reduction whatever the device count.
+    replicated = NamedSharding(mesh, PartitionSpec())
+    radiance = jax.lax.with_sharding_constraint(radiance, replicated)[:, :n].reshape(3, *shape)
+    offset = jax.lax.with_sharding_constraint(offset, replicated)[:, :n].reshape(2, *shape)
+    return films.splat_tile(film, offset, radiance, valid, tile_h, tile_w)
+
+
+@functools.partial(jax.jit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh"))
+def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, value, weight, *,
+                tile_h, tile_w, pass_size, mesh):
+    """Add passes [first_pass, first_pass + n_passes) of one tile to the accumulator (value, weight).
+
+    scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
+    scalars (traced); value (tile_h, tile_w, 3) and weight (tile_h, tile_w) float32: the sums of
+    filter-weighted radiance and of filter weights so far. Pixels of the tile outside the film
+    get zeros. Returns the new (value, weight).
+    """
+    def one_pass(k, acc):
+        first_sample = (first_pass + k) * pass_size
+        v, w = _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp,
+                            tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, mesh=mesh)
+        return acc[0] + v, acc[1] + w
+
+    return jax.lax.fori_loop(0, n_passes, one_pass, (value, weight))
+
+
+def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAULT_PASS_SIZE, mesh=None):
+    """Render the whole image: linear radiance, numpy float32 (H, W, 3).
+
+    ``spp`` defaults to the scene's sampler ``sample_count``.
+    """
+    spp = scene.settings.spp if spp is None else int(spp)
+    if spp < 1:
+        raise ValueError(f"spp must be at least 1, got {spp}")
+    film = scene.film
+    mesh = local_mesh() if mesh is None else mesh
+    pass_size = min(pass_size, spp)
+    n_passes = -(-spp // pass_size)
+    th, tw = min(tile, film.height), min(tile, film.width)
+    image = np.zeros((film.height, film.width, 3), np.float32)
+    i32 = lambda v: jnp.int32(v)
+    for y in range(0, film.height, th):
+        for x in range(0, film.width, tw):
+            value, weight = render_tile(
+                scene, i32(frame), i32(seed), i32(y), i32(x), i32(0), i32(n_passes), i32(spp),
+                jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32),
+                tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh)
+            value, weight = np.asarray(value), np.asarray(weight)
+            h, w = min(th, film.height - y), min(tw, film.width - x)
+            image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])
+    return image
+
+
+def resolve(value, weight):
+    """Pixel values from accumulated sums (numpy): sum(f L) / sum(f), zero where no weight."""
+    safe = np.where(weight > 0, weight, 1.0)
+    return np.where(weight[..., None] > 0, value / safe[..., None], 0.0).astype(np.float32)

@@ -1,0 +1,111 @@
+"""Warps from the unit square, each with its pdf (and inverse where it is used).
+
+Inputs are (2, N) uniforms, outputs (2, N) or (3, N) points; pdfs are (N,) with respect to
+area on the target domain (solid angle for directions). Follows Mitsuba 3's ``warp`` module
+(and PBRT-v4 section A.5) so that both renderers spend their samples alike.
+"""
+import jax.numpy as jnp
+import numpy as np
+
+from tracer import vecmath as vm
+
+__all__ = [
+    "square_to_uniform_disk_concentric", "uniform_disk_concentric_to_square",
+    "square_to_cosine_hemisphere", "square_to_cosine_hemisphere_pdf",
+    "square_to_uniform_sphere", "square_to_uniform_sphere_pdf",
+    "square_to_uniform_cone", "square_to_uniform_cone_pdf",
+    "square_to_uniform_triangle", "sample_discrete", "power_heuristic",
+]
+
+PI = np.float32(np.pi)
+INV_PI = np.float32(1.0 / np.pi)
+INV_FOUR_PI = np.float32(0.25 / np.pi)
+
+
+def square_to_uniform_disk_concentric(u):
+    """Shirley-Chiu concentric map of [0,1)^2 onto the unit disk (pdf 1/pi)."""
+    x = 2.0 * u[0] - 1.0
+    y = 2.0 * u[1] - 1.0
+    first = jnp.abs(x) > jnp.abs(y)
+    safe_x = jnp.where(x == 0, 1.0, x)
+    safe_y = jnp.where(y == 0, 1.0, y)
+    r = jnp.where(first, x, y)
+    phi = jnp.where(first, (PI / 4) * (y / safe_x), (PI / 2) - (PI / 4) * (x / safe_y))
+    phi = jnp.where((x == 0) & (y == 0), 0.0, phi)
+    return jnp.stack([r * jnp.cos(phi), r * jnp.sin(phi)])
+
+
+def uniform_disk_concentric_to_square(p):
+    """Inverse of ``square_to_uniform_disk_concentric``."""
+    r = jnp.sqrt(p[0] * p[0] + p[1] * p[1])
+    phi = jnp.arctan2(p[1], p[0])
+    phi = jnp.where(phi < -PI / 4, phi + 2 * PI, phi)
+    # Four wedges: right (x dominant), top, left, bottom.
+    right = phi < PI / 4
+    top = (~right) & (phi < 3 * PI / 4)
+    left = (~right) & (~top) & (phi < 5 * PI / 4)
+    x = jnp.where(right, r, jnp.where(top, r * (PI / 2 - phi) * 4 / PI, jnp.where(left, -r, -r * (3 * PI / 2 - phi) * 4 / PI)))
+    y = jnp.where(right, r * phi * 4 / PI, jnp.where(top, r, jnp.where(left, -r * (phi - PI) * 4 / PI, -r)))
+    return jnp.stack([(x + 1) * 0.5, (y + 1) * 0.5])
+
+
+def square_to_cosine_hemisphere(u):
+    """Malley's method: project the concentric disk up onto the +z hemisphere."""
+    p = square_to_uniform_disk_concentric(u)
+    z = vm.safe_sqrt(1.0 - p[0] * p[0] - p[1] * p[1])
+    return jnp.stack([p[0], p[1], z])
+
+
+def square_to_cosine_hemisphere_pdf(v):
+    return INV_PI * jnp.maximum(v[2], 0.0)
+
+
+def square_to_uniform_sphere(u):
+    z = 1.0 - 2.0 * u[1]
+    r = vm.safe_sqrt(1.0 - z * z)
+    phi = 2.0 * PI * u[0]
+    return jnp.stack([r * jnp.cos(phi), r * jnp.sin(phi), z])
+
+
+def square_to_uniform_sphere_pdf(v):
+    return jnp.full(v.shape[1:], INV_FOUR_PI)
+
+
+def square_to_uniform_cone(u, cos_cutoff):
+    """Uniform directions in the cone around +z with cos(half angle) = cos_cutoff (N,)."""
+    cos_theta = (1.0 - u[1]) + u[1] * cos_cutoff
+    sin_theta = vm.safe_sqrt(1.0 - cos_theta * cos_theta)
+    phi = 2.0 * PI * u[0]
+    return jnp.stack([sin_theta * jnp.cos(phi), sin_theta * jnp.sin(phi), cos_theta])
+
+
+def square_to_uniform_cone_pdf(v, cos_cutoff):
+    inside = v[2] >= cos_cutoff
+    return jnp.where(inside, 1.0 / (2.0 * PI * jnp.maximum(1.0 - cos_cutoff, 1e-12)), 0.0)
+
+
+def square_to_uniform_triangle(u):
+    """Barycentrics (b1, b2) uniform over the triangle (Mitsuba's square-root warp)."""
+    t = vm.safe_sqrt(1.0 - u[0])
+    return jnp.stack([1.0 - t, t * u[1]])
+
+
+def sample_discrete(cdf, u):
+    """Index i with cdf[i-1] <= u < cdf[i] for an inclusive, increasing cdf (M,); u (N,) in [0, 1).
+
+    Returns (index, u rescaled to [0, 1) inside the chosen bin) so the same uniform can be reused.
+    """
+    idx = jnp.searchsorted(cdf, u, side="right")
+    idx = jnp.minimum(idx, cdf.shape[0] - 1)
+    lo = jnp.where(idx > 0, cdf[jnp.maximum(idx - 1, 0)], 0.0)
+    hi = cdf[idx]
+    u_reused = jnp.clip((u - lo) / jnp.maximum(hi - lo, 1e-30), 0.0, np.float32(1.0 - 2**-24))
+    return idx, u_reused
+
+
+def power_heuristic(pdf_a, pdf_b):
+    """Veach's power heuristic with beta = 2, as Mitsuba's path integrator uses it."""
+    a2 = pdf_a * pdf_a
+    b2 = pdf_b * pdf_b
+    w = a2 / (a2 + b2)
+    return jnp.where(jnp.isfinite(w) & (a2 + b2 > 0), w, 0.0)

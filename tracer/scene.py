@@ -1,0 +1,44 @@
+"""The scene: every fixed input of a render, as one pytree of arrays with static shapes.
+
+Array fields are the data (vertices, colors, transforms); static fields are what the compiled
+program depends on (counts, plugin kinds present, integrator settings). Two frames of an
+animation differ only in arrays, so one compiled work unit serves the whole job.
+"""
+import jax.numpy as jnp
+
+from tracer.pytree import pytree_dataclass, static
+
+__all__ = ["Shapes", "Settings", "Scene"]
+
+
+@pytree_dataclass
+class Shapes:
+    """S shapes: what each primitive's shape is made of."""
+
+    bsdf_front: jnp.ndarray   # (S,) int32 material seen from the side the normal points to
+    bsdf_back: jnp.ndarray    # (S,) int32 material seen from the other side (NULL for one-sided)
+    flip_back: jnp.ndarray    # (S,) bool: mirror the frame on the back (reflective two-sided BSDFs)
+    emitter: jnp.ndarray      # (S,) int32 area emitter index, -1 for none
+    flip_normals: jnp.ndarray  # (S,) bool: Mitsuba's ``flip_normals``
+
+
+@pytree_dataclass
+class Settings:
+    """Integrator and sampler settings that shape the compiled program."""
+
+    max_depth: int = static(8)      # longest path, in segments; -1 for unbounded
+    rr_depth: int = static(5)       # depth from which Russian roulette applies
+    hide_emitters: bool = static(False)
+    spp: int = static(16)           # the scene's default samples per pixel
+
+
+@pytree_dataclass
+class Scene:
+    geometry: object    # tracer.geometry.Geometry
+    shapes: Shapes
+    materials: object   # tracer.bsdfs.table.Materials
+    textures: object    # tracer.textures.Textures
+    emitters: object    # tracer.emitters.table.Emitters
+    camera: object      # tracer.camera.Camera
+    film: object        # tracer.film.Film (static only)
+    settings: Settings

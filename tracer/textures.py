@@ -1,0 +1,152 @@
+"""Textures: constant RGB, checkerboard and bitmap, evaluated for batches of UVs.
+
+All textures of a scene live in one ``Textures`` table; a material or emitter refers to a
+texture by its integer id. Bitmaps are packed into one flat texel array so that any number of
+images costs the same compiled program shape. Evaluation follows Mitsuba 3's ``bitmap`` and
+``checkerboard`` plugins: uv is mapped by ``to_uv`` first, bitmaps are sampled at texel centers
+``uv * res - 0.5`` (v = 0 is the first row), nearest or bilinear, with repeat, mirror or clamp.
+"""
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from tracer import vecmath as vm
+from tracer.pytree import pytree_dataclass, static
+
+__all__ = [
+    "CONSTANT", "CHECKERBOARD", "BITMAP", "NEAREST", "BILINEAR", "REPEAT", "MIRROR", "CLAMP",
+    "Textures", "TextureTableBuilder", "eval_rgb", "eval_float",
+]
+
+CONSTANT, CHECKERBOARD, BITMAP = 0, 1, 2
+NEAREST, BILINEAR = 0, 1
+REPEAT, MIRROR, CLAMP = 0, 1, 2
+
+
+@pytree_dataclass
+class Textures:
+    """K textures; vectors are stored components-first, (3, K)."""
+
+    kind: jnp.ndarray          # (K,) int32: CONSTANT, CHECKERBOARD or BITMAP
+    color0: jnp.ndarray        # (3, K) the constant value, or the checkerboard's color0
+    color1: jnp.ndarray        # (3, K) the checkerboard's color1
+    to_uv: jnp.ndarray         # (2, 3, K) affine map applied to the surface uv
+    offset: jnp.ndarray        # (K,) int32 first texel of the bitmap in ``texels``
+    width: jnp.ndarray         # (K,) int32
+    height: jnp.ndarray        # (K,) int32
+    filter: jnp.ndarray        # (K,) int32 NEAREST or BILINEAR
+    wrap: jnp.ndarray          # (K,) int32 REPEAT, MIRROR or CLAMP
+    texels: jnp.ndarray        # (3, M) linear RGB of all bitmaps, row-major, rows top to bottom
+    kinds_present: tuple = static(())  # which kinds occur, so absent ones cost nothing
+
+
+class TextureTableBuilder:
+    """Host-side accumulator: ``add_*`` returns a texture id; ``build()`` makes the table."""
+
+    def __init__(self):
+        self._rows = []
+        self._texels = []
+        self._n_texels = 0
+        self._constants = {}
+
+    def add_constant(self, rgb):
+        rgb = tuple(float(c) for c in np.broadcast_to(np.asarray(rgb, np.float64), (3,)))
+        if rgb not in self._constants:
+            self._constants[rgb] = self._add(CONSTANT, color0=rgb)
+        return self._constants[rgb]
+
+    def add_checkerboard(self, color0, color1, to_uv=None):
+        return self._add(CHECKERBOARD, color0=color0, color1=color1, to_uv=to_uv)
+
+    def add_bitmap(self, image, filter=BILINEAR, wrap=REPEAT, to_uv=None):
+        """image: (H, W, 3) linear float RGB (or (H, W) / (H, W, 1) gray)."""
+        image = np.asarray(image, np.float32)
+        if image.ndim == 2:
+            image = image[:, :, None]
+        if image.shape[2] == 1:
+            image = np.repeat(image, 3, axis=2)
+        image = image[:, :, :3]
+        h, w, _ = image.shape
+        tid = self._add(BITMAP, offset=self._n_texels, width=w, height=h, filter=filter, wrap=wrap, to_uv=to_uv)
+        self._texels.append(image.reshape(-1, 3))
+        self._n_texels += h * w
+        return tid
+
+    def _add(self, kind, color0=(0, 0, 0), color1=(0, 0, 0), to_uv=None, offset=0, width=1, height=1,
+             filter=NEAREST, wrap=REPEAT):
+        if to_uv is None:
+            to_uv = np.array([[1, 0, 0], [0, 1, 0]], np.float32)
+        to_uv = np.asarray(to_uv, np.float32)
+        if to_uv.shape == (4, 4) or to_uv.shape == (3, 3):
+            to_uv = np.stack([to_uv[0, [0, 1, -1]], to_uv[1, [0, 1, -1]]])
+        self._rows.append(dict(kind=kind, color0=np.broadcast_to(np.asarray(color0, np.float32), (3,)),
+                               color1=np.broadcast_to(np.asarray(color1, np.float32), (3,)),
+                               to_uv=to_uv, offset=offset, width=width, height=height, filter=filter, wrap=wrap))
+        return len(self._rows) - 1
+
+    def build(self):
+        if not self._rows:
+            self.add_constant((0.0, 0.0, 0.0))
+        rows = self._rows
+        texels = np.concatenate(self._texels, axis=0) if self._texels else np.zeros((1, 3), np.float32)
+        col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
+        return Textures(
+            kind=col("kind", np.int32),
+            color0=jnp.asarray(np.stack([r["color0"] for r in rows], axis=1)),
+            color1=jnp.asarray(np.stack([r["color1"] for r in rows], axis=1)),
+            to_uv=jnp.asarray(np.stack([r["to_uv"] for r in rows], axis=2)),
+            offset=col("offset", np.int32), width=col("width", np.int32), height=col("height", np.int32),
+            filter=col("filter", np.int32), wrap=col("wrap", np.int32),
+            texels=jnp.asarray(texels.T.copy()),
+            kinds_present=tuple(sorted({r["kind"] for r in rows})),
+        )
+
+
+def _wrap(i, n, mode):
+    repeat = jnp.mod(i, n)
+    period = jnp.mod(i, 2 * n)
+    mirror = jnp.where(period >= n, 2 * n - 1 - period, period)
+    clamp = jnp.clip(i, 0, n - 1)
+    return jnp.where(mode == REPEAT, repeat, jnp.where(mode == MIRROR, mirror, clamp))
+
+
+def _bitmap(textures, tid, uv):
+    w = textures.width[tid]
+    h = textures.height[tid]
+    wrap = textures.wrap[tid]
+    base = textures.offset[tid]
+    fetch = lambda x, y: textures.texels[:, base + _wrap(y, h, wrap) * w + _wrap(x, w, wrap)]
+    px = uv[0] * w.astype(jnp.float32)
+    py = uv[1] * h.astype(jnp.float32)
+    nearest = fetch(jnp.floor(px).astype(jnp.int32), jnp.floor(py).astype(jnp.int32))
+    fx, fy = px - 0.5, py - 0.5
+    x0, y0 = jnp.floor(fx), jnp.floor(fy)
+    tx, ty = fx - x0, fy - y0
+    x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
+    bilinear = ((1 - tx) * (1 - ty) * fetch(x0, y0) + tx * (1 - ty) * fetch(x0 + 1, y0)
+                + (1 - tx) * ty * fetch(x0, y0 + 1) + tx * ty * fetch(x0 + 1, y0 + 1))
+    return jnp.where(textures.filter[tid] == BILINEAR, bilinear, nearest)
+
+
+def eval_rgb(textures, tid, uv):
+    """RGB (3, N) of textures ``tid`` (N,) at surface uv (2, N)."""
+    kind = textures.kind[tid]
+    m = textures.to_uv[:, :, tid]
+    uv = jnp.stack([m[0, 0] * uv[0] + m[0, 1] * uv[1] + m[0, 2], m[1, 0] * uv[0] + m[1, 1] * uv[1] + m[1, 2]])
+    c0 = textures.color0[:, tid]
+    result = c0
+    if CHECKERBOARD in textures.kinds_present:
+        frac = uv - jnp.floor(uv)
+        # Mitsuba: color0 where both or neither fractional coordinate exceeds one half.
+        odd = (frac[0] > 0.5) != (frac[1] > 0.5)
+        checker = vm.select(odd, textures.color1[:, tid], c0)
+        result = vm.select(kind == CHECKERBOARD, checker, result)
+    if BITMAP in textures.kinds_present:
+        result = vm.select(kind == BITMAP, _bitmap(textures, tid, uv), result)
+    return result
+
+
+def eval_float(textures, tid, uv):
+    """Scalar (N,) texture values: the luminance of the RGB value (exact for gray constants)."""
+    return vm.luminance(eval_rgb(textures, tid, uv))

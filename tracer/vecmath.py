@@ -1,0 +1,93 @@
+"""Vector math on structure-of-arrays batches.
+
+Every vector batch has shape (3, N) (components first) and every scalar batch shape (N,):
+XLA vectorizes along N, which is five times faster on the CPU than batches of 3-vectors.
+"""
+import jax.numpy as jnp
+
+__all__ = [
+    "dot", "cross", "norm", "normalize", "coordinate_system", "to_local", "to_world",
+    "reflect", "luminance", "select", "safe_sqrt", "transform_point", "transform_vector",
+    "transform_normal",
+]
+
+# Rec. 709 / linear sRGB luminance, the weights Mitsuba uses.
+LUMINANCE_WEIGHTS = (0.212671, 0.715160, 0.072169)
+
+
+def dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+def cross(a, b):
+    return jnp.stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+
+
+def norm(a):
+    return jnp.sqrt(dot(a, a))
+
+
+def normalize(a):
+    return a * jnp.reciprocal(jnp.sqrt(jnp.maximum(dot(a, a), 1e-30)))
+
+
+def safe_sqrt(x):
+    return jnp.sqrt(jnp.maximum(x, 0.0))
+
+
+def select(mask, a, b):
+    """``jnp.where`` that broadcasts an (N,) mask over (3, N) vectors."""
+    return jnp.where(mask, a, b)
+
+
+def coordinate_system(n):
+    """Two tangents (s, t) completing the unit normal n (3, N) to an orthonormal frame.
+
+    Duff et al. 2017, "Building an Orthonormal Basis, Revisited" -- the construction Mitsuba 3 uses,
+    so that anisotropic BSDFs see the same tangent frame.
+    """
+    sign = jnp.where(n[2] >= 0, 1.0, -1.0)
+    a = -1.0 / (sign + n[2])
+    b = n[0] * n[1] * a
+    s = jnp.stack([1.0 + sign * n[0] * n[0] * a, sign * b, -sign * n[0]])
+    t = jnp.stack([b, sign + n[1] * n[1] * a, -n[1]])
+    return s, t
+
+
+def to_local(frame, v):
+    s, t, n = frame
+    return jnp.stack([dot(v, s), dot(v, t), dot(v, n)])
+
+
+def to_world(frame, v):
+    s, t, n = frame
+    return s * v[0] + t * v[1] + n * v[2]
+
+
+def reflect(wi):
+    """Mirror a local direction about the local z axis (the shading normal)."""
+    return jnp.stack([-wi[0], -wi[1], wi[2]])
+
+
+def luminance(rgb):
+    return LUMINANCE_WEIGHTS[0] * rgb[0] + LUMINANCE_WEIGHTS[1] * rgb[1] + LUMINANCE_WEIGHTS[2] * rgb[2]
+
+
+def transform_point(m, p):
+    """Apply affine matrices m (3, 4, N) -- or one (3, 4) -- to points p (3, N)."""
+    if m.ndim == 2:
+        m = m[:, :, None]
+    return m[:, 0] * p[0] + m[:, 1] * p[1] + m[:, 2] * p[2] + m[:, 3]
+
+
+def transform_vector(m, v):
+    if m.ndim == 2:
+        m = m[:, :, None]
+    return m[:, 0] * v[0] + m[:, 1] * v[1] + m[:, 2] * v[2]
+
+
+def transform_normal(inverse, n):
+    """Transform normals with the inverse of the affine map (its transpose is applied)."""
+    if inverse.ndim == 2:
+        inverse = inverse[:, :, None]
+    return inverse[0, :3] * n[0] + inverse[1, :3] * n[1] + inverse[2, :3] * n[2]
