@@ -1,11 +1,25 @@
 """A physically based path tracer in JAX whose images match Mitsuba 3's.
 
 ``load_scene`` reads a Mitsuba 3 XML scene; ``render`` renders it to linear RGB; ``render_tile``
-is the jitted work unit the farm distributes.
+is the jitted work unit the farm distributes. Attributes load lazily, so host-only modules
+(``tracer.io.images``) can be used without importing JAX.
 """
-from tracer.io.errors import SceneError
-from tracer.io.scene_loader import load_scene
-from tracer.render import local_mesh, render, render_tile, resolve
-from tracer.scene import Scene
+import importlib
 
 __all__ = ["SceneError", "load_scene", "render", "render_tile", "resolve", "local_mesh", "Scene"]
+
+_SOURCES = {
+    "SceneError": "tracer.io.errors",
+    "load_scene": "tracer.io.scene_loader",
+    "render": "tracer.render",
+    "render_tile": "tracer.render",
+    "resolve": "tracer.render",
+    "local_mesh": "tracer.render",
+    "Scene": "tracer.scene",
+}
+
+
+def __getattr__(name):
+    if name in _SOURCES:
+        return getattr(importlib.import_module(_SOURCES[name]), name)
+    raise AttributeError(f"module 'tracer' has no attribute {name!r}")

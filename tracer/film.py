@@ -45,16 +45,29 @@ def make_film(width, height, filter="gaussian", radius=None, stddev=0.5):
     raise ValueError(f"unknown reconstruction filter {filter!r} (expected box, tent or gaussian)")
 
 
-def filter_weights(film, x):
-    """Filter value f(x) for offsets x (any shape) in pixels."""
+# Mitsuba splats with ``eval_discretized``: the filter read from a table of this many bins over
+# [0, radius), each holding the value at its left end.
+FILTER_RESOLUTION = 31
+
+
+def filter_weights(film, x, discretized=True):
+    """Filter value f(x) for offsets x (any shape) in pixels, as Mitsuba's ImageBlock splats it."""
     ax = jnp.abs(x)
     if film.filter == BOX:
         return jnp.where(ax <= film.radius, 1.0, 0.0)
+    if discretized:
+        bins = jnp.floor(ax * (FILTER_RESOLUTION / film.radius))
+        inside = bins < FILTER_RESOLUTION
+        ax = bins * np.float32(film.radius / FILTER_RESOLUTION)
+    else:
+        inside = True
     if film.filter == TENT:
-        return jnp.maximum(0.0, 1.0 - ax / film.radius)
-    alpha = -1.0 / (2.0 * film.stddev * film.stddev)
-    bias = np.float32(math.exp(alpha * film.radius * film.radius))
-    return jnp.maximum(0.0, jnp.exp(alpha * x * x) - bias)
+        value = jnp.maximum(0.0, 1.0 - ax / film.radius)
+    else:
+        alpha = -1.0 / (2.0 * film.stddev * film.stddev)
+        bias = np.float32(math.exp(alpha * film.radius * film.radius))
+        value = jnp.maximum(0.0, jnp.exp(alpha * ax * ax) - bias)
+    return jnp.where(inside, value, 0.0)
 
 
 def splat_tile(film, offset_in_pixel, radiance, valid, tile_h, tile_w):

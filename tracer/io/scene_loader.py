@@ -32,13 +32,14 @@ HARMLESS = {
 }
 
 
-def load_scene(path, accel="auto", **params):
+def load_scene(path, resolution=None, accel="auto", **params):
     """Load a Mitsuba 3 XML scene; ``params`` override its ``<default>`` values.
 
-    Raises ``SceneError`` with file and line for anything malformed or unsupported.
+    ``resolution`` (width, height) overrides the film size. Raises ``SceneError`` with file and
+    line for anything malformed or unsupported.
     """
     root = parse_file(str(path), **params)
-    return _SceneBuilder(root, accel).build()
+    return _SceneBuilder(root, accel, resolution).build()
 
 
 def _first(node, category):
@@ -50,9 +51,10 @@ def _first(node, category):
 
 
 class _SceneBuilder:
-    def __init__(self, root, accel):
+    def __init__(self, root, accel, resolution):
         self.root = root
         self.accel = accel
+        self.resolution = resolution
         self.textures = TextureTableBuilder()
         self.materials = MaterialTableBuilder()
         self.emitters = EmitterTableBuilder()
@@ -129,21 +131,21 @@ class _SceneBuilder:
         return settings
 
     def _ignore(self, node, category):
-        for name in HARMLESS.get(category, ()):
-            if node.has(name):
-                node.get_raw(name) if hasattr(node, "get_raw") else node.props.get(name)
-                node.mark_used(name)
+        node.mark_used(*(name for name in HARMLESS.get(category, ()) if node.has(name)))
 
     # ------------------------------------------------------------------ sensor
     def _sensor(self, node):
         if node.type not in ("perspective", "thinlens"):
             raise SceneError(f"{node.source}: unsupported sensor '{node.type}' (perspective or thinlens)")
         film_node = _first(node, "film")
-        width, height, film = 768, 576, films.make_film(768, 576)
+        width, height = self.resolution or (768, 576)
+        film = films.make_film(width, height)
         if film_node is not None:
             if film_node.type != "hdrfilm":
                 raise SceneError(f"{film_node.source}: unsupported film '{film_node.type}' (only hdrfilm)")
             width, height = film_node.get_int("width", 768), film_node.get_int("height", 576)
+            if self.resolution is not None:
+                width, height = self.resolution
             if width < 1 or height < 1:
                 raise SceneError(f"{film_node.source}: film size must be positive, got {width}x{height}")
             rfilter = _first(film_node, "rfilter")
@@ -207,8 +209,7 @@ class _SceneBuilder:
         flip_normals = node.get_bool("flip_normals", False)
         triangles, analytic = None, None
         if node.type in MESH_TYPES:
-            mesh = self._mesh(node)
-            mesh = meshes.transform_mesh(mesh, to_world)
+            mesh = self._mesh(node, to_world)
             self.meshes.append((mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index))
             p = mesh.positions[mesh.faces]
             triangles = (p[:, 0], p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
@@ -246,18 +247,21 @@ class _SceneBuilder:
                                     flip_normals=flip_normals))
         node.check_unused()
 
-    def _mesh(self, node):
+    def _mesh(self, node, to_world):
+        """The shape's triangles in world space, with normals as Mitsuba computes them."""
+        normal_matrix = node.get_normal_transform("to_world")
         if node.type == "rectangle":
-            return meshes.rectangle_mesh()
+            return meshes.transform_mesh(meshes.rectangle_mesh(), to_world, normal_matrix)
         if node.type == "cube":
-            return meshes.cube_mesh()
+            return meshes.transform_mesh(meshes.cube_mesh(), to_world, normal_matrix)
         path = node.get_path("filename")
         mesh = meshes.load_obj(path) if node.type == "obj" else meshes.load_ply(path)
         face_normals = node.get_bool("face_normals", False)
         if face_normals:
             mesh = meshes.Mesh(mesh.positions, mesh.faces, None, mesh.uvs)
-        elif mesh.normals is None:
-            mesh = meshes.recompute_vertex_normals(mesh)
+        mesh = meshes.transform_mesh(mesh, to_world, normal_matrix)
+        if not face_normals and mesh.normals is None:
+            mesh = meshes.recompute_vertex_normals(mesh)  # from world-space positions, as Mitsuba
         return mesh
 
     # ------------------------------------------------------------------ materials and textures

@@ -1,0 +1,81 @@
+"""Keyframed scene parameters: ``--set NAME=VALUE`` or ``NAME=FRAME:VALUE,FRAME:VALUE,...``.
+
+A curve maps a frame number to the value substituted for the scene's ``$NAME`` default.
+Interpolation is linear between keys (``step`` and ``smooth`` are also available in job files);
+before the first key and after the last the end values hold.
+"""
+import dataclasses
+import math
+
+from farm.errors import SpecError
+
+__all__ = ["Curve", "parse_set", "INTERPOLATIONS"]
+
+INTERPOLATIONS = ("linear", "step", "smooth")
+
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    name: str
+    keys: tuple          # ((frame, value), ...) sorted by frame; values are floats or strings
+    interpolation: str = "linear"
+
+    def __post_init__(self):
+        if self.interpolation not in INTERPOLATIONS:
+            raise SpecError(f"parameter '{self.name}': interpolation must be one of {', '.join(INTERPOLATIONS)}, "
+                            f"got '{self.interpolation}'")
+        if not self.keys:
+            raise SpecError(f"parameter '{self.name}': no value given")
+        frames = [f for f, _ in self.keys]
+        if len(set(frames)) != len(frames):
+            raise SpecError(f"parameter '{self.name}': a frame has two keys")
+        numeric = all(isinstance(v, (int, float)) for _, v in self.keys)
+        if len(self.keys) > 1 and not numeric and self.interpolation != "step":
+            raise SpecError(f"parameter '{self.name}': non-numeric keys need 'step' interpolation")
+
+    def at(self, frame):
+        keys = self.keys
+        if len(keys) == 1 or frame <= keys[0][0]:
+            return keys[0][1]
+        if frame >= keys[-1][0]:
+            return keys[-1][1]
+        for (f0, v0), (f1, v1) in zip(keys, keys[1:]):
+            if f0 <= frame < f1:
+                if self.interpolation == "step":
+                    return v0
+                t = (frame - f0) / (f1 - f0)
+                if self.interpolation == "smooth":
+                    t = t * t * (3.0 - 2.0 * t)
+                return v0 + (v1 - v0) * t
+        return keys[-1][1]
+
+
+def _number_or_string(text):
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(value):
+        raise SpecError(f"value '{text}' is not finite")
+    return value
+
+
+def parse_set(text):
+    """Parse one ``--set`` argument into a Curve."""
+    name, sep, rest = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not rest.strip():
+        raise SpecError(f"--set '{text}': expected NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,...")
+    if ":" not in rest:
+        return Curve(name, ((0, _number_or_string(rest.strip())),))
+    keys = []
+    for part in rest.split(","):
+        frame, sep, value = part.partition(":")
+        try:
+            frame = int(frame)
+        except ValueError:
+            raise SpecError(f"--set '{text}': '{part}' is not FRAME:VALUE with an integer frame") from None
+        if not sep or not value.strip():
+            raise SpecError(f"--set '{text}': '{part}' is not FRAME:VALUE")
+        keys.append((frame, _number_or_string(value.strip())))
+    return Curve(name, tuple(sorted(keys)))

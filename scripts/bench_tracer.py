@@ -1,0 +1,155 @@
+"""Samples per second of our tracer on 1, 2 and 4 devices, next to Mitsuba 3 ``llvm_ad_rgb``.
+
+    python scripts/bench_tracer.py [--scene examples/cbox.xml] [--res 512] [--spp 16]
+                                   [--devices 1,2,4] [--repeats 2]
+
+Each measurement runs in its own process: ours with
+``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
+``jax.local_devices()``), Mitsuba with every core. The first render of a process pays for
+compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
+durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), and the run time is
+the fastest of ``--repeats`` renders after it, each with a new seed. ``--res`` sets the scene's
+``res`` default, or its ``width`` and ``height``; path depth etc. stay as the scene says (the
+Cornell box: max_depth 8).
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import defusedxml.ElementTree as ET
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1"
+
+
+def scene_params(scene, res):
+    """The resolution overrides this scene's ``<default>`` names accept."""
+    names = {d.get("name") for d in ET.parse(scene).getroot().iter("default")}
+    if "res" in names:
+        return {"res": res}
+    if {"width", "height"} <= names:
+        return {"width": res, "height": res}
+    raise SystemExit(f"{scene}: no <default> named res, or width and height, to set --res with")
+
+
+def bench_ours(scene, params, spp, repeats):
+    import jax
+    import jax.monitoring
+
+    compile_events = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **_: compile_events.append(secs) if name.startswith("/jax/core/compile/") else None)
+    import tracer
+
+    t0 = time.perf_counter()
+    loaded = tracer.load_scene(scene, **params)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    tracer.render(loaded, spp=spp, seed=0)
+    first_s = time.perf_counter() - t0
+    compile_s = sum(compile_events)  # only what the first call compiled
+    runs = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        img = tracer.render(loaded, spp=spp, seed=1 + r)
+        runs.append(time.perf_counter() - t0)
+    return dict(devices=len(jax.local_devices()), load_s=load_s, first_s=first_s,
+                compile_s=compile_s, run_s=min(runs), pixels=img.shape[0] * img.shape[1],
+                recompiled=sum(compile_events) > compile_s)  # a timed run compiled again
+
+
+def bench_mitsuba(scene, params, spp, repeats):
+    os.environ.setdefault("DRJIT_LIBLLVM_PATH", DEFAULT_LLVM)
+    import mitsuba as mi
+    import numpy as np
+
+    mi.set_variant("llvm_ad_rgb")
+    t0 = time.perf_counter()
+    loaded = mi.load_file(scene, **params)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    np.asarray(mi.render(loaded, spp=spp, seed=0))
+    first_s = time.perf_counter() - t0
+    runs = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        img = np.asarray(mi.render(loaded, spp=spp, seed=1 + r))
+        runs.append(time.perf_counter() - t0)
+    run_s = min(runs)
+    return dict(devices=None, load_s=load_s, first_s=first_s, compile_s=max(first_s - run_s, 0.0),
+                run_s=run_s, pixels=img.shape[0] * img.shape[1], recompiled=False)
+
+
+def run_worker(engine, devices, args):
+    """Run one measurement in a fresh process; returns its result dict, or an error string."""
+    env = dict(os.environ)
+    if engine == "ours":
+        flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", ""))
+        env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+        env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    print(f"running {engine}" + (f" on {devices} devices" if devices else "") + " ...",
+          file=sys.stderr, flush=True)
+    cmd = [sys.executable, __file__, "--worker", engine, "--scene", str(args.scene),
+           "--res", str(args.res), "--spp", str(args.spp), "--repeats", str(args.repeats)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"failed: {tail[:120]}"
+    return json.loads(lines[-1])
+
+
+def print_table(args, rows):
+    print(f"\n{args.scene}  {args.res}x{args.res}  {args.spp} spp, run = fastest of {args.repeats}")
+    header = f"{'engine':<22}{'devices':>8}{'load s':>9}{'compile s':>11}{'run s':>9}{'Msamples/s':>12}{'vs Mitsuba':>12}"
+    print(header)
+    print("-" * len(header))
+    base = next((r["rate"] for _, r in rows if isinstance(r, dict)), None)
+    for label, r in rows:
+        if not isinstance(r, dict):
+            print(f"{label:<22}{r}")
+            continue
+        ratio = f"{r['rate'] / base:.3f}" if base else "-"
+        print(f"{label:<22}{r['devices'] or '-':>8}{r['load_s']:>9.2f}{r['compile_s']:>11.2f}"
+              f"{r['run_s']:>9.2f}{r['rate'] / 1e6:>12.3f}{ratio:>12}"
+              + ("  (recompiled while timed)" if r["recompiled"] else ""))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scene", type=pathlib.Path, default=ROOT / "examples" / "cbox.xml")
+    parser.add_argument("--res", type=int, default=512)
+    parser.add_argument("--spp", type=int, default=16)
+    parser.add_argument("--devices", default="1,2,4", help="comma-separated device counts")
+    parser.add_argument("--repeats", type=int, default=2, help="timed renders after the first")
+    parser.add_argument("--json", type=pathlib.Path, help="also write the results here")
+    parser.add_argument("--worker", choices=["ours", "mitsuba"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    params = scene_params(args.scene, args.res)
+
+    if args.worker:
+        bench = bench_ours if args.worker == "ours" else bench_mitsuba
+        result = bench(str(args.scene), params, args.spp, args.repeats)
+        result["rate"] = result["pixels"] * args.spp / result["run_s"]
+        print(json.dumps(result))
+        return
+
+    rows = [("mitsuba llvm_ad_rgb", run_worker("mitsuba", None, args))]
+    for d in (int(x) for x in args.devices.split(",")):
+        result = run_worker("ours", d, args)
+        if isinstance(result, dict) and result["devices"] != d:
+            result = f"failed: asked for {d} devices, JAX saw {result['devices']}"
+        rows.append((f"ours ({d} device{'s' if d > 1 else ''})", result))
+    print_table(args, rows)
+    if args.json:
+        args.json.write_text(json.dumps({label: r for label, r in rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""Shared fixtures of the BSDF tests: Mitsuba-style parameter dicts turned into our tables,
+and (when mitsuba is installed) into Mitsuba's own BSDFs evaluated on the same inputs.
+
+All tests use one material table holding every case of ``CASES`` and one batch size, so that
+``sample`` and ``eval_pdf`` are compiled once per test session.
+"""
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tracer import bsdfs
+from tracer.bsdfs.build import MaterialTableBuilder
+from tracer.io.errors import SceneError
+from tracer.textures import TextureTableBuilder
+
+LLVM_PATH = "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1"
+
+
+class FakeNode:
+    """The ``PluginNode`` accessors the material builder uses, over a ``mi.load_dict``-style dict."""
+
+    def __init__(self, params, source="test.xml:1"):
+        self.type = params["type"]
+        self.props = {k: v for k, v in params.items() if k != "type"}
+        self.source = source
+
+    def has(self, name):
+        return name in self.props
+
+    def child(self, name):
+        value = self.props.get(name)
+        return FakeNode(value) if isinstance(value, dict) else None
+
+    def _get(self, name, default, kinds):
+        value = self.props.get(name, default)
+        if not isinstance(value, kinds):
+            raise SceneError(f"'{name}' has the wrong type", self.source)
+        return value
+
+    def get_float(self, name, default=None):
+        return float(self._get(name, default, (int, float)))
+
+    def get_rgb(self, name, default=None):
+        value = self._get(name, default, (int, float, list, tuple, np.ndarray))
+        return np.broadcast_to(np.asarray(value, np.float64), (3,)).copy()
+
+    def get_string(self, name, default=None):
+        return self._get(name, default, str)
+
+    def get_bool(self, name, default=None):
+        return bool(self._get(name, default, (bool,)))
+
+
+def build_tables(param_dicts):
+    """(Materials, Textures) holding one material per dict, in order."""
+    textures = TextureTableBuilder()
+
+    def add_texture(value):
+        if isinstance(value, FakeNode):
+            if value.type != "checkerboard":
+                raise SceneError(f"test textures: unsupported '{value.type}'")
+            return textures.add_checkerboard(value.get_rgb("color0", 0.4), value.get_rgb("color1", 0.2))
+        return textures.add_constant(value)
+
+    builder = MaterialTableBuilder()
+    ids = [builder.add(FakeNode(p), add_texture) for p in param_dicts]
+    assert ids == list(range(len(param_dicts)))
+    tex = textures.build()
+    return builder.build(tex), tex
+
+
+def mitsuba_dict(params):
+    """The dict for ``mi.load_dict``: RGB triples become ``rgb`` textures."""
+    out = {}
+    for key, value in params.items():
+        if isinstance(value, (list, tuple, np.ndarray)):
+            out[key] = {"type": "rgb", "value": [float(v) for v in value]}
+        elif isinstance(value, dict):
+            out[key] = mitsuba_dict(value)
+        else:
+            out[key] = value
+    return out
+
+
+def import_mitsuba():
+    """mitsuba and the variant to use: the vectorized LLVM RGB one if it runs here, else scalar RGB
+    (slow: for small batches only). Skips the calling test module without mitsuba."""
+    import pytest
+    os.environ.setdefault("DRJIT_LIBLLVM_PATH", LLVM_PATH)
+    mi = pytest.importorskip("mitsuba")
+    for variant in ("llvm_ad_rgb", "scalar_rgb"):
+        try:
+            mi.set_variant(variant)
+            return mi, variant
+        except Exception:  # the LLVM backend may be missing
+            continue
+    pytest.skip("no usable mitsuba RGB variant", allow_module_level=True)
+
+
+class MitsubaBsdf:
+    """Mitsuba's BSDF for a parameter dict, evaluated on numpy batches in the local frame.
+
+    The variant is re-selected on every call (other tests may switch it meanwhile); a scalar
+    variant is queried one direction at a time."""
+
+    def __init__(self, mi, variant, params):
+        self.mi, self.variant = mi, variant
+        self.scalar = variant.startswith("scalar")
+        mi.set_variant(variant)
+        self.bsdf = mi.load_dict(mitsuba_dict(params))
+
+    def _si(self, wi, uv):
+        import drjit as dr
+        mi = self.mi
+        si = dr.zeros(mi.SurfaceInteraction3f) if self.scalar else dr.zeros(mi.SurfaceInteraction3f, wi.shape[-1])
+        si.wi = self._vector(wi)
+        si.sh_frame = mi.Frame3f(mi.Vector3f(0, 0, 1))
+        if uv is not None:
+            si.uv = mi.Point2f(*self._floats(uv))
+        return si
+
+    def _floats(self, a):
+        if self.scalar:
+            return [float(x) for x in a]
+        return [self.mi.Float(np.ascontiguousarray(c, np.float32)) for c in a]
+
+    def _vector(self, v):
+        return self.mi.Vector3f(*self._floats(v))
+
+    def _run(self, fn, *arrays):
+        """fn(*arrays) on the whole batch, or per column (scalar variant) stacked along the last axis."""
+        self.mi.set_variant(self.variant)
+        if not self.scalar:
+            return fn(*arrays)
+        n = arrays[0].shape[-1]
+        rows = [fn(*[None if a is None else a[..., i] for a in arrays]) for i in range(n)]
+        return {key: np.stack([r[key] for r in rows], axis=-1) for key in rows[0]}
+
+    def eval_pdf(self, wi, wo, uv=None):
+        """(eval (3, N), pdf (N,), eval_pdf's value (3, N), eval_pdf's pdf (N,)) as numpy."""
+        def one(wi, wo, uv):
+            mi = self.mi
+            si, ctx, v = self._si(wi, uv), mi.BSDFContext(), self._vector(wo)
+            both_value, both_pdf = self.bsdf.eval_pdf(ctx, si, v)
+            return dict(value=np.array(self.bsdf.eval(ctx, si, v)).reshape(3, -1),
+                        pdf=np.array(self.bsdf.pdf(ctx, si, v)).reshape(-1),
+                        both_value=np.array(both_value).reshape(3, -1), both_pdf=np.array(both_pdf).reshape(-1))
+        r = self._run(one, wi, wo, uv)
+        n = wo.shape[-1]  # a constant result (e.g. the zero of delta BSDFs) comes back as one value
+        shape = lambda a, rows: np.broadcast_to(a.reshape(rows, -1), (rows, n))
+        return (shape(r["value"], 3), shape(r["pdf"], 1)[0], shape(r["both_value"], 3), shape(r["both_pdf"], 1)[0])
+
+    def sample(self, wi, u1, u2, uv=None):
+        """Dict of numpy arrays (wo, pdf, eta, delta, weight), as ``sample`` above."""
+        def one(wi, u1, u2, uv):
+            mi = self.mi
+            si, ctx = self._si(wi, uv), mi.BSDFContext()
+            u1 = float(u1) if self.scalar else mi.Float(np.ascontiguousarray(u1, np.float32))
+            bs, weight = self.bsdf.sample(ctx, si, u1, mi.Point2f(*self._floats(u2)))
+            flags = np.array(bs.sampled_type).reshape(-1).astype(np.uint32)
+            return dict(wo=np.array(bs.wo).reshape(3, -1), pdf=np.array(bs.pdf).reshape(-1),
+                        eta=np.array(bs.eta).reshape(-1), delta=(flags & np.uint32(int(mi.BSDFFlags.Delta))) != 0,
+                        weight=np.array(weight).reshape(3, -1))
+        r = self._run(one, wi, u1, u2, uv)
+        n = u1.shape[-1]
+        return {k: np.broadcast_to(v.reshape((3, -1) if k in ("wo", "weight") else (-1,)),
+                                   (3, n) if k in ("wo", "weight") else (n,)) for k, v in r.items()}
+
+
+CHECKER = {"type": "checkerboard", "color0": [0.9, 0.6, 0.2], "color1": [0.1, 0.3, 0.7]}
+ROUGHNESS_CHECKER = {"type": "checkerboard", "color0": 0.05, "color1": 0.4}
+
+# name -> Mitsuba parameters. "Transmissive" kinds are two-sided; the others are queried from above.
+CASES = {
+    "diffuse": {"type": "diffuse", "reflectance": [0.2, 0.5, 0.8]},
+    "diffuse_white": {"type": "diffuse", "reflectance": 1.0},
+    "diffuse_textured": {"type": "diffuse", "reflectance": CHECKER},
+    "conductor_au": {"type": "conductor", "material": "Au"},
+    "conductor_etak": {"type": "conductor", "eta": [0.2, 0.9, 1.1], "k": [3.9, 2.4, 1.6],
+                       "specular_reflectance": [0.9, 0.8, 0.7]},
+    "conductor_none": {"type": "conductor"},
+    "rough_au_ggx": {"type": "roughconductor", "material": "Au", "distribution": "ggx", "alpha": 0.3},
+    "rough_cu_aniso": {"type": "roughconductor", "material": "Cu", "alpha_u": 0.1, "alpha_v": 0.4},
+    "rough_al_ggx_all": {"type": "roughconductor", "material": "Al", "distribution": "ggx", "alpha": 0.2,
+                         "sample_visible": False},
+    "rough_ag_aniso_all": {"type": "roughconductor", "material": "Ag", "alpha_u": 0.05, "alpha_v": 0.3,
+                           "sample_visible": False},
+    "rough_cr_textured": {"type": "roughconductor", "material": "Cr", "alpha": ROUGHNESS_CHECKER,
+                          "specular_reflectance": [0.8, 0.9, 1.0]},
+    "rough_mirror_beckmann": {"type": "roughconductor", "alpha": 0.5},
+    "rough_mirror_ggx": {"type": "roughconductor", "alpha": 0.5, "distribution": "ggx"},
+    "dielectric": {"type": "dielectric"},
+    "dielectric_water": {"type": "dielectric", "int_ior": "water", "specular_transmittance": [0.9, 0.8, 0.6]},
+    "dielectric_inverted": {"type": "dielectric", "int_ior": 1.0, "ext_ior": 1.5},
+    "thindielectric": {"type": "thindielectric", "specular_reflectance": [0.5, 0.7, 0.9]},
+    "thindielectric_white": {"type": "thindielectric", "int_ior": "diamond", "ext_ior": "water"},
+    "rough_glass": {"type": "roughdielectric", "alpha": 0.1},
+    "rough_glass_ggx": {"type": "roughdielectric", "alpha": 0.3, "distribution": "ggx", "int_ior": "diamond"},
+    "rough_glass_all": {"type": "roughdielectric", "alpha": 0.5, "sample_visible": False},
+    "rough_glass_aniso": {"type": "roughdielectric", "alpha_u": 0.1, "alpha_v": 0.3, "distribution": "ggx",
+                          "specular_reflectance": [0.9, 0.9, 0.8], "specular_transmittance": [0.7, 0.8, 0.9]},
+    "rough_glass_inverted": {"type": "roughdielectric", "alpha": 0.3, "int_ior": 1.0, "ext_ior": 1.33},
+    "rough_glass_ggx_all": {"type": "roughdielectric", "alpha": 0.2, "distribution": "ggx",
+                            "sample_visible": False},
+    "plastic": {"type": "plastic"},
+    "plastic_nonlinear": {"type": "plastic", "diffuse_reflectance": [0.2, 0.5, 0.8], "nonlinear": True,
+                          "int_ior": 1.9},
+    "plastic_textured": {"type": "plastic", "diffuse_reflectance": CHECKER, "specular_reflectance": 0.5},
+    "plastic_white": {"type": "plastic", "diffuse_reflectance": 1.0},
+    "rough_plastic": {"type": "roughplastic", "diffuse_reflectance": [0.2, 0.5, 0.8]},
+    "rough_plastic_ggx": {"type": "roughplastic", "diffuse_reflectance": [0.6, 0.3, 0.1], "alpha": 0.4,
+                          "distribution": "ggx", "nonlinear": True},
+    "rough_plastic_all": {"type": "roughplastic", "alpha": 0.05, "sample_visible": False, "int_ior": "pet"},
+    "rough_plastic_textured": {"type": "roughplastic", "diffuse_reflectance": CHECKER, "alpha": 0.2,
+                               "ext_ior": "water", "int_ior": 1.7, "distribution": "ggx"},
+    "rough_plastic_white": {"type": "roughplastic", "diffuse_reflectance": 1.0, "alpha": 0.3},
+}
+TRANSMISSIVE = ("dielectric", "roughdielectric", "thindielectric")
+CHUNK = 8192  # the one batch size of the jitted calls
+
+
+def is_transmissive(name):
+    return CASES[name]["type"] in TRANSMISSIVE
+
+
+@functools.lru_cache(maxsize=None)
+def tables():
+    return build_tables(list(CASES.values()))
+
+
+def material_id(name):
+    return list(CASES).index(name)
+
+
+_eval_pdf = jax.jit(bsdfs.eval_pdf)
+_sample = jax.jit(bsdfs.sample)
+
+
+def _chunks(n, *arrays):
+    """Pad (..., n) arrays to a multiple of CHUNK and yield (start, count, chunk arrays)."""
+    for start in range(0, n, CHUNK):
+        count = min(CHUNK, n - start)
+        out = []
+        for a in arrays:
+            piece = a[..., start:start + count]
+            pad = [(0, 0)] * (piece.ndim - 1) + [(0, CHUNK - count)]
+            out.append(jnp.asarray(np.pad(piece, pad, mode="edge"), jnp.float32))
+        yield start, count, out
+
+
+def _batch(name, n, uv):
+    mat = jnp.full(CHUNK, material_id(name), jnp.int32)
+    uv = np.zeros((2, n), np.float32) if uv is None else np.asarray(uv, np.float32)
+    return mat, uv
+
+
+def eval_pdf(name, wi, wo, uv=None):
+    """Our (value (3, N), pdf (N,)) for material ``name``; wi may be one (3,) direction."""
+    wo = np.asarray(wo, np.float32)
+    n = wo.shape[1]
+    wi = np.broadcast_to(np.asarray(wi, np.float32).reshape(3, -1), (3, n))
+    mat, uv = _batch(name, n, uv)
+    materials, textures = tables()
+    value, pdf = np.zeros((3, n), np.float32), np.zeros(n, np.float32)
+    for start, count, (wi_c, wo_c, uv_c) in _chunks(n, wi, wo, uv):
+        v, p = _eval_pdf(materials, textures, mat, uv_c, wi_c, wo_c)
+        value[:, start:start + count], pdf[start:start + count] = np.asarray(v)[:, :count], np.asarray(p)[:count]
+    return value, pdf
+
+
+def sample(name, wi, u1, u2, uv=None):
+    """Our sample for material ``name`` as a dict of numpy arrays (wo, pdf, eta, delta, weight)."""
+    u1 = np.asarray(u1, np.float32)
+    n = u1.shape[0]
+    wi = np.broadcast_to(np.asarray(wi, np.float32).reshape(3, -1), (3, n))
+    mat, uv = _batch(name, n, uv)
+    materials, textures = tables()
+    out = dict(wo=np.zeros((3, n)), pdf=np.zeros(n), eta=np.zeros(n), delta=np.zeros(n, bool),
+               weight=np.zeros((3, n)))
+    for start, count, (wi_c, u1_c, u2_c, uv_c) in _chunks(n, wi, u1, u2, uv):
+        bs, weight = _sample(materials, textures, mat, uv_c, wi_c, u1_c, u2_c)
+        got = dict(wo=bs.wo, pdf=bs.pdf, eta=bs.eta, delta=bs.is_delta, weight=weight)
+        for key, value in got.items():
+            out[key][..., start:start + count] = np.asarray(value)[..., :count]
+    return out
+
+
+def random_directions(rng, n, upper=False):
+    v = rng.normal(size=(3, n))
+    v /= np.linalg.norm(v, axis=0)
+    if upper:
+        v[2] = np.abs(v[2])
+    return v.astype(np.float32)

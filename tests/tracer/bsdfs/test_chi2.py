@@ -1,0 +1,62 @@
+"""Chi-square tests: the directions ``sample`` draws follow the density ``eval_pdf`` reports.
+
+As Mitsuba's ``src/bsdfs/tests``: for a fixed incident direction, successful non-delta samples
+are binned over (phi, cos theta) and compared with the density integrated over each cell.
+"""
+import numpy as np
+import pytest
+
+from tests.tracer import chi2
+from tests.tracer.bsdfs import bsdf_cases as bc
+
+SAMPLES = 250_000
+
+
+def _unit(*v):
+    v = np.asarray(v, np.float64)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+CASES = [
+    ("diffuse", _unit(0.3, 0.2, 0.93)),
+    ("rough_au_ggx", _unit(0.5, 0.0, 0.5)),
+    ("rough_cu_aniso", _unit(0.3, -0.6, 0.5)),
+    ("rough_al_ggx_all", _unit(0.8, 0.3, 0.4)),
+    ("rough_ag_aniso_all", _unit(0.2, 0.5, 0.7)),
+    ("rough_mirror_beckmann", _unit(0.8, 0.3, 0.05)),
+    ("rough_mirror_ggx", _unit(-0.4, 0.1, 0.2)),
+    ("rough_glass_ggx", _unit(0.5, 0.0, 0.5)),
+    ("rough_glass_ggx", _unit(0.8, 0.3, -0.05)),      # from inside, mostly total internal reflection
+    ("rough_glass_all", _unit(0.2, -0.6, -0.5)),       # from inside, all normals
+    ("rough_glass_all", _unit(0.5, 0.0, 0.5)),
+    ("rough_glass_inverted", _unit(0.2, -0.6, 0.5)),   # from the denser side
+    ("rough_glass_ggx_all", _unit(-0.5, -0.5, 0.1)),
+    ("plastic", _unit(0.3, 0.2, 0.9)),                 # the diffuse lobe (the other is a delta)
+    ("plastic_textured", _unit(-0.7, 0.1, 0.2)),
+    ("rough_plastic_ggx", _unit(0.5, 0.0, 0.5)),
+    ("rough_plastic_textured", _unit(0.1, 0.6, 0.3)),
+]
+
+
+@pytest.mark.parametrize("name,wi", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_sampling_matches_pdf(name, wi):
+    rng = np.random.default_rng(sum(map(ord, name)) + int(1000 * wi[2]))
+    uv = np.broadcast_to(np.float32([[0.3], [0.6]]), (2, SAMPLES))
+    s = bc.sample(name, wi, rng.random(SAMPLES, np.float32), rng.random((2, SAMPLES), np.float32), uv)
+    kept = (s["weight"].max(axis=0) > 0) & ~s["delta"]
+    assert kept.mean() > 0.05
+
+    def pdf(directions):
+        n = directions.shape[1]
+        return bc.eval_pdf(name, wi, directions, np.broadcast_to(uv[:, :1], (2, n)))[1]
+
+    result = chi2.chi2_test(s["wo"][:, kept], pdf, SAMPLES, res=40, ires=6, test_count=len(CASES))
+    assert result.passed, result.message
+
+
+def test_chi2_rejects_a_wrong_density():
+    """The test has power: cosine-weighted samples are not uniform on the hemisphere."""
+    rng = np.random.default_rng(0)
+    s = bc.sample("diffuse", _unit(0, 0, 1), rng.random(SAMPLES, np.float32), rng.random((2, SAMPLES), np.float32))
+    uniform = lambda d: np.where(d[2] > 0, 1.0 / (2.0 * np.pi), 0.0)
+    assert not chi2.chi2_test(s["wo"], uniform, SAMPLES, res=40).passed

@@ -1,0 +1,127 @@
+"""Image loading and writing, compared with Mitsuba 3's ``Bitmap`` and ``bitmap`` texture."""
+import numpy as np
+import pytest
+from PIL import Image
+
+from tracer.io import images
+from tracer.io.errors import SceneError
+
+mi = pytest.importorskip("mitsuba")
+mi.set_variant("scalar_rgb")
+
+RNG = np.random.default_rng(7)
+
+
+def mitsuba_linear(path, channels=3):
+    """What Mitsuba makes of an image file: linear float32."""
+    fmt = mi.Bitmap.PixelFormat.RGB if channels == 3 else mi.Bitmap.PixelFormat.Y
+    data = np.array(mi.Bitmap(str(path)).convert(fmt, mi.Struct.Type.Float32, srgb_gamma=False))
+    return data.reshape(data.shape[0], data.shape[1], channels)
+
+
+def u8(*shape):
+    return RNG.integers(0, 256, shape, dtype=np.uint8)
+
+
+@pytest.mark.parametrize("mode, shape", [("RGB", (5, 7, 3)), ("RGBA", (5, 7, 4)), ("L", (6, 4)), ("LA", (6, 4, 2))])
+def test_8bit_png_decoded_like_mitsuba(tmp_path, mode, shape):
+    data = u8(*shape)
+    data.reshape(-1)[:256] = np.arange(256)[:data.size]
+    path = tmp_path / "t.png"
+    Image.fromarray(data, mode).save(path)
+    ours = images.load_image(path)
+    channels = 3 if mode.startswith("RGB") else 1
+    assert ours.shape == (shape[0], shape[1], channels) and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, mitsuba_linear(path, channels), rtol=0, atol=4e-7)
+    raw = images.load_image(path, raw=True)
+    plain = data if channels == 1 and data.ndim == 2 else data[..., :channels]
+    np.testing.assert_allclose(raw.reshape(plain.shape), plain / 255.0, atol=1e-7)
+
+
+def test_png_matches_bitmap_texture_lookups(tmp_path):
+    path = tmp_path / "t.png"
+    Image.fromarray(u8(4, 4, 3)).save(path)
+    texture = mi.load_dict({"type": "bitmap", "filename": str(path), "filter_type": "nearest"})
+    ours = images.load_image(path)
+    si = mi.SurfaceInteraction3f()
+    for y in range(4):
+        for x in range(4):
+            si.uv = [(x + 0.5) / 4, (y + 0.5) / 4]  # v = 0 is the first row
+            np.testing.assert_allclose(np.array(texture.eval(si)), ours[y, x], atol=4e-7)
+
+
+def test_palette_png(tmp_path):
+    path = tmp_path / "p.png"
+    Image.fromarray(u8(5, 5, 3)).convert("P", palette=Image.Palette.ADAPTIVE, colors=8).save(path)
+    np.testing.assert_allclose(images.load_image(path), mitsuba_linear(path), atol=4e-7)
+
+
+@pytest.mark.parametrize("format", [mi.Bitmap.PixelFormat.RGB, mi.Bitmap.PixelFormat.RGBA, mi.Bitmap.PixelFormat.Y])
+def test_16bit_png_decoded_like_mitsuba(tmp_path, format):
+    channels = {mi.Bitmap.PixelFormat.RGB: 3, mi.Bitmap.PixelFormat.RGBA: 4, mi.Bitmap.PixelFormat.Y: 1}[format]
+    data = RNG.integers(0, 65536, (23, 41, channels), dtype=np.uint16)
+    data[:, :15] = np.linspace(0, 65535, 15, dtype=np.uint16)[None, :, None]  # smooth: Sub/Up/Paeth filters
+    path = tmp_path / "t16.png"
+    mi.Bitmap(data, pixel_format=format).write(str(path))
+    color = 1 if channels == 1 else 3
+    np.testing.assert_allclose(images.load_image(path), mitsuba_linear(path, color), atol=4e-7)
+    np.testing.assert_allclose(images.load_image(path, raw=True), data[..., :color] / 65535.0, atol=1e-7)
+
+
+@pytest.mark.parametrize("ext", ["exr", "hdr", "pfm"])
+def test_float_images_loaded_like_mitsuba(tmp_path, ext):
+    data = (RNG.random((9, 13, 3)) * 20).astype(np.float32)
+    path = tmp_path / f"t.{ext}"
+    mi.Bitmap(data).write(str(path))
+    ours = images.load_image(path)
+    np.testing.assert_array_equal(ours, mitsuba_linear(path))
+    np.testing.assert_array_equal(images.load_image(path, raw=True), ours)
+
+
+def test_jpeg_loads(tmp_path):
+    path = tmp_path / "t.jpg"
+    Image.fromarray(np.full((8, 8, 3), 180, np.uint8)).save(path, quality=95)
+    np.testing.assert_allclose(images.load_image(path), mitsuba_linear(path), atol=2e-3)
+
+
+def test_exr_round_trip(tmp_path):
+    rgb = (RNG.random((6, 5, 3)) * 100).astype(np.float32)
+    images.write_exr(tmp_path / "a.exr", rgb)
+    np.testing.assert_array_equal(images.load_image(tmp_path / "a.exr"), rgb)
+    np.testing.assert_array_equal(mitsuba_linear(tmp_path / "a.exr"), rgb)
+    gray = rgb[..., 0]
+    images.write_exr(tmp_path / "g.exr", gray)
+    np.testing.assert_array_equal(images.load_image(tmp_path / "g.exr")[..., 0], gray)
+
+
+def test_png_and_npy_writing(tmp_path):
+    rgb = RNG.random((7, 9, 3)).astype(np.float32)
+    rgb[0, 0] = [-1, 2, np.nan]
+    images.write_png(tmp_path / "a.png", rgb)
+    back = images.load_image(tmp_path / "a.png")
+    np.testing.assert_array_equal(back[0, 0], [0, 1, 0])
+    encoded = images.linear_to_srgb(np.clip(rgb[1:], 0, 1))
+    np.testing.assert_allclose(images.linear_to_srgb(back[1:]), encoded, atol=0.5 / 255 + 1e-6)
+    images.write_npy(tmp_path / "a.npy", rgb)
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), rgb)
+
+
+def test_srgb_curves():
+    x = np.linspace(0, 1, 10001)
+    exact = np.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
+    np.testing.assert_allclose(images.srgb_to_linear(x), exact, atol=5e-7)  # a float32 fit
+    exact = np.where(x <= 0.0031308, 12.92 * x, 1.055 * x ** (1 / 2.4) - 0.055)
+    np.testing.assert_allclose(images.linear_to_srgb(x), exact, atol=5e-7)
+    np.testing.assert_allclose(images.linear_to_srgb(images.srgb_to_linear(x)), x, atol=1e-6)
+    np.testing.assert_allclose(images.srgb_to_linear([2.0]), [((2 + 0.055) / 1.055) ** 2.4])
+
+
+def test_image_errors(tmp_path):
+    with pytest.raises(SceneError, match="missing.png: image file not found"):
+        images.load_image(tmp_path / "missing.png")
+    (tmp_path / "junk.png").write_bytes(b"not an image")
+    with pytest.raises(SceneError, match="junk.png: cannot read image"):
+        images.load_image(tmp_path / "junk.png")
+    (tmp_path / "junk.exr").write_bytes(b"not an image")
+    with pytest.raises(SceneError, match="junk.exr: cannot read image"):
+        images.load_image(tmp_path / "junk.exr")

@@ -1,0 +1,198 @@
+"""BSDFs of Mitsuba 3, evaluated and sampled for batches of rays with per-ray materials.
+
+The integrator's contract is three pure functions of the material table, the texture table and
+per-ray data (material ids (N,), uv (2, N), local directions (3, N) with z the shading normal):
+
+* ``sample(...) -> (BsdfSample, weight)``: Mitsuba's ``BSDF::sample``; weight = f cos / pdf.
+* ``eval_pdf(...) -> (value, pdf)``: f(wi, wo) |cos theta_o| and the density of ``sample``.
+* ``has_smooth(...)``: whether next-event estimation applies (a non-delta lobe exists).
+
+Each kind present in the table is evaluated for the whole batch and the results selected by
+kind (a ``lax.switch`` on batched indices would run every branch as well); absent kinds are
+never traced. Textures are evaluated once per call, and the rough kinds share one microfacet
+normal sample and one evaluation of D and G.
+"""
+import jax.numpy as jnp
+
+from tracer import textures as tx
+from tracer import vecmath as vm
+from tracer.bsdfs import conductor, dielectric, diffuse, microfacet, plastic
+from tracer.bsdfs.table import (CONDUCTOR, DIELECTRIC, DIFFUSE, GGX, KIND_NAMES, NULL, PLASTIC,
+                                ROUGH_KINDS, ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC, SMOOTH_KINDS,
+                                THINDIELECTRIC, Materials)
+from tracer.pytree import pytree_dataclass
+
+__all__ = [
+    "BsdfSample", "Materials", "sample", "eval_pdf", "has_smooth", "NULL", "DIFFUSE", "CONDUCTOR",
+    "ROUGHCONDUCTOR", "DIELECTRIC", "ROUGHDIELECTRIC", "THINDIELECTRIC", "PLASTIC", "ROUGHPLASTIC",
+    "KIND_NAMES",
+]
+
+_DIELECTRICS = (DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC)
+_WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC)
+_PLASTICS = (PLASTIC, ROUGHPLASTIC)
+
+
+@pytree_dataclass
+class BsdfSample:
+    """A sampled direction (N rays)."""
+
+    wo: jnp.ndarray        # (3, N) local outgoing direction
+    pdf: jnp.ndarray       # (N,) solid-angle density; for a delta lobe, its selection probability
+    eta: jnp.ndarray       # (N,) relative IOR crossed (1 unless refracted)
+    is_delta: jnp.ndarray  # (N,) bool: drawn from a delta lobe
+
+
+class _Params:
+    """The per-ray parameters of a batch: texture values and table entries, gathered once."""
+
+    def __init__(self, materials, textures, mat, uv):
+        present = set(materials.kinds_present)
+        self.kinds = present
+        self.kind = materials.kind[mat]
+        self.mat = mat
+        rgb = lambda ids: tx.eval_rgb(textures, ids[mat], uv)
+        if present & set(_WITH_DIFFUSE):
+            self.reflectance = rgb(materials.reflectance)
+        if present - {NULL, DIFFUSE}:
+            self.specular = rgb(materials.specular_reflectance)
+        if present & set(_DIELECTRICS):
+            self.transmittance = rgb(materials.specular_transmittance)
+        if present & {CONDUCTOR, ROUGHCONDUCTOR}:
+            self.eta3, self.k3 = materials.eta[:, mat], materials.k[:, mat]
+        if present & (set(_DIELECTRICS) | set(_PLASTICS)):
+            self.eta = materials.eta[0, mat]
+        if present & set(_PLASTICS):
+            self.weight_s = materials.specular_weight[mat]
+            self.internal = materials.internal_reflectance[mat]
+            self.nonlinear = materials.nonlinear[mat]
+        if present & set(ROUGH_KINDS):
+            self.distr = microfacet.make(
+                _eval_float(textures, materials.alpha_u[mat], uv),
+                _eval_float(textures, materials.alpha_v[mat], uv),
+                materials.distribution[mat] == GGX, materials.sample_visible[mat],
+                present=materials.distributions_present, all_normals=materials.all_normals)
+
+    def has(self, kind):
+        return kind in self.kinds
+
+
+def _eval_float(textures, ids, uv):
+    """Scalar textures as Mitsuba's ``Texture::eval_1``, whose checkerboard (unlike its ``eval``)
+    puts color1 where both or neither uv fraction exceeds one half."""
+    value = tx.eval_float(textures, ids, uv)
+    if tx.CHECKERBOARD not in textures.kinds_present:
+        return value
+    # value is one of the two colors' luminances: the other one is their sum minus it.
+    swapped = vm.luminance(textures.color0[:, ids]) + vm.luminance(textures.color1[:, ids]) - value
+    return jnp.where(textures.kind[ids] == tx.CHECKERBOARD, swapped, value)
+
+
+class _Select:
+    """Accumulates per-kind results: each ray keeps the one of its own kind."""
+
+    def __init__(self, kind, fields):
+        self.kind, self.fields = kind, dict(fields)
+
+    def put(self, kind, **values):
+        mine = self.kind == kind
+        for name, value in values.items():
+            self.fields[name] = jnp.where(mine, value, self.fields[name])
+
+
+def sample(materials, textures, mat, uv, wi, u1, u2):
+    """Sample Mitsuba's BSDFs: u1 (N,) picks the lobe, u2 (2, N) the direction.
+
+    Returns (BsdfSample, weight (3, N)) with weight = f(wi, wo) |cos theta_o| / pdf (for a delta
+    lobe, its weight); zero weight marks a failed sample.
+    """
+    p = _Params(materials, textures, mat, uv)
+    n = wi.shape[1]
+    out = _Select(p.kind, dict(wo=vm.reflect(wi), pdf=jnp.zeros(n), eta=jnp.ones(n),
+                               delta=jnp.zeros(n, bool), weight=jnp.zeros((3, n))))
+    if p.has(DIFFUSE):
+        wo, pdf, weight = diffuse.sample(wi, u2, p.reflectance)
+        out.put(DIFFUSE, wo=wo, pdf=pdf, weight=weight)
+    if p.has(CONDUCTOR):
+        wo, pdf, weight = conductor.smooth_sample(wi, p.eta3, p.k3, p.specular)
+        out.put(CONDUCTOR, wo=wo, pdf=pdf, weight=weight, delta=True)
+    if p.has(DIELECTRIC):
+        wo, pdf, weight, eta, _ = dielectric.smooth_sample(wi, u1, p.eta, p.specular, p.transmittance)
+        out.put(DIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta, delta=True)
+    if p.has(THINDIELECTRIC):
+        wo, pdf, weight = dielectric.thin_sample(wi, u1, p.eta, p.specular, p.transmittance)
+        out.put(THINDIELECTRIC, wo=wo, pdf=pdf, weight=weight, delta=True)
+    if p.has(PLASTIC):
+        wo, pdf, weight, specular = plastic.smooth_sample(wi, u1, u2, p.reflectance, p.specular, p.eta,
+                                                          p.weight_s, p.internal, p.nonlinear)
+        out.put(PLASTIC, wo=wo, pdf=pdf, weight=weight, delta=specular)
+    if p.kinds & set(ROUGH_KINDS):
+        _sample_rough(materials, p, wi, u1, u2, out)
+    f = out.fields
+    return BsdfSample(wo=f["wo"], pdf=f["pdf"], eta=f["eta"], is_delta=f["delta"]), f["weight"]
+
+
+def _sample_rough(materials, p, wi, u1, u2, out):
+    """One microfacet normal per ray serves every rough kind (each samples the visible normals
+    seen from wi turned to the upper hemisphere)."""
+    distr = sample_distr = p.distr
+    if p.has(ROUGHDIELECTRIC) and distr.all_normals:
+        widened = dielectric.sampling_distribution(distr, wi)
+        rough_dielectric = p.kind == ROUGHDIELECTRIC
+        sample_distr = microfacet.Distribution(
+            jnp.where(rough_dielectric, widened.alpha_u, distr.alpha_u),
+            jnp.where(rough_dielectric, widened.alpha_v, distr.alpha_v),
+            distr.ggx, distr.visible, distr.present, distr.all_normals)
+    wi_up = wi * jnp.where(wi[2] >= 0, 1.0, -1.0)
+    m, pdf_m = microfacet.sample(sample_distr, wi_up, u2)
+    if p.has(ROUGHCONDUCTOR):
+        wo, pdf, weight = conductor.rough_sample(wi, m, pdf_m, p.eta3, p.k3, p.specular, distr)
+        out.put(ROUGHCONDUCTOR, wo=wo, pdf=pdf, weight=weight)
+    if p.has(ROUGHDIELECTRIC):
+        wo, pdf, weight, eta, _ = dielectric.rough_sample(wi, u1, m, pdf_m, p.eta, p.specular,
+                                                          p.transmittance, distr)
+        out.put(ROUGHDIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta)
+    if p.has(ROUGHPLASTIC):
+        terms_fn = lambda wo: microfacet.terms(distr, wi, wo, vm.normalize(wi + wo))
+        wo, pdf, weight = plastic.rough_sample(wi, u1, u2, m, terms_fn, p.reflectance, p.specular, p.eta,
+                                               p.weight_s, p.internal, p.nonlinear,
+                                               materials.transmittance, p.mat, distr)
+        out.put(ROUGHPLASTIC, wo=wo, pdf=pdf, weight=weight)
+
+
+def eval_pdf(materials, textures, mat, uv, wi, wo):
+    """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of the non-delta lobes; zero for delta-only kinds."""
+    p = _Params(materials, textures, mat, uv)
+    n = wi.shape[1]
+    out = _Select(p.kind, dict(value=jnp.zeros((3, n)), pdf=jnp.zeros(n)))
+    if p.has(DIFFUSE):
+        value, pdf = diffuse.eval_pdf(wi, wo, p.reflectance)
+        out.put(DIFFUSE, value=value, pdf=pdf)
+    if p.has(PLASTIC):
+        value, pdf = plastic.smooth_eval_pdf(wi, wo, p.reflectance, p.eta, p.weight_s, p.internal, p.nonlinear)
+        out.put(PLASTIC, value=value, pdf=pdf)
+    if p.kinds & set(ROUGH_KINDS):
+        distr = p.distr
+        if p.has(ROUGHDIELECTRIC):
+            # The refraction half vector for rough dielectrics, the reflection one for all others.
+            m = dielectric.half_vector(wi, wo, jnp.where(p.kind == ROUGHDIELECTRIC, p.eta, 1.0))
+        else:
+            m = vm.normalize(wi + wo)
+        terms = microfacet.terms(distr, wi, wo, m)
+        if p.has(ROUGHCONDUCTOR):
+            value, pdf = conductor.rough_eval_pdf(wi, wo, terms, p.eta3, p.k3, p.specular, distr)
+            out.put(ROUGHCONDUCTOR, value=value, pdf=pdf)
+        if p.has(ROUGHDIELECTRIC):
+            value, pdf = dielectric.rough_eval_pdf(wi, wo, terms, p.eta, p.specular, p.transmittance, distr)
+            out.put(ROUGHDIELECTRIC, value=value, pdf=pdf)
+        if p.has(ROUGHPLASTIC):
+            value, pdf = plastic.rough_eval_pdf(wi, wo, terms, p.reflectance, p.specular, p.eta, p.weight_s,
+                                                p.internal, p.nonlinear, materials.transmittance, p.mat, distr)
+            out.put(ROUGHPLASTIC, value=value, pdf=pdf)
+    return out.fields["value"], out.fields["pdf"]
+
+
+def has_smooth(materials, mat):
+    """(N,) bool: the material has a non-delta lobe, so that next-event estimation applies."""
+    table = jnp.asarray([k in SMOOTH_KINDS for k in range(len(KIND_NAMES))])
+    return table[materials.kind[mat]]

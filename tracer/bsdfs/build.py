@@ -1,0 +1,268 @@
+"""Host-side construction of the material table from parsed Mitsuba XML ``<bsdf>`` nodes.
+
+Parameters, defaults and checks follow Mitsuba 3's plugin constructors; the load-time
+precomputations (IOR lookups, conductor presets, the plastics' diffuse Fresnel factors,
+sampling weights and rough transmittance tables) happen here in numpy.
+"""
+import numpy as np
+
+import jax.numpy as jnp
+
+from tracer.bsdfs import precompute
+from tracer.bsdfs.fresnel import diffuse_reflectance
+from tracer.bsdfs.table import (BECKMANN, CONDUCTOR, DIELECTRIC, DIFFUSE, GGX, NULL, PLASTIC,
+                                ROUGH_KINDS, ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC, THINDIELECTRIC,
+                                TRANSMITTANCE_RES, Materials)
+from tracer.bsdfs.tables_data import CONDUCTORS, IOR
+from tracer.io.errors import SceneError
+from tracer.textures import BITMAP, CHECKERBOARD
+
+__all__ = ["MaterialTableBuilder", "lookup_ior", "conductor_ior"]
+
+_LUMINANCE = np.array([0.212671, 0.715160, 0.072169])
+
+
+def lookup_ior(name, where=None):
+    """Mitsuba's named dielectric IOR (case-insensitive), as a float32."""
+    key = str(name).lower()
+    if key not in IOR:
+        raise SceneError(f"unknown IOR name '{name}'; valid names: {', '.join(IOR)}", where)
+    return np.float32(IOR[key])
+
+
+def conductor_ior(material, where=None):
+    """(eta, k) RGB float32 arrays of a Mitsuba conductor preset."""
+    if material not in CONDUCTORS:
+        raise SceneError(f"unknown conductor material '{material}'; valid names: {', '.join(CONDUCTORS)}", where)
+    eta, k = CONDUCTORS[material]
+    return np.array(eta, np.float32), np.array(k, np.float32)
+
+
+def _row(kind, **fields):
+    row = dict(kind=kind, reflectance=0, specular_reflectance=0, specular_transmittance=0, alpha_u=0,
+               alpha_v=0, eta=np.ones(3, np.float32), k=np.zeros(3, np.float32), distribution=BECKMANN,
+               sample_visible=True, nonlinear=False, specular_weight=0.0, internal_reflectance=0.0,
+               transmittance=np.zeros(TRANSMITTANCE_RES, np.float32), means=None)
+    row.update(fields)
+    return row
+
+
+class _Reader:
+    """Typed access to one ``<bsdf>`` node, with Mitsuba's defaults and errors."""
+
+    def __init__(self, node, add_texture, known_means):
+        self.node, self.add_texture, self.known_means = node, add_texture, known_means
+
+    def error(self, message):
+        return SceneError(f"bsdf '{self.node.type}': {message}", self.node.source)
+
+    def spectrum(self, name, default):
+        """Texture id of an RGB parameter: a nested texture or a value (recording its mean)."""
+        child = self.node.child(name)
+        if child is not None:
+            return self.add_texture(child)
+        value = np.broadcast_to(np.asarray(self.node.get_rgb(name, np.full(3, default)), np.float64), (3,))
+        tid = self.add_texture(value)
+        self.known_means[tid] = float(np.mean(value))
+        return tid
+
+    def scalar(self, name, default):
+        child = self.node.child(name)
+        if child is not None:
+            return self.add_texture(child)
+        return self.add_texture(float(self.node.get_float(name, default)))
+
+    def rgb(self, name, default):
+        if self.node.child(name) is not None:
+            raise self.error(f"'{name}' cannot be a texture here (only constant values are supported)")
+        return np.broadcast_to(np.asarray(self.node.get_rgb(name, np.full(3, default)), np.float32), (3,)).copy()
+
+    def ior(self, name, default):
+        """int_ior / ext_ior: a float or a name from Mitsuba's IOR table."""
+        if not self.node.has(name):
+            return lookup_ior(default)
+        try:
+            return np.float32(self.node.get_float(name, 0.0))
+        except (SceneError, TypeError, ValueError):
+            return lookup_ior(self.node.get_string(name, default), self.node.source)
+
+    def eta(self, check_distinct=False):
+        int_ior, ext_ior = self.ior("int_ior", "bk7"), self.ior("ext_ior", "air")
+        if int_ior < 0 or ext_ior < 0 or (check_distinct and int_ior == ext_ior):
+            raise self.error("the interior and exterior indices of refraction must be positive"
+                             + (" and differ" if check_distinct else ""))
+        return np.float32(int_ior / ext_ior)
+
+    def distribution(self):
+        name = self.node.get_string("distribution", "beckmann").lower()
+        if name not in ("beckmann", "ggx"):
+            raise self.error(f"invalid distribution '{name}', must be 'beckmann' or 'ggx'")
+        return GGX if name == "ggx" else BECKMANN
+
+    def alphas(self):
+        """(alpha_u, alpha_v) texture ids: 'alpha' (default 0.1) or both 'alpha_u' and 'alpha_v'."""
+        has = {n: self.node.has(n) for n in ("alpha", "alpha_u", "alpha_v")}
+        if has["alpha_u"] or has["alpha_v"]:
+            if not (has["alpha_u"] and has["alpha_v"]):
+                raise self.error("both 'alpha_u' and 'alpha_v' must be specified")
+            if has["alpha"]:
+                raise self.error("specify either 'alpha' or 'alpha_u'/'alpha_v'")
+            return self.scalar("alpha_u", 0.1), self.scalar("alpha_v", 0.1)
+        alpha = self.scalar("alpha", 0.1)
+        return alpha, alpha
+
+    def microfacet(self):
+        au, av = self.alphas()
+        return dict(alpha_u=au, alpha_v=av, distribution=self.distribution(),
+                    sample_visible=bool(self.node.get_bool("sample_visible", True)))
+
+
+def _diffuse(r):
+    return _row(DIFFUSE, reflectance=r.spectrum("reflectance", 0.5))
+
+
+def _conductor(r, rough=False):
+    material = r.node.get_string("material", "none")
+    if r.node.has("eta") or material == "none":
+        if material != "none":
+            raise r.error("specify either (eta, k) or material, not both")
+        eta, k = r.rgb("eta", 0.0), r.rgb("k", 1.0)
+    else:
+        eta, k = conductor_ior(material, r.node.source)
+    row = _row(ROUGHCONDUCTOR if rough else CONDUCTOR, eta=eta, k=k,
+               specular_reflectance=r.spectrum("specular_reflectance", 1.0))
+    if rough:
+        row.update(r.microfacet())
+    return row
+
+
+def _dielectric(r, kind):
+    eta = r.eta(check_distinct=kind == ROUGHDIELECTRIC)
+    row = _row(kind, eta=np.full(3, eta, np.float32),
+               specular_reflectance=r.spectrum("specular_reflectance", 1.0),
+               specular_transmittance=r.spectrum("specular_transmittance", 1.0))
+    if kind == ROUGHDIELECTRIC:
+        row.update(r.microfacet())
+    return row
+
+
+def _plastic(r, rough=False):
+    int_ior, ext_ior = r.ior("int_ior", "polypropylene"), r.ior("ext_ior", "air")
+    if int_ior < 0 or ext_ior < 0 or (rough and int_ior == ext_ior):
+        raise r.error("the interior and exterior indices of refraction must be positive"
+                      + (" and differ" if rough else ""))
+    eta = np.float32(int_ior / ext_ior)
+    diffuse, specular = r.spectrum("diffuse_reflectance", 0.5), r.spectrum("specular_reflectance", 1.0)
+    row = _row(ROUGHPLASTIC if rough else PLASTIC, eta=np.full(3, eta, np.float32), reflectance=diffuse,
+               specular_reflectance=specular, nonlinear=bool(r.node.get_bool("nonlinear", False)),
+               means=(diffuse, specular))
+    if not rough:
+        row["internal_reflectance"] = diffuse_reflectance(1.0 / np.float64(eta))
+        return row
+    has = {n: r.node.has(n) for n in ("alpha", "alpha_u", "alpha_v")}
+    if any(r.node.child(n) is not None for n in has):
+        raise r.error("'alpha' must be a float (Mitsuba's roughplastic takes no roughness texture)")
+    if has["alpha"]:
+        if has["alpha_u"] or has["alpha_v"]:
+            raise r.error("specify either 'alpha' or 'alpha_u'/'alpha_v'")
+        alpha = np.float32(r.node.get_float("alpha", 0.1))
+    elif has["alpha_u"] or has["alpha_v"]:
+        if not (has["alpha_u"] and has["alpha_v"]):
+            raise r.error("both 'alpha_u' and 'alpha_v' must be specified")
+        alpha = np.float32(r.node.get_float("alpha_u", 0.1))
+        if max(alpha, 1e-4) != max(np.float32(r.node.get_float("alpha_v", 0.1)), 1e-4):
+            raise r.error("anisotropic roughness is not supported (as in Mitsuba)")
+    else:
+        alpha = np.float32(0.1)
+    alpha = np.float32(max(alpha, np.float32(1e-4)))
+    distribution = r.distribution()
+    table, internal = precompute.rough_transmittance(alpha, eta, distribution == GGX)
+    alpha_tid = r.add_texture(float(alpha))
+    row.update(alpha_u=alpha_tid, alpha_v=alpha_tid, distribution=distribution,
+               sample_visible=bool(r.node.get_bool("sample_visible", True)),
+               internal_reflectance=internal, transmittance=table.astype(np.float32))
+    return row
+
+
+_ADDERS = {
+    "diffuse": _diffuse,
+    "conductor": _conductor,
+    "roughconductor": lambda r: _conductor(r, rough=True),
+    "dielectric": lambda r: _dielectric(r, DIELECTRIC),
+    "roughdielectric": lambda r: _dielectric(r, ROUGHDIELECTRIC),
+    "thindielectric": lambda r: _dielectric(r, THINDIELECTRIC),
+    "plastic": _plastic,
+    "roughplastic": lambda r: _plastic(r, rough=True),
+}
+
+
+def texture_mean(textures, tid):
+    """Mitsuba's ``Texture::mean()`` in RGB mode: the channel average of a constant, the average of a
+    checkerboard's two colors, the mean luminance of a bitmap."""
+    kind = int(np.asarray(textures.kind)[tid])
+    c0 = np.asarray(textures.color0)[:, tid].astype(np.float64)
+    if kind == CHECKERBOARD:
+        return 0.5 * (c0.mean() + np.asarray(textures.color1)[:, tid].astype(np.float64).mean())
+    if kind == BITMAP:
+        start = int(np.asarray(textures.offset)[tid])
+        count = int(np.asarray(textures.width)[tid]) * int(np.asarray(textures.height)[tid])
+        texels = np.asarray(textures.texels)[:, start:start + count].astype(np.float64)
+        return float((_LUMINANCE @ texels).mean())
+    return float(c0.mean())
+
+
+class MaterialTableBuilder:
+    """Host-side accumulator: ``add`` / ``add_null`` return a material id; ``build()`` makes the table."""
+
+    def __init__(self):
+        self._rows = []
+        self._known_means = {}  # texture id -> mean, for the constants added here
+
+    def add_null(self):
+        """The material of the back of one-sided BSDFs: black everywhere."""
+        return self._append(_row(NULL))
+
+    def add(self, node, add_texture):
+        """Material id of a ``<bsdf>`` node (not ``twosided``); nested textures go to ``add_texture``."""
+        adder = _ADDERS.get(node.type)
+        if adder is None:
+            raise SceneError(f"unsupported bsdf type '{node.type}' (supported: {', '.join(_ADDERS)})", node.source)
+        return self._append(adder(_Reader(node, add_texture, self._known_means)))
+
+    def _append(self, row):
+        self._rows.append(row)
+        return len(self._rows) - 1
+
+    def _mean(self, tid, textures):
+        if tid in self._known_means:
+            return self._known_means[tid]
+        if textures is None:
+            raise ValueError("a plastic material has a textured reflectance: pass the built Textures "
+                             "table to MaterialTableBuilder.build(textures) for its sampling weight")
+        return texture_mean(textures, tid)
+
+    def build(self, textures=None):
+        """The ``Materials`` table. ``textures`` (the scene's built ``tracer.textures.Textures``) is
+        needed only when a plastic's reflectance is a nested texture (for its sampling weight)."""
+        rows = self._rows or [_row(NULL)]
+        for row in rows:
+            if row["means"] is not None:
+                d_mean, s_mean = (self._mean(t, textures) for t in row["means"])
+                row["specular_weight"] = s_mean / (d_mean + s_mean)
+        col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
+        stack = lambda key: jnp.asarray(np.stack([r[key] for r in rows], axis=1).astype(np.float32))
+        rough = [r for r in rows if r["kind"] in ROUGH_KINDS]
+        return Materials(
+            kind=col("kind", np.int32), reflectance=col("reflectance", np.int32),
+            specular_reflectance=col("specular_reflectance", np.int32),
+            specular_transmittance=col("specular_transmittance", np.int32),
+            alpha_u=col("alpha_u", np.int32), alpha_v=col("alpha_v", np.int32),
+            eta=stack("eta"), k=stack("k"), distribution=col("distribution", np.int32),
+            sample_visible=col("sample_visible", bool), nonlinear=col("nonlinear", bool),
+            specular_weight=col("specular_weight", np.float32),
+            internal_reflectance=col("internal_reflectance", np.float32),
+            transmittance=stack("transmittance"),
+            kinds_present=tuple(sorted({r["kind"] for r in rows})),
+            distributions_present=tuple(sorted({r["distribution"] for r in rough})),
+            all_normals=any(not r["sample_visible"] for r in rough),
+        )

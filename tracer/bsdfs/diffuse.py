@@ -1,0 +1,25 @@
+"""Lambertian reflection, as Mitsuba 3's ``diffuse`` plugin (one-sided).
+
+All directions are local (3, N) with z along the shading normal; values include cos(theta_o).
+"""
+import jax.numpy as jnp
+
+from tracer import sampling
+from tracer import vecmath as vm
+
+__all__ = ["sample", "eval_pdf"]
+
+
+def sample(wi, u2, reflectance):
+    """Cosine-weighted hemisphere sample. Returns (wo, pdf, weight (3, N)); weight = reflectance."""
+    wo = sampling.square_to_cosine_hemisphere(u2)
+    pdf = sampling.INV_PI * wo[2]
+    ok = (wi[2] > 0) & (pdf > 0)
+    return wo, jnp.where(ok, pdf, 0.0), vm.select(ok, reflectance, 0.0)
+
+
+def eval_pdf(wi, wo, reflectance):
+    """f(wi, wo) cos(theta_o) = reflectance cos(theta_o) / pi, and the pdf of ``sample``."""
+    ok = (wi[2] > 0) & (wo[2] > 0)
+    pdf = jnp.where(ok, sampling.INV_PI * wo[2], 0.0)
+    return vm.select(ok, reflectance * pdf, 0.0), pdf

@@ -1,0 +1,141 @@
+"""Area lights: diffuse emission from the front side of a triangle mesh, sphere or disk.
+
+Sampling follows Mitsuba 3: a mesh picks a triangle by area with ``sample_reuse`` on u.y and a
+point with the square-root triangle warp (``Mesh::sample_position``), a disk maps u with the
+concentric map (``Disk::sample_position``); both convert the area density to solid angle
+(``Shape::sample_direction``). A sphere seen from outside samples the cone it subtends
+uniformly (``Sphere::sample_direction``, after Akalin's "sampling the visible sphere"), from
+inside it samples its area. A sample is valid when it sees the emitting side:
+``dot(d, n) < 0`` with n the oriented normal (``AreaLight::sample_direction``).
+
+All normals here are oriented: the shape's ``flip_normals`` is applied, as Mitsuba's
+``si.n`` / ``ds.n``. Mesh normals are interpolated vertex normals when the mesh has them,
+as Mitsuba's ``Mesh::sample_position`` (the pdf then uses that normal's cosine, as Mitsuba).
+"""
+import jax.numpy as jnp
+import numpy as np
+
+from tracer import sampling
+from tracer import vecmath as vm
+from tracer.emitters import discrete
+from tracer.emitters.table import DISK, MESH, SPHERE
+
+__all__ = ["sample", "pdf", "eval_radiance"]
+
+RAY_EPSILON = np.float32(1500 * 2.0**-24)  # Mitsuba's math::RayEpsilon
+ONE_MINUS_EPS = np.float32(1.0 - 2.0**-24)
+INV_TWO_PI = np.float32(0.5 / np.pi)
+TWO_PI = np.float32(2.0 * np.pi)
+
+
+def _to_solid_angle(ref, p, n, pdf_area):
+    """Direction, distance and solid-angle pdf of an area sample (``Shape::sample_direction``)."""
+    d = p - ref
+    dist2 = vm.dot(d, d)
+    dist = jnp.sqrt(dist2)
+    d = d / jnp.where(dist > 0, dist, 1.0)
+    x = dist2 / jnp.abs(vm.dot(d, n))
+    return d, dist, pdf_area * jnp.where(jnp.isfinite(x), x, 0.0)
+
+
+def _sample_mesh(em, e, ref, u):
+    i, u1 = discrete.sample_reuse(em.tri_cdf, em.tri_offset[e], em.tri_count[e], u[1], em.search_steps)
+    b = sampling.square_to_uniform_triangle(jnp.stack([u[0], u1]))
+    p = em.tri_e1[:, i] * b[0] + (em.tri_e2[:, i] * b[1] + em.tri_p0[:, i])
+    n = em.tri_n[0][:, i] * (1.0 - b[0] - b[1]) + em.tri_n[1][:, i] * b[0] + em.tri_n[2][:, i] * b[1]
+    n = vm.normalize(n)
+    n = vm.select(em.flip[e], -n, n)
+    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
+
+
+def _sample_disk(em, e, ref, u):
+    m = em.to_world[:, :, e]
+    q = sampling.square_to_uniform_disk_concentric(u)
+    p = m[:, 0] * q[0] + m[:, 1] * q[1] + m[:, 3]
+    n = vm.normalize(em.to_local[2][:3, e])  # the inverse transpose applied to +z
+    n = vm.select(em.flip[e], -n, n)
+    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
+
+
+def _sphere(em, e):
+    return em.to_world[:, 3, e], vm.norm(em.to_world[:, 0, e])
+
+
+def _sample_sphere(em, e, ref, u):
+    center, radius = _sphere(em, e)
+    flip = em.flip[e]
+    dc = center - ref
+    dc2 = vm.dot(dc, dc)
+    radius_adj = radius * jnp.where(flip, 1.0 + RAY_EPSILON, 1.0 - RAY_EPSILON)
+    outside = dc2 > radius_adj * radius_adj
+
+    # Outside: uniform in the subtended cone, mapped back to the visible cap.
+    inv_dc = 1.0 / jnp.sqrt(dc2)
+    sin_max = radius * inv_dc
+    sin_max2 = sin_max * sin_max
+    inv_sin_max = 1.0 / sin_max
+    cos_max = vm.safe_sqrt(1.0 - sin_max2)
+    # Mitsuba's Taylor expansion below sin^2(1.5 deg), where 1 - cos cancels badly.
+    sin2 = jnp.where(sin_max2 > 0.00068523, 1.0 - jnp.square((cos_max - 1.0) * u[0] + 1.0), sin_max2 * u[0])
+    cos_t = vm.safe_sqrt(1.0 - sin2)
+    cos_alpha = sin2 * inv_sin_max + cos_t * vm.safe_sqrt(1.0 - sin2 * inv_sin_max * inv_sin_max)
+    sin_alpha = vm.safe_sqrt(1.0 - cos_alpha * cos_alpha)
+    phi = u[1] * TWO_PI
+    axis = -dc * inv_dc
+    local = jnp.stack([jnp.cos(phi) * sin_alpha, jnp.sin(phi) * sin_alpha, cos_alpha])
+    cap = vm.to_world((*vm.coordinate_system(axis), axis), local)
+    cone_pdf = INV_TWO_PI / (1.0 - cos_max)
+
+    # Inside: uniform over the area.
+    whole = sampling.square_to_uniform_sphere(u)
+
+    n = vm.select(outside, cap, whole)
+    p = n * radius + center
+    n = vm.select(flip, -n, n)
+    d, dist, area_pdf = _to_solid_angle(ref, p, n, em.inv_area[e])
+    pdf = jnp.where(outside, jnp.where(dist == 0, 0.0, cone_pdf), area_pdf)
+    return p, n, d, dist, pdf
+
+
+_SAMPLERS = {MESH: _sample_mesh, SPHERE: _sample_sphere, DISK: _sample_disk}
+
+
+def sample(em, e, ref, u):
+    """Sample area emitters ``e`` (N,) from ``ref`` (3, N) with u (2, N).
+
+    Returns (p, n, d, dist, pdf, weight): the point, its oriented normal, the unit direction
+    from ref, the distance, the solid-angle pdf (selection not included) and radiance / pdf;
+    pdf and weight are zero where the sample sees the back side (or is degenerate).
+    """
+    shapes = em.area_shapes_present
+    out = _SAMPLERS[shapes[0]](em, e, ref, u)
+    for shape in shapes[1:]:
+        other = _SAMPLERS[shape](em, e, ref, u)
+        take = em.area_shape[e] == shape
+        out = tuple(jnp.where(take, b, a) for a, b in zip(out, other))
+    p, n, d, dist, pdf = out
+    valid = (vm.dot(d, n) < 0) & (pdf > 0) & jnp.isfinite(pdf)
+    pdf = jnp.where(valid, pdf, 0.0)
+    weight = jnp.where(valid, em.radiance[:, e] / jnp.where(valid, pdf, 1.0), 0.0)
+    return p, n, d, dist, pdf, weight
+
+
+def pdf(em, e, ref, p, n, d):
+    """Solid-angle pdf (N,) of sampling point p (oriented normal n) of emitters ``e`` from ref
+    along unit direction d (``AreaLight::pdf_direction``); zero on the back side."""
+    dp = vm.dot(d, n)
+    dist = vm.norm(p - ref)
+    value = em.inv_area[e] * jnp.where(dp != 0, dist * dist / jnp.abs(dp), 0.0)
+    if SPHERE in em.area_shapes_present:
+        center, radius = _sphere(em, e)
+        sin_alpha = radius / vm.norm(center - ref)
+        cos_alpha = vm.safe_sqrt(1.0 - sin_alpha * sin_alpha)
+        cone = (em.area_shape[e] == SPHERE) & (sin_alpha < ONE_MINUS_EPS)
+        value = jnp.where(cone, INV_TWO_PI / (1.0 - cos_alpha), value)
+    return jnp.where(dp < 0, value, 0.0)
+
+
+def eval_radiance(em, e, n, d):
+    """Radiance (3, N) leaving an area emitter towards -d (d: the ray's direction) at a point with
+    oriented normal n: the emitter's radiance on the front side, zero on the back."""
+    return jnp.where(vm.dot(n, d) < 0, em.radiance[:, e], 0.0)

@@ -1,0 +1,312 @@
+"""Host side: Mitsuba emitter plugins -> the ``Emitters`` table (numpy only, no tracing).
+
+``EmitterTableBuilder.add_area`` takes the area light of a shape (its triangles in world space,
+or an analytic sphere / disk); ``add`` takes ``point``, ``spot``, ``directional``, ``constant``
+and ``envmap`` nodes; ``build`` packs everything once the scene's bounds are known. Parameters
+and defaults are Mitsuba 3.9's; a bad value raises ``SceneError`` naming the plugin and line.
+"""
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from tracer.emitters import discrete, envmap
+from tracer.emitters.table import (
+    AREA, CONSTANT, DIRECTIONAL, DISK, ENVMAP, MESH, POINT, SPHERE, SPOT, Emitters,
+)
+from tracer.io.errors import SceneError
+
+__all__ = ["EmitterTableBuilder"]
+
+RAY_EPSILON = 1500 * 2.0**-24  # Mitsuba's math::RayEpsilon<float>
+ENVIRONMENT_KINDS = (CONSTANT, ENVMAP)
+
+
+def _affine(m):
+    """(3, 4) float32 top of a 4x4 affine matrix."""
+    return np.asarray(m, np.float64)[:3, :4].astype(np.float32)
+
+
+def _inverse(m, node, what="to_world"):
+    m = np.asarray(m, np.float64)
+    det = np.linalg.det(m[:3, :3])
+    if not np.isfinite(det) or abs(det) < 1e-30:
+        raise SceneError(f"{node.describe()}: '{what}' is singular", node.source)
+    return np.linalg.inv(m)
+
+
+def _translation(p):
+    m = np.eye(4)
+    m[:3, 3] = p
+    return m
+
+
+class EmitterTableBuilder:
+    """Accumulates emitters; ``add_*`` returns the emitter id, ``build`` makes the table.
+
+    ``load_image(path) -> (H, W, C) float32 linear`` reads environment maps (default:
+    ``tracer.io.images.load_image``).
+    """
+
+    def __init__(self, load_image=None):
+        self._load_image = load_image
+        self._rows = []
+        self._triangles = []    # (p0, e1, e2, n (3, T, 3), cdf) per mesh area emitter
+        self._n_triangles = 0
+        self._env = None        # (rgb (H, W, 3) scaled, density, row_cdf, col_cdf)
+        self._environment = -1
+        self._spot_textured = False
+
+    # ------------------------------------------------------------------ area lights
+    def add_area(self, node, shape_index, triangles=None, analytic=None, flip_normals=False,
+                 normals=None, add_texture=None):
+        """The ``area`` emitter ``node`` of shape ``shape_index``.
+
+        Give either ``triangles`` = (p0, e1, e2), each (T, 3) world space (p1 - p0, p2 - p0), with
+        optional per-vertex ``normals`` = (n0, n1, n2), each (T, 3) (smooth meshes: Mitsuba then
+        uses the interpolated normal for the emitting side and the pdf), or ``analytic`` =
+        (kind, to_world 4x4) with kind SPHERE or DISK (tracer.geometry's or this package's
+        constants, or 'sphere' / 'disk'); the sphere's to_world maps the unit sphere, center and
+        radius included; the disk's the unit disk, without any flip folded in.
+        """
+        if node.type != "area":
+            raise SceneError(f"unsupported emitter type '{node.type}' on a shape (only 'area')", node.source)
+        if node.has("to_world"):
+            raise SceneError(f"{node.describe()}: an area light takes the transform of its shape, not "
+                             "'to_world'", node.source)
+        radiance = self._spectrum(node, "radiance", 1.0)
+        row = self._row(node, AREA, radiance)
+        row.update(shape=int(shape_index), flip=bool(flip_normals))
+        if (triangles is None) == (analytic is None):
+            raise ValueError("add_area takes exactly one of triangles or analytic")
+        if triangles is not None:
+            self._add_mesh(node, row, triangles, normals)
+        else:
+            self._add_analytic(node, row, *analytic)
+        return self._append(row)
+
+    def _add_mesh(self, node, row, triangles, normals):
+        p0, e1, e2 = (np.asarray(a, np.float64).reshape(-1, 3) for a in triangles)
+        cross = np.cross(e1, e2)
+        double_area = np.linalg.norm(cross, axis=1)
+        total = 0.5 * double_area.sum()
+        if len(p0) == 0 or not total > 0 or not np.isfinite(total):
+            raise SceneError(f"{node.describe()}: the emitting shape has no surface area", node.source)
+        face_n = cross / np.where(double_area > 0, double_area, 1.0)[:, None]
+        if normals is None:
+            n = np.stack([face_n, face_n, face_n])
+        else:
+            n = np.stack([np.asarray(a, np.float64).reshape(-1, 3) for a in normals])
+        cdf = discrete.inclusive_cdf(double_area)
+        row.update(area_shape=MESH, inv_area=1.0 / total, tri_offset=self._n_triangles, tri_count=len(p0))
+        self._triangles.append((p0, e1, e2, n, cdf))
+        self._n_triangles += len(p0)
+
+    def _add_analytic(self, node, row, kind, to_world):
+        kind = self._analytic_kind(kind)
+        to_world = np.asarray(to_world, np.float64)
+        to_local = _inverse(to_world, node)
+        if kind == SPHERE:
+            area = 4.0 * math.pi * float(np.dot(to_world[:3, 0], to_world[:3, 0]))
+        else:
+            area = math.pi * float(np.linalg.norm(np.cross(to_world[:3, 0], to_world[:3, 1])))
+        if not area > 0 or not np.isfinite(area):
+            raise SceneError(f"{node.describe()}: the emitting shape has no surface area", node.source)
+        row.update(area_shape=kind, inv_area=1.0 / area, to_world=_affine(to_world), to_local=_affine(to_local))
+
+    @staticmethod
+    def _analytic_kind(kind):
+        if isinstance(kind, str):
+            return {"sphere": SPHERE, "disk": DISK}[kind]
+        from tracer import geometry  # the shapes' own tags, mapped onto ours
+        return {geometry.SPHERE: SPHERE, geometry.DISK: DISK}[int(kind)]
+
+    # ------------------------------------------------------------------ other emitters
+    def add(self, node, add_texture):
+        """A ``point``, ``spot``, ``directional``, ``constant`` or ``envmap`` node; returns its id.
+
+        ``add_texture(node)`` returns the texture id of a nested texture plugin (spot projection).
+        """
+        adders = {"point": self._point, "spot": self._spot, "directional": self._directional,
+                  "constant": self._constant, "envmap": self._envmap}
+        if node.type not in adders:
+            raise SceneError(f"unsupported emitter type '{node.type}'", node.source)
+        row = adders[node.type](node, add_texture)
+        if row["kind"] in ENVIRONMENT_KINDS:
+            if self._environment >= 0:
+                raise SceneError("only one environment emitter (constant or envmap) can be specified per scene",
+                                 node.source)
+            self._environment = len(self._rows)
+        return self._append(row)
+
+    def _point(self, node, add_texture):
+        row = self._row(node, POINT, self._spectrum(node, "intensity", 1.0))
+        self._set_to_world(node, row, "position", lambda p: _translation(p))
+        return row
+
+    def _spot(self, node, add_texture):
+        row = self._row(node, SPOT, self._spectrum(node, "intensity", 1.0))
+        cutoff = node.get_float("cutoff_angle", 20.0)
+        beam = node.get_float("beam_width", cutoff * 0.75)
+        if not (0 < cutoff <= 180 and 0 <= beam <= cutoff):
+            raise SceneError(f"{node.describe()}: need 0 < beam_width <= cutoff_angle <= 180 degrees, got "
+                             f"beam_width={beam}, cutoff_angle={cutoff}", node.source)
+        cutoff, beam = math.radians(cutoff), math.radians(beam)
+        row.update(spot_cos_cutoff=math.cos(cutoff), spot_cutoff=cutoff, spot_cos_beam=math.cos(beam),
+                   spot_inv_transition=1.0 / (cutoff - beam) if cutoff > beam else 0.0,
+                   spot_uv_factor=math.tan(cutoff))
+        if node.has("texture"):
+            child = node.child("texture")
+            if child is None:
+                raise SceneError(f"{node.describe()}: 'texture' must be a nested texture plugin "
+                                 "(spatially varying)", node.source)
+            row["spot_texture"] = int(add_texture(child))
+            self._spot_textured = True
+        self._set_to_world(node, row)
+        return row
+
+    def _directional(self, node, add_texture):
+        row = self._row(node, DIRECTIONAL, self._spectrum(node, "irradiance", 1.0))
+
+        def frame(direction):
+            norm = np.linalg.norm(direction)
+            if not norm > 0 or not np.isfinite(norm):
+                raise SceneError(f"{node.describe()}: 'direction' must be a nonzero vector", node.source)
+            m = np.eye(4)
+            m[:3, 2] = direction / norm  # only the +z axis matters
+            return m
+
+        self._set_to_world(node, row, "direction", frame)
+        return row
+
+    def _constant(self, node, add_texture):
+        return self._row(node, CONSTANT, self._spectrum(node, "radiance", 1.0))
+
+    def _envmap(self, node, add_texture):
+        path = node.get_path("filename")
+        scale = node.get_float("scale", 1.0)
+        node.get_bool("mis_compensation", False)  # only reshapes sampling; the image converges alike
+        if not np.isfinite(scale):
+            raise SceneError(f"{node.describe()}: 'scale' must be finite, got {scale}", node.source)
+        load = self._load_image
+        if load is None:
+            from tracer.io.images import load_image as load
+        image = np.asarray(load(path), np.float32)
+        if image.ndim == 2:
+            image = image[:, :, None]
+        if image.shape[2] < 3:
+            image = np.repeat(image[:, :, :1], 3, axis=2)
+        image = image[:, :, :3]
+        h, w = image.shape[:2]
+        if w < 2 or h < 3:
+            raise SceneError(f"{node.describe()}: the environment map must be at least 2x3 pixels, got {w}x{h}",
+                             node.source)
+        if not np.all(np.isfinite(image)):
+            raise SceneError(f"{node.describe()}: '{path}' holds non-finite values", node.source)
+        self._env = (image * np.float32(scale), *envmap.build_distribution(image))
+        row = self._row(node, ENVMAP, np.ones(3))
+        self._set_to_world(node, row)
+        return row
+
+    # ------------------------------------------------------------------ helpers
+    def _spectrum(self, node, name, default):
+        if node.child(name) is not None:
+            raise SceneError(f"{node.describe()}: a textured '{name}' is not supported (give an rgb or "
+                             "a uniform spectrum)", node.source)
+        value = node.get_rgb(name, np.full(3, default))
+        if not np.all(np.isfinite(value)) or np.any(value < 0):
+            raise SceneError(f"{node.describe()}: '{name}' must be finite and non-negative, got {value}",
+                             node.source)
+        return value
+
+    def _set_to_world(self, node, row, alternative=None, make=None):
+        """to_world from 'to_world', or from ``alternative`` (position, direction) via ``make``."""
+        if alternative is not None and node.has(alternative):
+            if node.has("to_world"):
+                raise SceneError(f"{node.describe()}: give only one of '{alternative}' and 'to_world'",
+                                 node.source)
+            to_world = make(node.get_vector(alternative))
+        else:
+            to_world = node.get_transform("to_world")
+        row.update(to_world=_affine(to_world), to_local=_affine(_inverse(to_world, node)))
+
+    def _row(self, node, kind, radiance):
+        weight = node.get_float("sampling_weight", 1.0)
+        if not (weight >= 0 and np.isfinite(weight)):
+            raise SceneError(f"{node.describe()}: 'sampling_weight' must be finite and non-negative, got "
+                             f"{weight}", node.source)
+        identity = _affine(np.eye(4))
+        return dict(kind=kind, radiance=np.asarray(radiance, np.float32), weight=weight, to_world=identity,
+                    to_local=identity, shape=-1, area_shape=MESH, flip=False, inv_area=0.0, tri_offset=0,
+                    tri_count=0, spot_cos_cutoff=-1.0, spot_cutoff=math.pi, spot_cos_beam=-1.0,
+                    spot_inv_transition=0.0, spot_uv_factor=1.0, spot_texture=-1)
+
+    def _append(self, row):
+        self._rows.append(row)
+        return len(self._rows) - 1
+
+    # ------------------------------------------------------------------ packing
+    def build(self, scene_bounds_min, scene_bounds_max):
+        """The ``Emitters`` table; the bounds (3,) are the scene's bounding box (all shapes)."""
+        rows = self._rows
+        count = len(rows)
+        if not rows:  # nothing to sample: one black point light that is never chosen
+            rows = [self._row(_Defaults(), POINT, np.zeros(3))]
+            rows[0]["weight"] = 0.0
+        weights = np.array([r["weight"] for r in rows], np.float64)
+        pmf = weights / weights.sum() if weights.sum() > 0 else np.zeros_like(weights)
+        col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
+        stack = lambda key: jnp.asarray(np.stack([r[key] for r in rows], axis=-1).astype(np.float32))
+
+        tris = self._triangles or [(np.zeros((1, 3)),) * 3 + (np.zeros((3, 1, 3)), np.ones(1, np.float32))]
+        p0, e1, e2 = (np.concatenate([t[k] for t in tris]).T.astype(np.float32) for k in range(3))
+        tri_n = np.concatenate([t[3] for t in tris], axis=1).transpose(0, 2, 1).astype(np.float32)
+        tri_cdf = np.concatenate([t[4] for t in tris])
+
+        if self._env is None:
+            env = (np.zeros((3, 2, 3), np.float32), *envmap.build_distribution(np.ones((3, 2, 3), np.float32)))
+        else:
+            env = self._env
+        rgb, density, row_cdf, col_cdf = env
+        h, w = rgb.shape[:2]
+        steps = max(discrete.steps_for(max(t[0].shape[0] for t in tris)), discrete.steps_for(w),
+                    discrete.steps_for(h - 1))
+
+        center, radius = _bounding_sphere(scene_bounds_min, scene_bounds_max)
+        kinds = sorted({r["kind"] for r in rows})
+        area_shapes = sorted({r["area_shape"] for r in rows if r["kind"] == AREA})
+        return Emitters(
+            kind=col("kind", np.int32), radiance=stack("radiance"),
+            select_pmf=jnp.asarray(pmf.astype(np.float32)), select_cdf=jnp.asarray(discrete.inclusive_cdf(weights)),
+            to_world=stack("to_world"), to_local=stack("to_local"), shape=col("shape", np.int32),
+            area_shape=col("area_shape", np.int32), flip=col("flip", bool), inv_area=col("inv_area", np.float32),
+            tri_offset=col("tri_offset", np.int32), tri_count=col("tri_count", np.int32),
+            tri_cdf=jnp.asarray(tri_cdf), tri_p0=jnp.asarray(p0), tri_e1=jnp.asarray(e1), tri_e2=jnp.asarray(e2),
+            tri_n=jnp.asarray(tri_n),
+            spot_cos_cutoff=col("spot_cos_cutoff", np.float32), spot_cutoff=col("spot_cutoff", np.float32),
+            spot_cos_beam=col("spot_cos_beam", np.float32),
+            spot_inv_transition=col("spot_inv_transition", np.float32),
+            spot_uv_factor=col("spot_uv_factor", np.float32), spot_texture=col("spot_texture", np.int32),
+            env_rgb=jnp.asarray(np.ascontiguousarray(rgb.transpose(2, 0, 1))), env_density=jnp.asarray(density),
+            env_row_cdf=jnp.asarray(row_cdf), env_col_cdf=jnp.asarray(col_cdf),
+            sphere_center=jnp.asarray(center), sphere_radius=jnp.asarray(radius),
+            count=count, kinds_present=tuple(kinds), area_shapes_present=tuple(area_shapes),
+            environment=self._environment, spot_textured=self._spot_textured, search_steps=steps,
+        )
+
+
+class _Defaults:
+    """A node with no parameters (for the placeholder emitter)."""
+
+    def get_float(self, name, default):
+        return default
+
+
+def _bounding_sphere(lo, hi):
+    """Mitsuba's ``set_scene``: the box's bounding sphere, radius enlarged by (1 + RayEpsilon)."""
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo <= hi)):
+        return np.zeros(3, np.float32), np.float32(RAY_EPSILON)
+    center = 0.5 * (lo + hi)
+    radius = max(RAY_EPSILON, float(np.linalg.norm(hi - center)) * (1.0 + RAY_EPSILON))
+    return center.astype(np.float32), np.float32(radius)

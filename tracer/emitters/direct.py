@@ -1,0 +1,118 @@
+"""Sampling emitters for next-event estimation, and their pdfs and radiance for MIS.
+
+One emitter is chosen per lane by its selection probability (uniform unless Mitsuba's
+``sampling_weight`` says otherwise, as ``Scene::sample_emitter``), then sampled by its kind.
+Each kind present is evaluated for the whole batch and merged by the lane's kind -- the
+vectorized form of a per-lane switch. Pdfs include the selection probability, weights divide
+by it, as ``Scene::sample_emitter_direction`` / ``pdf_emitter_direction``.
+"""
+import jax
+import jax.numpy as jnp
+
+from tracer import sampling
+from tracer.emitters import area, distant, envmap, point
+from tracer.emitters.table import AREA, CONSTANT, DELTA_KINDS, DIRECTIONAL, ENVMAP, POINT, SPOT
+from tracer.pytree import pytree_dataclass
+
+__all__ = ["DirectionSample", "sample_direction", "pdf_direction", "eval_surface", "eval_environment"]
+
+
+@pytree_dataclass
+class DirectionSample:
+    """A point on an emitter as seen from reference points (Mitsuba's ``DirectionSample3f``)."""
+
+    p: jnp.ndarray         # (3, N) point on the emitter; for lights at infinity a point beyond the scene
+    n: jnp.ndarray         # (3, N) oriented normal there (area: the emitting side; infinite: -d; directional: -d)
+    d: jnp.ndarray         # (3, N) unit direction from the reference point towards the emitter
+    dist: jnp.ndarray      # (N,) distance to p; inf for directional and environment lights
+    pdf: jnp.ndarray       # (N,) solid-angle pdf times selection probability; delta lights: the probability
+    is_delta: jnp.ndarray  # (N,) bool: point, spot or directional (no MIS against the BSDF)
+    emitter: jnp.ndarray   # (N,) int32 the emitter sampled
+
+
+def _sample_kind(kind, emitters, textures, e, ref, u):
+    if kind == AREA:
+        return area.sample(emitters, e, ref, u)
+    if kind == POINT:
+        return point.sample_point(emitters, textures, e, ref, u)
+    if kind == SPOT:
+        return point.sample_spot(emitters, textures, e, ref, u)
+    if kind == DIRECTIONAL:
+        return distant.sample_directional(emitters, textures, e, ref, u)
+    if kind == CONSTANT:
+        return distant.sample_constant(emitters, textures, e, ref, u)
+    return envmap.sample(emitters, ref, u, distant.far_distance(emitters, ref))
+
+
+def sample_direction(emitters, textures, ref_p, u_select, u):
+    """Choose an emitter with u_select (N,) and sample it from ref_p (3, N) with u (2, N).
+
+    Returns (DirectionSample, weight (3, N)): weight = emitted radiance / pdf (irradiance for
+    delta lights), visibility not included; weight and pdf are zero for an invalid sample (the
+    back of an area light, outside a spot's cone weight only, a black direction of an envmap).
+    """
+    e, _ = sampling.sample_discrete(emitters.select_cdf, u_select)
+    e = e.astype(jnp.int32)
+    kinds = emitters.kinds_present
+    out = _sample_kind(kinds[0], emitters, textures, e, ref_p, u)
+    kind = emitters.kind[e]
+    for k in kinds[1:]:
+        other = _sample_kind(k, emitters, textures, e, ref_p, u)
+        out = jax.tree.map(lambda a, b: jnp.where(kind == k, b, a), out, other)
+    p, n, d, dist, pdf, weight = out
+    pmf = emitters.select_pmf[e]
+    valid = (pdf > 0) & (pmf > 0)
+    weight = jnp.where(valid, weight / jnp.where(valid, pmf, 1.0), 0.0)
+    is_delta = jnp.zeros_like(valid)
+    for k in DELTA_KINDS:
+        if k in kinds:
+            is_delta = is_delta | (kind == k)
+    ds = DirectionSample(p=p, n=n, d=d, dist=dist, pdf=jnp.where(valid, pdf * pmf, 0.0),
+                         is_delta=is_delta, emitter=e)
+    return ds, weight
+
+
+def pdf_direction(emitters, ref_p, emitter, p, n, d):
+    """Pdf (N,) with which ``sample_direction`` from ref_p produces direction d towards emitter.
+
+    For MIS of a BSDF-sampled ray (unit direction d) from ref_p that hit area emitter
+    ``emitter`` (N,) at p with oriented normal n (the shape's normal with ``flip_normals``
+    applied; zero on the back side), or escaped to the environment (``emitter`` =
+    ``emitters.environment``; p and n are then ignored). Delta lights and negative ids give 0.
+    """
+    valid = (emitter >= 0) & (emitter < emitters.kind.shape[0])
+    e = jnp.clip(emitter, 0, emitters.kind.shape[0] - 1)
+    kind = emitters.kind[e]
+    kinds = emitters.kinds_present
+    value = jnp.zeros(e.shape, jnp.float32)
+    if AREA in kinds:
+        value = jnp.where(kind == AREA, area.pdf(emitters, e, ref_p, p, n, d), value)
+    if CONSTANT in kinds:
+        value = jnp.where(kind == CONSTANT, sampling.square_to_uniform_sphere_pdf(d), value)
+    if ENVMAP in kinds:
+        value = jnp.where(kind == ENVMAP, envmap.pdf(emitters, d), value)
+    return jnp.where(valid, value * emitters.select_pmf[e], 0.0)
+
+
+def eval_surface(emitters, textures, emitter, n, d, uv=None):
+    """Radiance (3, N) an area emitter sends back along a ray of direction d (3, N) that hit it
+    at a point with oriented normal n (3, N): its radiance if dot(n, d) < 0, else zero.
+
+    ``emitter`` (N,) is the hit shape's emitter id; ids of other kinds or negative give zero.
+    ``textures`` and ``uv`` are accepted for textured emission (not supported yet).
+    """
+    if AREA not in emitters.kinds_present:
+        return jnp.zeros(d.shape, jnp.float32)
+    e = jnp.clip(emitter, 0, emitters.kind.shape[0] - 1)
+    is_area = (emitter >= 0) & (emitters.kind[e] == AREA)
+    return jnp.where(is_area, area.eval_radiance(emitters, e, n, d), 0.0)
+
+
+def eval_environment(emitters, textures, d):
+    """Radiance (3, N) from the environment seen by rays escaping in unit world direction d."""
+    env = emitters.environment
+    if env < 0:
+        return jnp.zeros(d.shape, jnp.float32)
+    if ENVMAP in emitters.kinds_present:
+        return envmap.eval_radiance(emitters, d)
+    return jnp.broadcast_to(emitters.radiance[:, env][:, None], d.shape)

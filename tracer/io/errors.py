@@ -1,0 +1,19 @@
+"""The one error type of scene loading: a bad or unsupported scene, named by file and line."""
+
+__all__ = ["SceneError"]
+
+
+class SceneError(ValueError):
+    """A scene that cannot be loaded, as a one-line message.
+
+    ``SceneError("unsupported bsdf type 'hair'", where="scene.xml:12")`` reads
+    ``scene.xml:12: unsupported bsdf type 'hair'``; without ``where`` the message must name the
+    file itself. Newlines are folded so that a CLI can print the error as one line.
+    """
+
+    def __init__(self, message, where=None):
+        message = " ".join(str(message).split("\n"))
+        if where:
+            message = f"{where}: {message}"
+        super().__init__(message)
+        self.where = where

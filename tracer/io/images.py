@@ -1,0 +1,268 @@
+"""Images in and out: textures and environment maps as linear float, renders as EXR/PNG/NPY.
+
+Host only (numpy). Loading follows Mitsuba 3's ``Bitmap`` and ``bitmap`` texture: 8- and 16-bit
+images (PNG, JPEG, BMP, TGA, PPM) are sRGB-encoded and decoded to linear unless ``raw``; float
+images (EXR, Radiance HDR, PFM) are linear as stored; alpha is dropped (not premultiplied);
+gray stays one channel. The sRGB curves are Dr.Jit's rational fits (``drjit/color.h``) that
+Mitsuba evaluates at lookup time, so the texel values agree with Mitsuba's to float precision.
+"""
+import os
+import struct
+import zlib
+
+import numpy as np
+import OpenEXR
+from PIL import Image
+
+from tracer.io.errors import SceneError
+
+__all__ = ["load_image", "write_exr", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb"]
+
+# Dr.Jit's single-precision rational fits, coefficients lowest degree first.
+_TO_LINEAR_P = (-0.0163933279112946, -0.7386328024653209, -11.199318357635072, -47.46726633009393,
+                -36.04572663838034)
+_TO_LINEAR_Q = (-0.004261480793199332, -19.140923959601675, -59.096406619244426, -18.225745396846637, 1.0)
+_TO_SRGB_P = (-0.0016829072605308378, 0.03453868659826638, 0.7642611304733891, 2.0041169284241644,
+              0.7551545191665577, -0.016202083165206348)
+_TO_SRGB_Q = (4.178892964897981e-7, -0.00004375359692957097, 0.03467195408529984, 0.6085338522168684,
+              1.8970238036421054, 1.0)
+
+
+def srgb_to_linear(x):
+    """sRGB-encoded values -> linear (IEC 61966-2-1), as Mitsuba decodes textures.
+
+    On [0, 1] this is Dr.Jit's rational fit of ((x + 0.055) / 1.055)^2.4 (x > 0.04045) and
+    x / 12.92 below; above 1 the exact power law is used.
+    """
+    x = np.asarray(x, np.float64)
+    fit = np.polynomial.polynomial.polyval(x, _TO_LINEAR_P) / np.polynomial.polynomial.polyval(x, _TO_LINEAR_Q)
+    exact = ((np.maximum(x, 0.0) + 0.055) / 1.055) ** 2.4
+    return np.where(x <= 0.04045, x / 12.92, np.where(x <= 1.0, fit * x, exact))
+
+
+def linear_to_srgb(x):
+    """Linear values -> sRGB encoding: 12.92 x below 0.0031308, else 1.055 x^(1/2.4) - 0.055."""
+    x = np.asarray(x, np.float64)
+    y = np.sqrt(np.maximum(x, 0.0))
+    fit = np.polynomial.polynomial.polyval(y, _TO_SRGB_P) / np.polynomial.polynomial.polyval(y, _TO_SRGB_Q)
+    exact = 1.055 * np.maximum(x, 0.0) ** (1 / 2.4) - 0.055
+    return np.where(x <= 0.0031308, 12.92 * x, np.where(x <= 1.0, fit * x, exact))
+
+
+# ---------------------------------------------------------------------------------- loading
+def load_image(path, raw=False):
+    """(H, W, C) float32 linear image, C = 1 (gray) or 3; row 0 is the top of the image.
+
+    ``raw=True`` keeps 8/16-bit values as stored (divided by 255 or 65535) instead of decoding
+    sRGB; it does not change float formats. Raises ``SceneError`` naming the file.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise SceneError("image file not found", path)
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        if ext == ".exr":
+            image = _read_exr(path)
+        elif ext in (".hdr", ".rgbe", ".pic"):
+            image = _read_rgbe(path)
+        elif ext == ".pfm":
+            image = _read_pfm(path)
+        else:
+            image, encoded = _read_integer_image(path)
+            if encoded and not raw:
+                image = srgb_to_linear(image)
+    except SceneError:
+        raise
+    except Exception as e:  # a decoder's own error: corrupt or unsupported file
+        raise SceneError(f"cannot read image: {e}", path) from None
+    image = np.asarray(image, np.float32)
+    if image.ndim == 2:
+        image = image[:, :, None]
+    if image.shape[2] not in (1, 3):
+        raise SceneError(f"unsupported image with {image.shape[2]} channels", path)
+    return np.ascontiguousarray(image)
+
+
+def _read_integer_image(path):
+    """(H, W, C) float64 in [0, 1] of an 8/16-bit image and whether it is sRGB-encoded."""
+    with Image.open(path) as im:
+        im.load()
+        if im.format == "PNG" and im.mode in ("RGB", "RGBA") and _png_bit_depth(path) == 16:
+            return _read_png16(path) / 65535.0, True  # Pillow would truncate it to 8 bits
+        mode = im.mode
+        if mode in ("P", "PA"):
+            im = im.convert("RGBA")
+        elif mode in ("1", "CMYK", "YCbCr", "LAB", "HSV"):
+            im = im.convert("L" if mode == "1" else "RGB")
+        mode = im.mode
+        data = np.asarray(im)
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N"):
+        return data.astype(np.float64) / 65535.0, True
+    if mode == "I":
+        return data.astype(np.float64) / 65535.0, True  # Pillow's 16-bit gray PNGs
+    if mode == "F":
+        return data.astype(np.float64), False
+    if data.dtype != np.uint8:
+        raise SceneError(f"unsupported image mode '{mode}'", path)
+    if mode in ("LA", "RGBA"):
+        data = data[..., :-1]
+    # Mitsuba divides in single precision before decoding.
+    return (data.astype(np.float32) * np.float32(1.0 / 255.0)).astype(np.float64), True
+
+
+def _png_bit_depth(path):
+    with open(path, "rb") as f:
+        head = f.read(25)
+    return head[24] if len(head) == 25 and head[12:16] == b"IHDR" else 8
+
+
+def _read_png16(path):
+    """(H, W, C) uint16 of a non-interlaced 16-bit RGB or RGBA PNG (alpha dropped)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    pos, idat, header = 8, [], None
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", data[pos + 8:pos + 21])
+        elif kind == b"IDAT":
+            idat.append(data[pos + 8:pos + 8 + length])
+        elif kind == b"IEND":
+            break
+        pos += 12 + length
+    width, height, _, color, _, _, interlace = header
+    if interlace:
+        raise SceneError("interlaced 16-bit PNG is not supported", path)
+    channels = 4 if color == 6 else 3
+    bpp, stride = 2 * channels, 2 * channels * width
+    rows = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8).reshape(height, stride + 1)
+    out = np.empty((height, stride), np.uint8)
+    prev = np.zeros(stride, np.int64)
+    for y in range(height):
+        kind, line = rows[y, 0], rows[y, 1:].astype(np.int64)
+        if kind == 0:
+            cur = line
+        elif kind == 1:
+            cur = np.cumsum(line.reshape(width, bpp), axis=0).reshape(-1) % 256
+        elif kind == 2:
+            cur = (line + prev) % 256
+        else:
+            cur = _unfilter_sequential(kind, line.tolist(), prev.tolist(), bpp)
+        out[y] = cur
+        prev = np.asarray(cur, np.int64)
+    values = out.reshape(height, width, channels, 2).astype(np.uint16)
+    return ((values[..., 0] << 8) | values[..., 1])[..., :3]
+
+
+def _unfilter_sequential(kind, line, prev, bpp):
+    """PNG Average (3) and Paeth (4) filters, which depend on the byte just decoded."""
+    cur = [0] * len(line)
+    for x, value in enumerate(line):
+        a = cur[x - bpp] if x >= bpp else 0
+        b = prev[x]
+        if kind == 3:
+            cur[x] = (value + (a + b) // 2) % 256
+        else:
+            c = prev[x - bpp] if x >= bpp else 0
+            pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+            predictor = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            cur[x] = (value + predictor) % 256
+    return cur
+
+
+def _read_exr(path):
+    channels = OpenEXR.File(path, separate_channels=True).channels()
+    names = set(channels)
+    pick = lambda *cs: np.stack([channels[c].pixels.astype(np.float32) for c in cs], axis=-1)
+    if {"R", "G", "B"} <= names:
+        return pick("R", "G", "B")
+    if "Y" in names:
+        return pick("Y")
+    color = [n for n in names if n not in ("A",)]
+    if len(color) == 1:
+        return pick(color[0])
+    raise SceneError(f"EXR has no R, G, B or Y channels (has {sorted(names)})", path)
+
+
+def _read_pfm(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    parts = data.split(maxsplit=4)
+    if len(parts) < 5 or parts[0] not in (b"PF", b"Pf"):
+        raise SceneError("not a PFM file", path)
+    width, height, scale = int(parts[1]), int(parts[2]), float(parts[3])
+    channels = 3 if parts[0] == b"PF" else 1
+    offset = len(data) - width * height * channels * 4
+    pixels = np.frombuffer(data, "<f4" if scale < 0 else ">f4", width * height * channels, offset)
+    return pixels.reshape(height, width, channels)[::-1]  # PFM rows run bottom to top
+
+
+def _read_rgbe(path):
+    """Radiance RGBE (.hdr): flat or new-style run-length scanlines, -Y H +X W orientation."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(b"#?"):
+        raise SceneError("not a Radiance HDR file", path)
+    header_end = data.find(b"\n\n")
+    line_end = data.find(b"\n", header_end + 2)
+    size = data[header_end + 2:line_end].split()
+    if header_end < 0 or len(size) != 4 or size[0] != b"-Y" or size[2] != b"+X":
+        raise SceneError("unsupported Radiance HDR layout (only -Y H +X W)", path)
+    if b"FORMAT=32-bit_rle_xyze" in data[:header_end]:
+        raise SceneError("unsupported Radiance HDR in XYZE", path)
+    height, width = int(size[1]), int(size[3])
+    pos, rows = line_end + 1, []
+    for _ in range(height):
+        if 8 <= width < 32768 and data[pos:pos + 2] == b"\x02\x02" and data[pos + 2] < 128:
+            row, pos = _rgbe_rle_scanline(data, pos + 4, width, path)
+        else:
+            row = np.frombuffer(data, np.uint8, width * 4, pos).reshape(width, 4)
+            pos += width * 4
+        rows.append(row)
+    rgbe = np.stack(rows).astype(np.float64)
+    scale = np.where(rgbe[..., 3:] > 0, np.ldexp(1.0, rgbe[..., 3:].astype(int) - 136), 0.0)
+    return rgbe[..., :3] * scale  # Mitsuba decodes m * 2^(e - 136), without Ward's + 0.5
+
+
+def _rgbe_rle_scanline(data, pos, width, path):
+    row = np.empty((4, width), np.uint8)
+    for channel in range(4):
+        x = 0
+        while x < width:
+            count = data[pos]
+            if count > 128:
+                count -= 128
+                row[channel, x:x + count] = data[pos + 1]
+                pos += 2
+            else:
+                if count == 0 or x + count > width:
+                    raise SceneError("corrupt run-length data in Radiance HDR", path)
+                row[channel, x:x + count] = np.frombuffer(data, np.uint8, count, pos + 1)
+                pos += 1 + count
+            x += count
+    return row.T, pos
+
+
+# ---------------------------------------------------------------------------------- writing
+def write_exr(path, image):
+    """Write a linear (H, W, 3) or (H, W) image as a float32 EXR (ZIP compressed)."""
+    image = np.asarray(image, np.float32)
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[:, :, 0]
+    channels = {"RGB": image} if image.ndim == 3 else {"Y": image}
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    OpenEXR.File(header, {k: np.ascontiguousarray(v) for k, v in channels.items()}).write(os.fspath(path))
+
+
+def write_png(path, image):
+    """Write a linear (H, W, 3) or (H, W) image as an 8-bit sRGB PNG (clipped to [0, 1])."""
+    image = np.asarray(image, np.float64)
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[:, :, 0]
+    encoded = linear_to_srgb(np.clip(np.nan_to_num(image), 0.0, 1.0))
+    Image.fromarray(np.floor(encoded * 255.0 + 0.5).astype(np.uint8)).save(os.fspath(path))
+
+
+def write_npy(path, image):
+    """Write an array as .npy (float32), e.g. a render before any tone mapping."""
+    np.save(os.fspath(path), np.asarray(image, np.float32))
