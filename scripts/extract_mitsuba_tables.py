@@ -66,7 +66,8 @@ def main():
     ]
     for name in conductor_names(package):
         eta, k = conductor_rgb(name)
-        lines.append(f"    {name!r}: ({fmt(eta)}, {fmt(k)}),")
+        lines.append(f"    {name!r}: ({fmt(eta)},")
+        lines.append(" " * (len(repr(name)) + 7) + f"{fmt(k)}),")
     lines.append("    'none': ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),")
     lines += ["}", "", "IOR = {"]
     for name, value in ior_table(package):

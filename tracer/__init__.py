@@ -11,10 +11,10 @@ __all__ = ["SceneError", "load_scene", "render", "render_tile", "resolve", "loca
 _SOURCES = {
     "SceneError": "tracer.io.errors",
     "load_scene": "tracer.io.scene_loader",
-    "render": "tracer.render",
-    "render_tile": "tracer.render",
-    "resolve": "tracer.render",
-    "local_mesh": "tracer.render",
+    "render": "tracer.rendering",
+    "render_tile": "tracer.rendering",
+    "resolve": "tracer.rendering",
+    "local_mesh": "tracer.rendering",
     "Scene": "tracer.scene",
 }
 

@@ -84,14 +84,15 @@ def _bounce(scene, keys, state):
     flip = shapes.flip_normals[shape]
     ng = vm.select(flip, -si.ng, si.ng)
     ns = vm.select(flip, -si.ns, si.ns)
-    front = vm.dot(ng, d) < 0
+    front = vm.dot(ns, d) < 0  # Mitsuba's BSDFs tell the sides apart in the shading frame
 
     # ---- Emission seen by this ray (area lights, or the environment for escaped rays).
     visible = active & ~((depth == 0) & settings.hide_emitters)
     emitter = shapes.emitter[shape]
     hit_emitter = valid & (emitter >= 0)
-    le = emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), ng, d, si.uv)
-    em_pdf = emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, ng, d)
+    # Mitsuba orients emission and its pdf by the shading normal.
+    le = emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), ns, d, si.uv)
+    em_pdf = emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, ns, d)
     mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
     radiance = state.radiance + jnp.where(hit_emitter & visible, state.throughput * le * mis, 0.0)
     if ems.environment >= 0:
@@ -112,13 +113,12 @@ def _bounce(scene, keys, state):
     n_frame = vm.select(mirror, -ns, ns)
     frame = (*vm.coordinate_system(n_frame), n_frame)
     wi = vm.to_local(frame, -d)
-    ng_out = vm.select(mirror, -ng, ng)
 
     # ---- Next-event estimation.
     do_nee = more & bsdfs.has_smooth(mats, mat)
     ds, em_weight = emitters.sample_direction(ems, tex, si.p, u(Dims.EMITTER_SELECT), u2(Dims.EMITTER_POINT))
     do_nee = do_nee & (ds.pdf > 0)
-    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, ng_out, ds.d, ds.dist)
+    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, ng, ds.d, ds.dist)
     blocked = geometry.occluded(geo, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
     wo = vm.to_local(frame, ds.d)
     bsdf_value, bsdf_pdf = bsdfs.eval_pdf(mats, tex, mat, si.uv, wi, wo)
@@ -129,7 +129,7 @@ def _bounce(scene, keys, state):
     # ---- BSDF sampling: the next ray.
     bs, bsdf_weight = bsdfs.sample(mats, tex, mat, si.uv, wi, u(Dims.BSDF_COMPONENT), u2(Dims.BSDF_DIRECTION))
     wo_world = vm.to_world(frame, bs.wo)
-    next_origin = geometry.spawn_ray(si.p, ng_out, wo_world)
+    next_origin = geometry.spawn_ray(si.p, ng, wo_world)
     throughput = jnp.where(more, state.throughput * bsdf_weight, 0.0)
     eta = state.eta * jnp.where(more, bs.eta, 1.0)
 

@@ -13,7 +13,6 @@ center, then a stable quadratic), disks ``disk.cpp`` (the plane z = 0 of the loc
 the unit circle). Every kernel broadcasts: primitive data of shape (P, 1) against rays (N,) gives
 (P, N) answers. Misses have t = inf; hits have 0 < t < t_max.
 """
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -23,13 +22,11 @@ from tracer.pytree import pytree_dataclass
 
 __all__ = [
     "SPHERE", "DISK", "Hit", "RayShear", "ray_shear", "intersect_triangles", "intersect_sphere",
-    "intersect_disk", "intersect_analytic", "closest_hit", "occluded",
+    "intersect_disk", "intersect_analytic", "closest_hit", "occluded", "exact_hit", "miss",
 ]
 
 SPHERE, DISK = 0, 1
 INF = np.float32(np.inf)
-# Triangle x ray pairs per brute-force chunk: bounds memory, keeps the chunk in cache.
-_CHUNK_PAIRS = 1 << 21
 
 
 @pytree_dataclass
@@ -168,111 +165,155 @@ def intersect_analytic(kind, to_world, to_local, o, d, t_max):
     t_disk, x, y = intersect_disk(to_local, o, d, t_max)
     is_disk = kind == DISK
     zero = jnp.zeros_like(x)
-    return jnp.where(is_disk, t_disk, t_sphere), jnp.where(is_disk, x, zero), jnp.where(is_disk, y, zero)
+    t = jnp.where(is_disk, t_disk, jnp.where(kind == SPHERE, t_sphere, INF))
+    return t, jnp.where(is_disk, x, zero), jnp.where(is_disk, y, zero)
 
 
 # ---------------------------------------------------------------------------------------------
 # Brute force over all primitives: the fast path for small scenes.
+#
+# The closest of P candidates is found with one integer min per ray over keys that hold t's bits
+# (t > 0, so its bits order like t) with the candidate's index in the low bits: XLA vectorizes an
+# int32 min reduction, not an argmin. Keys drop the low bits of t, so candidates within 2^bits
+# ulps tie and the lower index wins; the winner's t and barycentrics are then recomputed exactly.
 
-def _triangle_chunks(n_tri, n_rays):
-    chunk = max(1, min(n_tri, _CHUNK_PAIRS // max(n_rays, 1)))
-    return chunk, -(-n_tri // chunk)
-
-
-def _brute_triangles(p0, p1, p2, o, d, t_max):
-    """Closest triangle hit: p* are (3, T) arrays; one broadcast per chunk of triangles."""
-    n_tri, n = p0.shape[1], o.shape[1]
-    shear = ray_shear(d)
-    chunk, n_chunks = _triangle_chunks(n_tri, n)
-    if n_chunks == 1:
-        return _closest_in_chunk(p0, p1, p2, jnp.int32(0), o, shear, t_max)
-    pad = chunk * n_chunks - n_tri
-    # Padding repeats the last triangle: a duplicate never wins (ties keep the lower id).
-    tri = [jnp.concatenate([p, jnp.repeat(p[:, -1:], pad, axis=1)], axis=1).reshape(3, n_chunks, chunk)
-           for p in (p0, p1, p2)]
-
-    def body(i, best):
-        c = [jax.lax.dynamic_index_in_dim(p, i, axis=1, keepdims=False) for p in tri]
-        h = _closest_in_chunk(*c, i * chunk, o, shear, best.t)
-        closer = h.t < best.t
-        return jax.tree.map(lambda a, b: jnp.where(closer, a, b), h, best)
-
-    init = Hit(t_max.astype(jnp.float32), jnp.full((n,), -1, jnp.int32), jnp.zeros((n,)), jnp.zeros((n,)))
-    best = jax.lax.fori_loop(0, n_chunks, body, init)
-    return Hit(jnp.where(best.prim >= 0, best.t, INF), best.prim, best.u, best.v)
+_CHUNK = 16  # candidates per key (4 index bits); more chunks are unrolled or looped
+_UNROLL_CHUNKS = 16
+_INF_BITS = np.int32(0x7F800000)
+_BITS = _CHUNK.bit_length() - 1
 
 
-def _closest_in_chunk(p0, p1, p2, offset, o, shear, t_max):
-    col = lambda p: tuple(p[i][:, None] for i in range(3))
-    t, _, _ = intersect_triangles(col(p0), col(p1), col(p2), tuple(o), shear, t_max)
-    t_min = jnp.min(t, axis=0)
-    idx = jnp.argmin(t, axis=0).astype(jnp.int32)
-    # Recompute the barycentrics of the winner only: O(N) instead of O(T N) outputs.
-    g = lambda p: tuple(p[i][idx] for i in range(3))
-    _, u, v = intersect_triangles(g(p0), g(p1), g(p2), tuple(o), shear, INF)
-    found = t_min < INF
-    return Hit(t_min, jnp.where(found, idx + offset, -1), jnp.where(found, u, 0.0), jnp.where(found, v, 0.0))
+def _keys(t, offset):
+    """Min over axis 0 of (t bits | local index): (key (N,), global index (N,))."""
+    local = jnp.arange(t.shape[0], dtype=jnp.int32)[:, None]
+    key = (jax.lax.bitcast_convert_type(t, jnp.int32) & ~(_CHUNK - 1)) | local
+    key = jnp.min(key, axis=0)
+    return key, (key & (_CHUNK - 1)) + offset
 
 
-def _brute_analytic(kind, to_world, to_local, o, d, t_max):
-    t, x, y = intersect_analytic(kind[:, None], to_world[..., None], to_local[..., None],
-                                 o[:, None], d[:, None], t_max)
-    idx = jnp.argmin(t, axis=0).astype(jnp.int32)
-    t_min = jnp.min(t, axis=0)
-    pick = lambda a: jnp.take_along_axis(a, idx[None], axis=0)[0]
-    found = t_min < INF
-    return Hit(t_min, jnp.where(found, idx, -1), jnp.where(found, pick(x), 0.0), jnp.where(found, pick(y), 0.0))
+def _scan_chunks(n_prims, n, chunk_key):
+    """Running min of ``chunk_key(start) -> (key, index)`` over chunks of ``_CHUNK`` candidates."""
+    n_chunks = -(-n_prims // _CHUNK)
+    best = (jnp.full((n,), _INF_BITS, jnp.int32), jnp.full((n,), -1, jnp.int32))
+
+    def merge(best, start):
+        key, idx = chunk_key(start)
+        closer = key < best[0]
+        return jnp.where(closer, key, best[0]), jnp.where(closer, idx, best[1])
+
+    if n_chunks <= _UNROLL_CHUNKS:
+        for c in range(n_chunks):
+            best = merge(best, c * _CHUNK)
+        return best
+    return jax.lax.fori_loop(0, n_chunks, lambda c, b: merge(b, c * _CHUNK), best)
+
+
+def _chunk(p, start, n_prims, fill):
+    """Candidates [start, start + _CHUNK) of p (..., P) as (..., _CHUNK, 1), padded with ``fill``."""
+    if isinstance(start, int) and start + _CHUNK <= n_prims:
+        c = p[..., start:start + _CHUNK]
+    else:
+        pad = [(0, 0)] * (p.ndim - 1) + [(0, _CHUNK)]
+        c = jax.lax.dynamic_slice_in_dim(jnp.pad(p, pad, constant_values=fill), start, _CHUNK, axis=p.ndim - 1)
+    return c[..., None]
+
+
+def _triangle_keys(tri, o, shear, t_max):
+    n_tri = tri[0].shape[1]
+
+    def chunk_key(start):
+        # Padding triangles are all zero: degenerate, never hit.
+        p0, p1, p2 = (_chunk(p, start, n_tri, 0.0) for p in tri)
+        t, _, _ = intersect_triangles(tuple(p0), tuple(p1), tuple(p2), tuple(o), shear, t_max)
+        return _keys(t, start)
+
+    return _scan_chunks(n_tri, o.shape[1], chunk_key)
+
+
+def _analytic_keys(analytic, o, d, t_max):
+    kind, to_world, to_local = analytic
+    n_quad = kind.shape[0]
+
+    def chunk_key(start):
+        k = _chunk(kind, start, n_quad, -1)
+        t, _, _ = intersect_analytic(k, _chunk(to_world, start, n_quad, 0.0), _chunk(to_local, start, n_quad, 0.0),
+                                     o[:, None], d[:, None], t_max)
+        return _keys(jnp.where(k >= 0, t, INF), start)
+
+    return _scan_chunks(n_quad, o.shape[1], chunk_key)
 
 
 def closest_hit(tri, analytic, o, d, t_max):
-    """Brute-force closest hit. tri = (p0, p1, p2) each (3, T) or None; analytic =
-    (kind (A,), to_world (3, 4, A), to_local (3, 4, A)) or None. Triangles have ids [0, T),
-    analytic primitives [T, T + A)."""
+    """Brute-force closest hit with 0 < t < t_max. tri = (p0, p1, p2), each (3, T); analytic =
+    (kind (A,), to_world (3, 4, A), to_local (3, 4, A)). Triangles have ids [0, T), analytic
+    primitives [T, T + A)."""
     n = o.shape[1]
     t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))
-    best = miss(n)
-    n_tri = 0
-    if tri is not None and tri[0].shape[1] > 0:
-        n_tri = tri[0].shape[1]
-        best = _brute_triangles(*tri, o, d, t_max)
-    if analytic is not None and analytic[0].shape[0] > 0:
-        h = _brute_analytic(*analytic, o, d, jnp.minimum(t_max, best.t))
-        closer = h.t < best.t
-        h = Hit(h.t, jnp.where(h.prim >= 0, h.prim + n_tri, -1), h.u, h.v)
-        best = jax.tree.map(lambda a, b: jnp.where(closer, a, b), h, best)
-    return best
+    n_tri = tri[0].shape[1]
+    n_quad = analytic[0].shape[0]
+    shear = ray_shear(d)
+    key = jnp.full((n,), _INF_BITS, jnp.int32)
+    prim = jnp.full((n,), -1, jnp.int32)
+    if n_tri:
+        key, prim = _triangle_keys(tri, o, shear, t_max)
+    if n_quad:
+        # Keys are comparable across the two sets: same truncation of t.
+        k, i = _analytic_keys(analytic, o, d, t_max)
+        closer = k < key
+        key, prim = jnp.where(closer, k, key), jnp.where(closer, i + n_tri, prim)
+    prim = jnp.where(key < _INF_BITS, prim, -1)
+    t_key = jax.lax.bitcast_convert_type(key & ~(_CHUNK - 1), jnp.float32)
+    return exact_hit(tri, analytic, o, d, prim, t_key, shear)
+
+
+def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None):
+    """Recompute t and (u, v) of each ray's winning primitive ``prim`` (-1 for a miss) exactly.
+
+    ``t_approx`` (a truncated t from the search) stands in if the recomputation misses, which
+    can only happen for t within an ulp of the search's bounds.
+    """
+    n_tri = tri[0].shape[1]
+    n_quad = analytic[0].shape[0]
+    found = prim >= 0
+    t = jnp.full(prim.shape, INF)
+    u = v = jnp.zeros(prim.shape, jnp.float32)
+    if n_tri:
+        shear = ray_shear(d) if shear is None else shear
+        i = jnp.clip(prim, 0, n_tri - 1)
+        g = lambda p: tuple(p[k][i] for k in range(3))
+        t, u, v = intersect_triangles(g(tri[0]), g(tri[1]), g(tri[2]), tuple(o), shear, INF)
+    if n_quad:
+        kind, to_world, to_local = analytic
+        q = jnp.clip(prim - n_tri, 0, n_quad - 1)
+        tq, x, y = intersect_analytic(kind[q], to_world[..., q], to_local[..., q], o, d, INF)
+        is_quad = prim >= n_tri
+        t, u, v = jnp.where(is_quad, tq, t), jnp.where(is_quad, x, u), jnp.where(is_quad, y, v)
+    t = jnp.where(t < INF, t, t_approx)
+    return Hit(t=jnp.where(found, t, INF), prim=prim, u=jnp.where(found, u, 0.0), v=jnp.where(found, v, 0.0))
 
 
 def occluded(tri, analytic, o, d, t_max):
-    """Brute-force shadow test: any hit with 0 < t < t_max."""
+    """Brute-force shadow test: any primitive with 0 < t < t_max."""
     n = o.shape[1]
     t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))
     blocked = jnp.zeros((n,), bool)
-    if tri is not None and tri[0].shape[1] > 0:
-        blocked = _any_triangle(*tri, o, d, t_max)
-    if analytic is not None and analytic[0].shape[0] > 0:
+    n_tri, n_quad = tri[0].shape[1], analytic[0].shape[0]
+    if n_tri:
+        shear = ray_shear(d)
+        blocked = _any_hit(n_tri, n, blocked, lambda s: jnp.any(intersect_triangles(
+            *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0] < INF, axis=0))
+    if n_quad:
         kind, to_world, to_local = analytic
-        t, _, _ = intersect_analytic(kind[:, None], to_world[..., None], to_local[..., None],
-                                     o[:, None], d[:, None], t_max)
-        blocked = blocked | jnp.any(t < INF, axis=0)
+        blocked = _any_hit(n_quad, n, blocked, lambda s: jnp.any(intersect_analytic(
+            _chunk(kind, s, n_quad, -1), _chunk(to_world, s, n_quad, 0.0), _chunk(to_local, s, n_quad, 0.0),
+            o[:, None], d[:, None], t_max)[0] < INF, axis=0))
     return blocked
 
 
-def _any_triangle(p0, p1, p2, o, d, t_max):
-    shear = ray_shear(d)
-    n_tri, n = p0.shape[1], o.shape[1]
-    chunk, n_chunks = _triangle_chunks(n_tri, n)
-    col = lambda p: tuple(p[i][:, None] for i in range(3))
-    if n_chunks == 1:
-        t, _, _ = intersect_triangles(col(p0), col(p1), col(p2), tuple(o), shear, t_max)
-        return jnp.any(t < INF, axis=0)
-    pad = chunk * n_chunks - n_tri
-    tri = [jnp.concatenate([p, jnp.repeat(p[:, -1:], pad, axis=1)], axis=1).reshape(3, n_chunks, chunk)
-           for p in (p0, p1, p2)]
-
-    def body(i, blocked):
-        c = [jax.lax.dynamic_index_in_dim(p, i, axis=1, keepdims=False) for p in tri]
-        t, _, _ = intersect_triangles(col(c[0]), col(c[1]), col(c[2]), tuple(o), shear, t_max)
-        return blocked | jnp.any(t < INF, axis=0)
-
-    return jax.lax.fori_loop(0, n_chunks, body, jnp.zeros((n,), bool))
+def _any_hit(n_prims, n, blocked, chunk_any):
+    n_chunks = -(-n_prims // _CHUNK)
+    if n_chunks <= _UNROLL_CHUNKS:
+        for c in range(n_chunks):
+            blocked = blocked | chunk_any(c * _CHUNK)
+        return blocked
+    return jax.lax.fori_loop(0, n_chunks, lambda c, b: b | chunk_any(c * _CHUNK), blocked)

@@ -12,6 +12,8 @@ kind (a ``lax.switch`` on batched indices would run every branch as well); absen
 never traced. Textures are evaluated once per call, and the rough kinds share one microfacet
 normal sample and one evaluation of D and G.
 """
+import dataclasses
+
 import jax.numpy as jnp
 
 from tracer import textures as tx
@@ -63,9 +65,9 @@ class _Params:
         if present & (set(_DIELECTRICS) | set(_PLASTICS)):
             self.eta = materials.eta[0, mat]
         if present & set(_PLASTICS):
-            self.weight_s = materials.specular_weight[mat]
-            self.internal = materials.internal_reflectance[mat]
-            self.nonlinear = materials.nonlinear[mat]
+            self.coating = plastic.Coating(self.reflectance, self.specular, self.eta,
+                                           materials.specular_weight[mat], materials.internal_reflectance[mat],
+                                           materials.nonlinear[mat])
         if present & set(ROUGH_KINDS):
             self.distr = microfacet.make(
                 _eval_float(textures, materials.alpha_u[mat], uv),
@@ -123,13 +125,17 @@ def sample(materials, textures, mat, uv, wi, u1, u2):
         wo, pdf, weight = dielectric.thin_sample(wi, u1, p.eta, p.specular, p.transmittance)
         out.put(THINDIELECTRIC, wo=wo, pdf=pdf, weight=weight, delta=True)
     if p.has(PLASTIC):
-        wo, pdf, weight, specular = plastic.smooth_sample(wi, u1, u2, p.reflectance, p.specular, p.eta,
-                                                          p.weight_s, p.internal, p.nonlinear)
+        wo, pdf, weight, specular = plastic.smooth_sample(wi, u1, u2, p.coating)
         out.put(PLASTIC, wo=wo, pdf=pdf, weight=weight, delta=specular)
     if p.kinds & set(ROUGH_KINDS):
         _sample_rough(materials, p, wi, u1, u2, out)
     f = out.fields
-    return BsdfSample(wo=f["wo"], pdf=f["pdf"], eta=f["eta"], is_delta=f["delta"]), f["weight"]
+    # Failed samples of degenerate inputs (grazing wi) may carry non-finite directions: give them a
+    # harmless one, as the integrator still spawns a (dead) ray along it.
+    bad = ~jnp.all(jnp.isfinite(f["wo"]), axis=0)
+    wo = vm.select(bad, vm.reflect(wi), f["wo"])
+    weight = vm.select(bad, 0.0, f["weight"])
+    return BsdfSample(wo=wo, pdf=jnp.where(bad, 0.0, f["pdf"]), eta=f["eta"], is_delta=f["delta"]), weight
 
 
 def _sample_rough(materials, p, wi, u1, u2, out):
@@ -137,12 +143,11 @@ def _sample_rough(materials, p, wi, u1, u2, out):
     seen from wi turned to the upper hemisphere)."""
     distr = sample_distr = p.distr
     if p.has(ROUGHDIELECTRIC) and distr.all_normals:
+        # Walter et al.'s widened roughness, for the rough dielectrics that sample all normals.
         widened = dielectric.sampling_distribution(distr, wi)
-        rough_dielectric = p.kind == ROUGHDIELECTRIC
-        sample_distr = microfacet.Distribution(
-            jnp.where(rough_dielectric, widened.alpha_u, distr.alpha_u),
-            jnp.where(rough_dielectric, widened.alpha_v, distr.alpha_v),
-            distr.ggx, distr.visible, distr.present, distr.all_normals)
+        mine = p.kind == ROUGHDIELECTRIC
+        sample_distr = dataclasses.replace(distr, alpha_u=jnp.where(mine, widened.alpha_u, distr.alpha_u),
+                                           alpha_v=jnp.where(mine, widened.alpha_v, distr.alpha_v))
     wi_up = wi * jnp.where(wi[2] >= 0, 1.0, -1.0)
     m, pdf_m = microfacet.sample(sample_distr, wi_up, u2)
     if p.has(ROUGHCONDUCTOR):
@@ -154,9 +159,8 @@ def _sample_rough(materials, p, wi, u1, u2, out):
         out.put(ROUGHDIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta)
     if p.has(ROUGHPLASTIC):
         terms_fn = lambda wo: microfacet.terms(distr, wi, wo, vm.normalize(wi + wo))
-        wo, pdf, weight = plastic.rough_sample(wi, u1, u2, m, terms_fn, p.reflectance, p.specular, p.eta,
-                                               p.weight_s, p.internal, p.nonlinear,
-                                               materials.transmittance, p.mat, distr)
+        wo, pdf, weight = plastic.rough_sample(wi, u1, u2, m, terms_fn, p.coating, materials.transmittance,
+                                               p.mat, distr)
         out.put(ROUGHPLASTIC, wo=wo, pdf=pdf, weight=weight)
 
 
@@ -169,7 +173,7 @@ def eval_pdf(materials, textures, mat, uv, wi, wo):
         value, pdf = diffuse.eval_pdf(wi, wo, p.reflectance)
         out.put(DIFFUSE, value=value, pdf=pdf)
     if p.has(PLASTIC):
-        value, pdf = plastic.smooth_eval_pdf(wi, wo, p.reflectance, p.eta, p.weight_s, p.internal, p.nonlinear)
+        value, pdf = plastic.smooth_eval_pdf(wi, wo, p.coating)
         out.put(PLASTIC, value=value, pdf=pdf)
     if p.kinds & set(ROUGH_KINDS):
         distr = p.distr
@@ -186,8 +190,7 @@ def eval_pdf(materials, textures, mat, uv, wi, wo):
             value, pdf = dielectric.rough_eval_pdf(wi, wo, terms, p.eta, p.specular, p.transmittance, distr)
             out.put(ROUGHDIELECTRIC, value=value, pdf=pdf)
         if p.has(ROUGHPLASTIC):
-            value, pdf = plastic.rough_eval_pdf(wi, wo, terms, p.reflectance, p.specular, p.eta, p.weight_s,
-                                                p.internal, p.nonlinear, materials.transmittance, p.mat, distr)
+            value, pdf = plastic.rough_eval_pdf(wi, wo, terms, p.coating, materials.transmittance, p.mat, distr)
             out.put(ROUGHPLASTIC, value=value, pdf=pdf)
     return out.fields["value"], out.fields["pdf"]
 

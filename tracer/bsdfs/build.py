@@ -4,9 +4,8 @@ Parameters, defaults and checks follow Mitsuba 3's plugin constructors; the load
 precomputations (IOR lookups, conductor presets, the plastics' diffuse Fresnel factors,
 sampling weights and rough transmittance tables) happen here in numpy.
 """
-import numpy as np
-
 import jax.numpy as jnp
+import numpy as np
 
 from tracer.bsdfs import precompute
 from tracer.bsdfs.fresnel import diffuse_reflectance

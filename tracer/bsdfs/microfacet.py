@@ -5,6 +5,8 @@ sampling after Heitz & d'Eon 2014 with Jakob's numerically inverted Beckmann rou
 Every ray carries its own roughness and distribution; ``Distribution.present`` (static) names
 the distributions that can occur so that an absent one is never traced.
 """
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -52,19 +54,21 @@ def make(alpha_u, alpha_v, ggx, visible, present=(BECKMANN, GGX), all_normals=Tr
 
 
 def scale_alpha(distr, scale):
-    return Distribution(distr.alpha_u * scale, distr.alpha_v * scale, distr.ggx, distr.visible,
-                        distr.present, distr.all_normals)
+    """The distribution with both roughnesses scaled by ``scale`` (N,) (not clamped again)."""
+    return dataclasses.replace(distr, alpha_u=distr.alpha_u * scale, alpha_v=distr.alpha_v * scale)
 
 
 def _by_type(distr, beckmann, ggx):
-    """Evaluate only the distributions present; select per ray when both are."""
+    """Evaluate only the distributions present (thunks returning arrays or tuples of arrays);
+    select per ray when both are."""
     if distr.present == (BECKMANN,):
         return beckmann()
     if distr.present == (GGX,):
         return ggx()
     b, g_ = beckmann(), ggx()
-    return tuple(jnp.where(distr.ggx, x, y) for x, y in zip(g_, b)) if isinstance(b, tuple) \
-        else jnp.where(distr.ggx, g_, b)
+    if isinstance(b, tuple):
+        return tuple(jnp.where(distr.ggx, y, x) for x, y in zip(b, g_))
+    return jnp.where(distr.ggx, g_, b)
 
 
 def eval_d(distr, m):

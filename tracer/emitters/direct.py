@@ -22,7 +22,7 @@ class DirectionSample:
     """A point on an emitter as seen from reference points (Mitsuba's ``DirectionSample3f``)."""
 
     p: jnp.ndarray         # (3, N) point on the emitter; for lights at infinity a point beyond the scene
-    n: jnp.ndarray         # (3, N) oriented normal there (area: the emitting side; infinite: -d; directional: -d)
+    n: jnp.ndarray         # (3, N) oriented normal there (area: its emitting side; lights at infinity: -d)
     d: jnp.ndarray         # (3, N) unit direction from the reference point towards the emitter
     dist: jnp.ndarray      # (N,) distance to p; inf for directional and environment lights
     pdf: jnp.ndarray       # (N,) solid-angle pdf times selection probability; delta lights: the probability
@@ -47,9 +47,11 @@ def _sample_kind(kind, emitters, textures, e, ref, u):
 def sample_direction(emitters, textures, ref_p, u_select, u):
     """Choose an emitter with u_select (N,) and sample it from ref_p (3, N) with u (2, N).
 
-    Returns (DirectionSample, weight (3, N)): weight = emitted radiance / pdf (irradiance for
-    delta lights), visibility not included; weight and pdf are zero for an invalid sample (the
-    back of an area light, outside a spot's cone weight only, a black direction of an envmap).
+    Returns (DirectionSample, weight (3, N)): weight = emitted radiance / pdf (for delta lights
+    the irradiance they deliver at ref_p, over the selection probability); visibility is not
+    included. Weight and pdf are both zero for an invalid sample (the back of an area light, a
+    zero-density envmap direction, an emitter of zero selection probability); a point outside a
+    spot light's cone keeps pdf = selection probability, with zero weight, as Mitsuba.
     """
     e, _ = sampling.sample_discrete(emitters.select_cdf, u_select)
     e = e.astype(jnp.int32)
@@ -79,6 +81,8 @@ def pdf_direction(emitters, ref_p, emitter, p, n, d):
     ``emitter`` (N,) at p with oriented normal n (the shape's normal with ``flip_normals``
     applied; zero on the back side), or escaped to the environment (``emitter`` =
     ``emitters.environment``; p and n are then ignored). Delta lights and negative ids give 0.
+    Mitsuba takes n from the hit's shading frame (``si.sh_frame.n``), here and in the side test
+    of ``eval_surface``: pass the (flipped) shading normal to match it on smooth meshes.
     """
     valid = (emitter >= 0) & (emitter < emitters.kind.shape[0])
     e = jnp.clip(emitter, 0, emitters.kind.shape[0] - 1)

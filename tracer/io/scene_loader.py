@@ -98,8 +98,9 @@ class _SceneBuilder:
         shapes = Shapes(**{k: jnp.asarray(v) for k, v in shapes.__dict__.items()})
         settings = Settings(max_depth=settings.max_depth, rr_depth=settings.rr_depth,
                             hide_emitters=settings.hide_emitters, spp=spp)
-        return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(),
-                     textures=self.textures.build(), emitters=emitters, camera=camera, film=film,
+        textures = self.textures.build()
+        return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(textures),
+                     textures=textures, emitters=emitters, camera=camera, film=film,
                      settings=settings)
 
     def _bounds(self):
@@ -207,12 +208,15 @@ class _SceneBuilder:
         index = len(self.shape_rows)
         to_world = node.get_transform("to_world")
         flip_normals = node.get_bool("flip_normals", False)
-        triangles, analytic = None, None
+        triangles, analytic, vertex_normals = None, None, None
         if node.type in MESH_TYPES:
             mesh = self._mesh(node, to_world)
             self.meshes.append((mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index))
             p = mesh.positions[mesh.faces]
             triangles = (p[:, 0], p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
+            if mesh.normals is not None:
+                n = mesh.normals[mesh.faces]
+                vertex_normals = (n[:, 0], n[:, 1], n[:, 2])
         elif node.type in ANALYTIC_TYPES:
             if node.type == "sphere":
                 center = node.get_point("center", np.zeros(3))
@@ -238,7 +242,8 @@ class _SceneBuilder:
             if emitter >= 0:
                 raise SceneError(f"{em.source}: a shape takes at most one area emitter")
             emitter = self.emitters.add_area(em, index, triangles=triangles, analytic=analytic,
-                                             flip_normals=flip_normals, add_texture=self.add_texture)
+                                             flip_normals=flip_normals, normals=vertex_normals,
+                                             add_texture=self.add_texture)
             em.check_unused()
         for child in node.children:
             if child.category not in ("bsdf", "emitter"):

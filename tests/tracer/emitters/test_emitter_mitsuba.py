@@ -4,8 +4,6 @@ Mitsuba's warps are used where they are simple (delta lights, uniform sphere, sp
 mesh triangle selection), so the same uniforms give the same samples; the envmap maps its
 uniforms differently, so there the pdfs and radiance of our samples are compared instead.
 """
-import math
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -182,7 +180,7 @@ def _envmap(tmp_path, image):
     axis = np.array([1.0, 0.3, 0.0]) / np.linalg.norm([1.0, 0.3, 0.0])
     xml = (f'<emitter type="envmap"><string name="filename" value="{path}"/><float name="scale" value="1.5"/>'
            f'<transform name="to_world"><rotate x="{float(axis[0])!r}" y="{float(axis[1])!r}" angle="40"/></transform></emitter>')
-    ours = C.table(lambda b: b.add(C.node(xml), None), load_image=lambda p: np.array(mi.Bitmap(p), np.float32))
+    ours = C.table(lambda b: b.add(C.node(xml), None))  # read with tracer.io.images
     spec = {"type": "envmap", "filename": path, "scale": 1.5,
             "to_world": mi.ScalarTransform4f().rotate(axis=axis.tolist(), angle=40)}
     scene = mi.load_dict({"type": "scene", "box": {"type": "cube"}, "em": spec})

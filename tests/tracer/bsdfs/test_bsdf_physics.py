@@ -117,4 +117,4 @@ def test_refraction_is_reciprocal_up_to_eta_squared(name):
     assert nonzero.mean() > 0.03
     # Near total internal reflection the two evaluations round differently: allow a few outliers.
     err = (np.abs(f_ab - f_ba) / (np.abs(f_ba) + 1e-3 * np.abs(f_ba).mean()))[nonzero]
-    assert np.mean(err > 2e-3) < 0.01 and err.max() < 0.1, (np.mean(err > 2e-3), err.max())
+    assert np.mean(err > 2e-3) < 0.01 and err.max() < 0.02, (np.mean(err > 2e-3), err.max())

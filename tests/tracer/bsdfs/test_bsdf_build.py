@@ -1,0 +1,163 @@
+"""The host-side material builder: Mitsuba's defaults, presets, precomputed data and errors."""
+import numpy as np
+import pytest
+
+from tests.tracer.bsdfs import bsdf_cases as bc
+from tracer.bsdfs import build, precompute, table
+from tracer.bsdfs.tables_data import CONDUCTORS, IOR
+from tracer.io.errors import SceneError
+from tracer.textures import TextureTableBuilder
+
+
+def _one(params):
+    materials, textures = bc.build_tables([params])
+    return materials
+
+
+def test_defaults_follow_mitsuba():
+    m = _one({"type": "dielectric"})
+    assert float(m.eta[0, 0]) == np.float32(np.float32(1.5046) / np.float32(1.000277))
+    m = _one({"type": "roughconductor"})
+    assert int(m.kind[0]) == table.ROUGHCONDUCTOR and int(m.distribution[0]) == table.BECKMANN
+    np.testing.assert_array_equal(np.asarray(m.eta[:, 0]), 0.0)  # material 'none': a perfect mirror
+    np.testing.assert_array_equal(np.asarray(m.k[:, 0]), 1.0)
+    assert bool(m.sample_visible[0]) and m.distributions_present == (table.BECKMANN,) and not m.all_normals
+    m = _one({"type": "plastic"})
+    assert float(m.eta[0, 0]) == np.float32(np.float32(1.49) / np.float32(1.000277))
+    assert float(m.specular_weight[0]) == pytest.approx(1 / 1.5)  # s_mean 1, d_mean 0.5
+
+
+def test_named_iors_and_conductors():
+    assert build.lookup_ior("BK7") == np.float32(1.5046)
+    eta, k = build.conductor_ior("Au")
+    assert eta.dtype == np.float32 and eta.shape == (3,) and np.all(k > 1)
+    m = _one({"type": "dielectric", "int_ior": "water", "ext_ior": 1.2})
+    assert float(m.eta[0, 0]) == np.float32(np.float32(1.333) / np.float32(1.2))
+
+
+def test_table_flags_name_what_is_present():
+    materials, _ = bc.build_tables([{"type": "diffuse"}, {"type": "roughdielectric", "distribution": "ggx",
+                                                          "sample_visible": False}])
+    assert materials.kinds_present == (table.DIFFUSE, table.ROUGHDIELECTRIC)
+    assert materials.distributions_present == (table.GGX,) and materials.all_normals
+    assert materials.transmittance.shape == (table.TRANSMITTANCE_RES, 2)
+
+
+def test_plastic_sampling_weight_uses_texture_means():
+    checker = {"type": "checkerboard", "color0": [0.2, 0.5, 0.8], "color1": [0.9, 0.1, 0.1]}
+    m = _one({"type": "plastic", "diffuse_reflectance": checker})
+    d_mean = 0.5 * (0.5 + 1.1 / 3)
+    assert float(m.specular_weight[0]) == pytest.approx(1 / (1 + d_mean), rel=1e-6)
+    builder = build.MaterialTableBuilder()
+    ids = iter(range(10))
+    builder.add(bc.FakeNode({"type": "plastic", "diffuse_reflectance": checker}), lambda value: next(ids))
+    with pytest.raises(ValueError, match="Textures"):
+        builder.build()
+
+
+def test_rough_transmittance_limits():
+    table_, internal = precompute.rough_transmittance(1e-4, 1.5, ggx=True)
+    # A nearly smooth coating transmits 1 - F(cos theta); its internal diffuse reflectance is Fdr(1/eta).
+    mu = np.maximum(np.linspace(0, 1, precompute.RES), 1e-6)
+    sin2_t = (1 - mu ** 2) / 1.5 ** 2
+    cos_t = np.sqrt(1 - sin2_t)
+    f = 0.5 * (((mu - 1.5 * cos_t) / (mu + 1.5 * cos_t)) ** 2 + ((1.5 * mu - cos_t) / (1.5 * mu + cos_t)) ** 2)
+    np.testing.assert_allclose(table_[8:], 1 - f[8:], atol=2e-3)
+    from tracer.bsdfs.fresnel import diffuse_reflectance
+    assert internal == pytest.approx(diffuse_reflectance(1 / 1.5), abs=0.01)
+
+
+BAD = [
+    ({"type": "hair"}, "unsupported bsdf type"),
+    ({"type": "conductor", "material": "Unobtainium"}, "unknown conductor material"),
+    ({"type": "conductor", "material": "Au", "eta": 1.5}, "either"),
+    ({"type": "roughconductor", "alpha": 0.1, "alpha_u": 0.1, "alpha_v": 0.2}, "either 'alpha'"),
+    ({"type": "roughconductor", "alpha_u": 0.1}, "both 'alpha_u' and 'alpha_v'"),
+    ({"type": "roughdielectric", "distribution": "phong"}, "invalid distribution"),
+    ({"type": "roughdielectric", "int_ior": 1.3, "ext_ior": 1.3}, "must be positive and differ"),
+    ({"type": "dielectric", "int_ior": -1.5}, "must be positive"),
+    ({"type": "dielectric", "int_ior": "kryptonite"}, "unknown IOR name"),
+    ({"type": "roughplastic", "alpha_u": 0.1, "alpha_v": 0.3}, "anisotropic"),
+    ({"type": "roughplastic", "alpha": {"type": "checkerboard"}}, "must be a float"),
+    ({"type": "conductor", "eta": {"type": "checkerboard"}}, "cannot be a texture"),
+]
+
+
+@pytest.mark.parametrize("params,message", BAD, ids=[f"{p['type']}-{i}" for i, (p, _) in enumerate(BAD)])
+def test_bad_parameters_raise_scene_errors(params, message):
+    with pytest.raises(SceneError, match=message) as info:
+        bc.build_tables([params])
+    assert "test.xml:1" in str(info.value)
+
+
+def test_tables_match_mitsuba():
+    """tables_data.py is what scripts/extract_mitsuba_tables.py reads from the installed Mitsuba."""
+    mi, variant = bc.import_mitsuba()
+    import pathlib
+    mi.set_variant(variant)
+    presets = {p.name[:-len(".eta.spd")] for p in (pathlib.Path(mi.__file__).parent / "data" / "ior").glob("*.eta.spd")}
+    assert presets | {"none"} == set(CONDUCTORS)
+    for name in ("Au", "Cu", "Al", "Ag", "Cr", "CuO", "none"):
+        ref = bc.MitsubaBsdf(mi, variant, {"type": "conductor", "material": name})
+        params = mi.traverse(ref.bsdf)
+        for key, ours in zip(("eta.value", "k.value"), CONDUCTORS[name]):
+            theirs = np.broadcast_to(np.array(params[key], np.float64).ravel(), (3,))  # 'none': one float
+            np.testing.assert_allclose(theirs, ours, rtol=1e-7)
+    for name in ("bk7", "water", "diamond", "air", "acrylic glass"):
+        ref = bc.MitsubaBsdf(mi, variant, {"type": "dielectric", "int_ior": name, "ext_ior": 1.0})
+        assert np.float32(mi.traverse(ref.bsdf)["eta"]) == np.float32(IOR[name])
+
+
+def test_reads_parsed_xml_nodes():
+    """The builder reads every parameter it supports from real parsed nodes (none left unused)."""
+    xml = pytest.importorskip("tracer.io.xml")
+    root = xml.parse_string("""<scene version="3.0.0">
+      <bsdf type="roughconductor"><string name="material" value="Au"/><float name="alpha_u" value="0.1"/>
+        <float name="alpha_v" value="0.3"/><string name="distribution" value="GGX"/>
+        <boolean name="sample_visible" value="false"/><rgb name="specular_reflectance" value="0.9"/></bsdf>
+      <bsdf type="dielectric"><string name="int_ior" value="water"/><float name="ext_ior" value="1.1"/>
+        <rgb name="specular_transmittance" value="0.5, 0.6, 0.7"/></bsdf>
+      <bsdf type="roughplastic"><rgb name="diffuse_reflectance" value="0.2, 0.3, 0.4"/><float name="alpha" value="0.2"/>
+        <boolean name="nonlinear" value="true"/><string name="int_ior" value="pet"/></bsdf>
+      <bsdf type="plastic"><texture type="checkerboard" name="diffuse_reflectance">
+        <rgb name="color0" value="0.1"/><rgb name="color1" value="0.5"/></texture></bsdf>
+      <bsdf type="conductor"><rgb name="eta" value="0.2, 0.3, 0.4"/><spectrum name="k" value="3"/></bsdf>
+      <bsdf type="roughdielectric"><texture type="checkerboard" name="alpha">
+        <float name="color0" value="0.1"/><float name="color1" value="0.5"/></texture></bsdf>
+      <bsdf type="thindielectric"><float name="int_ior" value="1.7"/></bsdf>
+      <bsdf type="diffuse"/>
+    </scene>""")
+    textures = TextureTableBuilder()
+
+    def add_texture(value):
+        if isinstance(value, xml.PluginNode):
+            return textures.add_checkerboard(value.get_rgb("color0"), value.get_rgb("color1"))
+        return textures.add_constant(value)
+
+    builder = build.MaterialTableBuilder()
+    for node in root.children_of("bsdf"):
+        builder.add(node, add_texture)
+        node.check_unused()
+    m = builder.build(textures.build())
+    assert [table.KIND_NAMES[k] for k in np.asarray(m.kind)] == [n.type for n in root.children_of("bsdf")]
+    assert int(m.distribution[0]) == table.GGX and not bool(m.sample_visible[0])
+    assert float(m.eta[0, 1]) == np.float32(np.float32(1.333) / np.float32(1.1))
+    assert float(m.specular_weight[3]) == pytest.approx(1 / 1.3)
+    np.testing.assert_allclose(np.asarray(m.k[:, 4]), 3.0)
+
+
+def test_texture_means_match_mitsuba():
+    """The plastics' sampling weight uses Mitsuba's ``Texture::mean()``: per-channel average for
+    constants and checkerboards, average luminance for bitmaps."""
+    mi, variant = bc.import_mitsuba()
+    mi.set_variant(variant)
+    image = np.random.default_rng(0).random((4, 5, 3)).astype(np.float32)
+    textures = TextureTableBuilder()
+    ids = [textures.add_constant([0.2, 0.5, 0.9]), textures.add_checkerboard([0.2, 0.5, 0.8], [0.9, 0.1, 0.1]),
+           textures.add_bitmap(image)]
+    ours = [build.texture_mean(textures.build(), tid) for tid in ids]
+    theirs = [mi.load_dict({"type": "rgb", "value": [0.2, 0.5, 0.9]}).mean(),
+              mi.load_dict(bc.mitsuba_dict({"type": "checkerboard", "color0": [0.2, 0.5, 0.8],
+                                            "color1": [0.9, 0.1, 0.1]})).mean(),
+              mi.load_dict({"type": "bitmap", "bitmap": mi.Bitmap(image)}).mean()]
+    np.testing.assert_allclose(ours, [float(np.ravel(t)[0]) for t in theirs], rtol=1e-6)

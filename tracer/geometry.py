@@ -1,0 +1,321 @@
+"""The scene's geometry: triangles and analytic shapes, their intersection and surface data.
+
+``Geometry`` is a pytree of structure-of-arrays tables. Primitive ids are [0, T) for triangles
+and [T, T + A) for spheres and disks. ``closest_hit`` and ``occluded`` are the one seam behind
+which the acceleration structure lives (brute force for small scenes, a BVH otherwise);
+``surface_interaction`` turns any backend's ``Hit`` into positions, normals and uvs the way
+Mitsuba 3 computes them (``Mesh``, ``Sphere`` and ``Disk`` ``compute_surface_interaction``), and
+``spawn_ray``/``spawn_ray_to`` offset new rays as Mitsuba's ``Interaction::offset_p``.
+"""
+import jax.numpy as jnp
+import numpy as np
+
+from tracer import bvh as bvh_traversal
+from tracer import bvh_build
+from tracer import intersect as isect
+from tracer import vecmath as vm
+from tracer.intersect import DISK, SPHERE, Hit
+from tracer.pytree import pytree_dataclass, static
+
+__all__ = [
+    "SPHERE", "DISK", "Hit", "Geometry", "SurfaceInteraction", "build_geometry", "closest_hit",
+    "occluded", "surface_interaction", "primitive_shape", "spawn_ray", "spawn_ray_to",
+    "RAY_EPSILON", "SHADOW_EPSILON",
+]
+
+# Mitsuba 3's math::RayEpsilon<float> = 2^-24 * 1500 and ShadowEpsilon = 10 RayEpsilon.
+RAY_EPSILON = np.float32(2.0**-24 * 1500)
+SHADOW_EPSILON = np.float32(RAY_EPSILON * 10)
+# Below this many primitives brute force beats the BVH (scripts/bench_intersect.py).
+AUTO_BVH_MIN = 64
+INV_PI = np.float32(1 / np.pi)
+INV_TWO_PI = np.float32(0.5 / np.pi)
+
+
+@pytree_dataclass
+class Geometry:
+    """T triangles (world space) and A analytic primitives; vectors are components first."""
+
+    v0: jnp.ndarray          # (3, T) first vertex p0
+    e1: jnp.ndarray          # (3, T) p1 - p0
+    e2: jnp.ndarray          # (3, T) p2 - p0
+    v1: jnp.ndarray          # (3, T) p1 as given (the watertight test needs the shared vertices exactly)
+    v2: jnp.ndarray          # (3, T) p2 as given
+    n0: jnp.ndarray          # (3, T) vertex shading normals (zero where absent)
+    n1: jnp.ndarray          # (3, T)
+    n2: jnp.ndarray          # (3, T)
+    has_normals: jnp.ndarray  # (T,) bool: false -> the face normal shades
+    uv0: jnp.ndarray         # (2, T) vertex uvs; Mitsuba's default is (0,0), (1,0), (0,1)
+    uv1: jnp.ndarray         # (2, T)
+    uv2: jnp.ndarray         # (2, T)
+    tri_shape: jnp.ndarray   # (T,) int32 shape index of each triangle
+    quad_kind: jnp.ndarray   # (A,) int32 SPHERE or DISK
+    quad_to_world: jnp.ndarray  # (3, 4, A) affine object-to-world
+    quad_to_local: jnp.ndarray  # (3, 4, A) its inverse
+    quad_shape: jnp.ndarray  # (A,) int32 shape index
+    bvh: object              # bvh.BvhArrays when accel == 'bvh', else None
+    n_triangles: int = static(0)
+    n_analytic: int = static(0)
+    accel: str = static("brute")
+
+    @property
+    def triangles(self):
+        return (self.v0, self.v1, self.v2)
+
+    @property
+    def analytic(self):
+        return (self.quad_kind, self.quad_to_world, self.quad_to_local)
+
+
+@pytree_dataclass
+class SurfaceInteraction:
+    """Surface data of N hits (Mitsuba's ``SurfaceInteraction3f``); undefined where not valid."""
+
+    p: jnp.ndarray      # (3, N) position
+    ng: jnp.ndarray     # (3, N) geometric normal (not flipped toward the ray)
+    ns: jnp.ndarray     # (3, N) shading normal
+    uv: jnp.ndarray     # (2, N) surface uv
+    shape: jnp.ndarray  # (N,) int32 shape index, -1 where not valid
+    valid: jnp.ndarray  # (N,) bool: the ray hit something
+    prim: jnp.ndarray = None  # (N,) int32 primitive id, -1 where not valid
+    t: jnp.ndarray = None     # (N,) distance along the ray
+
+
+# ---------------------------------------------------------------------------------------------
+# Host-side construction.
+
+def _triangle_arrays(meshes):
+    cols = {k: [] for k in ("p0", "p1", "p2", "n0", "n1", "n2", "has_n", "uv0", "uv1", "uv2", "shape")}
+    for mesh in meshes:
+        positions, faces, normals, uvs, shape = mesh[:5]
+        positions = np.asarray(positions, np.float32).reshape(-1, 3)
+        faces = np.asarray(faces, np.int64).reshape(-1, 3)
+        f = faces.shape[0]
+        for k in range(3):
+            cols[f"p{k}"].append(positions[faces[:, k]].T)
+        if normals is not None:
+            normals = np.asarray(normals, np.float32).reshape(-1, 3)
+            for k in range(3):
+                cols[f"n{k}"].append(normals[faces[:, k]].T)
+        else:
+            for k in range(3):
+                cols[f"n{k}"].append(np.zeros((3, f), np.float32))
+        cols["has_n"].append(np.full(f, normals is not None))
+        if uvs is not None:
+            uvs = np.asarray(uvs, np.float32).reshape(-1, 2)
+            for k in range(3):
+                cols[f"uv{k}"].append(uvs[faces[:, k]].T)
+        else:
+            # Mitsuba's Mesh without texcoords reports uv = (b1, b2).
+            for k, uv in enumerate(((0, 0), (1, 0), (0, 1))):
+                cols[f"uv{k}"].append(np.tile(np.array(uv, np.float32)[:, None], (1, f)))
+        cols["shape"].append(np.full(f, shape, np.int32))
+    empty = {"has_n": np.zeros(0, bool), "shape": np.zeros(0, np.int32)}
+    out = {}
+    for k, v in cols.items():
+        if v:
+            out[k] = np.concatenate(v, axis=-1)
+        else:
+            out[k] = empty.get(k, np.zeros((2 if k.startswith("uv") else 3, 0), np.float32))
+    return out
+
+
+def _analytic_arrays(analytic):
+    kind = np.array([a[0] for a in analytic], np.int32)
+    to_world = np.stack([np.asarray(a[1], np.float64) for a in analytic]) if analytic else np.zeros((0, 4, 4))
+    to_local = np.linalg.inv(to_world) if analytic else np.zeros((0, 4, 4))
+    shape = np.array([a[2] for a in analytic], np.int32)
+    cols = lambda m: np.ascontiguousarray(m[:, :3, :4].transpose(1, 2, 0), np.float32)
+    return kind, cols(to_world), cols(to_local), shape
+
+
+def _analytic_bounds(kind, to_world):
+    """World boxes (3, A): spheres from center and radius, disks from their corners (Mitsuba)."""
+    center = to_world[:, 3]
+    radius = np.sqrt(np.sum(to_world[:, 0].astype(np.float64) ** 2, axis=0))
+    corners = [to_world[:, 3] + sx * to_world[:, 0] + sy * to_world[:, 1] for sx in (-1, 1) for sy in (-1, 1)]
+    lo = np.where(kind == SPHERE, center - radius, np.minimum.reduce(corners))
+    hi = np.where(kind == SPHERE, center + radius, np.maximum.reduce(corners))
+    # Round outward so the float32 box contains the float64 one.
+    return (np.nextafter(lo.astype(np.float32), -np.inf), np.nextafter(hi.astype(np.float32), np.inf))
+
+
+def build_geometry(meshes, analytic, accel="auto", leaf_size=bvh_traversal.LEAF_SIZE):
+    """Host: the scene's geometry from world-space meshes and analytic shapes.
+
+    meshes: list of (positions (V, 3), faces (F, 3), normals (V, 3) or None, uvs (V, 2) or None,
+    shape_index); analytic: list of (SPHERE or DISK, to_world (4, 4), shape_index). A sphere's
+    to_world maps the unit sphere, a disk's the unit disk in z = 0 (as Mitsuba's plugins).
+    accel: 'brute', 'bvh' or 'auto' (brute below AUTO_BVH_MIN primitives).
+    """
+    tri = _triangle_arrays(meshes)
+    kind, to_world, to_local, quad_shape = _analytic_arrays(analytic)
+    n_tri, n_quad = tri["p0"].shape[1], kind.size
+    if accel == "auto":
+        accel = "bvh" if n_tri + n_quad >= AUTO_BVH_MIN else "brute"
+    if accel not in ("brute", "bvh"):
+        raise ValueError(f"accel must be 'auto', 'brute' or 'bvh', got {accel!r}")
+    if n_tri + n_quad == 0:
+        accel = "brute"
+    bvh = None
+    if accel == "bvh":
+        lo = np.minimum(np.minimum(tri["p0"], tri["p1"]), tri["p2"])
+        hi = np.maximum(np.maximum(tri["p0"], tri["p1"]), tri["p2"])
+        q_lo, q_hi = _analytic_bounds(kind, to_world)
+        tree = bvh_build.thread(bvh_build.build_bvh(np.concatenate([lo, q_lo], axis=1),
+                                                    np.concatenate([hi, q_hi], axis=1), max_leaf=leaf_size))
+        bvh = bvh_traversal.make_arrays(tree, (tri["p0"], tri["p1"], tri["p2"]), (kind, to_world, to_local),
+                                        leaf_size=leaf_size)
+    j = jnp.asarray
+    return Geometry(
+        v0=j(tri["p0"]), e1=j(tri["p1"] - tri["p0"]), e2=j(tri["p2"] - tri["p0"]), v1=j(tri["p1"]), v2=j(tri["p2"]),
+        n0=j(tri["n0"]), n1=j(tri["n1"]), n2=j(tri["n2"]), has_normals=j(tri["has_n"]),
+        uv0=j(tri["uv0"]), uv1=j(tri["uv1"]), uv2=j(tri["uv2"]), tri_shape=j(tri["shape"]),
+        quad_kind=j(kind), quad_to_world=j(to_world), quad_to_local=j(to_local), quad_shape=j(quad_shape),
+        bvh=bvh, n_triangles=int(n_tri), n_analytic=int(n_quad), accel=accel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries (traced).
+
+def closest_hit(geometry, o, d, t_max):
+    """Closest hit of rays o, d (3, N) (d unit length) with 0 < t < t_max (N,) or scalar."""
+    if geometry.n_triangles + geometry.n_analytic == 0:
+        return isect.miss(o.shape[1])
+    if geometry.accel == "bvh":
+        return bvh_traversal.closest_hit(geometry.bvh, geometry.triangles, geometry.analytic, o, d, t_max)
+    return isect.closest_hit(geometry.triangles, geometry.analytic, o, d, t_max)
+
+
+def occluded(geometry, o, d, t_max):
+    """(N,) bool: something lies along the ray at 0 < t < t_max."""
+    if geometry.n_triangles + geometry.n_analytic == 0:
+        return jnp.zeros(o.shape[1], bool)
+    if geometry.accel == "bvh":
+        return bvh_traversal.occluded(geometry.bvh, o, d, t_max)
+    return isect.occluded(geometry.triangles, geometry.analytic, o, d, t_max)
+
+
+def primitive_shape(geometry, prim):
+    """Shape index of primitive ids (N,); -1 for -1."""
+    t = geometry.n_triangles
+    shape = jnp.full(prim.shape, -1, jnp.int32)
+    if t:
+        shape = jnp.where((prim >= 0) & (prim < t), geometry.tri_shape[jnp.clip(prim, 0, t - 1)], shape)
+    if geometry.n_analytic:
+        shape = jnp.where(prim >= t, geometry.quad_shape[jnp.clip(prim - t, 0, geometry.n_analytic - 1)], shape)
+    return shape
+
+
+def _triangle_surface(g, hit):
+    i = jnp.clip(hit.prim, 0, g.n_triangles - 1)
+    u, v = hit.u, hit.v
+    w = 1.0 - u - v
+    e1, e2 = g.e1[:, i], g.e2[:, i]
+    p = g.v0[:, i] + u * e1 + v * e2
+    ng = vm.normalize(vm.cross(e1, e2))
+    ns = vm.normalize(g.n0[:, i] * w + g.n1[:, i] * u + g.n2[:, i] * v)
+    ns = vm.select(g.has_normals[i], ns, ng)
+    uv = g.uv0[:, i] * w + g.uv1[:, i] * u + g.uv2[:, i] * v
+    return p, ng, ns, uv
+
+
+def _unit_angle_z(v):
+    """Drjit's ``unit_angle_z``: the polar angle of v, accurate near the poles."""
+    s = jnp.where(v[2] >= 0, 1.0, -1.0)
+    half = 0.5 * jnp.sqrt(v[0] * v[0] + v[1] * v[1] + (v[2] - s) ** 2)
+    temp = 2.0 * jnp.arcsin(jnp.clip(half, -1.0, 1.0))
+    return jnp.where(v[2] >= 0, temp, np.float32(np.pi) - temp)
+
+
+def _analytic_surface(g, o, d, hit):
+    q = jnp.clip(hit.prim - g.n_triangles, 0, g.n_analytic - 1)
+    kind = g.quad_kind[q]
+    to_world, to_local = g.quad_to_world[..., q], g.quad_to_local[..., q]
+    t = jnp.where(jnp.isfinite(hit.t), hit.t, 0.0)
+    p_ray = o + t * d
+    # Sphere (sphere.cpp): the normal from the center, the point re-projected onto the surface,
+    # uv = (phi / 2 pi, theta / pi) of the point in the object frame. A mirroring to_world turns
+    # the normals inward (Mitsuba flips them when the decomposed scale is negative).
+    center, radius = isect.sphere_center_radius(to_world)
+    n_sph = vm.normalize(p_ray - center)
+    p_sph = center + n_sph * radius
+    local = vm.transform_point(to_local, p_sph)
+    phi = jnp.arctan2(local[1], local[0])
+    phi = jnp.where(phi < 0, phi + 2 * np.float32(np.pi), phi)
+    uv_sph = jnp.stack([phi * INV_TWO_PI, _unit_angle_z(local) * INV_PI])
+    det = (to_world[0, 0] * (to_world[1, 1] * to_world[2, 2] - to_world[1, 2] * to_world[2, 1])
+           - to_world[0, 1] * (to_world[1, 0] * to_world[2, 2] - to_world[1, 2] * to_world[2, 0])
+           + to_world[0, 2] * (to_world[1, 0] * to_world[2, 1] - to_world[1, 1] * to_world[2, 0]))
+    n_sph = vm.select(det < 0, -n_sph, n_sph)
+    # Disk (disk.cpp): the transformed +z normal, uv = (r, phi / 2 pi) of the local hit.
+    n_disk = vm.normalize(vm.transform_normal(to_local, jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0])[:, None], p_ray.shape)))
+    r = jnp.sqrt(hit.u * hit.u + hit.v * hit.v)
+    ang = jnp.arctan2(hit.v, hit.u) * INV_TWO_PI
+    uv_disk = jnp.stack([r, jnp.where(ang < 0, ang + 1.0, ang)])
+    is_disk = kind == DISK
+    p = vm.select(is_disk, p_ray, p_sph)
+    n = vm.select(is_disk, n_disk, n_sph)
+    return p, n, n, vm.select(is_disk, uv_disk, uv_sph)
+
+
+def surface_interaction(geometry, o, d, hit):
+    """Positions, normals and uvs of the hits (computed from ids, so any backend's Hit works).
+
+    Triangles: p = p0 + u e1 + v e2, ng = normalize(e1 x e2), ns = the interpolated vertex normal
+    (normalized) or ng, uv interpolated. Normals are not flipped toward the ray.
+    """
+    g = geometry
+    n = hit.prim.shape[0]
+    valid = hit.prim >= 0
+    p = jnp.zeros((3, n), jnp.float32)
+    ng = ns = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], jnp.float32)[:, None], (3, n))
+    uv = jnp.zeros((2, n), jnp.float32)
+    if g.n_triangles:
+        is_tri = valid & (hit.prim < g.n_triangles)
+        fields = _triangle_surface(g, hit)
+        p, ng, ns, uv = (vm.select(is_tri, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
+    if g.n_analytic:
+        is_quad = hit.prim >= g.n_triangles
+        fields = _analytic_surface(g, o, d, hit)
+        p, ng, ns, uv = (vm.select(is_quad, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
+    return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, shape=primitive_shape(g, hit.prim), valid=valid,
+                              prim=hit.prim, t=hit.t)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spawning rays (Mitsuba's Interaction::spawn_ray / spawn_ray_to).
+
+def offset_p(p, ng, d):
+    """Move p along ng by (1 + max|p|) RayEpsilon, to the side d points to (Mitsuba's offset_p)."""
+    mag = (1.0 + jnp.max(jnp.abs(p), axis=0)) * RAY_EPSILON
+    mag = jnp.copysign(mag, vm.dot(ng, d))
+    return p + mag * ng
+
+
+def spawn_ray(p, ng, d):
+    """Origin (3, N) of a ray leaving the surface at p (geometric normal ng) along d."""
+    return offset_p(p, ng, d)
+
+
+def spawn_ray_to(p, ng, target, dist=None):
+    """Shadow ray from the surface at p toward a point: (o, d, t_max), as Mitsuba's spawn_ray_to.
+
+    ``target`` is a point (3, N); or, with ``dist`` (N,) given, a unit direction and the distance
+    to the target along it, which may be inf (directional and environment lights): then t_max is
+    inf and d is the direction itself. t_max stops (1 - ShadowEpsilon) short of the target so the
+    target's own surface is not hit.
+    """
+    if dist is None:
+        point, infinite = target, jnp.zeros(p.shape[1:], bool)
+    else:
+        infinite = ~jnp.isfinite(dist)
+        point = p + target * jnp.where(infinite, 0.0, dist)
+    direction = vm.select(infinite, target, point - p)
+    o = offset_p(p, ng, direction)
+    to_target = point - o
+    length = vm.norm(to_target)
+    d_finite = to_target / jnp.where(length > 0, length, 1.0)
+    d = vm.select(infinite, target, d_finite)
+    t_max = jnp.where(infinite, np.inf, length * (1.0 - SHADOW_EPSILON))
+    return o, d, t_max
