@@ -7,14 +7,16 @@ that touches a triangle exactly is never missed), following the octant's hit or 
 stopping at the first leaf whose box is hit; then all L slots of that leaf are tested at once as
 (N, L) arrays with the watertight test. A ray's state is three numbers and no stack.
 
-Two things decide the speed on the CPU (measured; see scripts/bench_intersect.py):
+Three things decide the speed on the CPU (measured with scripts/bench_intersect.py):
   * XLA fuses gathers into their elementwise consumers as scalar loops and re-derives values
     inside every consumer (once per slot inside the leaf test). ``optimization_barrier``
     materializes the gathered node rows and the chosen leaf: 2x.
+  * Leaves are tested as (N, L) broadcasts with one integer min over (t bits | slot) keys, which
+    XLA vectorizes along L; testing the slots one after the other made the leaf test 6x slower.
   * A batched loop runs until its slowest ray is done. Traversal therefore runs in phases over
     shrinking prefixes of the batch: when at most 1/_SHRINK of the prefix is still traversing,
-    live rays move to its front (stable partition) and the next phase loops over that part
-    only: 2.5x.
+    live rays move to its front (a stable partition) and the next phase loops over that part
+    only: 3x (each phase compiles its own loop body, about a second).
 """
 import jax
 import jax.numpy as jnp
@@ -28,7 +30,7 @@ __all__ = ["BvhArrays", "make_arrays", "closest_hit", "occluded", "LEAF_SIZE"]
 LEAF_SIZE = 8
 # Ize 2013: 1 + 2 gamma(3), gamma(n) = n u / (1 - n u), u = 2^-24.
 _PAD = np.float32(1.0 + 2.0 * (3 * 2.0**-24) / (1 - 3 * 2.0**-24))
-_SHRINK = 4
+_SHRINK = 3
 _MIN_PHASE = 256
 _BOX_STEPS = 4
 _INF_BITS = np.int32(0x7F800000)
@@ -56,6 +58,8 @@ def make_arrays(threaded, tri, analytic, leaf_size=LEAF_SIZE):
     if np.any(threaded.leaf_count > leaf_size):
         raise ValueError("a leaf holds more primitives than leaf_size")
     m = threaded.leaf.size
+    if threaded.leaf_start.size >= 2**24 or 8 * m >= 2**31:
+        raise ValueError("too many nodes: leaf indices are stored as exact float32 (< 2^24 leaves)")
     nodes = np.zeros((m, 8), np.float32)
     nodes[:, 0:3] = threaded.lo.T
     nodes[:, 3:6] = threaded.hi.T
@@ -112,10 +116,10 @@ def _setup(o, d, t_max):
     safe = jnp.where(jnp.abs(d) < tiny, jnp.where(d < 0, -tiny, tiny), d)
     octant = ((d[0] < 0).astype(jnp.int32) | ((d[1] < 0).astype(jnp.int32) << 1)
               | ((d[2] < 0).astype(jnp.int32) << 2))
-    n = o.shape[1]
-    rays = _Rays(o=o, d=d, inv_d=1.0 / safe, shear=isect.ray_shear(d), octant=octant,
-                 index=jnp.arange(n, dtype=jnp.int32))
-    st = _State(node=jnp.where(t_max > 0, 0, -1).astype(jnp.int32), t=t_max, slot=jnp.full((n,), -1, jnp.int32))
+    # *_like keeps shard_map's varying type on the loop carries (jnp.full/arange would not).
+    index = jnp.zeros_like(octant) + jnp.arange(o.shape[1], dtype=jnp.int32)
+    rays = _Rays(o=o, d=d, inv_d=1.0 / safe, shear=isect.ray_shear(d), octant=octant, index=index)
+    st = _State(node=jnp.where(t_max > 0, 0, -1).astype(jnp.int32), t=t_max, slot=jnp.full_like(octant, -1))
     return rays, st
 
 
@@ -237,8 +241,8 @@ def _unpermute(rays, value):
 def closest_hit(bvh, tri, analytic, o, d, t_max):
     """Closest hit with 0 < t < t_max of rays o, d (3, N); ``tri``/``analytic`` as in make_arrays
     (device arrays), used for the exact t and barycentrics of the winners."""
-    n = o.shape[1]
-    t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))
+    o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
+    t_max = jnp.zeros_like(o[0]) + t_max
     rays, st = _traverse(bvh, *_setup(o, d, t_max), any_hit=False)
     t, slot = _unpermute(rays, st.t), _unpermute(rays, st.slot)
     prim = jnp.where(slot >= 0, bvh.leaf_prims.reshape(-1)[jnp.maximum(slot, 0)], -1)
@@ -247,7 +251,7 @@ def closest_hit(bvh, tri, analytic, o, d, t_max):
 
 def occluded(bvh, o, d, t_max):
     """Whether anything lies at 0 < t < t_max; rays stop at their first hit."""
-    n = o.shape[1]
-    t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))
+    o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
+    t_max = jnp.zeros_like(o[0]) + t_max
     rays, st = _traverse(bvh, *_setup(o, d, t_max), any_hit=True)
     return _unpermute(rays, st.slot) >= 0

@@ -9,6 +9,7 @@ addressed by pixel and sample index), so tiles never write into each other.
 """
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -86,8 +87,17 @@ def splat_tile(film, offset_in_pixel, radiance, valid, tile_h, tile_w):
     wy = jnp.stack([filter_weights(film, offset_in_pixel[1] - (k + 0.5)) for k in ks])
     wx = jnp.where(valid, wx, 0.0)
     radiance = jnp.where(valid, radiance, 0.0)
-    weighted = jnp.einsum("jsyx,isyx,csyx->jiyxc", wy, wx, radiance, precision="highest")
-    weights = jnp.einsum("jsyx,isyx->jiyx", wy, wx, precision="highest")
+    k = len(ks)
+    grid = offset_in_pixel.shape[2:]
+
+    # Sum over samples with elementwise adds in sample order (a dot product's blocking could
+    # change with how XLA partitions it, and with it the rounding).
+    def add_sample(s, acc):
+        w = wy[:, s][:, None] * wx[:, s][None, :]                      # (K, K, GH, GW)
+        return acc[0] + w[..., None] * jnp.moveaxis(radiance[:, s], 0, -1)[None, None], acc[1] + w
+
+    zeros = (jnp.zeros((k, k, *grid, 3), jnp.float32), jnp.zeros((k, k, *grid), jnp.float32))
+    weighted, weights = jax.lax.fori_loop(0, offset_in_pixel.shape[1], add_sample, zeros)
     value = jnp.zeros((tile_h, tile_w, 3), jnp.float32)
     weight = jnp.zeros((tile_h, tile_w), jnp.float32)
     for j, ky in enumerate(ks):

@@ -4,9 +4,9 @@ Triangles use the watertight test of Woop, Benthin and Wald 2013 ("Watertight Ra
 Intersection", JCGT 2(1)): vertices are translated to the ray origin and sheared so the ray runs
 along +z; the three 2D edge functions then depend only on (vertex, ray), so two triangles that
 share an edge evaluate it to exactly opposite values and a ray can never slip between them.
-The shear is written as three per-ray row vectors (``RayShear``) so that the same kernel serves
-every ray without a per-ray permutation; a row has one unit entry and zeros, so a dot product
-with it is bit-identical to the paper's permuted expression.
+The shear is written as three per-ray row vectors (``RayShear``: one unit entry, zeros and the
+shear) so that one kernel serves every ray without a per-ray permutation; every vertex goes
+through the same expression, which is all that watertightness asks of it.
 
 Spheres follow Mitsuba 3's ``sphere.cpp`` (the origin is first moved to the plane through the
 center, then a stable quadratic), disks ``disk.cpp`` (the plane z = 0 of the local frame, inside
@@ -52,8 +52,9 @@ class RayShear:
     sz: jnp.ndarray  # e_kz / d_kz
 
 
-def miss(n):
-    return Hit(jnp.full((n,), INF), jnp.full((n,), -1, jnp.int32), jnp.zeros((n,)), jnp.zeros((n,)))
+def miss(like):
+    """No hit for rays shaped like ``like`` (N,)."""
+    return Hit(jnp.full_like(like, INF), jnp.full_like(like, -1, jnp.int32), jnp.zeros_like(like), jnp.zeros_like(like))
 
 
 def ray_shear(d):
@@ -178,7 +179,7 @@ def intersect_analytic(kind, to_world, to_local, o, d, t_max):
 # ulps tie and the lower index wins; the winner's t and barycentrics are then recomputed exactly.
 
 _CHUNK = 16  # candidates per key (4 index bits); more chunks are unrolled or looped
-_UNROLL_CHUNKS = 16
+_UNROLL_CHUNKS = 4
 _INF_BITS = np.int32(0x7F800000)
 _BITS = _CHUNK.bit_length() - 1
 
@@ -191,10 +192,13 @@ def _keys(t, offset):
     return key, (key & (_CHUNK - 1)) + offset
 
 
-def _scan_chunks(n_prims, n, chunk_key):
-    """Running min of ``chunk_key(start) -> (key, index)`` over chunks of ``_CHUNK`` candidates."""
+def _scan_chunks(n_prims, like, chunk_key):
+    """Running min of ``chunk_key(start) -> (key, index)`` over chunks of ``_CHUNK`` candidates.
+
+    ``like`` (N,) shapes the carry (``*_like`` keeps shard_map's varying type, ``jnp.full`` not).
+    """
     n_chunks = -(-n_prims // _CHUNK)
-    best = (jnp.full((n,), _INF_BITS, jnp.int32), jnp.full((n,), -1, jnp.int32))
+    best = (jnp.full_like(like, _INF_BITS, jnp.int32), jnp.full_like(like, -1, jnp.int32))
 
     def merge(best, start):
         key, idx = chunk_key(start)
@@ -227,7 +231,7 @@ def _triangle_keys(tri, o, shear, t_max):
         t, _, _ = intersect_triangles(tuple(p0), tuple(p1), tuple(p2), tuple(o), shear, t_max)
         return _keys(t, start)
 
-    return _scan_chunks(n_tri, o.shape[1], chunk_key)
+    return _scan_chunks(n_tri, o[0], chunk_key)
 
 
 def _analytic_keys(analytic, o, d, t_max):
@@ -240,20 +244,20 @@ def _analytic_keys(analytic, o, d, t_max):
                                      o[:, None], d[:, None], t_max)
         return _keys(jnp.where(k >= 0, t, INF), start)
 
-    return _scan_chunks(n_quad, o.shape[1], chunk_key)
+    return _scan_chunks(n_quad, o[0], chunk_key)
 
 
 def closest_hit(tri, analytic, o, d, t_max):
     """Brute-force closest hit with 0 < t < t_max. tri = (p0, p1, p2), each (3, T); analytic =
     (kind (A,), to_world (3, 4, A), to_local (3, 4, A)). Triangles have ids [0, T), analytic
     primitives [T, T + A)."""
-    n = o.shape[1]
-    t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))
+    o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
+    t_max = jnp.zeros_like(o[0]) + t_max
     n_tri = tri[0].shape[1]
     n_quad = analytic[0].shape[0]
     shear = ray_shear(d)
-    key = jnp.full((n,), _INF_BITS, jnp.int32)
-    prim = jnp.full((n,), -1, jnp.int32)
+    key = jnp.full_like(o[0], _INF_BITS, jnp.int32)
+    prim = jnp.full_like(o[0], -1, jnp.int32)
     if n_tri:
         key, prim = _triangle_keys(tri, o, shear, t_max)
     if n_quad:
@@ -294,23 +298,23 @@ def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None):
 
 def occluded(tri, analytic, o, d, t_max):
     """Brute-force shadow test: any primitive with 0 < t < t_max."""
-    n = o.shape[1]
-    t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))
-    blocked = jnp.zeros((n,), bool)
+    o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
+    t_max = jnp.zeros_like(o[0]) + t_max
+    blocked = jnp.zeros_like(o[0], bool)
     n_tri, n_quad = tri[0].shape[1], analytic[0].shape[0]
     if n_tri:
         shear = ray_shear(d)
-        blocked = _any_hit(n_tri, n, blocked, lambda s: jnp.any(intersect_triangles(
+        blocked = _any_hit(n_tri, blocked, lambda s: jnp.any(intersect_triangles(
             *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0] < INF, axis=0))
     if n_quad:
         kind, to_world, to_local = analytic
-        blocked = _any_hit(n_quad, n, blocked, lambda s: jnp.any(intersect_analytic(
+        blocked = _any_hit(n_quad, blocked, lambda s: jnp.any(intersect_analytic(
             _chunk(kind, s, n_quad, -1), _chunk(to_world, s, n_quad, 0.0), _chunk(to_local, s, n_quad, 0.0),
             o[:, None], d[:, None], t_max)[0] < INF, axis=0))
     return blocked
 
 
-def _any_hit(n_prims, n, blocked, chunk_any):
+def _any_hit(n_prims, blocked, chunk_any):
     n_chunks = -(-n_prims // _CHUNK)
     if n_chunks <= _UNROLL_CHUNKS:
         for c in range(n_chunks):

@@ -1,0 +1,235 @@
+"""The BVH against brute force: same closest hits, same occlusion, watertight, a million triangles."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import trimesh
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.tracer.test_intersect import fan, fan_rays, moller_trumbore64
+from tracer import bvh, bvh_build, geometry
+from tracer import intersect as isect
+
+N_RAYS = 1024  # two traversal phases (1024 -> 256)
+N_TRIS = 48
+
+bvh_closest = jax.jit(bvh.closest_hit)
+bvh_occluded = jax.jit(bvh.occluded)
+brute_closest = jax.jit(isect.closest_hit)
+brute_occluded = jax.jit(isect.occluded)
+geo_closest = jax.jit(geometry.closest_hit)
+geo_occluded = jax.jit(geometry.occluded)
+geo_surface = jax.jit(geometry.surface_interaction)
+
+
+def _unit(v):
+    return (v / np.linalg.norm(v, axis=0)).astype(np.float32)
+
+
+def _no_quads():
+    return (np.zeros((0,), np.int32), np.zeros((3, 4, 0), np.float32), np.zeros((3, 4, 0), np.float32))
+
+
+def _pad(arrays, nodes, leaves):
+    """Pad the tables to fixed sizes (unreachable rows) so that every example shares one compile."""
+    m = arrays.nodes.shape[0]
+    links = np.asarray(arrays.links).reshape(8, m, 2)
+    grow = lambda a, n, fill=0: np.concatenate([a, np.full((n - a.shape[0],) + a.shape[1:], fill, a.dtype)])
+    return dataclasses.replace(
+        arrays, nodes=jnp.asarray(grow(np.asarray(arrays.nodes), nodes)),
+        links=jnp.asarray(np.concatenate([links, np.full((8, nodes - m, 2), -1, np.int32)], axis=1).reshape(-1, 2)),
+        leaf_tris=jnp.asarray(grow(np.asarray(arrays.leaf_tris), leaves)),
+        leaf_prims=jnp.asarray(grow(np.asarray(arrays.leaf_prims), leaves, -1)))
+
+
+def _build(tri, quads=None, leaf_size=bvh.LEAF_SIZE, pad=True):
+    quads = _no_quads() if quads is None else quads
+    lo = np.minimum(np.minimum(tri[0], tri[1]), tri[2])
+    hi = np.maximum(np.maximum(tri[0], tri[1]), tri[2])
+    if quads[0].size:
+        q_lo, q_hi = geometry._analytic_bounds(quads[0], quads[1])
+        lo, hi = np.concatenate([lo, q_lo], 1), np.concatenate([hi, q_hi], 1)
+    tree = bvh_build.thread(bvh_build.build_bvh(lo, hi, max_leaf=leaf_size))
+    arrays = bvh.make_arrays(tree, tri, quads, leaf_size=leaf_size)
+    n = lo.shape[1]
+    return _pad(arrays, 2 * n, n) if pad else arrays
+
+
+@st.composite
+def soups(draw):
+    """Triangle soups of N_TRIS with a few degenerate ones, and rays from inside and outside."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    size = draw(st.sampled_from([0.02, 0.2, 1.0]))
+    center = rng.uniform(-1, 1, (3, N_TRIS))
+    p = [center + rng.normal(0, size, (3, N_TRIS)) for _ in range(3)]
+    n_bad = draw(st.integers(0, 4))
+    p[1][:, :n_bad] = p[0][:, :n_bad]  # repeated vertex: zero area
+    tri = tuple(a.astype(np.float32) for a in p)
+    o = rng.uniform(-1.5, 1.5, (3, N_RAYS)).astype(np.float32)
+    # Half the rays aim at triangle points so that most of them hit something.
+    k = rng.integers(0, N_TRIS, N_RAYS)
+    b = rng.dirichlet([1, 1, 1], N_RAYS).T
+    target = b[0] * p[0][:, k] + b[1] * p[1][:, k] + b[2] * p[2][:, k]
+    d = _unit(np.where(rng.random(N_RAYS) < 0.5, target - o, rng.normal(size=(3, N_RAYS))))
+    return tri, o, d
+
+
+def _assert_same_hits(h, ref, rtol=1e-5):
+    prim, prim_ref = np.asarray(h.prim), np.asarray(ref.prim)
+    t, t_ref = np.asarray(h.t), np.asarray(ref.t)
+    assert not np.any(np.isnan(t))
+    same = prim == prim_ref
+    # A different primitive only at a tie (shared edges, touching triangles).
+    finite = np.isfinite(t) & np.isfinite(t_ref)
+    tie = finite & (np.abs(np.where(finite, t, 0) - np.where(finite, t_ref, 0)) <= rtol * t_ref + 1e-6)
+    assert np.all(same | tie), np.flatnonzero(~(same | tie))[:10]
+    both = same & (prim >= 0)
+    # Separately compiled kernels contract different products into FMAs: t may differ in the
+    # last bits, an absolute error on the scale of the vertex coordinates (~1 here).
+    np.testing.assert_allclose(t[both], t_ref[both], rtol=rtol, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(h.u)[both], np.asarray(ref.u)[both], atol=1e-5)
+
+
+@settings(max_examples=20, deadline=None)
+@given(soups(), st.floats(0.05, 3.0))
+def test_bvh_equals_brute_force(soup, t_max):
+    tri, o, d = soup
+    arrays = _build(tri)
+    ref = brute_closest(tri, _no_quads(), o, d, jnp.inf)
+    _assert_same_hits(bvh_closest(arrays, tri, _no_quads(), o, d, jnp.inf), ref)
+    # Occlusion: same answers as t < t_max (away from t = t_max itself).
+    blocked = np.asarray(bvh_occluded(arrays, o, d, np.float32(t_max)))
+    t = np.asarray(ref.t)
+    clear_cut = np.abs(t - t_max) > 1e-5 * t_max
+    np.testing.assert_array_equal(blocked[clear_cut], (t < t_max)[clear_cut])
+    np.testing.assert_array_equal(blocked, np.asarray(brute_occluded(tri, _no_quads(), o, d, np.float32(t_max))))
+
+
+def test_parallel_rays_and_degenerate_triangles():
+    rng = np.random.default_rng(5)
+    n = N_TRIS
+    p0 = rng.uniform(-1, 1, (3, n)).astype(np.float32)
+    p0[2] = 0
+    p1, p2 = p0 + [[0.3], [0], [0]], p0 + [[0], [0.3], [0]]
+    p1[:, :8] = p0[:, :8]  # zero-area triangles
+    tri = (p0, p1.astype(np.float32), p2.astype(np.float32))
+    o = np.concatenate([rng.uniform(-1.5, 1.5, (2, N_RAYS)), np.zeros((1, N_RAYS))]).astype(np.float32)
+    d = _unit(np.concatenate([rng.normal(size=(2, N_RAYS)), np.zeros((1, N_RAYS))]))
+    h = bvh_closest(_build(tri), tri, _no_quads(), o, d, jnp.inf)
+    assert np.all(np.asarray(h.prim) == -1)  # in the plane of every triangle
+    # From above: the zero-area ones are never hit, nothing is NaN.
+    o[2] = 1.0
+    k = rng.integers(0, n, N_RAYS)
+    d = _unit(p0[:, k] + rng.uniform(0, 0.1, (3, N_RAYS)) * [[1], [1], [0]] - o)
+    h = bvh_closest(_build(tri), tri, _no_quads(), o, d, jnp.inf)
+    prim = np.asarray(h.prim)
+    assert np.all((prim < 0) | (prim >= 8)) and np.any(prim >= 8)
+    assert not any(np.any(np.isnan(np.asarray(x))) for x in (h.t, h.u, h.v))
+
+
+def test_watertight_through_the_bvh():
+    tri = fan()
+    arrays = _build(tri, leaf_size=4, pad=False)  # several leaves share the center vertex
+    rng = np.random.default_rng(2)
+    for _ in range(2):
+        o, d, crossing = fan_rays(tri, rng, 4096)
+        prim = np.asarray(bvh_closest(arrays, tri, _no_quads(), o, d, jnp.inf).prim)
+        assert np.all(prim[crossing] >= 0)
+
+
+def test_spawned_rays_never_hit_their_own_surface():
+    mesh = trimesh.creation.torus(1.0, 0.35, 48, 24)
+    geo = geometry.build_geometry([(mesh.vertices, mesh.faces, None, None, 0)], [], accel="bvh")
+    rng = np.random.default_rng(4)
+    n = 4096
+    o = (_unit(rng.normal(size=(3, n))) * 3).astype(np.float32)
+    d = _unit(rng.normal(0, 0.4, (3, n)) - o)
+    h = geo_closest(geo, o, d, jnp.inf)
+    si = geo_surface(geo, o, d, h)
+    valid = np.asarray(si.valid)
+    assert valid.mean() > 0.3
+    # Leave in every direction, both sides of the surface, grazing ones included.
+    w = _unit(rng.normal(size=(3, n)))
+    w[:, : n // 4] = _unit(np.cross(np.asarray(si.ng)[:, : n // 4].T, rng.normal(size=(n // 4, 3))).T + 1e-3 * w[:, : n // 4])
+    o2 = geometry.spawn_ray(si.p, si.ng, w)
+    h2 = geo_closest(geo, o2, w, jnp.inf)
+    again = (np.asarray(h2.prim) == np.asarray(h.prim)) & valid
+    assert not np.any(again)
+    # Shadow rays toward points on other triangles never stop at either end.
+    target = np.roll(np.asarray(si.p), 1, axis=1)
+    o3, d3, t3 = geometry.spawn_ray_to(si.p, si.ng, target)
+    h3 = geo_closest(geo, o3, d3, t3)
+    ends = (np.asarray(h3.prim) == np.asarray(h.prim)) | (np.asarray(h3.prim) == np.roll(np.asarray(h.prim), 1))
+    assert not np.any(ends & valid & np.roll(valid, 1))
+
+
+def test_analytic_primitives_inside_the_bvh():
+    rng = np.random.default_rng(6)
+    mesh = trimesh.creation.icosphere(1)
+    meshes = [(mesh.vertices * 0.5 + [x, 0, 0], mesh.faces, None, None, i) for i, x in enumerate((-2.0, 2.0))]
+    analytic = []
+    for i in range(40):
+        m = np.eye(4)
+        m[:3, :3] = trimesh.transformations.random_rotation_matrix(rng.random(3))[:3, :3] * rng.uniform(0.05, 0.3)
+        m[:3, 3] = rng.uniform(-2.5, 2.5, 3)
+        analytic.append((geometry.SPHERE if i % 2 else geometry.DISK, m, 2 + i))
+    g_bvh = geometry.build_geometry(meshes, analytic, accel="bvh")
+    g_brute = geometry.build_geometry(meshes, analytic, accel="brute")
+    assert g_bvh.bvh.leaf_quads.shape[0] > 0
+    o = rng.uniform(-3, 3, (3, N_RAYS)).astype(np.float32)
+    d = _unit(rng.normal(size=(3, N_RAYS)))
+    h, ref = geo_closest(g_bvh, o, d, jnp.inf), geo_closest(g_brute, o, d, jnp.inf)
+    _assert_same_hits(h, ref)
+    assert np.sum(np.asarray(ref.prim) >= g_brute.n_triangles) > 20
+    np.testing.assert_array_equal(np.asarray(geo_occluded(g_bvh, o, d, 1.5)), np.asarray(geo_occluded(g_brute, o, d, 1.5)))
+
+
+def test_build_invariants():
+    rng = np.random.default_rng(7)
+    n = 5000
+    c = rng.random((3, n)).astype(np.float32)
+    c[:, :500] = 0.5  # a pile of coincident centroids: median splits
+    lo, hi = c - 0.01, c + rng.random((3, n)).astype(np.float32) * 0.02
+    tree = bvh_build.build_bvh(lo, hi, max_leaf=4)
+    np.testing.assert_array_equal(np.sort(tree.order), np.arange(n))
+    leaf = tree.left < 0
+    assert tree.count[leaf].sum() == n and tree.count[leaf].max() <= 4 and tree.count[leaf].min() >= 1
+    # Every primitive lies in its leaf's box, every child in its parent's.
+    owner = np.repeat(np.flatnonzero(leaf), tree.count[leaf])
+    prims = np.concatenate([tree.order[s:s + k] for s, k in zip(tree.start[leaf], tree.count[leaf])])
+    assert np.all(lo[:, prims] >= tree.lo[:, owner]) and np.all(hi[:, prims] <= tree.hi[:, owner])
+    inner = np.flatnonzero(~leaf)
+    for child in (tree.left[inner], tree.left[inner] + 1):
+        assert np.all(tree.lo[:, child] >= tree.lo[:, inner]) and np.all(tree.hi[:, child] <= tree.hi[:, inner])
+    # Threads: following hit links visits every node once, in every octant.
+    threaded = bvh_build.thread(tree)
+    for octant in range(8):
+        seen, node = [], 0
+        while node >= 0:
+            seen.append(node)
+            node = threaded.hit[octant, node]
+        assert sorted(seen) == list(range(tree.left.size))
+
+
+def test_a_million_triangles():
+    """Build a 1M-triangle BVH and check hits on a sample of rays against float64 brute force."""
+    rng = np.random.default_rng(8)
+    n = 1_000_000
+    c = rng.random((3, n)).astype(np.float32) * [[4], [4], [1]]
+    p = [c + rng.normal(0, 0.003, (3, n)).astype(np.float32) for _ in range(3)]
+    tri = tuple(a.astype(np.float32) for a in p)
+    arrays = _build(tri, pad=False)
+    n_rays = 256
+    o = rng.uniform(-1, 5, (3, n_rays)).astype(np.float32)
+    k = rng.integers(0, n, n_rays)
+    d = _unit(np.where(rng.random(n_rays) < 0.75, c[:, k] - o, rng.normal(size=(3, n_rays))))
+    h = bvh_closest(arrays, tri, _no_quads(), o, d, jnp.inf)
+    sample = np.arange(0, n_rays, 8)
+    t_ref, prim_ref = zip(*(moller_trumbore64(*tri, o[:, i:i + 1], d[:, i:i + 1]) for i in sample))
+    t_ref, prim_ref = np.concatenate(t_ref), np.concatenate(prim_ref)
+    prim, t = np.asarray(h.prim)[sample], np.asarray(h.t)[sample]
+    assert np.mean(prim >= 0) > 0.5
+    np.testing.assert_array_equal(prim, prim_ref)
+    np.testing.assert_allclose(t[prim >= 0], t_ref[prim >= 0], rtol=1e-5)
