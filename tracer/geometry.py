@@ -7,6 +7,7 @@ which the acceleration structure lives (brute force for small scenes, a BVH othe
 Mitsuba 3 computes them (``Mesh``, ``Sphere`` and ``Disk`` ``compute_surface_interaction``), and
 ``spawn_ray``/``spawn_ray_to`` offset new rays as Mitsuba's ``Interaction::offset_p``.
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -180,13 +181,18 @@ def build_geometry(meshes, analytic, accel="auto", leaf_size=bvh_traversal.LEAF_
 # ---------------------------------------------------------------------------------------------
 # Queries (traced).
 
+# Queries end in an optimization barrier: otherwise XLA fuses the (primitives x rays) search into
+# each consumer of its result and recomputes it there -- 50x slower inside the path loop.
+
 def closest_hit(geometry, o, d, t_max):
     """Closest hit of rays o, d (3, N) (d unit length) with 0 < t < t_max (N,) or scalar."""
     if geometry.n_triangles + geometry.n_analytic == 0:
         return isect.miss(o[0])
     if geometry.accel == "bvh":
-        return bvh_traversal.closest_hit(geometry.bvh, geometry.triangles, geometry.analytic, o, d, t_max)
-    return isect.closest_hit(geometry.triangles, geometry.analytic, o, d, t_max)
+        hit = bvh_traversal.closest_hit(geometry.bvh, geometry.triangles, geometry.analytic, o, d, t_max)
+    else:
+        hit = isect.closest_hit(geometry.triangles, geometry.analytic, o, d, t_max)
+    return jax.lax.optimization_barrier(hit)
 
 
 def occluded(geometry, o, d, t_max):
@@ -194,8 +200,10 @@ def occluded(geometry, o, d, t_max):
     if geometry.n_triangles + geometry.n_analytic == 0:
         return jnp.zeros_like(o[0], bool)
     if geometry.accel == "bvh":
-        return bvh_traversal.occluded(geometry.bvh, o, d, t_max)
-    return isect.occluded(geometry.triangles, geometry.analytic, o, d, t_max)
+        blocked = bvh_traversal.occluded(geometry.bvh, o, d, t_max)
+    else:
+        blocked = isect.occluded(geometry.triangles, geometry.analytic, o, d, t_max)
+    return jax.lax.optimization_barrier(blocked)
 
 
 def primitive_shape(geometry, prim):
