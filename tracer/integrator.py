@@ -20,6 +20,11 @@ from tracer.sampling import power_heuristic
 
 __all__ = ["PathState", "trace_paths"]
 
+# Each stage's results pass an optimization barrier: XLA's CPU fusion otherwise inlines a stage
+# into every consumer of its outputs and recomputes it there (measured 6x slower on a scene with
+# every BSDF kind). The barriers make each stage run once per bounce.
+_stage = jax.lax.optimization_barrier
+
 
 @pytree_dataclass
 class PathState:
@@ -78,7 +83,7 @@ def _bounce(scene, keys, state):
     if settings.hide_emitters:
         origin, hit = jax.lax.cond(depth == 0, lambda: _skip_emitters(scene, state.origin, d, state.t_max, hit),
                                    lambda: (state.origin, hit))
-    si = geometry.surface_interaction(geo, origin, d, hit)
+    si = _stage(geometry.surface_interaction(geo, origin, d, hit))
     valid = active & si.valid
     shape = jnp.maximum(si.shape, 0)
     flip = shapes.flip_normals[shape]
@@ -91,15 +96,15 @@ def _bounce(scene, keys, state):
     emitter = shapes.emitter[shape]
     hit_emitter = valid & (emitter >= 0)
     # Mitsuba orients emission and its pdf by the shading normal.
-    le = emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), ns, d, si.uv)
-    em_pdf = emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, ns, d)
+    le, em_pdf = _stage((emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), ns, d, si.uv),
+                         emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, ns, d)))
     mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
     radiance = state.radiance + jnp.where(hit_emitter & visible, state.throughput * le * mis, 0.0)
     if ems.environment >= 0:
         escaped = active & ~si.valid
         env = jnp.full_like(emitter, ems.environment)
-        le = emitters.eval_environment(ems, tex, d)
-        em_pdf = emitters.pdf_direction(ems, state.prev_p, env, si.p, ng, d)
+        le, em_pdf = _stage((emitters.eval_environment(ems, tex, d),
+                             emitters.pdf_direction(ems, state.prev_p, env, si.p, ng, d)))
         mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
         radiance = radiance + jnp.where(escaped & visible, state.throughput * le * mis, 0.0)
 
@@ -116,18 +121,18 @@ def _bounce(scene, keys, state):
 
     # ---- Next-event estimation.
     do_nee = more & bsdfs.has_smooth(mats, mat)
-    ds, em_weight = emitters.sample_direction(ems, tex, si.p, u(Dims.EMITTER_SELECT), u2(Dims.EMITTER_POINT))
+    ds, em_weight = _stage(emitters.sample_direction(ems, tex, si.p, u(Dims.EMITTER_SELECT), u2(Dims.EMITTER_POINT)))
     do_nee = do_nee & (ds.pdf > 0)
     shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, ng, ds.d, ds.dist)
     blocked = geometry.occluded(geo, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
     wo = vm.to_local(frame, ds.d)
-    bsdf_value, bsdf_pdf = bsdfs.eval_pdf(mats, tex, mat, si.uv, wi, wo)
+    bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(mats, tex, mat, si.uv, wi, wo))
     mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
     lit = do_nee & ~blocked
     radiance = radiance + jnp.where(lit, state.throughput * bsdf_value * em_weight * mis_em, 0.0)
 
     # ---- BSDF sampling: the next ray.
-    bs, bsdf_weight = bsdfs.sample(mats, tex, mat, si.uv, wi, u(Dims.BSDF_COMPONENT), u2(Dims.BSDF_DIRECTION))
+    bs, bsdf_weight = _stage(bsdfs.sample(mats, tex, mat, si.uv, wi, u(Dims.BSDF_COMPONENT), u2(Dims.BSDF_DIRECTION)))
     wo_world = vm.to_world(frame, bs.wo)
     next_origin = geometry.spawn_ray(si.p, ng, wo_world)
     throughput = jnp.where(more, state.throughput * bsdf_weight, 0.0)

@@ -1,0 +1,68 @@
+"""``farm render`` end to end on an embedded local Ray, and its one-line errors."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from farm.curves import Curve, parse_set
+from farm.errors import SpecError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _farm(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def test_parse_set_constant_and_keyframes():
+    assert parse_set("angle=30").at(7) == 30.0
+    curve = parse_set("angle=0:0,10:100")
+    assert [curve.at(f) for f in (-1, 0, 5, 10, 12)] == [0.0, 0.0, 50.0, 100.0, 100.0]
+    smooth = Curve("x", ((0, 0.0), (10, 1.0)), "smooth")
+    assert smooth.at(5) == pytest.approx(0.5) and smooth.at(2) < 0.2
+    step = Curve("x", ((0, 1.0), (10, 2.0)), "step")
+    assert step.at(9) == 1.0 and step.at(10) == 2.0
+    for bad in ("angle", "=3", "angle=a:1", "angle=0:1,0:2"):
+        with pytest.raises(SpecError):
+            parse_set(bad)
+
+
+def test_render_writes_an_animation(tmp_path):
+    out = tmp_path / "frames"
+    result = _farm("render", "examples/orbit.xml", "--frames", "0-2", "--spp", "2", "--res", "32x24",
+                   "--set", "angle=0:0,2:90", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    from tracer.io.images import load_image
+
+    frames = [load_image(str(out / f"frame_{i:04d}.exr")) for i in range(3)]
+    for frame in frames:
+        assert frame.shape == (24, 32, 3) and np.isfinite(frame).all() and frame.mean() > 0.01
+        assert (out / f"frame_{frames.index(frame):04d}.png").stat().st_size > 100
+    # The camera orbits: consecutive frames differ.
+    assert np.abs(frames[0] - frames[2]).mean() > 0.01
+
+
+@pytest.mark.parametrize("args,message", [
+    (("render", "missing.xml", "--out", "x"), "scene file not found"),
+    (("render", "examples/cbox.xml", "--frames", "5-2", "--out", "x"), "--frames"),
+    (("render", "examples/cbox.xml", "--res", "12", "--out", "x"), "--res"),
+    (("render", "examples/cbox.xml", "--set", "oops", "--out", "x"), "--set"),
+])
+def test_bad_input_is_one_line_and_nonzero(args, message):
+    result = _farm(*args, timeout=120)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_scene_error_from_the_worker_is_one_line(tmp_path):
+    scene = tmp_path / "bad.xml"
+    scene.write_text('<scene version="3.0.0"><shape type="obj"><string name="filename" value="nope.obj"/></shape>'
+                     '<sensor type="perspective"/></scene>')
+    result = _farm("render", str(scene), "--out", str(tmp_path / "o"))
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nope.obj" in lines[0], result.stderr[-2000:]
