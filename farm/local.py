@@ -1,4 +1,5 @@
 """Render frames on an embedded local Ray: one tracer process per worker, frames queued."""
+import logging
 import os
 
 import ray
@@ -24,8 +25,9 @@ def render_frames(scene, frames, spp, resolution, curves, seed, out, workers):
     os.makedirs(out, exist_ok=True)
     first, last = frames
     todo = list(range(first, last + 1))
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=max(os.cpu_count() or 1, workers), include_dashboard=False, log_to_driver=False,
-             ignore_reinit_error=True)
+             logging_level=logging.ERROR, ignore_reinit_error=True)
     try:
         actors = [FrameRenderer.remote(os.path.abspath(scene), resolution) for _ in range(workers)]
         pending = {}
