@@ -80,11 +80,18 @@ def test_one_compile_serves_every_frame_tile_and_pass_range():
 
 
 def test_tiles_agree_with_the_whole_image():
-    """Rendering by tiles (neighbours recompute border samples) equals one tile over the film."""
+    """Rendering by tiles (neighbours recompute border samples) equals one tile over the film.
+
+    Equal to float rounding, not bit for bit: XLA fuses differently for other batch shapes, and
+    where a multiply and an add share a fusion they become one FMA. Bit-identity is promised for
+    a fixed tile and pass size (a job's), whatever the devices, hosts or interruptions.
+    """
     scene = tracer.load_scene("examples/cbox.xml", res=24)
     whole = tracer.render(scene, spp=8, tile=24)
     tiled = tracer.render(scene, spp=8, tile=8)
-    np.testing.assert_array_equal(whole, tiled)
+    np.testing.assert_allclose(whole, tiled, rtol=1e-5, atol=1e-7)
+    # A wrong border (samples splatted into the wrong tile, or lost) is far above rounding.
+    assert np.abs(whole - tiled).max() < 1e-5 * whole.max()
 
 
 DEVICES_SCRIPT = textwrap.dedent("""
