@@ -260,7 +260,10 @@ class _SceneBuilder:
         if node.type == "cube":
             return meshes.transform_mesh(meshes.cube_mesh(), to_world, normal_matrix)
         path = node.get_path("filename")
-        mesh = meshes.load_obj(path) if node.type == "obj" else meshes.load_ply(path)
+        try:
+            mesh = meshes.load_obj(path) if node.type == "obj" else meshes.load_ply(path)
+        except SceneError as e:
+            raise SceneError(f"{node.source}: {e}") from None
         face_normals = node.get_bool("face_normals", False)
         if face_normals:
             mesh = meshes.Mesh(mesh.positions, mesh.faces, None, mesh.uvs)
@@ -323,7 +326,10 @@ class _SceneBuilder:
                 raise SceneError(f"{node.source}: unknown wrap_mode '{wrap_name}' (repeat, mirror or clamp)")
             key = (path, raw, filter_name, wrap_name, to_uv.tobytes())
             if key not in self.bitmap_ids:
-                image = load_image(path, raw=raw)
+                try:
+                    image = load_image(path, raw=raw)
+                except SceneError as e:
+                    raise SceneError(f"{node.source}: {e}") from None
                 self.bitmap_ids[key] = self.textures.add_bitmap(image, filters[filter_name], wraps[wrap_name], to_uv)
             tid = self.bitmap_ids[key]
         else:
