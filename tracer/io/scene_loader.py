@@ -4,6 +4,7 @@ Host only (numpy); the arrays it makes are what the jitted work unit reads. Ever
 plugin is given must be understood: whatever no builder read is reported, with file and line,
 by ``PluginNode.check_unused``.
 """
+import jax.numpy as jnp
 import numpy as np
 
 from tracer import camera as cameras
@@ -68,7 +69,7 @@ class _SceneBuilder:
     # ------------------------------------------------------------------ top level
     def build(self):
         root = self.root
-        settings, sensor = self._integrator(), None
+        settings = self._integrator()
         sensors = root.children_of("sensor")
         if len(sensors) != 1:
             raise SceneError(f"{root.source}: expected exactly one <sensor>, found {len(sensors)}")
@@ -90,12 +91,10 @@ class _SceneBuilder:
         geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel)
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
-        column = lambda key, dtype: np.array([row[key] for row in self.shape_rows], dtype)
+        column = lambda key, dtype: jnp.asarray(np.array([row[key] for row in self.shape_rows], dtype))
         shapes = Shapes(bsdf_front=column("front", np.int32), bsdf_back=column("back", np.int32),
                         flip_back=column("flip_back", bool), emitter=column("emitter", np.int32),
                         flip_normals=column("flip_normals", bool))
-        import jax.numpy as jnp
-        shapes = Shapes(**{k: jnp.asarray(v) for k, v in shapes.__dict__.items()})
         settings = Settings(max_depth=settings.max_depth, rr_depth=settings.rr_depth,
                             hide_emitters=settings.hide_emitters, spp=spp)
         textures = self.textures.build()
