@@ -32,12 +32,17 @@ def render_frames(scene, frames, spp, resolution, curves, seed, out, workers):
         actors = [FrameRenderer.remote(os.path.abspath(scene), resolution) for _ in range(workers)]
         pending = {}
         queue = list(todo)
+
+        def submit(actor):
+            """Give the actor the next frame in the queue, if any."""
+            if queue:
+                frame = queue.pop(0)
+                params = {c.name: c.at(frame) for c in curves}
+                pending[actor.render.remote(frame, params, spp, seed)] = (actor, frame)
+
         with tqdm(total=len(todo), unit="frame", desc="rendering") as bar:
             for actor in actors:
-                if queue:
-                    frame = queue.pop(0)
-                    params = {c.name: c.at(frame) for c in curves}
-                    pending[actor.render.remote(frame, params, spp, seed)] = (actor, frame)
+                submit(actor)
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 actor, frame = pending.pop(done[0])
@@ -52,9 +57,6 @@ def render_frames(scene, frames, spp, resolution, curves, seed, out, workers):
                 write_exr(base + ".exr", image)
                 write_png(base + ".png", image)
                 bar.update(1)
-                if queue:
-                    nxt = queue.pop(0)
-                    params = {c.name: c.at(nxt) for c in curves}
-                    pending[actor.render.remote(nxt, params, spp, seed)] = (actor, nxt)
+                submit(actor)
     finally:
         ray.shutdown()

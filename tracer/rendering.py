@@ -103,7 +103,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAUL
     n_passes = -(-spp // pass_size)
     th, tw = min(tile, film.height), min(tile, film.width)
     image = np.zeros((film.height, film.width, 3), np.float32)
-    i32 = lambda v: jnp.int32(v)
+    i32 = jnp.int32
     for y in range(0, film.height, th):
         for x in range(0, film.width, tw):
             value, weight = render_tile(

@@ -129,8 +129,7 @@ def _bitmap(textures, tid, uv):
     return jnp.where(textures.filter[tid] == BILINEAR, bilinear, nearest)
 
 
-def eval_rgb(textures, tid, uv):
-    """RGB (3, N) of textures ``tid`` (N,) at surface uv (2, N)."""
+def _eval(textures, tid, uv, checker_swapped):
     kind = textures.kind[tid]
     m = textures.to_uv[:, :, tid]
     uv = jnp.stack([m[0, 0] * uv[0] + m[0, 1] * uv[1] + m[0, 2], m[1, 0] * uv[0] + m[1, 1] * uv[1] + m[1, 2]])
@@ -140,13 +139,19 @@ def eval_rgb(textures, tid, uv):
         frac = uv - jnp.floor(uv)
         # Mitsuba: color0 where both or neither fractional coordinate exceeds one half.
         odd = (frac[0] > 0.5) != (frac[1] > 0.5)
-        checker = vm.select(odd, textures.color1[:, tid], c0)
+        checker = vm.select(odd != checker_swapped, textures.color1[:, tid], c0)
         result = vm.select(kind == CHECKERBOARD, checker, result)
     if BITMAP in textures.kinds_present:
         result = vm.select(kind == BITMAP, _bitmap(textures, tid, uv), result)
     return result
 
 
+def eval_rgb(textures, tid, uv):
+    """RGB (3, N) of textures ``tid`` (N,) at surface uv (2, N)."""
+    return _eval(textures, tid, uv, checker_swapped=False)
+
+
 def eval_float(textures, tid, uv):
-    """Scalar (N,) texture values: the luminance of the RGB value (exact for gray constants)."""
-    return vm.luminance(eval_rgb(textures, tid, uv))
+    """Scalar (N,) texture values as Mitsuba's ``Texture::eval_1``: the luminance of the RGB value
+    (exact for gray constants), except that its checkerboard swaps the two colors."""
+    return vm.luminance(_eval(textures, tid, uv, checker_swapped=True))

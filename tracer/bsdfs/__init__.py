@@ -70,24 +70,13 @@ class _Params:
                                            materials.nonlinear[mat])
         if present & set(ROUGH_KINDS):
             self.distr = microfacet.make(
-                _eval_float(textures, materials.alpha_u[mat], uv),
-                _eval_float(textures, materials.alpha_v[mat], uv),
+                tx.eval_float(textures, materials.alpha_u[mat], uv),
+                tx.eval_float(textures, materials.alpha_v[mat], uv),
                 materials.distribution[mat] == GGX, materials.sample_visible[mat],
                 present=materials.distributions_present, all_normals=materials.all_normals)
 
     def has(self, kind):
         return kind in self.kinds
-
-
-def _eval_float(textures, ids, uv):
-    """Scalar textures as Mitsuba's ``Texture::eval_1``, whose checkerboard (unlike its ``eval``)
-    puts color1 where both or neither uv fraction exceeds one half."""
-    value = tx.eval_float(textures, ids, uv)
-    if tx.CHECKERBOARD not in textures.kinds_present:
-        return value
-    # value is one of the two colors' luminances: the other one is their sum minus it.
-    swapped = vm.luminance(textures.color0[:, ids]) + vm.luminance(textures.color1[:, ids]) - value
-    return jnp.where(textures.kind[ids] == tx.CHECKERBOARD, swapped, value)
 
 
 class _Select:

@@ -51,6 +51,14 @@ def _first(node, category):
     return found[0] if found else None
 
 
+def _load(node, loader, *args, **kwargs):
+    """Run a file loader; its error (naming the file) also names the XML line that asked for it."""
+    try:
+        return loader(*args, **kwargs)
+    except SceneError as e:
+        raise SceneError(f"{node.source}: {e}") from None
+
+
 class _SceneBuilder:
     def __init__(self, root, accel, resolution):
         self.root = root
@@ -259,10 +267,7 @@ class _SceneBuilder:
         if node.type == "cube":
             return meshes.transform_mesh(meshes.cube_mesh(), to_world, normal_matrix)
         path = node.get_path("filename")
-        try:
-            mesh = meshes.load_obj(path) if node.type == "obj" else meshes.load_ply(path)
-        except SceneError as e:
-            raise SceneError(f"{node.source}: {e}") from None
+        mesh = _load(node, meshes.load_obj if node.type == "obj" else meshes.load_ply, path)
         face_normals = node.get_bool("face_normals", False)
         if face_normals:
             mesh = meshes.Mesh(mesh.positions, mesh.faces, None, mesh.uvs)
@@ -325,10 +330,7 @@ class _SceneBuilder:
                 raise SceneError(f"{node.source}: unknown wrap_mode '{wrap_name}' (repeat, mirror or clamp)")
             key = (path, raw, filter_name, wrap_name, to_uv.tobytes())
             if key not in self.bitmap_ids:
-                try:
-                    image = load_image(path, raw=raw)
-                except SceneError as e:
-                    raise SceneError(f"{node.source}: {e}") from None
+                image = _load(node, load_image, path, raw=raw)
                 self.bitmap_ids[key] = self.textures.add_bitmap(image, filters[filter_name], wraps[wrap_name], to_uv)
             tid = self.bitmap_ids[key]
         else:
