@@ -58,7 +58,7 @@ def bench_ours(scene, params, spp, repeats):
         t0 = time.perf_counter()
         img = tracer.render(loaded, spp=spp, seed=1 + r)
         runs.append(time.perf_counter() - t0)
-    return dict(devices=len(jax.local_devices()), load_s=load_s, first_s=first_s,
+    return dict(devices=len(jax.local_devices()), accel=loaded.geometry.accel, load_s=load_s, first_s=first_s,
                 compile_s=compile_s, run_s=min(runs), pixels=img.shape[0] * img.shape[1],
                 recompiled=sum(compile_events) > compile_s)  # a timed run compiled again
 
@@ -145,7 +145,8 @@ def main():
         result = run_worker("ours", d, args)
         if isinstance(result, dict) and result["devices"] != d:
             result = f"failed: asked for {d} devices, JAX saw {result['devices']}"
-        rows.append((f"ours ({d} device{'s' if d > 1 else ''})", result))
+        accel = result["accel"] if isinstance(result, dict) else "?"
+        rows.append((f"ours, {accel} ({d} dev)", result))
     print_table(args, rows)
     if args.json:
         args.json.write_text(json.dumps({label: r for label, r in rows}, indent=2) + "\n")

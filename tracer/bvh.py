@@ -7,7 +7,7 @@ that touches a triangle exactly is never missed), following the octant's hit or 
 stopping at the first leaf whose box is hit; then all L slots of that leaf are tested at once as
 (N, L) arrays with the watertight test. A ray's state is three numbers and no stack.
 
-Three things decide the speed on the CPU (measured with scripts/bench_intersect.py):
+Three things decide the speed on the CPU (measured with scripts/bench_accel.py):
   * XLA fuses gathers into their elementwise consumers as scalar loops and re-derives values
     inside every consumer (once per slot inside the leaf test). ``optimization_barrier``
     materializes the gathered node rows and the chosen leaf: 2x.

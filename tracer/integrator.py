@@ -78,7 +78,8 @@ def _bounce(scene, keys, state):
     u = lambda offset: rng.uniform(keys, Dims.bounce(depth, offset))
     u2 = lambda offset: rng.uniform2(keys, Dims.bounce(depth, offset))
 
-    hit = geometry.closest_hit(geo, state.origin, d, state.t_max)
+    # Finished paths ask for nothing (t_max = 0): every backend then skips them cheaply.
+    hit = geometry.closest_hit(geo, state.origin, d, jnp.where(active, state.t_max, 0.0))
     origin = state.origin
     if settings.hide_emitters:
         origin, hit = jax.lax.cond(depth == 0, lambda: _skip_emitters(scene, state.origin, d, state.t_max, hit),

@@ -199,7 +199,8 @@ def test_empty_and_partial_geometry():
     # Triangles of shape 5 (ids 0, 1) and a big sphere of shape 7 (id 2) around everything.
     quad = np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]], np.float32)
     sphere = np.diag([10.0, 10.0, 10.0, 1.0])
-    both = geometry.build_geometry([(quad, [[0, 1, 2], [0, 2, 3]], None, None, 5)], [(geometry.SPHERE, sphere, 7)])
+    both = geometry.build_geometry([(quad, [[0, 1, 2], [0, 2, 3]], None, None, 5)], [(geometry.SPHERE, sphere, 7)],
+                                  accel="jax")
     assert (both.n_triangles, both.n_analytic, both.accel) == (2, 1, "brute")
     o = np.array([[0.5, 5.0], [0.2, 0.0], [1.0, 0.0]], np.float32)
     d = np.array([[0.0, 0.0], [0.0, 0.0], [-1.0, 1.0]], np.float32)

@@ -53,13 +53,15 @@ class _Params:
         self.kinds = present
         self.kind = materials.kind[mat]
         self.mat = mat
-        rgb = lambda ids: tx.eval_rgb(textures, ids[mat], uv)
+        textured = set(materials.textured)
+        rgb = lambda field: tx.eval_rgb(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
+        value = lambda field: tx.eval_float(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
         if present & set(_WITH_DIFFUSE):
-            self.reflectance = rgb(materials.reflectance)
+            self.reflectance = rgb("reflectance")
         if present - {NULL, DIFFUSE}:
-            self.specular = rgb(materials.specular_reflectance)
+            self.specular = rgb("specular_reflectance")
         if present & set(_DIELECTRICS):
-            self.transmittance = rgb(materials.specular_transmittance)
+            self.transmittance = rgb("specular_transmittance")
         if present & {CONDUCTOR, ROUGHCONDUCTOR}:
             self.eta3, self.k3 = materials.eta[:, mat], materials.k[:, mat]
         if present & (set(_DIELECTRICS) | set(_PLASTICS)):
@@ -70,8 +72,7 @@ class _Params:
                                            materials.nonlinear[mat])
         if present & set(ROUGH_KINDS):
             self.distr = microfacet.make(
-                tx.eval_float(textures, materials.alpha_u[mat], uv),
-                tx.eval_float(textures, materials.alpha_v[mat], uv),
+                value("alpha_u"), value("alpha_v"),
                 materials.distribution[mat] == GGX, materials.sample_visible[mat],
                 present=materials.distributions_present, all_normals=materials.all_normals)
 

@@ -14,7 +14,7 @@ from tracer.bsdfs.table import (BECKMANN, CONDUCTOR, DIELECTRIC, DIFFUSE, GGX, N
                                 TRANSMITTANCE_RES, Materials)
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.io.errors import SceneError
-from tracer.textures import BITMAP, CHECKERBOARD
+from tracer.textures import BITMAP, CHECKERBOARD, CONSTANT
 
 __all__ = ["MaterialTableBuilder", "lookup_ior", "conductor_ior"]
 
@@ -264,4 +264,16 @@ class MaterialTableBuilder:
             kinds_present=tuple(sorted({r["kind"] for r in rows})),
             distributions_present=tuple(sorted({r["distribution"] for r in rough})),
             all_normals=any(not r["sample_visible"] for r in rough),
+            textured=_textured_fields(rows, textures),
         )
+
+
+_TEXTURE_FIELDS = ("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v")
+
+
+def _textured_fields(rows, textures):
+    """The texture-id fields that refer to a non-constant texture (all of them, unknown textures)."""
+    if textures is None:
+        return _TEXTURE_FIELDS
+    kinds = np.asarray(textures.kind)
+    return tuple(f for f in _TEXTURE_FIELDS if any(kinds[r[f]] != CONSTANT for r in rows))

@@ -49,3 +49,6 @@ class Materials:
     kinds_present: tuple = static((DIFFUSE,))
     distributions_present: tuple = static(())   # microfacet distributions of the rough kinds
     all_normals: bool = static(False)           # some rough material samples all normals
+    # Texture-id fields above that refer to a non-constant texture somewhere; the others are
+    # read as constants (a bitmap lookup for every field of every ray is what this saves).
+    textured: tuple = static(("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v"))

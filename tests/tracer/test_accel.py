@@ -1,0 +1,147 @@
+"""Every intersection backend against brute force: closest hits, occlusion, watertightness,
+self-intersection and degenerate input; and the backend choice itself."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import trimesh
+from hypothesis import given, settings
+
+from tests.tracer.test_bvh import _assert_same_hits, _unit, soups
+from tests.tracer.test_intersect import fan, fan_rays
+from tracer import geometry
+from tracer.accel import embree
+
+BACKENDS = ["bvh"] + (["embree"] if embree.available() else [])
+closest = jax.jit(geometry.closest_hit)
+blocked = jax.jit(geometry.occluded)
+surface = jax.jit(geometry.surface_interaction)
+
+
+def _geometry(tri, accel, analytic=()):
+    faces = np.arange(3 * tri[0].shape[1]).reshape(3, -1).T
+    positions = np.concatenate([p.T for p in tri])
+    return geometry.build_geometry([(positions, faces, None, None, 0)], list(analytic), accel=accel)
+
+
+@pytest.mark.parametrize("accel", BACKENDS)
+@settings(max_examples=12, deadline=None)
+@given(soup=soups())
+def test_same_hits_as_brute_force(accel, soup):
+    tri, o, d = soup
+    geo, ref_geo = _geometry(tri, accel), _geometry(tri, "brute")
+    assert geo.accel == accel
+    ref = closest(ref_geo, o, d, jnp.inf)
+    # Embree's own triangle test rounds differently from the watertight one: t agrees to ~1e-5.
+    _assert_same_hits(closest(geo, o, d, jnp.inf), ref, rtol=2e-5)
+    t_ref = np.asarray(ref.t)
+    t_max = np.float32(np.median(t_ref[np.isfinite(t_ref)]))
+    clear_cut = np.abs(t_ref - t_max) > 1e-4 * t_max
+    got = np.asarray(blocked(geo, o, d, t_max))
+    np.testing.assert_array_equal(got[clear_cut], (t_ref < t_max)[clear_cut])
+    # A bounded closest hit finds only what lies before the bound; t_max = 0 asks for nothing.
+    bounded = closest(geo, o, d, jnp.full(o.shape[1], t_max))
+    prim = np.asarray(bounded.prim)
+    np.testing.assert_array_equal((prim >= 0)[clear_cut], (t_ref < t_max)[clear_cut])
+    assert np.all(np.asarray(closest(geo, o, d, jnp.zeros(o.shape[1])).prim) == -1)
+    assert not np.any(np.asarray(blocked(geo, o, d, 0.0)))
+
+
+@pytest.mark.parametrize("accel", BACKENDS)
+def test_rays_through_shared_edges_never_slip_through(accel):
+    tri = fan()
+    geo = _geometry(tri, accel)
+    rng = np.random.default_rng(2)
+    o, d, crossing = fan_rays(tri, rng, 4096)
+    assert np.all(np.asarray(closest(geo, o, d, jnp.inf).prim)[crossing] >= 0)
+
+
+@pytest.mark.parametrize("accel", BACKENDS)
+def test_rays_leaving_a_surface_do_not_hit_it_again(accel):
+    mesh = trimesh.creation.torus(1.0, 0.35, 48, 24)
+    geo = geometry.build_geometry([(mesh.vertices, mesh.faces, None, None, 0)], [], accel=accel)
+    rng = np.random.default_rng(4)
+    n = 4096
+    o = (_unit(rng.normal(size=(3, n))) * 3).astype(np.float32)
+    d = _unit(rng.normal(0, 0.4, (3, n)) - o)
+    h = closest(geo, o, d, jnp.inf)
+    si = surface(geo, o, d, h)
+    valid = np.asarray(si.valid)
+    assert valid.mean() > 0.3
+    w = _unit(rng.normal(size=(3, n)))
+    # A quarter of them graze the surface.
+    q = n // 4
+    w[:, :q] = _unit(np.cross(np.asarray(si.ng)[:, :q].T, rng.normal(size=(q, 3))).T + 1e-3 * w[:, :q])
+    h2 = closest(geo, geometry.spawn_ray(si.p, si.ng, w), w, jnp.inf)
+    assert not np.any((np.asarray(h2.prim) == np.asarray(h.prim)) & valid)
+    # Shadow rays between two surface points stop at neither end.
+    target = np.roll(np.asarray(si.p), 1, axis=1)
+    o3, d3, t3 = geometry.spawn_ray_to(si.p, si.ng, target)
+    h3 = np.asarray(closest(geo, o3, d3, t3).prim)
+    ends = (h3 == np.asarray(h.prim)) | (h3 == np.roll(np.asarray(h.prim), 1))
+    assert not np.any(ends & valid & np.roll(valid, 1))
+
+
+@pytest.mark.parametrize("accel", BACKENDS)
+def test_degenerate_triangles_and_rays_in_their_plane(accel):
+    rng = np.random.default_rng(5)
+    n, n_rays = 48, 1024
+    p0 = rng.uniform(-1, 1, (3, n)).astype(np.float32)
+    p0[2] = 0
+    p1, p2 = p0 + [[0.3], [0], [0]], p0 + [[0], [0.3], [0]]
+    p1[:, :8] = p0[:, :8]  # zero area
+    tri = (p0, p1.astype(np.float32), p2.astype(np.float32))
+    geo = _geometry(tri, accel)
+    o = np.concatenate([rng.uniform(-1.5, 1.5, (2, n_rays)), np.zeros((1, n_rays))]).astype(np.float32)
+    d = _unit(np.concatenate([rng.normal(size=(2, n_rays)), np.zeros((1, n_rays))]))
+    assert np.all(np.asarray(closest(geo, o, d, jnp.inf).prim) == -1)
+    o[2] = 1.0
+    k = rng.integers(0, n, n_rays)
+    d = _unit(p0[:, k] + rng.uniform(0, 0.1, (3, n_rays)) * [[1], [1], [0]] - o)
+    h = closest(geo, o, d, jnp.inf)
+    prim = np.asarray(h.prim)
+    assert np.all((prim < 0) | (prim >= 8)) and np.any(prim >= 8)
+    assert not any(np.any(np.isnan(np.asarray(x))) for x in (h.t, h.u, h.v))
+
+
+@pytest.mark.parametrize("accel", BACKENDS)
+def test_triangles_with_spheres_and_disks(accel):
+    rng = np.random.default_rng(6)
+    mesh = trimesh.creation.icosphere(1)
+    meshes = [(mesh.vertices * 0.5 + [x, 0, 0], mesh.faces, None, None, i) for i, x in enumerate((-2.0, 2.0))]
+    analytic = []
+    for i in range(12):
+        m = np.eye(4)
+        m[:3, :3] = trimesh.transformations.random_rotation_matrix(rng.random(3))[:3, :3] * rng.uniform(0.1, 0.5)
+        m[:3, 3] = rng.uniform(-2.5, 2.5, 3)
+        analytic.append((geometry.SPHERE if i % 2 else geometry.DISK, m, 2 + i))
+    geo = geometry.build_geometry(meshes, analytic, accel=accel)
+    ref_geo = geometry.build_geometry(meshes, analytic, accel="brute")
+    o = rng.uniform(-3, 3, (3, 2048)).astype(np.float32)
+    d = _unit(rng.normal(size=(3, 2048)))
+    h, ref = closest(geo, o, d, jnp.inf), closest(ref_geo, o, d, jnp.inf)
+    _assert_same_hits(h, ref, rtol=2e-5)
+    prim = np.asarray(ref.prim)
+    assert np.sum(prim >= ref_geo.n_triangles) > 20 and np.sum((prim >= 0) & (prim < ref_geo.n_triangles)) > 20
+    np.testing.assert_array_equal(np.asarray(blocked(geo, o, d, 1.5)), np.asarray(blocked(ref_geo, o, d, 1.5)))
+
+
+def test_backend_choice():
+    tri = fan(8)
+    assert _geometry(tri, "jax").accel == "brute"
+    assert geometry.resolve_accel("jax", geometry.AUTO_BVH_MIN) == "bvh"
+    expected = "embree" if embree.available() and jax.default_backend() == "cpu" else "brute"
+    assert _geometry(tri, "auto").accel == expected
+    with pytest.raises(ValueError, match="unknown intersection backend 'optix'"):
+        _geometry(tri, "optix")
+
+
+@pytest.mark.skipif(not embree.available(), reason="embreex not installed")
+def test_embree_scene_is_freed_with_its_geometry():
+    import gc
+    geo = _geometry(fan(8), "embree")
+    handle = int(geo.host_handle)
+    assert handle in embree._scenes
+    del geo
+    gc.collect()
+    assert handle not in embree._scenes
