@@ -156,12 +156,13 @@ def _bounce(scene, keys, state):
 
 def trace_paths(scene, keys, origin, direction, t_max, active):
     """Radiance (3, N) arriving along camera rays; ``keys`` (N,) uint32 address each path's randomness."""
-    n = keys.shape[0]
+    # *_like: inside shard_map the carry must vary over the ray axis as the rays do.
+    ones = jnp.ones_like(keys, jnp.float32)
     state = PathState(
         depth=jnp.int32(0), origin=origin, direction=direction, t_max=t_max,
-        throughput=jnp.ones((3, n), jnp.float32), radiance=jnp.zeros((3, n), jnp.float32),
-        eta=jnp.ones((n,), jnp.float32), active=active, prev_p=origin,
-        prev_bsdf_pdf=jnp.ones((n,), jnp.float32), prev_bsdf_delta=jnp.ones((n,), bool),
+        throughput=jnp.ones_like(origin), radiance=jnp.zeros_like(origin),
+        eta=ones, active=active, prev_p=origin,
+        prev_bsdf_pdf=ones, prev_bsdf_delta=jnp.ones_like(keys, bool),
     )
     if scene.settings.max_depth == 0:
         return state.radiance

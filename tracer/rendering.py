@@ -59,8 +59,16 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     active = jax.lax.with_sharding_constraint(flat(valid), shard)
     offset = rng.uniform2(keys, Dims.FILM)
     film_uv = jnp.stack([(flat(px) + offset[0]) / film.width, (flat(py) + offset[1]) / film.height])
-    origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
-    radiance = trace_paths(scene, keys, origin, direction, t_max, active)
+
+    def trace(scene, keys, film_uv, active):
+        origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
+        return trace_paths(scene, keys, origin, direction, t_max, active)
+
+    # Each device traces its share on its own: its path loop ends when its own paths do, and
+    # host-side intersection engines (pure_callback) run where the rays are.
+    rays, columns = PartitionSpec(RAY_AXIS), PartitionSpec(None, RAY_AXIS)
+    trace = jax.shard_map(trace, mesh=mesh, in_specs=(PartitionSpec(), rays, columns, rays), out_specs=columns)
+    radiance = trace(scene, keys, film_uv, active)
     radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
 
     # Splat unsharded: the same reduction whatever the device count.

@@ -99,9 +99,9 @@ def sample(materials, textures, mat, uv, wi, u1, u2):
     lobe, its weight); zero weight marks a failed sample.
     """
     p = _Params(materials, textures, mat, uv)
-    n = wi.shape[1]
-    out = _Select(p.kind, dict(wo=vm.reflect(wi), pdf=jnp.zeros(n), eta=jnp.ones(n),
-                               delta=jnp.zeros(n, bool), weight=jnp.zeros((3, n))))
+    zero = jnp.zeros_like(wi[0])  # *_like: varying over shard_map's ray axis as wi is
+    out = _Select(p.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0,
+                               delta=jnp.zeros_like(wi[0], bool), weight=jnp.zeros_like(wi)))
     if p.has(DIFFUSE):
         wo, pdf, weight = diffuse.sample(wi, u2, p.reflectance)
         out.put(DIFFUSE, wo=wo, pdf=pdf, weight=weight)
@@ -157,8 +157,7 @@ def _sample_rough(materials, p, wi, u1, u2, out):
 def eval_pdf(materials, textures, mat, uv, wi, wo):
     """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of the non-delta lobes; zero for delta-only kinds."""
     p = _Params(materials, textures, mat, uv)
-    n = wi.shape[1]
-    out = _Select(p.kind, dict(value=jnp.zeros((3, n)), pdf=jnp.zeros(n)))
+    out = _Select(p.kind, dict(value=jnp.zeros_like(wi), pdf=jnp.zeros_like(wi[0])))
     if p.has(DIFFUSE):
         value, pdf = diffuse.eval_pdf(wi, wo, p.reflectance)
         out.put(DIFFUSE, value=value, pdf=pdf)
