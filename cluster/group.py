@@ -1,0 +1,243 @@
+"""Worker groups: the hosts that run one JAX program together, as Ray actors in a placement group.
+
+A group is N ``GroupMember`` actors, one per host, placed by a placement group (STRICT_SPREAD
+on a real cluster; PACK lets tests put every member on one machine). Rank 0 picks the
+coordinator port; every member calls ``jax.distributed.initialize`` and builds one mesh over all
+of the group's devices. A one-host group skips ``jax.distributed`` (a GPU node needs none to use
+its own GPUs).
+
+``jax.distributed`` cannot lose a member, and a process cannot initialize twice: when any member
+dies the whole group is torn down and ``rebuild`` starts new processes. The task in flight fails
+(``GroupFailed``) and the caller decides where it goes next. Driver side only: no JAX here.
+"""
+import dataclasses
+import itertools
+import os
+import time
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from cluster.member import GroupMember
+
+__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shape"]
+
+PLATFORMS = ("cpu", "gpu", "tpu")
+_names = itertools.count()
+
+
+class GroupError(Exception):
+    """A group could not be formed (placement, coordinator, initialization); one line."""
+
+
+class GroupFailed(Exception):
+    """A member died while the group worked: the group must be rebuilt and its task rerun."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupShape:
+    """What one group is made of.
+
+    hosts: members (one per host; a TPU slice's VM count). platform: 'cpu', 'gpu' or 'tpu'.
+    devices_per_host: CPU only, virtual devices per member (XLA's host platform device count).
+    gpus_per_host: GPUs each member holds. tpu_topology / tpu_version: the slice to reserve
+    (e.g. '2x2x2', 'v4'). cpus_per_host: Ray CPUs each member holds. strategy: placement across
+    nodes (STRICT_SPREAD; PACK to share one machine).
+    """
+
+    hosts: int = 1
+    platform: str = "cpu"
+    devices_per_host: int = 1
+    gpus_per_host: int = 0
+    tpu_topology: str = None
+    tpu_version: str = None
+    cpus_per_host: float = 1
+    strategy: str = "STRICT_SPREAD"
+
+    def __post_init__(self):
+        if self.platform not in PLATFORMS:
+            raise GroupError(f"platform must be one of {', '.join(PLATFORMS)}, got {self.platform!r}")
+        if self.hosts < 1 or self.devices_per_host < 1:
+            raise GroupError(f"a group needs at least one host and one device per host, got {self.hosts} x {self.devices_per_host}")
+        if self.platform == "gpu" and self.gpus_per_host < 1:
+            raise GroupError("a GPU group needs gpus_per_host >= 1")
+        if self.platform == "tpu" and not (self.tpu_topology and self.tpu_version):
+            raise GroupError("a TPU group needs tpu_topology (e.g. 2x2x2) and tpu_version (e.g. v4)")
+
+    @property
+    def devices(self):
+        """Devices in the group's mesh (CPU: virtual devices; GPU: GPUs; TPU: unknown until started)."""
+        per_host = {"cpu": self.devices_per_host, "gpu": self.gpus_per_host}.get(self.platform)
+        return None if per_host is None else self.hosts * per_host
+
+    def bundle(self):
+        b = {"CPU": self.cpus_per_host}
+        if self.platform == "gpu":
+            b["GPU"] = self.gpus_per_host
+        return b
+
+    def env(self):
+        """Environment of every member process, set before JAX is imported there."""
+        if self.platform == "cpu":
+            flags = os.environ.get("XLA_FLAGS", "")
+            flags = " ".join(f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count"))
+            return {"JAX_PLATFORMS": "cpu",
+                    "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={self.devices_per_host}".strip()}
+        return {"JAX_PLATFORMS": {"gpu": "cuda", "tpu": "tpu"}[self.platform]}
+
+
+def discover_shape(resources=None):
+    """A default group shape from the cluster's resources: a whole GPU node per group when the
+    cluster has GPUs (its GPU count per node taken from the first GPU node), else one CPU host."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")] if resources is None else resources
+    gpus = [int(n["Resources"].get("GPU", 0)) for n in nodes if n["Resources"].get("GPU", 0) >= 1]
+    if gpus:
+        return GroupShape(hosts=1, platform="gpu", gpus_per_host=gpus[0])
+    return GroupShape(hosts=1, platform="cpu")
+
+
+class WorkerGroup:
+    """A started group: ``submit(task)`` renders one ``cluster.task.TileTask`` on all members.
+
+    init_timeout_s bounds forming the group (placement, then ``jax.distributed``);
+    heartbeat_s is how long JAX waits before declaring a silent member dead.
+    """
+
+    def __init__(self, shape, name=None, init_timeout_s=60, heartbeat_s=20, start_attempts=3):
+        self.shape = shape
+        self.name = name or f"group-{next(_names)}"
+        self.init_timeout_s, self.heartbeat_s, self.start_attempts = init_timeout_s, heartbeat_s, start_attempts
+        self.members = []
+        self.info = []
+        self.generation = 0  # bumped by every (re)build: results of an older generation are stale
+        self._pg = None
+        self._slice = None
+
+    # -- forming and tearing down ------------------------------------------------------------
+
+    def start(self, port=None):
+        """Place, spawn and initialize the members. ``port`` forces the coordinator port (tests)."""
+        last = None
+        for _ in range(self.start_attempts):
+            try:
+                self._start_once(port)
+                self.generation += 1
+                return self
+            except GroupError as e:
+                last = e
+                self.teardown()
+                if port is not None:  # a forced port will not free itself
+                    break
+        raise last
+
+    def _start_once(self, port):
+        deadline = time.monotonic() + self.init_timeout_s
+        pg = self._place(deadline)
+        env = self.shape.env()
+        n = self.shape.hosts
+        self.members = []
+        for rank in range(n):
+            options = dict(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
+                           runtime_env={"env_vars": env}, num_cpus=self.shape.cpus_per_host,
+                           name=f"{self.name}-{rank}-{os.getpid()}-{time.monotonic_ns()}")
+            if self.shape.platform == "gpu":
+                options["num_gpus"] = self.shape.gpus_per_host
+            if self.shape.platform == "tpu":
+                options["resources"] = {"TPU": self._slice.chips_per_host}
+            self.members.append(GroupMember.options(**options).remote(rank, n, self.shape.platform))
+        coordinator = self._get(self.members[0].reserve_port.remote(port), deadline, "reserving the coordinator port")
+        refs = [m.initialize.remote(coordinator, max(1, deadline - time.monotonic()), self.heartbeat_s)
+                for m in self.members]
+        self.info = self._get(refs, deadline, f"initializing jax.distributed at {coordinator}")
+        self.where = self._get([m.where.remote() for m in self.members], deadline, "locating members")
+
+    def _place(self, deadline):
+        if self.shape.platform == "tpu":
+            from ray.util.tpu import SlicePlacementGroup
+            self._slice = SlicePlacementGroup(topology=self.shape.tpu_topology,
+                                              accelerator_version=self.shape.tpu_version, strategy="STRICT_SPREAD")
+            if self._slice.num_hosts != self.shape.hosts:
+                raise GroupError(f"a {self.shape.tpu_version} {self.shape.tpu_topology} slice has "
+                                 f"{self._slice.num_hosts} hosts, the group shape says {self.shape.hosts}")
+            self._pg = self._slice.placement_group
+        else:
+            self._pg = placement_group([self.shape.bundle()] * self.shape.hosts, strategy=self.shape.strategy)
+        try:
+            ray.get(self._pg.ready(), timeout=max(1, deadline - time.monotonic()))
+        except ray.exceptions.GetTimeoutError:
+            raise GroupError(f"{self.name}: the cluster cannot place {self.shape.hosts} x {self.shape.bundle()} "
+                             f"({self.shape.strategy}) within {self.init_timeout_s} s; it has "
+                             f"{ray.available_resources()}") from None
+        return self._pg
+
+    def _get(self, refs, deadline, what):
+        try:
+            return ray.get(refs, timeout=max(1, deadline - time.monotonic()))
+        except ray.exceptions.GetTimeoutError:
+            raise GroupError(f"{self.name}: timed out {what} after {self.init_timeout_s} s") from None
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+            cause = str(getattr(e, "cause", None) or e).strip().splitlines()
+            raise GroupError(f"{self.name}: failed {what}: {cause[-1] if cause else type(e).__name__}") from None
+
+    def teardown(self):
+        """Kill every member and release the placement: a group cannot outlive a lost member."""
+        for m in self.members:
+            try:
+                ray.kill(m, no_restart=True)
+            except Exception:  # already gone
+                pass
+        self.members = []
+        if self._slice is not None:
+            self._slice.shutdown()
+            self._slice = None
+        elif self._pg is not None:
+            try:
+                remove_placement_group(self._pg)
+            except Exception:
+                pass
+        self._pg = None
+
+    def rebuild(self):
+        """New member processes in place of the old ones (``jax.distributed`` cannot re-form)."""
+        self.teardown()
+        return self.start()
+
+    # -- work --------------------------------------------------------------------------------
+
+    def submit(self, task):
+        """Start ``task`` on every member; returns a handle for ``result``/``ready_ref``."""
+        return [m.render.remote(task) for m in self.members]
+
+    @staticmethod
+    def ready_ref(handle):
+        """The object to ``ray.wait`` on: rank 0's answer (it fails too when any member dies,
+        since JAX aborts the survivors of a lost member)."""
+        return handle[0]
+
+    def result(self, handle):
+        """(value, weight, seconds) of a finished task; ``GroupFailed`` if a member died."""
+        try:
+            out = ray.get(handle[0])
+            ray.get(handle[1:])
+            return out
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError) as e:
+            raise GroupFailed(f"{self.name}: a member was lost ({type(e).__name__})") from None
+        except ray.exceptions.RayTaskError:
+            # A survivor's collective fails when its peer dies: that is the group's failure,
+            # not the task's. With every member alive, the error is the task's own.
+            if not self.alive():
+                raise GroupFailed(f"{self.name}: a member was lost mid-task") from None
+            raise
+
+    def alive(self, timeout_s=10):
+        """Whether every member still answers."""
+        try:
+            ray.get([m.where.remote() for m in self.members], timeout=timeout_s)
+            return True
+        except Exception:
+            return False
+
+    def member_pids(self):
+        return [pid for _, _, pid in self.where]

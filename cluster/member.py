@@ -1,0 +1,114 @@
+"""One host's member of a worker group: a Ray actor that joins the group's JAX program.
+
+Every member runs the same jitted work unit on a ``Mesh`` over all of the group's devices
+(``jax.devices()`` after ``jax.distributed.initialize``): the tracer's ray batch is sharded over
+the mesh axis, and the tile's sums come back replicated, so rank 0 alone hands them back.
+
+JAX is imported in the actor process only, after Ray has set its environment (virtual CPU
+devices, platform): the driver never imports it.
+"""
+import os
+import socket
+import time
+
+import numpy as np
+import ray
+
+__all__ = ["GroupMember"]
+
+RAY_AXIS = "rays"  # the mesh axis that ray batches are split along (tracer.rendering.RAY_AXIS)
+
+
+def _free_port(host):
+    """A port that was free a moment ago (another process may still take it: callers retry)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@ray.remote(max_restarts=0, max_task_retries=0)
+class GroupMember:
+    def __init__(self, rank, size, platform):
+        self.rank, self.size, self.platform = rank, size, platform
+        self.mesh = None
+        self._scene_key = None
+        self._scene = None
+
+    def where(self):
+        """(node id, node IP, pid) of this member."""
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
+
+    def reserve_port(self, port=None):
+        """Rank 0: the coordinator address the group will meet at."""
+        ip = ray.util.get_node_ip_address()
+        return f"{ip}:{port or _free_port(ip)}"
+
+    def initialize(self, coordinator, timeout_s, heartbeat_s):
+        """Join the group's JAX program and build its mesh; returns what this member sees."""
+        import jax
+        from jax.sharding import Mesh
+
+        if self.platform == "cpu":
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        if self.size > 1:
+            jax.distributed.initialize(coordinator, num_processes=self.size, process_id=self.rank,
+                                       initialization_timeout=int(timeout_s), heartbeat_timeout_seconds=int(heartbeat_s),
+                                       shutdown_timeout_seconds=5)
+        self.mesh = Mesh(np.array(jax.devices()), (RAY_AXIS,))
+        return dict(rank=self.rank, process_index=jax.process_index(), global_devices=jax.device_count(),
+                    local_devices=jax.local_device_count(), platform=jax.default_backend())
+
+    def _replicate(self, tree):
+        """Host values (the same on every member) as global arrays replicated over the mesh."""
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        sharding = NamedSharding(self.mesh, PartitionSpec())
+        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
+
+    def _load(self, ref):
+        """The scene of ``ref`` (a cluster.task.SceneRef) as replicated global arrays; the last one is kept."""
+        import tracer
+
+        if ref != self._scene_key:
+            self._scene = None  # free the previous frame's scene (and its Embree scene) first
+            scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel, **dict(ref.params))
+            # The host scene must outlive its replicated copy: it owns host-side engine state.
+            self._scene = (scene, self._replicate(scene))
+            self._scene_key = ref
+        return self._scene[1]
+
+    def film_size(self, ref):
+        """(width, height) of the scene's film."""
+        film = self._load(ref).film
+        return film.width, film.height
+
+    def render(self, task):
+        """Render a ``cluster.task.TileTask``; rank 0 returns (value, weight, seconds), others None."""
+        import jax
+
+        from tracer.rendering import render_tile
+
+        t0 = time.perf_counter()
+        scene = self._load(task.scene)
+        if task.start is None:
+            start = (np.zeros((task.tile_h, task.tile_w, 3), np.float32), np.zeros((task.tile_h, task.tile_w), np.float32))
+        else:
+            start = tuple(np.asarray(a, np.float32) for a in task.start)
+        ints = [np.int32(v) for v in (task.frame, task.seed, task.tile_y, task.tile_x, task.first_pass,
+                                      task.n_passes, task.spp)]
+        args = self._replicate((*ints, *start))
+        value, weight = render_tile(scene, *args, tile_h=task.tile_h, tile_w=task.tile_w,
+                                    pass_size=task.pass_size, mesh=self.mesh)
+        if self.size > 1 and not value.is_fully_replicated:
+            from jax.experimental import multihost_utils
+            value, weight = multihost_utils.process_allgather((value, weight), tiled=True)
+        value, weight = jax.block_until_ready((value, weight))
+        if self.rank != 0:
+            return None
+        local = lambda a: np.asarray(a.addressable_data(0)) if isinstance(a, jax.Array) else np.asarray(a)
+        return local(value), local(weight), time.perf_counter() - t0
+
+    def exit(self):
+        """Leave at once (tests use this to lose a member the way a crash would)."""
+        os._exit(1)

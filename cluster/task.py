@@ -1,0 +1,45 @@
+"""What a worker group is asked to render: one tile of one frame for a run of sample passes.
+
+Plain data (no JAX): the farm builds these on the driver and Ray ships them to every member.
+"""
+import dataclasses
+
+__all__ = ["SceneRef", "TileTask"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneRef:
+    """How a member loads a frame's scene: the file, the ``$name`` values and overrides."""
+
+    path: str                 # absolute path to the scene XML, readable on every host
+    params: tuple = ()        # sorted (name, value) pairs for the scene's <default> names
+    resolution: tuple = None  # (width, height) overriding the film, or None
+    accel: str = "auto"       # intersection backend
+
+
+@dataclasses.dataclass(frozen=True)
+class TileTask:
+    """Passes [first_pass, first_pass + n_passes) of the tile at (tile_y, tile_x) of ``frame``.
+
+    The result is the sum of those passes added one at a time, in pass order, to the accumulator
+    ``start`` (None: zeros): value (tile_h, tile_w, 3) and weight (tile_h, tile_w) float32.
+    """
+
+    scene: SceneRef
+    frame: int
+    seed: int
+    spp: int
+    tile_y: int
+    tile_x: int
+    tile_h: int
+    tile_w: int
+    first_pass: int
+    n_passes: int
+    pass_size: int
+    start: tuple = None       # (value, weight) numpy arrays to continue from, or None
+
+    @property
+    def samples(self):
+        """Samples per pixel this task adds (the last pass may be cut short by spp)."""
+        first = self.first_pass * self.pass_size
+        return max(0, min(self.spp, first + self.n_passes * self.pass_size) - first)
