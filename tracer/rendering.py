@@ -97,10 +97,13 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
     return jax.lax.fori_loop(0, n_passes, one_pass, (value, weight))
 
 
-def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAULT_PASS_SIZE, mesh=None):
+def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAULT_PASS_SIZE, mesh=None,
+           chunk_passes=None):
     """Render the whole image: linear radiance, numpy float32 (H, W, 3).
 
-    ``spp`` defaults to the scene's sampler ``sample_count``.
+    ``spp`` defaults to the scene's sampler ``sample_count``. ``chunk_passes`` splits the passes
+    into chunks, each summed from zero and the chunks added in order (in float32 numpy): the
+    farm's reduction tree, so that this gives a farm job's bits (same tile and pass size).
     """
     spp = scene.settings.spp if spp is None else int(spp)
     if spp < 1:
@@ -112,13 +115,16 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAUL
     th, tw = min(tile, film.height), min(tile, film.width)
     image = np.zeros((film.height, film.width, 3), np.float32)
     i32 = jnp.int32
+    chunk = n_passes if chunk_passes is None else chunk_passes
     for y in range(0, film.height, th):
         for x in range(0, film.width, tw):
-            value, weight = render_tile(
-                scene, i32(frame), i32(seed), i32(y), i32(x), i32(0), i32(n_passes), i32(spp),
-                jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32),
-                tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh)
-            value, weight = np.asarray(value), np.asarray(weight)
+            value, weight = np.zeros((th, tw, 3), np.float32), np.zeros((th, tw), np.float32)
+            for first in range(0, n_passes, chunk):
+                v, w = render_tile(
+                    scene, i32(frame), i32(seed), i32(y), i32(x), i32(first), i32(min(chunk, n_passes - first)),
+                    i32(spp), jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32),
+                    tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh)
+                value, weight = value + np.asarray(v), weight + np.asarray(w)
             h, w = min(th, film.height - y), min(tw, film.width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])
     return image

@@ -1,0 +1,219 @@
+"""The driver loop: keep every worker group busy, retry what fails, write results to the store.
+
+A queue, not lockstep: each group takes the next task as soon as it hands one back. The driver
+is the store's only writer. Every dispatch of a task gets a fresh token; a result counts only if
+its token is still the task's current one, so a task that was given up on and sent elsewhere can
+never be written twice when its first group comes back (fencing). A lost member fails its
+group's task and the group is rebuilt from new processes; a task that fails ``max_attempts``
+times fails the job with its own error.
+"""
+import collections
+import itertools
+import time
+
+import numpy as np
+import ray
+from tqdm import tqdm
+
+from cluster.group import GroupError, GroupFailed, WorkerGroup
+from cluster.task import SceneRef, TileTask
+from farm.errors import FarmError
+from farm.planner import plan
+
+__all__ = ["run_job", "JobFailed", "Cancelled"]
+
+
+class JobFailed(FarmError):
+    exit_code = 4
+
+
+class Cancelled(FarmError):
+    exit_code = 5
+
+
+_tokens = itertools.count(1)
+
+
+def _remote_error(exc):
+    """One line for a task's own error: a SceneError's message, else the exception's last line."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None:
+        text = str(cause).strip().splitlines()
+        return (text[-1] if text else type(cause).__name__), type(cause).__name__ == "SceneError"
+    text = str(exc).strip().splitlines()
+    return (text[-1] if text else type(exc).__name__), False
+
+
+class _Job:
+    def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, show_progress, log):
+        self.spec, self.store, self.shapes = spec, store, shapes
+        self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
+        self.show_progress, self.log = show_progress, log
+        self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
+
+    def pixels(self, ty, tx):
+        y0, y1, x0, x1 = self.store.tile_box(ty, tx)
+        return (y1 - y0) * (x1 - x0)
+
+    # -- checking what the store has ---------------------------------------------------------
+
+    def verify_store(self):
+        """Forget recorded tasks whose sums do not read back intact; returns how many."""
+        records = self.store.all_records()
+        bad = 0
+        for key in zip(*np.nonzero(records[..., 0])):
+            key = tuple(int(k) for k in key)
+            if not self.store.verify_task(key, records[key]):
+                self.store.forget_task(key)
+                bad += 1
+        return bad
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def tile_task(self, task):
+        spec = self.spec
+        _, _, ty, tx = task.key
+        start = None
+        if task.continues:
+            value, weight = self.store.read_task(task.key)
+            pv = np.zeros((self.th, self.tw, 3), np.float32)
+            pw = np.zeros((self.th, self.tw), np.float32)
+            pv[:value.shape[0], :value.shape[1]] = value
+            pw[:weight.shape[0], :weight.shape[1]] = weight
+            start = (pv, pw)
+        scene = SceneRef(path=spec.scene, params=spec.params_at(task.frame), resolution=spec.resolution,
+                         accel=spec.accel)
+        return TileTask(scene=scene, frame=task.frame, seed=spec.seed, spp=spec.spp, tile_y=ty * spec.tile,
+                        tile_x=tx * spec.tile, tile_h=self.th, tile_w=self.tw, first_pass=task.first_pass,
+                        n_passes=task.n_passes, pass_size=spec.pass_size, start=start)
+
+    def units(self, task):
+        p = self.spec.pass_size
+        first, last = task.first_pass * p, min(self.spec.spp, (task.first_pass + task.n_passes) * p)
+        return max(0, last - first) * self.pixels(*task.key[2:])
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self):
+        spec, store = self.spec, self.store
+        store.clear_cancel()  # a cancel was meant for an earlier run
+        damaged = self.verify_store()
+        if damaged:
+            self.log(f"{damaged} stored task(s) did not read back intact: rendering them again")
+        job = plan(spec, store.all_records(), store.tiles_y, store.tiles_x, self.pixels)
+        if not job.todo:
+            store.write_progress(state="done", done_units=job.total_units, total_units=job.total_units)
+            return job
+        groups = self.start_groups()
+        queue = collections.deque(job.todo)
+        attempts = collections.Counter()
+        current = {}       # task key -> token of its live dispatch
+        inflight = {}      # ray ref -> (group, handle, task, token, generation)
+        busy = set()
+        done_units = job.done_units
+        frames_left = collections.Counter(t.key[0] for t in job.todo)
+        t_start, last_progress = time.monotonic(), 0.0
+        bar = tqdm(total=job.total_units, initial=job.done_units, unit="px-sample", unit_scale=True,
+                   desc="rendering", disable=not self.show_progress, dynamic_ncols=True)
+        try:
+            while queue or inflight:
+                for group in groups:
+                    if group not in busy and queue:
+                        task = queue.popleft()
+                        token = next(_tokens)
+                        current[task.key] = token
+                        handle = group.submit(self.tile_task(task))
+                        inflight[group.ready_ref(handle)] = (group, handle, task, token, group.generation)
+                        busy.add(group)
+                if not inflight:
+                    raise JobFailed("no worker group is left to render on")
+                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+                for ref in ready:
+                    group, handle, task, token, generation = inflight.pop(ref)
+                    busy.discard(group)
+                    try:
+                        value, weight, _ = group.result(handle)
+                    except GroupFailed as e:
+                        self.log(f"{e}; rebuilding it and sending the task elsewhere")
+                        self.retry(task, queue, attempts, current, str(e))
+                        if not self.rebuild(group, groups):
+                            busy.discard(group)
+                        continue
+                    except ray.exceptions.RayTaskError as e:
+                        message, deterministic = _remote_error(e)
+                        if deterministic:
+                            raise JobFailed(message) from None
+                        self.retry(task, queue, attempts, current, message)
+                        continue
+                    if current.get(task.key) != token or generation != group.generation:
+                        continue  # fenced: this dispatch was given up on
+                    del current[task.key]
+                    store.write_task(task.key, value, weight, passes_done=task.chunk_end, spp_cut=spec.spp)
+                    units = self.units(task)
+                    done_units += units
+                    bar.update(units)
+                    frames_left[task.key[0]] -= 1
+                now = time.monotonic()
+                if now - last_progress > 2.0 or not (queue or inflight):
+                    last_progress = now
+                    frames_done = spec.n_frames - sum(1 for v in frames_left.values() if v > 0)
+                    rate = (done_units - job.done_units) / max(now - t_start, 1e-9)
+                    eta = (job.total_units - done_units) / rate if rate > 0 else None
+                    bar.set_postfix_str(f"frames {frames_done}/{spec.n_frames}")
+                    store.write_progress(state="running", done_units=done_units, total_units=job.total_units,
+                                         frames_done=frames_done, n_frames=spec.n_frames, rate=rate, eta_s=eta)
+                    if store.cancel_requested():
+                        raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
+            store.write_progress(state="done", done_units=done_units, total_units=job.total_units,
+                                 frames_done=spec.n_frames, n_frames=spec.n_frames,
+                                 rate=(done_units - job.done_units) / max(time.monotonic() - t_start, 1e-9), eta_s=0)
+            return job
+        except (JobFailed, Cancelled, KeyboardInterrupt) as e:
+            state = {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), "interrupted")
+            store.write_progress(state=state, error=str(e), done_units=done_units, total_units=job.total_units)
+            raise
+        finally:
+            bar.close()
+            for group in groups:
+                group.teardown()
+
+    def retry(self, task, queue, attempts, current, message):
+        current.pop(task.key, None)
+        attempts[task.key] += 1
+        if attempts[task.key] >= self.max_attempts:
+            raise JobFailed(f"task frame {task.frame} chunk {task.chunk} tile {task.key[2:]} failed "
+                            f"{attempts[task.key]} times; last error: {message}")
+        queue.appendleft(task)
+
+    def start_groups(self):
+        groups, errors = [], []
+        for i, shape in enumerate(self.shapes):
+            group = WorkerGroup(shape, name=f"group-{i}")
+            group.rebuilds = 0
+            try:
+                groups.append(group.start())
+            except GroupError as e:
+                errors.append(str(e))
+        if not groups:
+            raise JobFailed(f"no worker group could start: {errors[0]}")
+        for message in errors:
+            self.log(f"going on without a group: {message}")
+        return groups
+
+    def rebuild(self, group, groups):
+        """Rebuild a failed group, or drop it; returns whether it is back."""
+        group.rebuilds += 1
+        if group.rebuilds <= self.max_rebuilds:
+            try:
+                group.rebuild()
+                return True
+            except GroupError as e:
+                self.log(f"could not rebuild {group.name}: {e}")
+        group.teardown()
+        groups.remove(group)
+        return False
+
+
+def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print):
+    """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized)."""
+    return _Job(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log).run()
