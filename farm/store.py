@@ -95,7 +95,8 @@ class FrameStore:
     def check_identity(self, identity):
         """Refuse a store of another job: name the first field that differs."""
         mine = self.meta["identity"]
-        for key in sorted(set(mine) | set(identity)):
+        order = ["scene_hash", "frames", "resolution", "seed", "tile", "pass_size", "chunk_passes", "params"]
+        for key in sorted(set(mine) | set(identity), key=lambda k: (order.index(k) if k in order else len(order), k)):
             if mine.get(key) != identity.get(key):
                 what = "scene (its XML or a file it names changed)" if key == "scene_hash" else key
                 raise StoreError(f"{self.url}: holds a different job: {what} differs "

@@ -30,11 +30,16 @@ def test_parse_set_constant_and_keyframes():
             parse_set(bad)
 
 
-def test_render_writes_an_animation(tmp_path):
-    out = tmp_path / "frames"
+def test_render_then_export_an_animation(tmp_path):
+    store, out = tmp_path / "orbit.zarr", tmp_path / "frames"
     result = _farm("render", "examples/orbit.xml", "--frames", "0-2", "--spp", "2", "--res", "32x24",
-                   "--set", "angle=0:0,2:90", "--out", str(out))
+                   "--set", "angle=0:0,2:90", "--out", str(store))
     assert result.returncode == 0, result.stderr[-3000:]
+    status = _farm("status", str(store))
+    assert status.returncode == 0 and "3/3 finished" in status.stdout, status.stdout + status.stderr
+    for fmt in ("exr", "png"):
+        result = _farm("export", str(store), "--format", fmt, "--out", str(out))
+        assert result.returncode == 0, result.stderr[-3000:]
     from tracer.io.images import load_image
 
     frames = [load_image(str(out / f"frame_{i:04d}.exr")) for i in range(3)]
@@ -47,8 +52,8 @@ def test_render_writes_an_animation(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (("render", "missing.xml", "--out", "x"), "scene file not found"),
-    (("render", "examples/cbox.xml", "--frames", "5-2", "--out", "x"), "--frames"),
-    (("render", "examples/cbox.xml", "--res", "12", "--out", "x"), "--res"),
+    (("render", "examples/cbox.xml", "--frames", "5-2", "--out", "x"), "frames '5-2'"),
+    (("render", "examples/cbox.xml", "--res", "12", "--out", "x"), "resolution '12'"),
     (("render", "examples/cbox.xml", "--set", "oops", "--out", "x"), "--set"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args, message):

@@ -1,0 +1,213 @@
+"""The farm end to end on a real local Ray and real Zarr stores: bits equal to the tracer's own
+render, a worker killed mid-task, a driver killed mid-job, refinement, and bad inputs."""
+import dataclasses
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+import ray
+
+from farm import job
+from farm.curves import Curve
+from farm.errors import SpecError
+from farm.scheduler import run_job
+from farm.spec import GroupsSpec, JobSpec
+from farm.store import FrameStore, StoreError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ORBIT = str(ROOT / "examples" / "orbit.xml")
+
+
+def orbit_spec(store, frames=(0, 2), spp=8, **kw):
+    return JobSpec(scene=ORBIT, frames=frames, spp=spp, store=str(store), resolution=(40, 30), tile=16,
+                   pass_size=4, curves=(Curve("angle", ((0, 0.0), (2, 90.0))),), **kw)
+
+
+def farm(*args, timeout=600, **kw):
+    return subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, **kw)
+
+
+def reference(spec):
+    """The frames as tracer.render gives them with the job's reduction tree (this process, 1 device)."""
+    import tracer
+    out = []
+    for frame in range(spec.frames[0], spec.frames[1] + 1):
+        scene = tracer.load_scene(spec.scene, resolution=spec.resolution, **dict(spec.params_at(frame)))
+        out.append(tracer.render(scene, spp=spec.spp, seed=spec.seed, frame=frame, tile=spec.tile,
+                                 pass_size=spec.pass_size, chunk_passes=spec.chunk_passes))
+    return out
+
+
+def exported(store, tmp_path, name="npy"):
+    paths = job.export_frames(FrameStore.open(str(store), mode="r"), None, "npy", str(tmp_path / name))
+    return [np.load(p) for p in paths]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
+    spec, store = job.prepare(orbit_spec(tmp_path / "a.zarr"))
+    assert (spec.pass_size, spec.chunk_passes) == (4, 2)
+    assert (store.width, store.height, store.tiles_y, store.tiles_x) == (40, 30, 2, 3)
+    plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
+    assert len(plan.todo) == 3 * 1 * 6
+    images = exported(store.url, tmp_path)
+    ref = reference(spec)
+    for got, want in zip(images, ref):
+        assert got.shape == (30, 40, 3) and got.mean() > 0.01
+        np.testing.assert_array_equal(got, want)
+    assert np.abs(images[0] - images[2]).mean() > 0.01  # the camera moved
+    # Nothing left: a second run renders nothing.
+    assert run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False).todo == []
+    # More samples: only new chunks are rendered, and the result is the 20-spp job's.
+    more, store = job.prepare(dataclasses.replace(orbit_spec(tmp_path / "a.zarr"), spp=20))
+    plan = run_job(more, store, job.group_shapes(more, local=True), show_progress=False)
+    assert {t.chunk for t in plan.todo} == {1, 2} and all(not t.continues for t in plan.todo)
+    for got, want in zip(exported(store.url, tmp_path, "more"), reference(more)):
+        np.testing.assert_array_equal(got, want)
+
+
+def _kill_a_rendering_member(stop, killed):
+    """Kill the first process seen running GroupMember.render (a real worker process)."""
+    while not stop.is_set() and not killed:
+        for p in psutil.process_iter(["cmdline"]):
+            if "GroupMember.render" in " ".join(p.info["cmdline"] or []):
+                time.sleep(0.5)
+                try:
+                    p.kill()
+                    killed.append(p.pid)
+                except psutil.Error:
+                    continue
+                return
+        time.sleep(0.05)
+
+
+def test_a_worker_killed_mid_task_changes_no_bit(local_ray, tmp_path):
+    spec = dataclasses.replace(orbit_spec(tmp_path / "b.zarr", frames=(0, 1), spp=64), pass_size=16)
+    spec, store = job.prepare(spec)
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_a_rendering_member, args=(stop, killed))
+    killer.start()
+    messages = []
+    try:
+        run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append)
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "no worker was killed"
+    assert any("rebuilding" in m for m in messages)
+    for got, want in zip(exported(store.url, tmp_path), reference(spec)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_driver_killed_mid_job_then_resumed(tmp_path):
+    store = tmp_path / "c.zarr"
+    args = ["render", ORBIT, "--frames", "0-3", "--spp", "32", "--res", "40x30", "--tile", "16",
+            "--set", "angle=0:0,3:90", "--out", str(store), "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        done = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            if FrameStore.exists(str(store)):
+                done = int(np.count_nonzero(FrameStore.open(str(store), mode="r").all_records()[..., 0]))
+                if done >= 3:
+                    break
+            time.sleep(0.2)
+        assert proc.poll() is None and done >= 3, "the job ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    records = FrameStore.open(str(store), mode="r").all_records()
+    assert 0 < np.count_nonzero(records[..., 0]) < records[..., 0].size
+    result = farm("resume", str(store), "--no-progress")
+    assert result.returncode == 0, result.stderr[-2000:]
+    spec = JobSpec.from_json(FrameStore.open(str(store), mode="r").spec_json)
+    for got, want in zip(exported(store, tmp_path), reference(spec)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_corrupted_chunk_is_found_and_rendered_again(local_ray, tmp_path):
+    spec, store = job.prepare(orbit_spec(tmp_path / "d.zarr", frames=(1, 1)))
+    run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
+    before = exported(store.url, tmp_path, "before")[0]
+    chunk = next(p for p in (tmp_path / "d.zarr" / "sums").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(b"\x00garbage" * 3)
+    with pytest.raises(Exception):
+        exported(store.url, tmp_path, "broken")
+    messages = []
+    plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append)
+    assert len(plan.todo) == 1 and "1 stored task" in messages[0]
+    np.testing.assert_array_equal(exported(store.url, tmp_path, "after")[0], before)
+
+
+def test_a_store_of_another_job_is_refused_and_left_alone(tmp_path):
+    spec, store = job.prepare(orbit_spec(tmp_path / "e.zarr"))
+    attrs = dict(FrameStore.open(store.url).group.attrs)
+    for other, field in ((dataclasses.replace(spec, seed=5), "seed"),
+                         (dataclasses.replace(spec, frames=(0, 5)), "frames"),
+                         (dataclasses.replace(spec, scene=str(ROOT / "examples" / "cbox.xml"), curves=()), "scene")):
+        with pytest.raises(StoreError, match=f"different job: {field}"):
+            job.prepare(other)
+    with pytest.raises(SpecError, match="already holds 8 spp"):
+        job.prepare(dataclasses.replace(spec, spp=4))
+    assert dict(FrameStore.open(store.url).group.attrs) == attrs
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    with pytest.raises(StoreError, match="not a farm frame store"):
+        FrameStore.open(str(tmp_path / "plain"))
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (("render", "missing.xml", "--out", "x.zarr"), 1, "scene file not found"),
+    (("render", "examples/cbox.xml", "--frames", "5-2", "--out", "x.zarr"), 2, "FIRST <= LAST"),
+    (("render", "examples/cbox.xml", "--res", "0x10", "--out", "x.zarr"), 2, "between 1 and 16384"),
+    (("render", "examples/orbit.xml", "--set", "angel=3", "--out", "x.zarr"), 2, "'angel' is not a <default>"),
+    (("render", "examples/cbox.xml", "--spp", "0", "--out", "x.zarr"), 2, "spp must be"),
+    (("resume", "nowhere.zarr"), 3, "no frame store here"),
+    (("export", "nowhere.zarr", "--out", "x"), 3, "no frame store here"),
+])
+def test_bad_input_is_one_line_and_an_exit_code(tmp_path, args, code, message):
+    result = farm(*args, timeout=120)
+    assert result.returncode == code, result.stderr
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (ROOT / "x.zarr").exists()
+
+
+def test_job_file(tmp_path):
+    (tmp_path / "job.toml").write_text(f"""
+scene = "{ORBIT}"
+frames = [0, 4]
+spp = 32
+resolution = [64, 48]
+store = "out.zarr"
+[groups]
+count = 2
+[params.angle]
+keys = [[0, 0.0], [4, 40.0]]
+interpolation = "smooth"
+""")
+    spec = JobSpec.from_toml(str(tmp_path / "job.toml"))
+    assert spec.store == str(tmp_path / "out.zarr") and spec.frames == (0, 4) and spec.groups == GroupsSpec(count=2)
+    assert dict(spec.params_at(2))["angle"] == "20.0" and dict(spec.params_at(1))["angle"] != "10.0"
+    (tmp_path / "bad.toml").write_text('scene = "x.xml"\nspp = 4\nstore = "s"\nframs = "0-3"\n')
+    with pytest.raises(SpecError, match="unknown key 'frams'"):
+        JobSpec.from_toml(str(tmp_path / "bad.toml"))
+    big = dataclasses.replace(spec, spp=65536, frames=(0, 0)).planned()
+    assert -(-65536 // big.pass_size // big.chunk_passes) == 64  # a still spreads over 64 chunks x tiles
