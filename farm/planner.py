@@ -30,6 +30,7 @@ class Plan:
     n_chunks: int
     total_units: int    # sample-passes x tile pixels of the whole job, for progress
     done_units: int     # of which the store has
+    stats: dict = None  # filled in by the scheduler after a run
 
 
 def _covered(first_pass, passes, spp, pass_size):

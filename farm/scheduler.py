@@ -8,6 +8,7 @@ group's task and the group is rebuilt from new processes; a task that fails ``ma
 times fails the job with its own error.
 """
 import collections
+import dataclasses
 import itertools
 import time
 
@@ -45,8 +46,12 @@ def _remote_error(exc):
 
 
 class _Job:
-    def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, show_progress, log):
+    def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
+                 task_timeout_s):
         self.spec, self.store, self.shapes = spec, store, shapes
+        self.init_timeout_s, self.task_timeout_s = init_timeout_s, task_timeout_s
+        self.slowest = 0.0  # seconds of the slowest task that counted
+        self.fenced = 0     # answers dropped because their dispatch had been given up on
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
         self.show_progress, self.log = show_progress, log
         self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
@@ -108,6 +113,7 @@ class _Job:
         queue = collections.deque(job.todo)
         attempts = collections.Counter()
         current = {}       # task key -> token of its live dispatch
+        started = {}       # token -> when it was dispatched
         inflight = {}      # ray ref -> (group, handle, task, token, generation)
         busy = set()
         done_units = job.done_units
@@ -124,13 +130,16 @@ class _Job:
                         current[task.key] = token
                         handle = group.submit(self.tile_task(task))
                         inflight[group.ready_ref(handle)] = (group, handle, task, token, group.generation)
+                        started[token] = time.monotonic()
                         busy.add(group)
                 if not inflight:
                     raise JobFailed("no worker group is left to render on")
                 ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+                self.give_up_on_stragglers(inflight, started, current, queue, attempts)
                 for ref in ready:
                     group, handle, task, token, generation = inflight.pop(ref)
                     busy.discard(group)
+                    elapsed = time.monotonic() - started.pop(token)
                     try:
                         value, weight, _ = group.result(handle)
                     except GroupFailed as e:
@@ -146,8 +155,10 @@ class _Job:
                         self.retry(task, queue, attempts, current, message)
                         continue
                     if current.get(task.key) != token or generation != group.generation:
+                        self.fenced += 1
                         continue  # fenced: this dispatch was given up on
                     del current[task.key]
+                    self.slowest = max(self.slowest, elapsed)
                     store.write_task(task.key, value, weight, passes_done=task.chunk_end, spp_cut=spec.spp)
                     units = self.units(task)
                     done_units += units
@@ -177,6 +188,23 @@ class _Job:
             for group in groups:
                 group.teardown()
 
+    def task_timeout(self):
+        """How long a dispatch may run before it is given up on: the fixed timeout, or ten times
+        the slowest task so far (at least 10 minutes: the first task of a group compiles)."""
+        if self.task_timeout_s is not None:
+            return self.task_timeout_s
+        return max(600.0, 10 * self.slowest)
+
+    def give_up_on_stragglers(self, inflight, started, current, queue, attempts):
+        """Send tasks that run too long elsewhere. Their group stays busy until it answers;
+        that answer is then fenced off (its token is no longer the task's)."""
+        now, limit = time.monotonic(), self.task_timeout()
+        for group, _, task, token, _ in list(inflight.values()):
+            if current.get(task.key) == token and now - started[token] > limit:
+                self.log(f"{group.name}: task frame {task.frame} chunk {task.chunk} tile {task.key[2:]} "
+                         f"ran {now - started[token]:.0f} s; sending it elsewhere")
+                self.retry(task, queue, attempts, current, f"timed out after {limit:.0f} s")
+
     def retry(self, task, queue, attempts, current, message):
         current.pop(task.key, None)
         attempts[task.key] += 1
@@ -188,7 +216,7 @@ class _Job:
     def start_groups(self):
         groups, errors = [], []
         for i, shape in enumerate(self.shapes):
-            group = WorkerGroup(shape, name=f"group-{i}")
+            group = WorkerGroup(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
             group.rebuilds = 0
             try:
                 groups.append(group.start())
@@ -214,6 +242,14 @@ class _Job:
         return False
 
 
-def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print):
-    """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized)."""
-    return _Job(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log).run()
+def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print, init_timeout_s=60,
+            task_timeout_s=None):
+    """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
+
+    ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
+    ``task_timeout_s`` (default: adaptive) is when a running task is given up on and sent
+    elsewhere. Returns the job's plan; the run's figures are on the plan's ``stats``.
+    """
+    runner = _Job(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s, task_timeout_s)
+    plan = runner.run()
+    return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest})

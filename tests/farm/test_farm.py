@@ -211,3 +211,21 @@ interpolation = "smooth"
         JobSpec.from_toml(str(tmp_path / "bad.toml"))
     big = dataclasses.replace(spec, spp=65536, frames=(0, 0)).planned()
     assert -(-65536 // big.pass_size // big.chunk_passes) == 64  # a still spreads over 64 chunks x tiles
+
+
+def test_a_task_given_up_on_is_written_once_when_its_first_group_answers(local_ray, tmp_path):
+    # Tasks that run past 2 s are given up on and sent elsewhere: the first task of each group
+    # (it compiles, about 5 s) is, and its late answer must be fenced off.
+    spec = dataclasses.replace(orbit_spec(tmp_path / "f.zarr", frames=(0, 1)), groups=GroupsSpec(count=2))
+    spec, store = job.prepare(spec)
+    writes = []
+    write_task = store.write_task
+    store.write_task = lambda key, *a, **k: (writes.append(key), write_task(key, *a, **k))
+    messages = []
+    plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append,
+                   task_timeout_s=2.0)
+    assert any("sending it elsewhere" in m for m in messages)
+    assert plan.stats["fenced"] >= 1
+    assert sorted(writes) == sorted(t.key for t in plan.todo)  # every task written exactly once
+    for got, want in zip(exported(store.url, tmp_path), reference(spec)):
+        np.testing.assert_array_equal(got, want)

@@ -1,0 +1,100 @@
+"""The farm's overhead: a 24-frame job through `farm render` against a plain loop of tracer calls.
+
+    python scripts/bench_farm.py [--frames 24] [--res 160x120] [--spp 16] [--scene examples/orbit.xml]
+
+Both sides render the same frames with the same reduction tree (tile, pass and chunk sizes), each
+in a fresh process: the farm on its embedded local Ray with one worker group (Ray start-up, the
+store, the scheduler and the group's start-up included), the loop as ``tracer.load_scene`` then
+``tracer.render`` per frame. Printed: wall time of each, their ratio (the farm's overhead), and
+the time to the first finished frame (for the farm: until every task of some frame is recorded
+in the store). The final images are compared bit for bit.
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def loop_worker(args):
+    """Runs in its own process: the plain loop. Prints JSON timings."""
+    t0 = time.perf_counter()
+    import tracer
+    from farm.spec import JobSpec
+    spec = JobSpec.from_json(json.loads(pathlib.Path(args.spec).read_text()))
+    first = None
+    out = pathlib.Path(args.out)
+    for frame in range(spec.frames[0], spec.frames[1] + 1):
+        scene = tracer.load_scene(spec.scene, resolution=spec.resolution, **dict(spec.params_at(frame)))
+        image = tracer.render(scene, spp=spec.spp, seed=spec.seed, frame=frame, tile=spec.tile,
+                              pass_size=spec.pass_size, chunk_passes=spec.chunk_passes)
+        np.save(out / f"frame_{frame:04d}.npy", image)
+        if first is None:
+            first = time.perf_counter() - t0
+    print(json.dumps({"total_s": time.perf_counter() - t0, "first_s": first}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scene", default=str(ROOT / "examples" / "orbit.xml"))
+    ap.add_argument("--frames", type=int, default=24)
+    ap.add_argument("--res", default="160x120")
+    ap.add_argument("--spp", type=int, default=16)
+    ap.add_argument("--loop-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.loop_worker:
+        return loop_worker(args)
+
+    from farm import job
+    from farm.store import FrameStore
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench_farm_"))
+    store = tmp / "job.zarr"
+    last = args.frames - 1
+    farm_cmd = [sys.executable, "-m", "farm.cli", "render", args.scene, "--frames", f"0-{last}", "--spp",
+                str(args.spp), "--res", args.res, "--set", f"angle=0:0,{last}:{15 * last}", "--out", str(store),
+                "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    print(f"{os.cpu_count()} cores; {args.frames} frames of {args.scene} at {args.res}, {args.spp} spp", flush=True)
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(farm_cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first_frame = None
+    while proc.poll() is None:
+        if first_frame is None and FrameStore.exists(str(store)):
+            records = FrameStore.open(str(store), mode="r").all_records()
+            if np.any(np.all(records[..., 0].reshape(records.shape[0], -1) > 0, axis=1)):
+                first_frame = time.perf_counter() - t0
+        time.sleep(0.05)
+    farm_s = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"farm failed: {proc.stderr.read()[-2000:]}")
+    fs = FrameStore.open(str(store), mode="r")
+    farm_images = [np.load(p) for p in job.export_frames(fs, None, "npy", str(tmp / "farm"))]
+
+    spec_path = tmp / "spec.json"
+    spec_path.write_text(json.dumps(fs.spec_json))
+    (tmp / "loop").mkdir()
+    out = subprocess.run([sys.executable, __file__, "--loop-worker", "--spec", str(spec_path), "--out", str(tmp / "loop")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    loop = json.loads(out.stdout.strip().splitlines()[-1])
+    loop_images = [np.load(tmp / "loop" / f"frame_{f:04d}.npy") for f in range(args.frames)]
+    same = all(np.array_equal(a, b) for a, b in zip(farm_images, loop_images))
+
+    print(f"{'':28s}{'farm':>10s}{'tracer loop':>13s}{'ratio':>8s}")
+    print(f"{'wall time, s':28s}{farm_s:10.1f}{loop['total_s']:13.1f}{farm_s / loop['total_s']:8.2f}")
+    print(f"{'time to first frame, s':28s}{first_frame or float('nan'):10.1f}{loop['first_s']:13.1f}")
+    print(f"images bit-identical: {same}")
+
+
+if __name__ == "__main__":
+    main()

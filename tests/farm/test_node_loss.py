@@ -1,0 +1,60 @@
+"""A two-node Ray cluster (ray.cluster_utils.Cluster) loses a node mid-job: the job completes
+on the node that is left, with the bits of an undisturbed render."""
+import dataclasses
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from farm import job
+from farm.scheduler import run_job
+from farm.spec import GroupsSpec
+from farm.store import FrameStore
+from tests.farm.test_farm import exported, orbit_spec, reference
+
+
+@pytest.fixture
+def two_nodes():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    worker = cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    cluster.wait_for_nodes()
+    yield cluster, worker
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_losing_a_node_mid_job_changes_no_bit(two_nodes, tmp_path):
+    cluster, worker = two_nodes
+    spec = dataclasses.replace(orbit_spec(tmp_path / "n.zarr", frames=(0, 2), spp=32), pass_size=16,
+                               groups=GroupsSpec(count=2))
+    spec, store = job.prepare(spec)
+    removed = []
+
+    def lose_the_worker_node():
+        # One CPU per node: the two groups sit on different nodes. Lose one once work is flowing.
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if np.count_nonzero(FrameStore.open(store.url, mode="r").all_records()[..., 0]) >= 2:
+                cluster.remove_node(worker)
+                removed.append(time.monotonic())
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=lose_the_worker_node)
+    thread.start()
+    messages = []
+    try:
+        run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append,
+                init_timeout_s=10)
+    finally:
+        thread.join()
+    assert removed, "the job ended before the node could be removed"
+    assert any("lost" in m for m in messages), messages
+    for got, want in zip(exported(store.url, tmp_path), reference(spec)):
+        np.testing.assert_array_equal(got, want)
