@@ -20,6 +20,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster.member import GroupMember
+from tracer.xla_flags import with_flags
 
 __all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shape"]
 
@@ -80,10 +81,9 @@ class GroupShape:
     def env(self):
         """Environment of every member process, set before JAX is imported there."""
         if self.platform == "cpu":
-            flags = os.environ.get("XLA_FLAGS", "")
-            flags = " ".join(f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count"))
+            # Reproducible CPU arithmetic (no FMA contraction): the same bits on any group shape.
             return {"JAX_PLATFORMS": "cpu",
-                    "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={self.devices_per_host}".strip()}
+                    "XLA_FLAGS": with_flags(os.environ.get("XLA_FLAGS", ""), self.devices_per_host)}
         return {"JAX_PLATFORMS": {"gpu": "cuda", "tpu": "tpu"}[self.platform]}
 
 

@@ -15,7 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 
 from tracer import camera as cameras
 from tracer import film as films
@@ -39,43 +39,36 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     film = scene.film
     m = film.margin
     gh, gw = tile_h + 2 * m, tile_w + 2 * m
-    s = jnp.arange(pass_size, dtype=jnp.int32)[:, None, None]
-    py = (tile_y - m + jnp.arange(gh, dtype=jnp.int32))[None, :, None]
-    px = (tile_x - m + jnp.arange(gw, dtype=jnp.int32))[None, None, :]
     shape = (pass_size, gh, gw)
-    sample = jnp.broadcast_to(first_sample + s, shape)
-    py, px = jnp.broadcast_to(py, shape), jnp.broadcast_to(px, shape)
-    valid = (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
-
-    # Flatten to one ray batch padded to a multiple of the device count, then shard it.
     n = pass_size * gh * gw
     n_dev = mesh.devices.size
-    padded = -(-n // n_dev) * n_dev
-    flat = lambda a: jnp.pad(a.reshape(-1), (0, padded - n))
-    shard = NamedSharding(mesh, PartitionSpec(RAY_AXIS))
-    pixel = flat(py * film.width + px).astype(jnp.uint32)
-    keys = rng.sample_key(seed, frame, pixel, flat(sample).astype(jnp.uint32))
-    keys = jax.lax.with_sharding_constraint(keys, shard)
-    active = jax.lax.with_sharding_constraint(flat(valid), shard)
-    offset = rng.uniform2(keys, Dims.FILM)
-    film_uv = jnp.stack([(flat(px) + offset[0]) / film.width, (flat(py) + offset[1]) / film.height])
+    per_device = -(-n // n_dev)
 
-    def trace(scene, keys, film_uv, active):
+    # Everything runs inside shard_map, nothing is left to XLA's partitioner (which may split a
+    # reduction differently for different device counts). Device i traces the rays
+    # [i * per_device, (i + 1) * per_device) of the pass's flat (sample, y, x) batch; then every
+    # device gathers all of them and splats the whole tile with the same program as one device.
+    def pass_on_device(scene, frame, seed, tile_y, tile_x, first_sample, spp):
+        flat = jax.lax.axis_index(RAY_AXIS) * per_device + jnp.arange(per_device, dtype=jnp.int32)
+        s, rest = flat // (gh * gw), flat % (gh * gw)
+        py, px = tile_y - m + rest // gw, tile_x - m + rest % gw
+        sample = first_sample + s
+        valid = (flat < n) & (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
+        keys = rng.sample_key(seed, frame, (py * film.width + px).astype(jnp.uint32), sample.astype(jnp.uint32))
+        offset = rng.uniform2(keys, Dims.FILM)
+        film_uv = jnp.stack([(px + offset[0]) / film.width, (py + offset[1]) / film.height])
         origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
-        return trace_paths(scene, keys, origin, direction, t_max, active)
+        # Each device's path loop ends when its own paths do.
+        radiance = trace_paths(scene, keys, origin, direction, t_max, valid)
+        radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
+        gather = lambda a: jax.lax.all_gather(a, RAY_AXIS, axis=a.ndim - 1, tiled=True)[..., :n]
+        return films.splat_tile(film, gather(offset).reshape(2, *shape), gather(radiance).reshape(3, *shape),
+                                gather(valid).reshape(shape), tile_h, tile_w)
 
-    # Each device traces its share on its own: its path loop ends when its own paths do, and
-    # host-side intersection engines (pure_callback) run where the rays are.
-    rays, columns = PartitionSpec(RAY_AXIS), PartitionSpec(None, RAY_AXIS)
-    trace = jax.shard_map(trace, mesh=mesh, in_specs=(PartitionSpec(), rays, columns, rays), out_specs=columns)
-    radiance = trace(scene, keys, film_uv, active)
-    radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
-
-    # Splat unsharded: the same reduction whatever the device count.
-    replicated = NamedSharding(mesh, PartitionSpec())
-    radiance = jax.lax.with_sharding_constraint(radiance, replicated)[:, :n].reshape(3, *shape)
-    offset = jax.lax.with_sharding_constraint(offset, replicated)[:, :n].reshape(2, *shape)
-    return films.splat_tile(film, offset, radiance, valid, tile_h, tile_w)
+    replicated = PartitionSpec()
+    run = jax.shard_map(pass_on_device, mesh=mesh, in_specs=(replicated,) * 7, out_specs=(replicated, replicated),
+                        check_vma=False)
+    return run(scene, frame, seed, tile_y, tile_x, first_sample, spp)
 
 
 @functools.partial(jax.jit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh"))

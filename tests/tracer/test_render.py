@@ -10,6 +10,7 @@ import pytest
 
 import tracer
 from tracer.rendering import local_mesh, render_tile
+from tracer.xla_flags import with_flags
 
 FURNACE = """<scene version="3.0.0">
   <default name="albedo" value="0.7"/>
@@ -99,20 +100,25 @@ DEVICES_SCRIPT = textwrap.dedent("""
     from jax.sharding import Mesh
     import tracer
     from tracer.rendering import render_tile
-    scene = tracer.load_scene("examples/cbox.xml", res=20)
-    out = []
-    for n in (1, 2, 4):
-        mesh = Mesh(np.array(jax.devices()[:n]), ("rays",))
-        z = (jnp.zeros((20, 20, 3), jnp.float32), jnp.zeros((20, 20), jnp.float32))
-        v, w = render_tile(scene, 0, 3, 0, 0, 0, 2, 8, *z, tile_h=20, tile_w=20, pass_size=4, mesh=mesh)
-        out.append(np.asarray(v))
-    print("same" if all(np.array_equal(out[0], o) for o in out) else "different")
+    for path, params in (("examples/cbox.xml", dict(res=20)), ("examples/materials.xml", dict(width=20, height=20))):
+        scene = tracer.load_scene(path, **params)
+        out = []
+        for n in (1, 2, 4):
+            mesh = Mesh(np.array(jax.devices()[:n]), ("rays",))
+            z = (jnp.zeros((20, 20, 3), jnp.float32), jnp.zeros((20, 20), jnp.float32))
+            v, w = render_tile(scene, 0, 3, 0, 0, 0, 2, 8, *z, tile_h=20, tile_w=20, pass_size=4, mesh=mesh)
+            out.append(np.asarray(v))
+        assert out[0].mean() > 0
+        print(path, "same" if all(np.array_equal(out[0], o) for o in out) else "different")
 """)
 
 
 def test_one_two_and_four_devices_render_the_same_bits():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    # With the deterministic CPU flags (tracer.xla_flags): a diffuse scene and one with every
+    # BSDF kind (whose FMA-contracted arithmetic differed between device counts without them).
+    env = dict(os.environ, XLA_FLAGS=with_flags(devices=4), JAX_PLATFORMS="cpu")
     result = subprocess.run([sys.executable, "-c", DEVICES_SCRIPT], env=env, capture_output=True, text=True,
                             timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().endswith("same")
+    lines = result.stdout.strip().splitlines()
+    assert lines == ["examples/cbox.xml same", "examples/materials.xml same"], result.stdout
