@@ -22,7 +22,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from cluster.member import GroupMember
 from tracer.xla_flags import with_flags
 
-__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shape"]
+__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes"]
 
 PLATFORMS = ("cpu", "gpu", "tpu")
 _names = itertools.count()
@@ -87,14 +87,16 @@ class GroupShape:
         return {"JAX_PLATFORMS": {"gpu": "cuda", "tpu": "tpu"}[self.platform]}
 
 
-def discover_shape(resources=None):
-    """A default group shape from the cluster's resources: a whole GPU node per group when the
-    cluster has GPUs (its GPU count per node taken from the first GPU node), else one CPU host."""
-    nodes = [n for n in ray.nodes() if n.get("Alive")] if resources is None else resources
-    gpus = [int(n["Resources"].get("GPU", 0)) for n in nodes if n["Resources"].get("GPU", 0) >= 1]
-    if gpus:
-        return GroupShape(hosts=1, platform="gpu", gpus_per_host=gpus[0])
-    return GroupShape(hosts=1, platform="cpu")
+def discover_shapes(nodes=None):
+    """Default groups for a running cluster (``ray.nodes()`` by default): one group per GPU node
+    holding all its GPUs; without GPUs, one single-host CPU group per node with CPUs. TPU slices
+    are not guessed: name their topology in the job's [groups]."""
+    nodes = [n for n in (ray.nodes() if nodes is None else nodes) if n.get("Alive", True)]
+    gpu = [int(n["Resources"]["GPU"]) for n in nodes if n["Resources"].get("GPU", 0) >= 1]
+    if gpu:
+        return [GroupShape(hosts=1, platform="gpu", gpus_per_host=g, strategy="SPREAD") for g in gpu]
+    cpu = [n for n in nodes if n["Resources"].get("CPU", 0) >= 1]
+    return [GroupShape(hosts=1, platform="cpu", strategy="SPREAD") for _ in cpu] or [GroupShape()]
 
 
 class WorkerGroup:

@@ -7,7 +7,7 @@ import numpy as np
 import ray
 
 from farm.errors import SpecError
-from farm.spec import JobSpec, film_size, scene_defaults, scene_hash
+from farm.spec import GroupsSpec, JobSpec, film_size, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
 __all__ = ["prepare", "run", "group_shapes", "export_frames", "frame_status"]
@@ -52,9 +52,12 @@ def prepare(spec, create=True):
 
 
 def group_shapes(spec, local):
-    """The worker groups of a job: ``groups.count`` groups of ``groups.hosts`` hosts each."""
-    from cluster.group import GroupShape
+    """The worker groups of a job: ``groups.count`` groups of ``groups.hosts`` hosts each; on a
+    cluster, a job that names no groups gets one per node (``cluster.group.discover_shapes``)."""
+    from cluster.group import GroupShape, discover_shapes
     g = spec.groups
+    if not local and g == GroupsSpec():
+        return discover_shapes()
     strategy = "PACK" if local else "STRICT_SPREAD"
     shape = GroupShape(hosts=g.hosts, platform=g.platform, devices_per_host=g.devices_per_host,
                        gpus_per_host=g.gpus_per_host, tpu_topology=g.tpu_topology, tpu_version=g.tpu_version,

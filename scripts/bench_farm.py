@@ -84,8 +84,11 @@ def main():
     spec_path = tmp / "spec.json"
     spec_path.write_text(json.dumps(fs.spec_json))
     (tmp / "loop").mkdir()
+    # The loop runs with the farm workers' deterministic CPU flags, so that the bits can be compared.
+    from tracer.xla_flags import with_flags
+    loop_env = dict(env, XLA_FLAGS=with_flags(os.environ.get("XLA_FLAGS", ""), devices=1))
     out = subprocess.run([sys.executable, __file__, "--loop-worker", "--spec", str(spec_path), "--out", str(tmp / "loop")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+                         cwd=ROOT, env=loop_env, capture_output=True, text=True, check=True)
     loop = json.loads(out.stdout.strip().splitlines()[-1])
     loop_images = [np.load(tmp / "loop" / f"frame_{f:04d}.npy") for f in range(args.frames)]
     same = all(np.array_equal(a, b) for a, b in zip(farm_images, loop_images))

@@ -5,7 +5,8 @@
 
 Each measurement runs in its own process: ours with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
-``jax.local_devices()``), Mitsuba with every core. The first render of a process pays for
+``jax.local_devices()``), once with XLA's default CPU code and once with the deterministic flags
+the farm's workers use (``tracer.xla_flags``: no FMA contraction), Mitsuba with every core. The first render of a process pays for
 compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
 durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), and the run time is
 the fastest of ``--repeats`` renders after it, each with a new seed. ``--res`` sets the scene's
@@ -16,7 +17,6 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import time
@@ -85,12 +85,13 @@ def bench_mitsuba(scene, params, spp, repeats):
                 run_s=run_s, pixels=img.shape[0] * img.shape[1], recompiled=False)
 
 
-def run_worker(engine, devices, args):
+def run_worker(engine, devices, args, deterministic=False):
     """Run one measurement in a fresh process; returns its result dict, or an error string."""
     env = dict(os.environ)
     if engine == "ours":
-        flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", ""))
-        env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+        sys.path.insert(0, str(ROOT))
+        from tracer.xla_flags import with_flags
+        env["XLA_FLAGS"] = with_flags(env.get("XLA_FLAGS", ""), devices, deterministic=deterministic)
         env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     print(f"running {engine}" + (f" on {devices} devices" if devices else "") + " ...",
@@ -141,12 +142,13 @@ def main():
         return
 
     rows = [("mitsuba llvm_ad_rgb", run_worker("mitsuba", None, args))]
-    for d in (int(x) for x in args.devices.split(",")):
-        result = run_worker("ours", d, args)
-        if isinstance(result, dict) and result["devices"] != d:
-            result = f"failed: asked for {d} devices, JAX saw {result['devices']}"
-        accel = result["accel"] if isinstance(result, dict) else "?"
-        rows.append((f"ours, {accel} ({d} dev)", result))
+    for deterministic in (False, True):
+        for d in (int(x) for x in args.devices.split(",")):
+            result = run_worker("ours", d, args, deterministic)
+            if isinstance(result, dict) and result["devices"] != d:
+                result = f"failed: asked for {d} devices, JAX saw {result['devices']}"
+            accel = result["accel"] if isinstance(result, dict) else "?"
+            rows.append((f"ours{', det.' if deterministic else ''}, {accel} ({d} dev)", result))
     print_table(args, rows)
     if args.json:
         args.json.write_text(json.dumps({label: r for label, r in rows}, indent=2) + "\n")

@@ -26,7 +26,7 @@ __all__ = ["PathState", "trace_paths"]
 _stage = jax.lax.optimization_barrier
 _PHASES = 3       # loop bodies over batches of N, N / 2, N / 4 paths
 _SHRINK = 2
-_MIN_PHASE = 1024  # smaller batches are not worth another compiled body
+_MIN_PHASE = 8192  # smaller batches are not worth another compiled body (a second or more each)
 
 
 @pytree_dataclass

@@ -104,3 +104,13 @@ def test_invalid_shapes():
         GroupShape(platform="tpu")
     assert GroupShape(hosts=2, devices_per_host=3).devices == 6
     assert "--xla_force_host_platform_device_count=3" in GroupShape(devices_per_host=3).env()["XLA_FLAGS"]
+
+
+def test_default_groups_from_the_cluster():
+    from cluster.group import discover_shapes
+    gpu_nodes = [{"Alive": True, "Resources": {"CPU": 16, "GPU": 4}}, {"Alive": True, "Resources": {"CPU": 16, "GPU": 8}},
+                 {"Alive": True, "Resources": {"CPU": 4}}, {"Alive": False, "Resources": {"CPU": 8, "GPU": 2}}]
+    assert [(s.platform, s.gpus_per_host) for s in discover_shapes(gpu_nodes)] == [("gpu", 4), ("gpu", 8)]
+    cpu_nodes = [{"Alive": True, "Resources": {"CPU": 2}}, {"Alive": True, "Resources": {"CPU": 2}},
+                 {"Alive": True, "Resources": {"CPU": 0}}]
+    assert [s.platform for s in discover_shapes(cpu_nodes)] == ["cpu", "cpu"]

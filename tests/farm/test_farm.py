@@ -229,3 +229,13 @@ def test_a_task_given_up_on_is_written_once_when_its_first_group_answers(local_r
     assert sorted(writes) == sorted(t.key for t in plan.todo)  # every task written exactly once
     for got, want in zip(exported(store.url, tmp_path), reference(spec)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_store_at_an_fsspec_url(local_ray, tmp_path):
+    url = f"memory://farm-test/{tmp_path.name}/job.zarr"
+    assert not FrameStore.exists(url)
+    spec, store = job.prepare(orbit_spec(url, frames=(2, 2)))
+    run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
+    assert FrameStore.exists(url)
+    got = exported(url, tmp_path)[0]
+    np.testing.assert_array_equal(got, reference(spec)[0])
