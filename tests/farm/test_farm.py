@@ -239,3 +239,34 @@ def test_a_store_at_an_fsspec_url(local_ray, tmp_path):
     assert FrameStore.exists(url)
     got = exported(url, tmp_path)[0]
     np.testing.assert_array_equal(got, reference(spec)[0])
+
+
+def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
+    store = tmp_path / "g.zarr"
+    args = ["render", ORBIT, "--frames", "0-5", "--spp", "16", "--res", "40x30", "--tile", "16",
+            "--out", str(store), "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if FrameStore.exists(str(store)) and np.any(FrameStore.open(str(store), mode="r").all_records()[..., 0]):
+                break
+            time.sleep(0.2)
+        result = farm("cancel", str(store), timeout=60)
+        assert result.returncode == 0, result.stderr
+        t0 = time.monotonic()
+        proc.wait(timeout=60)
+        assert time.monotonic() - t0 < 30
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    stderr = proc.stderr.read()
+    assert proc.returncode == 5 and "cancelled" in stderr.strip().splitlines()[-1], stderr[-2000:]
+    fs = FrameStore.open(str(store), mode="r")
+    assert fs.progress()["state"] == "cancelled"
+    done = np.count_nonzero(fs.all_records()[..., 0])
+    assert 0 < done < fs.all_records()[..., 0].size
+    status = farm("status", str(store), timeout=60)
+    assert status.returncode == 0 and "cancelled" in status.stdout
