@@ -33,6 +33,7 @@ class Cancelled(FarmError):
 
 
 _tokens = itertools.count(1)
+_DEPTH = 2  # dispatches in flight per group
 
 
 def _remote_error(exc):
@@ -115,7 +116,7 @@ class _Job:
         current = {}       # task key -> token of its live dispatch
         started = {}       # token -> when it was dispatched
         inflight = {}      # ray ref -> (group, handle, task, token, generation)
-        busy = set()
+        load = collections.Counter()  # dispatches in flight per group
         done_units = job.done_units
         frames_left = collections.Counter(t.key[0] for t in job.todo)
         t_start, last_progress = time.monotonic(), 0.0
@@ -124,29 +125,32 @@ class _Job:
         try:
             while queue or inflight:
                 for group in groups:
-                    if group not in busy and queue:
+                    # Two dispatches per group: the next task is already queued in the members
+                    # when one finishes, so groups never wait on the driver.
+                    while load[group] < _DEPTH and queue:
                         task = queue.popleft()
                         token = next(_tokens)
                         current[task.key] = token
                         handle = group.submit(self.tile_task(task))
                         inflight[group.ready_ref(handle)] = (group, handle, task, token, group.generation)
                         started[token] = time.monotonic()
-                        busy.add(group)
+                        load[group] += 1
                 if not inflight:
                     raise JobFailed("no worker group is left to render on")
                 ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
                 self.give_up_on_stragglers(inflight, started, current, queue, attempts)
                 for ref in ready:
                     group, handle, task, token, generation = inflight.pop(ref)
-                    busy.discard(group)
+                    load[group] -= 1
                     elapsed = time.monotonic() - started.pop(token)
                     try:
                         value, weight, _ = group.result(handle)
                     except GroupFailed as e:
-                        self.log(f"{e}; rebuilding it and sending the task elsewhere")
                         self.retry(task, queue, attempts, current, str(e))
-                        if not self.rebuild(group, groups):
-                            busy.discard(group)
+                        # Its other dispatch fails too: rebuild once per failure (generation).
+                        if group in groups and generation == group.generation:
+                            self.log(f"{e}; rebuilding it and sending its tasks elsewhere")
+                            self.rebuild(group, groups)
                         continue
                     except ray.exceptions.RayTaskError as e:
                         message, deterministic = _remote_error(e)

@@ -1,6 +1,6 @@
 """The farm's overhead: a 24-frame job through `farm render` against a plain loop of tracer calls.
 
-    python scripts/bench_farm.py [--frames 24] [--res 160x120] [--spp 16] [--scene examples/orbit.xml]
+    python scripts/bench_farm.py [--frames 24] [--res 320x240] [--spp 16] [--scene examples/orbit.xml]
 
 Both sides render the same frames with the same reduction tree (tile, pass and chunk sizes), each
 in a fresh process: the farm on its embedded local Ray with one worker group (Ray start-up, the
@@ -46,7 +46,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scene", default=str(ROOT / "examples" / "orbit.xml"))
     ap.add_argument("--frames", type=int, default=24)
-    ap.add_argument("--res", default="160x120")
+    ap.add_argument("--res", default="320x240")
     ap.add_argument("--spp", type=int, default=16)
     ap.add_argument("--loop-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
@@ -74,7 +74,7 @@ def main():
             records = FrameStore.open(str(store), mode="r").all_records()
             if np.any(np.all(records[..., 0].reshape(records.shape[0], -1) > 0, axis=1)):
                 first_frame = time.perf_counter() - t0
-        time.sleep(0.05)
+        time.sleep(0.5)  # polling the store costs the farm CPU time: not too often
     farm_s = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"farm failed: {proc.stderr.read()[-2000:]}")

@@ -243,8 +243,8 @@ def test_a_store_at_an_fsspec_url(local_ray, tmp_path):
 
 def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
     store = tmp_path / "g.zarr"
-    args = ["render", ORBIT, "--frames", "0-5", "--spp", "16", "--res", "40x30", "--tile", "16",
-            "--out", str(store), "--no-progress"]
+    args = ["render", ORBIT, "--frames", "0-29", "--spp", "32", "--res", "40x30", "--tile", "16",
+            "--out", str(store), "--no-progress"]  # long enough to be cancelled half-way
     proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
