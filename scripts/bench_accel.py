@@ -15,7 +15,6 @@ the Cornell box (512x512, 16 spp) and on ``examples/mesh.xml`` (256x256, 16 spp)
 in its own process (``scripts/bench_tracer.py``).
 """
 import argparse
-import json
 import os
 import pathlib
 import subprocess

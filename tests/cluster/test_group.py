@@ -7,21 +7,12 @@ import time
 
 import numpy as np
 import pytest
-import ray
 
 from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
 from cluster.task import SceneRef, TileTask
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CBOX = SceneRef(path=str(ROOT / "examples" / "cbox.xml"), params=(("res", 48),))
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def tile(n_passes=2, first_pass=1, frame=3, y=8, x=16, spp=40):

@@ -12,7 +12,6 @@ import time
 import numpy as np
 import psutil
 import pytest
-import ray
 
 from farm import job
 from farm.curves import Curve
@@ -49,14 +48,6 @@ def reference(spec):
 def exported(store, tmp_path, name="npy"):
     paths = job.export_frames(FrameStore.open(str(store), mode="r"), None, "npy", str(tmp_path / name))
     return [np.load(p) for p in paths]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):

@@ -139,32 +139,6 @@ def test_watertight_through_the_bvh():
         assert np.all(prim[crossing] >= 0)
 
 
-def test_spawned_rays_never_hit_their_own_surface():
-    mesh = trimesh.creation.torus(1.0, 0.35, 48, 24)
-    geo = geometry.build_geometry([(mesh.vertices, mesh.faces, None, None, 0)], [], accel="bvh")
-    rng = np.random.default_rng(4)
-    n = 4096
-    o = (_unit(rng.normal(size=(3, n))) * 3).astype(np.float32)
-    d = _unit(rng.normal(0, 0.4, (3, n)) - o)
-    h = geo_closest(geo, o, d, jnp.inf)
-    si = geo_surface(geo, o, d, h)
-    valid = np.asarray(si.valid)
-    assert valid.mean() > 0.3
-    # Leave in every direction, both sides of the surface, grazing ones included.
-    w = _unit(rng.normal(size=(3, n)))
-    w[:, : n // 4] = _unit(np.cross(np.asarray(si.ng)[:, : n // 4].T, rng.normal(size=(n // 4, 3))).T + 1e-3 * w[:, : n // 4])
-    o2 = geometry.spawn_ray(si.p, si.ng, w)
-    h2 = geo_closest(geo, o2, w, jnp.inf)
-    again = (np.asarray(h2.prim) == np.asarray(h.prim)) & valid
-    assert not np.any(again)
-    # Shadow rays toward points on other triangles never stop at either end.
-    target = np.roll(np.asarray(si.p), 1, axis=1)
-    o3, d3, t3 = geometry.spawn_ray_to(si.p, si.ng, target)
-    h3 = geo_closest(geo, o3, d3, t3)
-    ends = (np.asarray(h3.prim) == np.asarray(h.prim)) | (np.asarray(h3.prim) == np.roll(np.asarray(h.prim), 1))
-    assert not np.any(ends & valid & np.roll(valid, 1))
-
-
 def test_analytic_primitives_inside_the_bvh():
     rng = np.random.default_rng(6)
     mesh = trimesh.creation.icosphere(1)
