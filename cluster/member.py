@@ -16,9 +16,6 @@ import ray
 
 __all__ = ["GroupMember"]
 
-RAY_AXIS = "rays"  # the mesh axis that ray batches are split along (tracer.rendering.RAY_AXIS)
-
-
 def _free_port(host):
     """A port that was free a moment ago (another process may still take it: callers retry)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -47,6 +44,8 @@ class GroupMember:
         """Join the group's JAX program and build its mesh; returns what this member sees."""
         import jax
         from jax.sharding import Mesh
+
+        from tracer.rendering import RAY_AXIS
 
         if self.platform == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -78,11 +77,6 @@ class GroupMember:
             self._scene_key = ref
         return self._scene[1]
 
-    def film_size(self, ref):
-        """(width, height) of the scene's film."""
-        film = self._load(ref).film
-        return film.width, film.height
-
     def render(self, task):
         """Render a ``cluster.task.TileTask``; rank 0 returns (value, weight, seconds), others None."""
         import jax
@@ -108,7 +102,3 @@ class GroupMember:
             return None
         local = lambda a: np.asarray(a.addressable_data(0)) if isinstance(a, jax.Array) else np.asarray(a)
         return local(value), local(weight), time.perf_counter() - t0
-
-    def exit(self):
-        """Leave at once (tests use this to lose a member the way a crash would)."""
-        os._exit(1)

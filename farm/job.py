@@ -93,14 +93,9 @@ def frame_status(store):
     for f in range(store.n_frames):
         sub = records[f:f + 1]
         one = dataclasses.replace(spec, frames=(spec.frames[0] + f, spec.frames[0] + f))
-        p = plan(one, sub, store.tiles_y, store.tiles_x, lambda ty, tx: _pixels(store, ty, tx))
+        p = plan(one, sub, store.tiles_y, store.tiles_x, store.tile_pixels)
         out.append(p.done_units / p.total_units if p.total_units else 1.0)
     return out
-
-
-def _pixels(store, ty, tx):
-    y0, y1, x0, x1 = store.tile_box(ty, tx)
-    return (y1 - y0) * (x1 - x0)
 
 
 def export_frames(store, frames, fmt, out, partial=False):

@@ -7,7 +7,7 @@ sum of its chunks in chunk order. A 240-frame animation is many frames of one ch
 """
 import dataclasses
 
-__all__ = ["Plan", "Task", "plan"]
+__all__ = ["Plan", "Task", "plan", "covered"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Plan:
     stats: dict = None  # filled in by the scheduler after a run
 
 
-def _covered(first_pass, passes, spp, pass_size):
+def covered(first_pass, passes, spp, pass_size):
     """Samples per pixel that passes [first_pass, first_pass + passes) hold at this spp."""
     return max(0, min(spp, (first_pass + passes) * pass_size) - first_pass * pass_size)
 
@@ -48,14 +48,14 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels):
         for c in range(n_chunks):
             start = c * g
             length = min(start + g, n_passes) - start
-            want = _covered(start, length, spec.spp, p)
+            want = covered(start, length, spec.spp, p)
             for ty in range(tiles_y):
                 for tx in range(tiles_x):
                     units = want * tile_pixels(ty, tx)
                     total += units
                     rec = records[f, c, ty, tx] if c < records.shape[1] else (0, 0, 0)
                     passes_done, spp_cut = int(rec[0]), int(rec[1])
-                    have = _covered(start, passes_done, spp_cut, p)
+                    have = covered(start, passes_done, spp_cut, p)
                     key = (f, c, ty, tx)
                     if passes_done == length and have == want:
                         done += units

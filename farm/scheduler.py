@@ -19,7 +19,7 @@ from tqdm import tqdm
 from cluster.group import GroupError, GroupFailed, WorkerGroup
 from cluster.task import SceneRef, TileTask
 from farm.errors import FarmError
-from farm.planner import plan
+from farm.planner import covered, plan
 
 __all__ = ["run_job", "JobFailed", "Cancelled"]
 
@@ -57,22 +57,21 @@ class _Job:
         self.show_progress, self.log = show_progress, log
         self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
 
-    def pixels(self, ty, tx):
-        y0, y1, x0, x1 = self.store.tile_box(ty, tx)
-        return (y1 - y0) * (x1 - x0)
-
     # -- checking what the store has ---------------------------------------------------------
 
     def verify_store(self):
-        """Forget recorded tasks whose sums do not read back intact; returns how many."""
+        """Forget recorded tasks whose sums do not read back intact.
+
+        Returns (the store's records as they now are, how many were forgotten)."""
         records = self.store.all_records()
         bad = 0
         for key in zip(*np.nonzero(records[..., 0])):
             key = tuple(int(k) for k in key)
             if not self.store.verify_task(key, records[key]):
                 self.store.forget_task(key)
+                records[key] = 0
                 bad += 1
-        return bad
+        return records, bad
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -94,19 +93,18 @@ class _Job:
                         n_passes=task.n_passes, pass_size=spec.pass_size, start=start)
 
     def units(self, task):
-        p = self.spec.pass_size
-        first, last = task.first_pass * p, min(self.spec.spp, (task.first_pass + task.n_passes) * p)
-        return max(0, last - first) * self.pixels(*task.key[2:])
+        samples = covered(task.first_pass, task.n_passes, self.spec.spp, self.spec.pass_size)
+        return samples * self.store.tile_pixels(*task.key[2:])
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self):
         spec, store = self.spec, self.store
         store.clear_cancel()  # a cancel was meant for an earlier run
-        damaged = self.verify_store()
+        records, damaged = self.verify_store()
         if damaged:
             self.log(f"{damaged} stored task(s) did not read back intact: rendering them again")
-        job = plan(spec, store.all_records(), store.tiles_y, store.tiles_x, self.pixels)
+        job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels)
         if not job.todo:
             store.write_progress(state="done", done_units=job.total_units, total_units=job.total_units)
             return job

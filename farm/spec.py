@@ -248,15 +248,19 @@ def _scene_root(path):
         raise SpecError(f"{path}: not valid XML: {e}") from None
 
 
+def _defaults(root):
+    return {d.get("name"): d.get("value") for d in root.iter("default")}
+
+
 def scene_defaults(path):
     """The names and values of the scene's ``<default>`` parameters."""
-    return {d.get("name"): d.get("value") for d in _scene_root(path).iter("default")}
+    return _defaults(_scene_root(path))
 
 
 def scene_hash(path):
     """SHA-256 over the scene XML and every file it names (meshes, images)."""
     root = _scene_root(path)
-    defaults = scene_defaults(path)
+    defaults = _defaults(root)
     digest = hashlib.sha256(open(path, "rb").read())
     base = os.path.dirname(os.path.abspath(path))
     for el in root.iter("string"):

@@ -130,6 +130,11 @@ class FrameStore:
         y0, x0 = ty * self.tile, tx * self.tile
         return y0, min(y0 + self.tile, self.height), x0, min(x0 + self.tile, self.width)
 
+    def tile_pixels(self, ty, tx):
+        """Film pixels in the tile (edge tiles are cut by the film)."""
+        y0, y1, x0, x1 = self.tile_box(ty, tx)
+        return (y1 - y0) * (x1 - x0)
+
     # -- tasks -------------------------------------------------------------------------------
 
     def all_records(self):

@@ -7,7 +7,7 @@ import pytest
 import trimesh
 from hypothesis import given, settings
 
-from tests.tracer.test_bvh import _assert_same_hits, _unit, soups
+from tests.tracer.test_bvh import _assert_same_hits, _unit, soups, spheres_disks_and_meshes
 from tests.tracer.test_intersect import fan, fan_rays
 from tracer import geometry
 from tracer.accel import embree
@@ -107,14 +107,7 @@ def test_degenerate_triangles_and_rays_in_their_plane(accel):
 @pytest.mark.parametrize("accel", BACKENDS)
 def test_triangles_with_spheres_and_disks(accel):
     rng = np.random.default_rng(6)
-    mesh = trimesh.creation.icosphere(1)
-    meshes = [(mesh.vertices * 0.5 + [x, 0, 0], mesh.faces, None, None, i) for i, x in enumerate((-2.0, 2.0))]
-    analytic = []
-    for i in range(12):
-        m = np.eye(4)
-        m[:3, :3] = trimesh.transformations.random_rotation_matrix(rng.random(3))[:3, :3] * rng.uniform(0.1, 0.5)
-        m[:3, 3] = rng.uniform(-2.5, 2.5, 3)
-        analytic.append((geometry.SPHERE if i % 2 else geometry.DISK, m, 2 + i))
+    meshes, analytic = spheres_disks_and_meshes(rng, 12, (0.1, 0.5))
     geo = geometry.build_geometry(meshes, analytic, accel=accel)
     ref_geo = geometry.build_geometry(meshes, analytic, accel="brute")
     o = rng.uniform(-3, 3, (3, 2048)).astype(np.float32)

@@ -139,16 +139,23 @@ def test_watertight_through_the_bvh():
         assert np.all(prim[crossing] >= 0)
 
 
-def test_analytic_primitives_inside_the_bvh():
-    rng = np.random.default_rng(6)
+def spheres_disks_and_meshes(rng, count, size):
+    """Two small icospheres and ``count`` spheres and disks (alternating) of random size in
+    ``size``, orientation and place: (meshes, analytic) for ``geometry.build_geometry``."""
     mesh = trimesh.creation.icosphere(1)
     meshes = [(mesh.vertices * 0.5 + [x, 0, 0], mesh.faces, None, None, i) for i, x in enumerate((-2.0, 2.0))]
     analytic = []
-    for i in range(40):
+    for i in range(count):
         m = np.eye(4)
-        m[:3, :3] = trimesh.transformations.random_rotation_matrix(rng.random(3))[:3, :3] * rng.uniform(0.05, 0.3)
+        m[:3, :3] = trimesh.transformations.random_rotation_matrix(rng.random(3))[:3, :3] * rng.uniform(*size)
         m[:3, 3] = rng.uniform(-2.5, 2.5, 3)
         analytic.append((geometry.SPHERE if i % 2 else geometry.DISK, m, 2 + i))
+    return meshes, analytic
+
+
+def test_analytic_primitives_inside_the_bvh():
+    rng = np.random.default_rng(6)
+    meshes, analytic = spheres_disks_and_meshes(rng, 40, (0.05, 0.3))
     g_bvh = geometry.build_geometry(meshes, analytic, accel="bvh")
     g_brute = geometry.build_geometry(meshes, analytic, accel="brute")
     assert g_bvh.bvh.leaf_quads.shape[0] > 0
