@@ -112,7 +112,7 @@ def cli():
 @click.option("--set", "sets", multiple=True, help="NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,... (linear).")
 @click.option("--seed", type=int, default=None, help="Job seed (default 0).")
 @click.option("--tile", type=int, default=None, help="Tile size in pixels (default 128).")
-@click.option("--accel", type=click.Choice(["auto", "embree", "jax"]), default=None,
+@click.option("--accel", type=click.Choice(["auto", "embree", "warp", "jax"]), default=None,
               help="Intersection backend (default auto: Embree on CPUs).")
 @click.option("--out", default=None, help="The job's Zarr store (a path, or a URL zarr accepts).")
 @_group_options

@@ -14,7 +14,7 @@ Job file (paths relative to the file)::
     store = "renders/orbit.zarr"
     seed = 0
     tile = 128                    # optional
-    accel = "auto"                # optional: auto, embree, jax
+    accel = "auto"                # optional: auto, embree, warp, jax
     [groups]                      # optional
     count = 1
     hosts = 1
@@ -46,7 +46,7 @@ DEFAULT_PASS_SIZE = 16
 MAX_CHUNKS = 64
 # A chunk should be at least this many samples per pixel: fewer, larger tasks for animations.
 MIN_CHUNK_SPP = 256
-ACCELS = ("auto", "embree", "jax")
+ACCELS = ("auto", "embree", "warp", "jax")
 PLATFORMS = ("cpu", "gpu", "tpu")
 
 

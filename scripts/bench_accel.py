@@ -2,7 +2,7 @@
 
     python scripts/bench_accel.py [--rays 65536] [--repeats 5] [--no-tracer] [--no-build]
 
-Part 1, Mrays/s of every available backend (``embree``; the pure-JAX ``jax`` backend as its BVH
+Part 1, Mrays/s of every available backend (``embree``, ``warp``; the pure-JAX ``jax`` backend as its BVH
 and, on small scenes, its brute force) on the Cornell box (34 triangles), a 4,096-triangle torus
 and a generated 1,310,720-triangle sphere, for closest hits and shadow rays, with coherent rays
 (a pinhole camera's grid, looking at the object) and incoherent ones (origins uniform in the
@@ -36,9 +36,9 @@ def cases():
     box = (tri.reshape(-1, 3), np.arange(tri.shape[0] * 3).reshape(-1, 3))
     torus = trimesh.creation.torus(1.0, 0.35, 64, 32)
     sphere = trimesh.creation.icosphere(8)
-    return [("cbox 34 tris", box, ("brute", "bvh", "embree")),
-            ("torus 4k tris", (torus.vertices, torus.faces), ("bvh", "embree")),
-            ("sphere 1.3M tris", (sphere.vertices, sphere.faces), ("bvh", "embree"))]
+    return [("cbox 34 tris", box, ("brute", "bvh", "embree", "warp")),
+            ("torus 4k tris", (torus.vertices, torus.faces), ("bvh", "embree", "warp")),
+            ("sphere 1.3M tris", (sphere.vertices, sphere.faces), ("bvh", "embree", "warp"))]
 
 
 def rays(positions, n, coherent, seed=0):
@@ -81,7 +81,7 @@ def intersection(n_rays, repeats):
     import jax
 
     from tracer import geometry
-    from tracer.accel import embree
+    from tracer.accel import embree, warp
 
     closest = jax.jit(lambda g, o, d, t: geometry.closest_hit(g, o, d, t).t)
     occluded = jax.jit(geometry.occluded)
@@ -89,8 +89,9 @@ def intersection(n_rays, repeats):
           f"{'build s':>8s} {'compile s':>10s}")
     for name, (v, f), backends in cases():
         for accel in backends:
-            if accel == "embree" and not embree.available():
-                print(f"{name:18s} {accel:>8s}  (embreex not installed)")
+            engine = {"embree": embree, "warp": warp}.get(accel)
+            if engine is not None and not engine.available():
+                print(f"{name:18s} {accel:>8s}  (not installed)")
                 continue
             t0 = time.perf_counter()
             geo = geometry.build_geometry([(v, f, None, None, 0)], [], accel=accel)

@@ -15,7 +15,7 @@ from tracer import bvh as bvh_traversal
 from tracer import bvh_build
 from tracer import intersect as isect
 from tracer import vecmath as vm
-from tracer.accel import embree
+from tracer.accel import embree, host, warp
 from tracer.intersect import DISK, SPHERE, Hit
 from tracer.pytree import pytree_dataclass, static
 
@@ -58,10 +58,10 @@ class Geometry:
     quad_to_local: jnp.ndarray  # (3, 4, A) its inverse
     quad_shape: jnp.ndarray  # (A,) int32 shape index
     bvh: object              # bvh.BvhArrays when accel == 'bvh', else None
-    host_handle: jnp.ndarray  # () int32 handle of a host-side engine's scene (accel 'embree'), else 0
+    host_handle: jnp.ndarray  # () int32 handle of a host-side engine's scene (accel 'embree', 'warp'), else 0
     n_triangles: int = static(0)
     n_analytic: int = static(0)
-    accel: str = static("brute")  # 'brute' or 'bvh' (the pure-JAX backend) or 'embree'
+    accel: str = static("brute")  # 'brute' or 'bvh' (the pure-JAX backend), 'embree' or 'warp'
 
     @property
     def triangles(self):
@@ -145,13 +145,14 @@ def _analytic_bounds(kind, to_world):
     return (np.nextafter(lo.astype(np.float32), -np.inf), np.nextafter(hi.astype(np.float32), np.inf))
 
 
-BACKENDS = ("embree", "jax")
+BACKENDS = ("embree", "warp", "jax")
+_HOST_ENGINES = {"embree": embree, "warp": warp}  # built on the host, queried through host.py
 
 
 def resolve_accel(accel, n_primitives):
-    """The structure behind ``accel``: 'auto', 'embree', 'jax' (brute force below AUTO_BVH_MIN
-    primitives, else a BVH), or one of the pure-JAX structures 'brute' and 'bvh' forced.
-    Returns 'embree', 'brute' or 'bvh'.
+    """The structure behind ``accel``: 'auto', 'embree', 'warp', 'jax' (brute force below
+    AUTO_BVH_MIN primitives, else a BVH), or one of the pure-JAX structures 'brute' and 'bvh'
+    forced. Returns 'embree', 'warp', 'brute' or 'bvh'.
 
     'auto' is the pure-JAX brute force below AUTO_BVH_MIN primitives (on the Cornell box it beats
     Embree behind the callback, 9.7 against 5.7 Mrays/s), else Embree on CPUs where installed,
@@ -159,11 +160,11 @@ def resolve_accel(accel, n_primitives):
     if accel == "auto":
         small = n_primitives < AUTO_BVH_MIN
         accel = "embree" if not small and jax.default_backend() == "cpu" and embree.available() else "jax"
-    if accel == "embree" and not embree.available():
-        raise ImportError(embree.MISSING)
+    if accel in _HOST_ENGINES and not _HOST_ENGINES[accel].available():
+        raise ImportError(_HOST_ENGINES[accel].MISSING)
     if accel == "jax":
         accel = "bvh" if n_primitives >= AUTO_BVH_MIN else "brute"
-    if accel not in ("embree", "brute", "bvh"):
+    if accel not in ("embree", "warp", "brute", "bvh"):
         raise ValueError(f"unknown intersection backend {accel!r}: expected auto, {', '.join(BACKENDS)} (or brute, bvh)")
     if n_primitives == 0:
         return "brute"
@@ -176,13 +177,13 @@ def build_geometry(meshes, analytic, accel="auto", leaf_size=bvh_traversal.LEAF_
     meshes: list of (positions (V, 3), faces (F, 3), normals (V, 3) or None, uvs (V, 2) or None,
     shape_index); analytic: list of (SPHERE or DISK, to_world (4, 4), shape_index). A sphere's
     to_world maps the unit sphere, a disk's the unit disk in z = 0 (as Mitsuba's plugins).
-    accel: see ``resolve_accel``. With Embree, spheres and disks are tested in JAX by brute force.
+    accel: see ``resolve_accel``. With Embree or Warp, spheres and disks are tested in JAX by brute force.
     """
     tri = _triangle_arrays(meshes)
     kind, to_world, to_local, quad_shape = _analytic_arrays(analytic)
     n_tri, n_quad = tri["p0"].shape[1], kind.size
     accel = resolve_accel(accel, n_tri + n_quad)
-    if accel == "embree" and n_tri == 0:
+    if accel in _HOST_ENGINES and n_tri == 0:
         accel = "brute"
     bvh = None
     if accel == "bvh":
@@ -200,7 +201,8 @@ def build_geometry(meshes, analytic, accel="auto", leaf_size=bvh_traversal.LEAF_
         uv0=j(tri["uv0"]), uv1=j(tri["uv1"]), uv2=j(tri["uv2"]), tri_shape=j(tri["shape"]),
         quad_kind=j(kind), quad_to_world=j(to_world), quad_to_local=j(to_local), quad_shape=j(quad_shape),
         bvh=bvh, host_handle=None, n_triangles=int(n_tri), n_analytic=int(n_quad), accel=accel)
-    handle = embree.build(tri["p0"], tri["p1"], tri["p2"], owner=geo) if accel == "embree" else 0
+    engine = _HOST_ENGINES.get(accel)
+    handle = engine.build(tri["p0"], tri["p1"], tri["p2"], owner=geo) if engine else 0
     # Frozen dataclass: the handle is set once, after the owner exists.
     object.__setattr__(geo, "host_handle", jnp.int32(handle))
     return geo
@@ -218,8 +220,8 @@ def closest_hit(geometry, o, d, t_max):
         return isect.miss(o[0])
     if geometry.accel == "bvh":
         hit = bvh_traversal.closest_hit(geometry.bvh, geometry.triangles, geometry.analytic, o, d, t_max)
-    elif geometry.accel == "embree":
-        hit = _embree_closest_hit(geometry, o, d, t_max)
+    elif geometry.accel in _HOST_ENGINES:
+        hit = _host_closest_hit(geometry, o, d, t_max)
     else:
         hit = isect.closest_hit(geometry.triangles, geometry.analytic, o, d, t_max)
     return jax.lax.optimization_barrier(hit)
@@ -231,8 +233,8 @@ def occluded(geometry, o, d, t_max):
         return jnp.zeros_like(o[0], bool)
     if geometry.accel == "bvh":
         blocked = bvh_traversal.occluded(geometry.bvh, o, d, t_max)
-    elif geometry.accel == "embree":
-        blocked = embree.occluded(geometry.host_handle, o, d, t_max)
+    elif geometry.accel in _HOST_ENGINES:
+        blocked = host.occluded(geometry.host_handle, o, d, t_max)
         if geometry.n_analytic:
             blocked = blocked | isect.occluded(_no_triangles(), geometry.analytic, o, d, t_max)
     else:
@@ -245,8 +247,8 @@ def _no_triangles():
     return (empty, empty, empty)
 
 
-def _embree_closest_hit(geometry, o, d, t_max):
-    t, prim, _, _ = embree.closest_hit(geometry.host_handle, o, d, t_max)
+def _host_closest_hit(geometry, o, d, t_max):
+    t, prim = host.closest_hit(geometry.host_handle, o, d, t_max)
     # t and (u, v) again from the winner with our own watertight test: every backend then gives
     # the same hit data for the same primitive (Embree's barycentrics differ in the 4th digit).
     no_quads = (geometry.quad_kind[:0], geometry.quad_to_world[..., :0], geometry.quad_to_local[..., :0])

@@ -247,15 +247,21 @@ def _analytic_keys(analytic, o, d, t_max):
     return _scan_chunks(n_quad, o[0], chunk_key)
 
 
+def _ray_setup(o, d, t_max):
+    """The rays and their shear, materialized once: XLA would otherwise fuse the making of the
+    rays (spawning, normalizing) into the (primitives x rays) search and redo it per primitive."""
+    o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
+    t_max = jnp.zeros_like(o[0]) + t_max
+    return jax.lax.optimization_barrier((o, d, t_max, ray_shear(d)))
+
+
 def closest_hit(tri, analytic, o, d, t_max):
     """Brute-force closest hit with 0 < t < t_max. tri = (p0, p1, p2), each (3, T); analytic =
     (kind (A,), to_world (3, 4, A), to_local (3, 4, A)). Triangles have ids [0, T), analytic
     primitives [T, T + A)."""
-    o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
-    t_max = jnp.zeros_like(o[0]) + t_max
+    o, d, t_max, shear = _ray_setup(o, d, t_max)
     n_tri = tri[0].shape[1]
     n_quad = analytic[0].shape[0]
-    shear = ray_shear(d)
     key = jnp.full_like(o[0], _INF_BITS, jnp.int32)
     prim = jnp.full_like(o[0], -1, jnp.int32)
     if n_tri:
@@ -298,12 +304,10 @@ def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None):
 
 def occluded(tri, analytic, o, d, t_max):
     """Brute-force shadow test: any primitive with 0 < t < t_max."""
-    o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
-    t_max = jnp.zeros_like(o[0]) + t_max
+    o, d, t_max, shear = _ray_setup(o, d, t_max)
     blocked = jnp.zeros_like(o[0], bool)
     n_tri, n_quad = tri[0].shape[1], analytic[0].shape[0]
     if n_tri:
-        shear = ray_shear(d)
         blocked = _any_hit(n_tri, blocked, lambda s: jnp.any(intersect_triangles(
             *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0] < INF, axis=0))
     if n_quad:

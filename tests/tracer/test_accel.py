@@ -1,5 +1,7 @@
 """Every intersection backend against brute force: closest hits, occlusion, watertightness,
 self-intersection and degenerate input; and the backend choice itself."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,12 +9,13 @@ import pytest
 import trimesh
 from hypothesis import given, settings
 
-from tests.tracer.test_bvh import _assert_same_hits, _unit, soups, spheres_disks_and_meshes
+from tests.tracer.test_bvh import _assert_same_hits, _unit, grazing, soups, spheres_disks_and_meshes
 from tests.tracer.test_intersect import fan, fan_rays
 from tracer import geometry
-from tracer.accel import embree
+from tracer.accel import embree, host, warp
 
-BACKENDS = ["bvh"] + (["embree"] if embree.available() else [])
+HOST_ENGINES = [name for name, engine in (("embree", embree), ("warp", warp)) if engine.available()]
+BACKENDS = ["bvh"] + HOST_ENGINES
 closest = jax.jit(geometry.closest_hit)
 blocked = jax.jit(geometry.occluded)
 surface = jax.jit(geometry.surface_interaction)
@@ -32,11 +35,15 @@ def test_same_hits_as_brute_force(accel, soup):
     geo, ref_geo = _geometry(tri, accel), _geometry(tri, "brute")
     assert geo.accel == accel
     ref = closest(ref_geo, o, d, jnp.inf)
-    # Embree's own triangle test rounds differently from the watertight one: t agrees to ~1e-5.
-    _assert_same_hits(closest(geo, o, d, jnp.inf), ref, rtol=2e-5)
+    # Embree's own triangle test rounds differently from the watertight one: t agrees to ~1e-5,
+    # and a ray within 1e-3 of a triangle's plane may hit it in one test and miss in the other
+    # (hypothesis found a sliver at cos 1.5e-4 that Embree itself misses).
+    hit = closest(geo, o, d, jnp.inf)
+    excused = grazing(tri, d, np.asarray(ref.prim)) | grazing(tri, d, np.asarray(hit.prim))
+    _assert_same_hits(hit, ref, rtol=2e-5, excused=excused if accel in HOST_ENGINES else None)
     t_ref = np.asarray(ref.t)
     t_max = np.float32(np.median(t_ref[np.isfinite(t_ref)]))
-    clear_cut = np.abs(t_ref - t_max) > 1e-4 * t_max
+    clear_cut = (np.abs(t_ref - t_max) > 1e-4 * t_max) & ~(excused & (accel in HOST_ENGINES))
     got = np.asarray(blocked(geo, o, d, t_max))
     np.testing.assert_array_equal(got[clear_cut], (t_ref < t_max)[clear_cut])
     # A bounded closest hit finds only what lies before the bound; t_max = 0 asks for nothing.
@@ -130,12 +137,20 @@ def test_backend_choice():
         _geometry(tri, "optix")
 
 
-@pytest.mark.skipif(not embree.available(), reason="embreex not installed")
-def test_embree_scene_is_freed_with_its_geometry():
+@pytest.mark.parametrize("accel", HOST_ENGINES)
+def test_host_scene_is_freed_with_its_geometry(accel):
     import gc
-    geo = _geometry(fan(8), "embree")
+    geo = _geometry(fan(8), accel)
     handle = int(geo.host_handle)
-    assert handle in embree._scenes
+    assert handle in host._scenes
     del geo
     gc.collect()
-    assert handle not in embree._scenes
+    assert handle not in host._scenes
+
+
+@pytest.mark.parametrize("accel, extra", [("embree", "embreex"), ("warp", "jaxfarm[warp]")])
+def test_missing_engine_names_what_to_install(accel, extra, monkeypatch):
+    engine = {"embree": embree, "warp": warp}[accel]
+    monkeypatch.setattr(engine, "available", lambda: False)
+    with pytest.raises(ImportError, match=re.escape(extra)):
+        geometry.resolve_accel(accel, 1000)
