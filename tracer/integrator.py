@@ -176,6 +176,16 @@ def _take(a, i):
     return a[..., i]
 
 
+def _stable_partition(mask):
+    """Indices of ``mask``'s true entries in order, then its false ones in order; and the count
+    of true ones. A prefix sum and a scatter: XLA's CPU sort took 19 ms for 278k entries."""
+    n = mask.shape[0]
+    count = jnp.sum(mask, dtype=jnp.int32)
+    before = jnp.cumsum(mask, dtype=jnp.int32) - mask
+    position = jnp.where(mask, before, count + jnp.arange(n, dtype=jnp.int32) - before)
+    return jnp.zeros_like(position).at[position].set(jnp.arange(n, dtype=jnp.int32), unique_indices=True), count
+
+
 def trace_paths(scene, keys, origin, direction, t_max, active):
     """Radiance (3, N) arriving along camera rays; ``keys`` (N,) uint32 address each path's randomness.
 
@@ -185,10 +195,10 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
     n = keys.shape[0]
     if scene.settings.max_depth == 0:
         return jnp.zeros_like(origin)
-    pool = min(n, _POOL)
+    # On GPUs and TPUs the whole batch is one pool (their width wants every path in flight).
+    pool = min(n, _POOL) if jax.default_backend() == "cpu" else n
     # The live camera rays in batch order; lanes pull them from here as their paths end.
-    queue = jnp.argsort(~active, stable=True).astype(jnp.int32)
-    count = jnp.sum(active, dtype=jnp.int32)
+    queue, count = _stable_partition(active)
     none = jnp.int32(n)  # the sample index of an empty lane: a spare output column
 
     def pull(position, want):
@@ -230,7 +240,7 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
             break
         out = out.at[:, index].set(state.radiance)
         size //= _SHRINK
-        order = jnp.argsort(~state.active, stable=True)[:size]
+        order = _stable_partition(state.active)[0][:size]
         keys, index = keys[order], index[order]
         state = jax.tree.map(lambda a: a[..., order], state)
     return out.at[:, index].set(state.radiance)[:, :n]

@@ -213,9 +213,10 @@ def _scan_chunks(n_prims, like, chunk_key):
 
 
 def _chunk(p, start, n_prims, fill):
-    """Candidates [start, start + _CHUNK) of p (..., P) as (..., _CHUNK, 1), padded with ``fill``."""
-    if isinstance(start, int) and start + _CHUNK <= n_prims:
-        c = p[..., start:start + _CHUNK]
+    """Candidates [start, start + _CHUNK) of p (..., P) as (..., _CHUNK, 1); a traced ``start``
+    (a looped chunk) reads a copy padded with ``fill``."""
+    if isinstance(start, int):
+        c = p[..., start:min(start + _CHUNK, n_prims)]  # an unrolled last chunk is just shorter
     else:
         pad = [(0, 0)] * (p.ndim - 1) + [(0, _CHUNK)]
         c = jax.lax.dynamic_slice_in_dim(jnp.pad(p, pad, constant_values=fill), start, _CHUNK, axis=p.ndim - 1)
@@ -308,13 +309,14 @@ def occluded(tri, analytic, o, d, t_max):
     blocked = jnp.zeros_like(o[0], bool)
     n_tri, n_quad = tri[0].shape[1], analytic[0].shape[0]
     if n_tri:
-        blocked = _any_hit(n_tri, blocked, lambda s: jnp.any(intersect_triangles(
-            *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0] < INF, axis=0))
+        # A min over t, not an any over hits: XLA vectorizes float reductions, not boolean ones.
+        blocked = _any_hit(n_tri, blocked, lambda s: jnp.min(intersect_triangles(
+            *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0], axis=0) < INF)
     if n_quad:
         kind, to_world, to_local = analytic
-        blocked = _any_hit(n_quad, blocked, lambda s: jnp.any(intersect_analytic(
+        blocked = _any_hit(n_quad, blocked, lambda s: jnp.min(intersect_analytic(
             _chunk(kind, s, n_quad, -1), _chunk(to_world, s, n_quad, 0.0), _chunk(to_local, s, n_quad, 0.0),
-            o[:, None], d[:, None], t_max)[0] < INF, axis=0))
+            o[:, None], d[:, None], t_max)[0], axis=0) < INF)
     return blocked
 
 

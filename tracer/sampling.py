@@ -4,6 +4,7 @@ Inputs are (2, N) uniforms, outputs (2, N) or (3, N) points; pdfs are (N,) with 
 area on the target domain (solid angle for directions). Follows Mitsuba 3's ``warp`` module
 (and PBRT-v4 section A.5) so that both renderers spend their samples alike.
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -53,7 +54,9 @@ def square_to_cosine_hemisphere(u):
     """Malley's method: project the concentric disk up onto the +z hemisphere."""
     p = square_to_uniform_disk_concentric(u)
     z = vm.safe_sqrt(1.0 - p[0] * p[0] - p[1] * p[1])
-    return jnp.stack([p[0], p[1], z])
+    # Materialized before stacking: XLA's concatenate fusions evaluate each output row from
+    # scratch, so every consumer row would redo the sine and cosine (6 per ray instead of 2).
+    return jnp.stack(jax.lax.optimization_barrier((p[0], p[1], z)))
 
 
 def square_to_cosine_hemisphere_pdf(v):

@@ -36,10 +36,16 @@ def test_same_hits_as_brute_force(accel, soup):
     assert geo.accel == accel
     ref = closest(ref_geo, o, d, jnp.inf)
     # Embree's own triangle test rounds differently from the watertight one: t agrees to ~1e-5,
-    # and a ray within 1e-3 of a triangle's plane may hit it in one test and miss in the other
-    # (hypothesis found a sliver at cos 1.5e-4 that Embree itself misses).
+    # and a ray nearly in a triangle's plane (|cos| < 1e-2) may hit it in one test and miss in
+    # the other: hypothesis found slivers at cos 1.5e-4 and 1.4e-3 (this one 8e-4 from an edge in
+    # barycentrics) that Embree itself misses. A hit within 1e-5 of a lone triangle's edge (in
+    # barycentrics) is a tie between hitting and missing: there Embree may miss too.
     hit = closest(geo, o, d, jnp.inf)
-    excused = grazing(tri, d, np.asarray(ref.prim)) | grazing(tri, d, np.asarray(hit.prim))
+    excused = np.zeros(o.shape[1], bool)
+    for h in (ref, hit):
+        u, v = np.asarray(h.u), np.asarray(h.v)
+        on_edge = (np.asarray(h.prim) >= 0) & (np.minimum(np.minimum(u, v), 1 - u - v) < 1e-5)
+        excused |= grazing(tri, d, np.asarray(h.prim), 1e-2) | on_edge
     _assert_same_hits(hit, ref, rtol=2e-5, excused=excused if accel in HOST_ENGINES else None)
     t_ref = np.asarray(ref.t)
     t_max = np.float32(np.median(t_ref[np.isfinite(t_ref)]))
