@@ -113,6 +113,24 @@ DEVICES_SCRIPT = textwrap.dedent("""
 """)
 
 
+def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
+    """A 256-lane pool that regenerates paths (and drains in phases down to 32 lanes) renders the
+    same bits as one pool holding every path of the batch (every BSDF kind, glass included)."""
+    import jax
+
+    from tracer import integrator
+    scene = tracer.load_scene("examples/materials.xml", width=24, height=24)
+    images = []
+    for pool, min_phase in ((1 << 30, 1 << 30), (256, 32)):
+        monkeypatch.setattr(integrator, "_POOL", pool)
+        monkeypatch.setattr(integrator, "_MIN_PHASE", min_phase)
+        jax.clear_caches()  # the constants are read while tracing
+        images.append(tracer.render(scene, spp=8, pass_size=8))
+    jax.clear_caches()
+    assert images[0].mean() > 0.01
+    np.testing.assert_array_equal(images[0], images[1])
+
+
 def test_one_two_and_four_devices_render_the_same_bits():
     # With the deterministic CPU flags (tracer.xla_flags): a diffuse scene and one with every
     # BSDF kind (whose FMA-contracted arithmetic differed between device counts without them).
