@@ -224,7 +224,8 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
         head = jnp.minimum(head + jnp.sum(done, dtype=jnp.int32), count)
         return state, jnp.where(done, new_keys, lane_keys), jnp.where(done, new_index, index), head, out
 
-    state, lane_keys, index, _, out = jax.lax.while_loop(lambda c: c[3] < count, regenerate, carry)
+    if pool < n:  # (a batch that fits the pool skips a loop body: compiling one takes seconds)
+        state, lane_keys, index, _, out = jax.lax.while_loop(lambda c: c[3] < count, regenerate, carry)
 
     # The queue is empty: the last paths drain in phases over shrinking pools. When at most
     # 1/_SHRINK of the pool is alive, the live paths move to the front (a stable partition) and
