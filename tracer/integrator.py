@@ -65,7 +65,8 @@ def _skip_emitters(scene, origin, direction, t_max, hit, camera_ray):
         si = geometry.surface_interaction(scene.geometry, o, direction, h)
         o2 = geometry.spawn_ray(si.p, si.ng, direction)
         tm2 = tm - h.t
-        h2 = geometry.closest_hit(scene.geometry, o2, direction, tm2)
+        # Only the lanes that skip ask (t_max 0 for the rest: backends pass over them cheaply).
+        h2 = geometry.closest_hit(scene.geometry, o2, direction, jnp.where(skip, tm2, 0.0))
         o = vm.select(skip, o2, o)
         tm = jnp.where(skip, tm2, tm)
         h = jax.tree.map(lambda a, b: jnp.where(skip, a, b), h2, h)
