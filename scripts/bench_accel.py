@@ -81,7 +81,6 @@ def intersection(n_rays, repeats):
     import jax
 
     from tracer import geometry
-    from tracer.accel import embree, warp
 
     closest = jax.jit(lambda g, o, d, t: geometry.closest_hit(g, o, d, t).t)
     occluded = jax.jit(geometry.occluded)
@@ -89,7 +88,7 @@ def intersection(n_rays, repeats):
           f"{'build s':>8s} {'compile s':>10s}")
     for name, (v, f), backends in cases():
         for accel in backends:
-            engine = {"embree": embree, "warp": warp}.get(accel)
+            engine = geometry.HOST_ENGINES.get(accel)
             if engine is not None and not engine.available():
                 print(f"{name:18s} {accel:>8s}  (not installed)")
                 continue

@@ -146,7 +146,7 @@ def _analytic_bounds(kind, to_world):
 
 
 BACKENDS = ("embree", "warp", "jax")
-_HOST_ENGINES = {"embree": embree, "warp": warp}  # built on the host, queried through host.py
+HOST_ENGINES = {"embree": embree, "warp": warp}  # built on the host, queried through host.py
 
 
 def resolve_accel(accel, n_primitives):
@@ -160,11 +160,11 @@ def resolve_accel(accel, n_primitives):
     if accel == "auto":
         small = n_primitives < AUTO_BVH_MIN
         accel = "embree" if not small and jax.default_backend() == "cpu" and embree.available() else "jax"
-    if accel in _HOST_ENGINES and not _HOST_ENGINES[accel].available():
-        raise ImportError(_HOST_ENGINES[accel].MISSING)
+    if accel in HOST_ENGINES and not HOST_ENGINES[accel].available():
+        raise ImportError(HOST_ENGINES[accel].MISSING)
     if accel == "jax":
         accel = "bvh" if n_primitives >= AUTO_BVH_MIN else "brute"
-    if accel not in ("embree", "warp", "brute", "bvh"):
+    if accel not in (*HOST_ENGINES, "brute", "bvh"):
         raise ValueError(f"unknown intersection backend {accel!r}: expected auto, {', '.join(BACKENDS)} (or brute, bvh)")
     if n_primitives == 0:
         return "brute"
@@ -183,7 +183,7 @@ def build_geometry(meshes, analytic, accel="auto", leaf_size=bvh_traversal.LEAF_
     kind, to_world, to_local, quad_shape = _analytic_arrays(analytic)
     n_tri, n_quad = tri["p0"].shape[1], kind.size
     accel = resolve_accel(accel, n_tri + n_quad)
-    if accel in _HOST_ENGINES and n_tri == 0:
+    if accel in HOST_ENGINES and n_tri == 0:
         accel = "brute"
     bvh = None
     if accel == "bvh":
@@ -201,7 +201,7 @@ def build_geometry(meshes, analytic, accel="auto", leaf_size=bvh_traversal.LEAF_
         uv0=j(tri["uv0"]), uv1=j(tri["uv1"]), uv2=j(tri["uv2"]), tri_shape=j(tri["shape"]),
         quad_kind=j(kind), quad_to_world=j(to_world), quad_to_local=j(to_local), quad_shape=j(quad_shape),
         bvh=bvh, host_handle=None, n_triangles=int(n_tri), n_analytic=int(n_quad), accel=accel)
-    engine = _HOST_ENGINES.get(accel)
+    engine = HOST_ENGINES.get(accel)
     handle = engine.build(tri["p0"], tri["p1"], tri["p2"], owner=geo) if engine else 0
     # Frozen dataclass: the handle is set once, after the owner exists.
     object.__setattr__(geo, "host_handle", jnp.int32(handle))
@@ -220,7 +220,7 @@ def closest_hit(geometry, o, d, t_max):
         return isect.miss(o[0])
     if geometry.accel == "bvh":
         hit = bvh_traversal.closest_hit(geometry.bvh, geometry.triangles, geometry.analytic, o, d, t_max)
-    elif geometry.accel in _HOST_ENGINES:
+    elif geometry.accel in HOST_ENGINES:
         hit = _host_closest_hit(geometry, o, d, t_max)
     else:
         hit = isect.closest_hit(geometry.triangles, geometry.analytic, o, d, t_max)
@@ -233,7 +233,7 @@ def occluded(geometry, o, d, t_max):
         return jnp.zeros_like(o[0], bool)
     if geometry.accel == "bvh":
         blocked = bvh_traversal.occluded(geometry.bvh, o, d, t_max)
-    elif geometry.accel in _HOST_ENGINES:
+    elif geometry.accel in HOST_ENGINES:
         blocked = host.occluded(geometry.host_handle, o, d, t_max)
         if geometry.n_analytic:
             blocked = blocked | isect.occluded(_no_triangles(), geometry.analytic, o, d, t_max)

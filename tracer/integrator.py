@@ -3,11 +3,11 @@
 A pool of paths advances one bounce per iteration of a ``lax.while_loop`` (a wavefront):
 every ray intersects, gathers its surface data and material, samples a light and the BSDF.
 A lane whose path ends takes the next camera ray of the batch (path regeneration), so the
-pool stays full until the batch runs out; then the last paths drain in shrinking phases. The structure follows
-Mitsuba's path integrator line by line (its PRB twin in ``mitsuba/python/ad/integrators``):
-emission is weighted by the power heuristic against the previous BSDF sample, the light
-sample against the BSDF's pdf, and Russian roulette starts at ``rr_depth`` with survival
-probability min(max(throughput) * eta^2, 0.95).
+pool stays full until the batch runs out; then the last paths drain in shrinking phases.
+The structure follows Mitsuba's path integrator line by line (its PRB twin in
+``mitsuba/python/ad/integrators``): emission is weighted by the power heuristic against the
+previous BSDF sample, the light sample against the BSDF's pdf, and Russian roulette starts at
+``rr_depth`` with survival probability min(max(throughput) * eta^2, 0.95).
 """
 import jax
 import jax.numpy as jnp
@@ -173,10 +173,6 @@ def _fresh(keys, origin, direction, t_max, active):
     )
 
 
-def _take(a, i):
-    return a[..., i]
-
-
 def _stable_partition(mask):
     """Indices of ``mask``'s true entries in order, then its false ones in order; and the count
     of true ones. A prefix sum and a scatter: XLA's CPU sort took 19 ms for 278k entries."""
@@ -207,7 +203,8 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
         take = want & (position < count)
         index = jnp.where(take, queue[jnp.minimum(position, n - 1)], none)
         j = jnp.minimum(index, n - 1)
-        return index, keys[j], _fresh(keys[j], _take(origin, j), _take(direction, j), t_max[j], take)
+        k = keys[j]
+        return index, k, _fresh(k, origin[:, j], direction[:, j], t_max[j], take)
 
     lane = jnp.arange(pool, dtype=jnp.int32)
     index, lane_keys, state = pull(lane, lane >= 0)

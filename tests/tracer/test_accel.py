@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from tests.tracer.test_bvh import _assert_same_hits, _unit, grazing, soups, spheres_disks_and_meshes
 from tests.tracer.test_intersect import fan, fan_rays
 from tracer import geometry
-from tracer.accel import embree, host, warp
+from tracer.accel import embree, host
 
-HOST_ENGINES = [name for name, engine in (("embree", embree), ("warp", warp)) if engine.available()]
+HOST_ENGINES = [name for name, engine in geometry.HOST_ENGINES.items() if engine.available()]
 BACKENDS = ["bvh"] + HOST_ENGINES
 closest = jax.jit(geometry.closest_hit)
 blocked = jax.jit(geometry.occluded)
@@ -156,7 +156,7 @@ def test_host_scene_is_freed_with_its_geometry(accel):
 
 @pytest.mark.parametrize("accel, extra", [("embree", "embreex"), ("warp", "jaxfarm[warp]")])
 def test_missing_engine_names_what_to_install(accel, extra, monkeypatch):
-    engine = {"embree": embree, "warp": warp}[accel]
+    engine = geometry.HOST_ENGINES[accel]
     monkeypatch.setattr(engine, "available", lambda: False)
     with pytest.raises(ImportError, match=re.escape(extra)):
         geometry.resolve_accel(accel, 1000)

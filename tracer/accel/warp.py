@@ -50,8 +50,9 @@ def _define_kernels(wp):
     # kernels walk Warp's BVH and test triangles with the watertight test of tracer.intersect:
     # the ray's dominant axis kz, a shear, and edge-function signs from compared products.
     @wp.func
-    def watertight_t(a: wp.vec3, b: wp.vec3, c: wp.vec3, kx: int, ky: int, kz: int,
-                     sx: float, sy: float, sz: float):
+    def watertight_t(a: wp.vec3, b: wp.vec3, c: wp.vec3, k: wp.vec3i, s: wp.vec3):
+        kx, ky, kz = k[0], k[1], k[2]
+        sx, sy, sz = s[0], s[1], s[2]
         ax = a[kx] - sx * a[kz]
         ay = a[ky] - sy * a[kz]
         bx = b[kx] - sx * b[kz]
@@ -84,6 +85,12 @@ def _define_kernels(wp):
             kx, ky = ky, kx
         return wp.vec3i(kx, ky, kz)
 
+    @wp.func
+    def shear(d: wp.vec3, k: wp.vec3i):
+        """(d_kx / d_kz, d_ky / d_kz, 1 / d_kz): the ray's shear along its axes ``k``."""
+        sz = 1.0 / d[k[2]]
+        return wp.vec3(d[k[0]] * sz, d[k[1]] * sz, sz)
+
     @wp.kernel
     def closest(bvh: wp.uint64, p0: wp.array(dtype=wp.vec3), p1: wp.array(dtype=wp.vec3),
                 p2: wp.array(dtype=wp.vec3), o: wp.array(dtype=wp.vec3), d: wp.array(dtype=wp.vec3),
@@ -91,14 +98,13 @@ def _define_kernels(wp):
         i = wp.tid()
         oi, di = o[i], d[i]
         k = shear_axes(di)
-        sz = 1.0 / di[k[2]]
-        sx, sy = di[k[0]] * sz, di[k[1]] * sz
+        s = shear(di, k)
         best = float(t_max[i])
         best_prim = int(-1)
         query = wp.bvh_query_ray(bvh, oi, di)
         j = int(0)
         while wp.bvh_query_next(query, j, best):
-            tj = watertight_t(p0[j] - oi, p1[j] - oi, p2[j] - oi, k[0], k[1], k[2], sx, sy, sz)
+            tj = watertight_t(p0[j] - oi, p1[j] - oi, p2[j] - oi, k, s)
             if tj > 0.0 and tj < best:
                 best = tj
                 best_prim = j
@@ -112,14 +118,13 @@ def _define_kernels(wp):
         i = wp.tid()
         oi, di = o[i], d[i]
         k = shear_axes(di)
-        sz = 1.0 / di[k[2]]
-        sx, sy = di[k[0]] * sz, di[k[1]] * sz
+        s = shear(di, k)
         limit = float(t_max[i])
         found = int(0)
         query = wp.bvh_query_ray(bvh, oi, di)
         j = int(0)
         while found == 0 and wp.bvh_query_next(query, j, limit):
-            tj = watertight_t(p0[j] - oi, p1[j] - oi, p2[j] - oi, k[0], k[1], k[2], sx, sy, sz)
+            tj = watertight_t(p0[j] - oi, p1[j] - oi, p2[j] - oi, k, s)
             if tj > 0.0 and tj < limit:
                 found = 1
         blocked[i] = found
