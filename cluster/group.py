@@ -41,7 +41,9 @@ class GroupShape:
     """What one group is made of.
 
     hosts: members (one per host; a TPU slice's VM count). platform: 'cpu', 'gpu' or 'tpu'.
-    devices_per_host: CPU only, virtual devices per member (XLA's host platform device count).
+    devices_per_host: CPU only, virtual devices per member (XLA's host platform device count);
+    None: one per core the member may run on (XLA runs a device's kernels one at a time, so
+    that is what puts every core to work: ``tracer.cpu``).
     gpus_per_host: GPUs each member holds. tpu_topology / tpu_version: the slice to reserve
     (e.g. '2x2x2', 'v4'). cpus_per_host: Ray CPUs each member holds. strategy: placement across
     nodes (STRICT_SPREAD; PACK to share one machine).
@@ -49,7 +51,7 @@ class GroupShape:
 
     hosts: int = 1
     platform: str = "cpu"
-    devices_per_host: int = 1
+    devices_per_host: int = None
     gpus_per_host: int = 0
     tpu_topology: str = None
     tpu_version: str = None
@@ -59,7 +61,7 @@ class GroupShape:
     def __post_init__(self):
         if self.platform not in PLATFORMS:
             raise GroupError(f"platform must be one of {', '.join(PLATFORMS)}, got {self.platform!r}")
-        if self.hosts < 1 or self.devices_per_host < 1:
+        if self.hosts < 1 or (self.devices_per_host is not None and self.devices_per_host < 1):
             raise GroupError(f"a group needs at least one host and one device per host, got {self.hosts} x {self.devices_per_host}")
         if self.platform == "gpu" and self.gpus_per_host < 1:
             raise GroupError("a GPU group needs gpus_per_host >= 1")
@@ -68,7 +70,8 @@ class GroupShape:
 
     @property
     def devices(self):
-        """Devices in the group's mesh (CPU: virtual devices; GPU: GPUs; TPU: unknown until started)."""
+        """Devices in the group's mesh (CPU: virtual devices; GPU: GPUs); None where unknown until
+        started (TPUs, and CPU members that take one device per core)."""
         per_host = {"cpu": self.devices_per_host, "gpu": self.gpus_per_host}.get(self.platform)
         return None if per_host is None else self.hosts * per_host
 

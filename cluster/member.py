@@ -23,6 +23,15 @@ def _free_port(host):
         return s.getsockname()[1]
 
 
+def _one_device_per_core():
+    """A CPU member given no device count takes one per core it may run on (before JAX starts)."""
+    from tracer import cpu
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "--xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={cpu.cores()}".strip()
+
+
 @ray.remote(max_restarts=0, max_task_retries=0)
 class GroupMember:
     def __init__(self, rank, size, platform):
@@ -42,6 +51,8 @@ class GroupMember:
 
     def initialize(self, coordinator, timeout_s, heartbeat_s):
         """Join the group's JAX program and build its mesh; returns what this member sees."""
+        if self.platform == "cpu":
+            _one_device_per_core()
         import jax
         from jax.sharding import Mesh
 

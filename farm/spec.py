@@ -18,7 +18,7 @@ Job file (paths relative to the file)::
     [groups]                      # optional
     count = 1
     hosts = 1
-    devices_per_host = 1
+    devices_per_host = 2           # CPU: devices per member; default one per core
     platform = "cpu"              # cpu, gpu, tpu
     [params.angle]                # a keyframed $angle
     keys = [[0, 0.0], [23, 345.0]]
@@ -87,7 +87,7 @@ def _check_res(res, text):
 class GroupsSpec:
     count: int = 1
     hosts: int = 1
-    devices_per_host: int = 1
+    devices_per_host: int = None  # CPU: None is one device per core (cluster.group.GroupShape)
     platform: str = "cpu"
     gpus_per_host: int = 0
     tpu_topology: str = None
@@ -95,6 +95,8 @@ class GroupsSpec:
 
     def __post_init__(self):
         for name in ("count", "hosts", "devices_per_host"):
+            if name == "devices_per_host" and self.devices_per_host is None:
+                continue
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise SpecError(f"groups.{name} must be a whole number >= 1, got {getattr(self, name)!r}")
         if self.platform not in PLATFORMS:

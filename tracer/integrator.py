@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import bsdfs, emitters, geometry, rng
+from tracer import bsdfs, cpu, emitters, geometry, rng
 from tracer import vecmath as vm
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
@@ -25,8 +25,14 @@ __all__ = ["PathState", "trace_paths"]
 # into every consumer of its outputs and recomputes it there (measured 6x slower on a scene with
 # every BSDF kind). The barriers make each stage run once per bounce.
 _stage = jax.lax.optimization_barrier
-_POOL = 65536      # lanes in flight: their arrays stay in the CPU caches (measured on cbox: 65k lanes
-                   # cost 220 ns a bounce each, 262k lanes 370 ns)
+# Lanes in flight per CPU device, sized so that their arrays stay in the caches. With a core
+# per device (tracer.cpu): 4k lanes (Cornell box, 2 devices on 2 cores: 1.64 Msamples/s at 4k,
+# 1.56 at 8k), but 32k when a host engine answers the rays, whose calls cost a fixed ~0.6 ms
+# (mesh.xml: 1.08 at 32k, 1.03 at 8k). A device over several cores: 65k (Cornell box, 1 device
+# on 2 cores: a bounce costs 220 ns a lane at 65k lanes, 370 ns at 262k).
+_POOL = 65536
+_POOL_PER_CORE = 4096
+_POOL_PER_CORE_HOST = 32768
 _PHASES = 3        # drain loop bodies over P, P / 2, P / 4 lanes
 _SHRINK = 2
 _MIN_PHASE = 8192  # smaller batches are not worth another compiled body (a second or more each)
@@ -173,6 +179,17 @@ def _fresh(keys, origin, direction, t_max, active):
     )
 
 
+def _pool_size(scene):
+    """Lanes in flight on this device; on GPUs and TPUs the whole batch (their width wants
+    every path in flight)."""
+    cores = cpu.cores_per_device()
+    if cores is None:
+        return np.iinfo(np.int32).max
+    if cores > 1:
+        return _POOL
+    return _POOL_PER_CORE_HOST if scene.geometry.accel in geometry.HOST_ENGINES else _POOL_PER_CORE
+
+
 def _stable_partition(mask):
     """Indices of ``mask``'s true entries in order, then its false ones in order; and the count
     of true ones. A prefix sum and a scatter: XLA's CPU sort took 19 ms for 278k entries."""
@@ -192,8 +209,7 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
     n = keys.shape[0]
     if scene.settings.max_depth == 0:
         return jnp.zeros_like(origin)
-    # On GPUs and TPUs the whole batch is one pool (their width wants every path in flight).
-    pool = min(n, _POOL) if jax.default_backend() == "cpu" else n
+    pool = min(n, _pool_size(scene))
     # The live camera rays in batch order; lanes pull them from here as their paths end.
     queue, count = _stable_partition(active)
     none = jnp.int32(n)  # the sample index of an empty lane: a spare output column

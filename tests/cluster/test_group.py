@@ -20,11 +20,13 @@ def tile(n_passes=2, first_pass=1, frame=3, y=8, x=16, spp=40):
                     first_pass=first_pass, n_passes=n_passes, pass_size=8)
 
 
-def test_two_hosts_of_two_devices_render_the_bits_of_one_device(local_ray):
-    one = WorkerGroup(GroupShape(hosts=1, devices_per_host=1, strategy="PACK"), name="one").start()
+def test_two_hosts_of_two_devices_render_the_bits_of_one_host(local_ray):
+    # "one" names no device count: it takes one device per core (here, on CI, two).
+    one = WorkerGroup(GroupShape(hosts=1, strategy="PACK"), name="one").start()
     two = WorkerGroup(GroupShape(hosts=2, devices_per_host=2, strategy="PACK"), name="two").start()
     try:
         assert [i["global_devices"] for i in two.info] == [4, 4]
+        assert one.info[0]["local_devices"] == len(os.sched_getaffinity(0))
         assert sorted(i["process_index"] for i in two.info) == [0, 1]
         assert len(set(two.member_pids())) == 2
         for task in (tile(), tile(n_passes=3, first_pass=2, frame=0, y=24, x=0)):  # the last pass is cut by spp
@@ -95,6 +97,8 @@ def test_invalid_shapes():
         GroupShape(platform="tpu")
     assert GroupShape(hosts=2, devices_per_host=3).devices == 6
     assert "--xla_force_host_platform_device_count=3" in GroupShape(devices_per_host=3).env()["XLA_FLAGS"]
+    assert GroupShape().devices is None
+    assert "device_count" not in GroupShape().env()["XLA_FLAGS"]
 
 
 def test_default_groups_from_the_cluster():

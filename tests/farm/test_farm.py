@@ -261,3 +261,14 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
     assert 0 < done < fs.all_records()[..., 0].size
     status = farm("status", str(store), timeout=60)
     assert status.returncode == 0 and "cancelled" in status.stdout
+
+
+def test_local_groups_share_the_cores_one_device_each(tmp_path):
+    """A job that names no device count gets one CPU device per core, split among its groups."""
+    cores = os.cpu_count()
+    spec = orbit_spec(tmp_path / "a.zarr")
+    assert [s.devices_per_host for s in job.group_shapes(spec, local=True)] == [cores]
+    two = dataclasses.replace(spec, groups=GroupsSpec(count=2))
+    assert [s.devices_per_host for s in job.group_shapes(two, local=True)] == [max(1, cores // 2)] * 2
+    named = dataclasses.replace(spec, groups=GroupsSpec(devices_per_host=3))
+    assert [s.devices_per_host for s in job.group_shapes(named, local=True)] == [3]

@@ -1,15 +1,15 @@
 """Intel Embree (through embreex) as the triangle intersection engine on CPUs.
 
 The Embree scene is built on the host and registered with ``tracer.accel.host``, which sends it
-rays from the jitted program through ``jax.pure_callback``; a batch is split over this process's
-cores. Embree answers each ray on its own (``rtcIntersect1``).
+rays from the jitted program through a host callback; a batch is split over this device's share of
+the cores. Embree answers each ray on its own (``rtcIntersect1``).
 """
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from tracer import cpu
 from tracer.accel import host
 
 __all__ = ["available", "build", "MISSING"]
@@ -32,17 +32,15 @@ def available():
 
 
 def _threads():
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
+    """Threads per query: this device's share of the cores (the other devices query too)."""
+    return cpu.cores_per_device() or cpu.cores()
 
 
 def _executor():
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(_threads(), thread_name_prefix="embree")
+            _pool = ThreadPoolExecutor(max(1, cpu.cores() - 1), thread_name_prefix="embree")
         return _pool
 
 
@@ -62,12 +60,15 @@ def build(p0, p1, p2, owner):
 
 
 def _split_run(run, n):
-    """``run(slice) -> tuple of arrays`` over [0, n) on the pool, concatenated."""
+    """``run(slice) -> tuple of arrays`` over [0, n) in parts, concatenated: the calling thread
+    runs the first part, the pool the others."""
     parts = _threads()
     if n < _MIN_SPLIT or parts == 1:
         return run(slice(0, n))
     bounds = np.linspace(0, n, parts + 1).astype(int)
-    results = list(_executor().map(run, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]))
+    slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    others = [_executor().submit(run, s) for s in slices[1:]]
+    results = [run(slices[0])] + [f.result() for f in others]
     return tuple(np.concatenate(r) for r in zip(*results))
 
 

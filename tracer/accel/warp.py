@@ -158,7 +158,7 @@ class _Engine:
     def _launch(kernel, scene, o, d, t_max, outputs):
         wp, _ = _warp()
         bvh, corners, device = scene
-        rows = lambda a: wp.array(a, dtype=wp.vec3, device=device)
+        rows = lambda a: wp.array(np.ascontiguousarray(a), dtype=wp.vec3, device=device)
         wp.launch(kernel, dim=t_max.shape[0], device=device,
                   inputs=[bvh.id, *corners, rows(o), rows(d), wp.array(t_max, dtype=wp.float32, device=device)],
                   outputs=outputs)

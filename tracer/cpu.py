@@ -1,0 +1,28 @@
+"""How this process's CPU cores are shared among its XLA CPU devices.
+
+XLA runs each CPU device's kernels one after another, each on one core (a large loop may split
+in two). So a process gets the most from its cores with one device per core
+(``--xla_force_host_platform_device_count``, as the farm's CPU workers set it), and work sized
+for one core per device: a small path pool that stays in that core's cache, and host engines
+that do not split a query over cores another device is using.
+"""
+import os
+
+__all__ = ["cores", "cores_per_device"]
+
+
+def cores():
+    """Cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def cores_per_device():
+    """Cores per local device when JAX runs on the CPU (at least 1); None on GPUs and TPUs."""
+    import jax  # (only here: the farm's members read cores() before JAX starts)
+
+    if jax.default_backend() != "cpu":
+        return None
+    return max(1, cores() // max(1, jax.local_device_count()))
