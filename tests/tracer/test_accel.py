@@ -144,6 +144,38 @@ def test_backend_choice():
 
 
 @pytest.mark.parametrize("accel", HOST_ENGINES)
+@pytest.mark.parametrize("direct", [True, False])
+def test_host_queries_answer_only_the_rays_that_ask(accel, direct, monkeypatch):
+    """Most rays asking (sent whole, idle ones with t_max -1) and few asking (gathered first) give
+    each asking ray the answer it gets alone, and idle rays none; through the direct host call
+    and through its ``jax.pure_callback`` fallback alike."""
+    if not direct:
+        monkeypatch.setattr(host, "_direct", None)
+    mesh = trimesh.creation.icosphere(subdivisions=2)
+    tri = tuple(np.asarray(mesh.vertices[mesh.faces[:, k]].T, np.float32) for k in range(3))
+    geo = _geometry(tri, accel)
+    rng = np.random.default_rng(5)
+    n = 4096
+    o_np = rng.uniform(-2, 2, (3, n))
+    o = jnp.asarray(o_np, jnp.float32)
+    d = jnp.asarray(_unit(-o_np + rng.normal(size=(3, n))), jnp.float32)  # mostly toward the sphere
+    jax.clear_caches()  # ``_direct`` is read while tracing
+    all_hits = geometry.closest_hit(geo, o, d, jnp.inf)  # eagerly: the primitive's own impl
+    assert np.mean(np.asarray(all_hits.prim) >= 0) > 0.3
+    t_all = np.asarray(all_hits.t)
+    t_shadow = np.where(np.isfinite(t_all), t_all * 1.5, 1.0).astype(np.float32)
+    all_blocked = np.asarray(blocked(geo, o, d, t_shadow))
+    for share in (0.9, 0.1):
+        asks = rng.uniform(size=n) < share
+        hits = closest(geo, o, d, jnp.where(asks, jnp.inf, 0.0))
+        np.testing.assert_array_equal(np.asarray(hits.prim), np.where(asks, np.asarray(all_hits.prim), -1))
+        np.testing.assert_array_equal(np.asarray(hits.t), np.where(asks, t_all, np.inf))
+        got = np.asarray(blocked(geo, o, d, np.where(asks, t_shadow, 0.0)))
+        np.testing.assert_array_equal(got, all_blocked & asks)
+    jax.clear_caches()
+
+
+@pytest.mark.parametrize("accel", HOST_ENGINES)
 def test_host_scene_is_freed_with_its_geometry(accel):
     import gc
     geo = _geometry(fan(8), accel)

@@ -1,7 +1,7 @@
 """NVIDIA Warp's BVH as a triangle intersection engine (CUDA when Warp sees a GPU, else CPU).
 
 The ``wp.Bvh`` is built once per Geometry and registered with ``tracer.accel.host``; rays
-reach it through ``jax.pure_callback`` as host rows and are answered by one Warp kernel launch
+reach it through that module's host callback as rows and are answered by one Warp kernel launch
 (one thread per ray walks Warp's BVH and tests triangles watertight). Warp answers each ray on
 its own, so results do not depend on how a batch is split.
 
