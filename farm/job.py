@@ -59,9 +59,10 @@ def group_shapes(spec, local):
     if not local and g == GroupsSpec():
         return discover_shapes()
     strategy = "PACK" if local else "STRICT_SPREAD"
+    from tracer.cpu import cores  # (no JAX there)
     devices = g.devices_per_host
     if local and devices is None and g.platform == "cpu":  # every member shares this machine's cores
-        devices = max(1, (os.cpu_count() or 1) // (g.count * g.hosts))
+        devices = max(1, cores() // (g.count * g.hosts))
     shape = GroupShape(hosts=g.hosts, platform=g.platform, devices_per_host=devices,
                        gpus_per_host=g.gpus_per_host, tpu_topology=g.tpu_topology, tpu_version=g.tpu_version,
                        strategy=strategy)

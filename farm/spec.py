@@ -18,7 +18,7 @@ Job file (paths relative to the file)::
     [groups]                      # optional
     count = 1
     hosts = 1
-    devices_per_host = 2           # CPU: devices per member; default one per core
+    devices_per_host = 2          # optional, CPU: devices per member (default one per core)
     platform = "cpu"              # cpu, gpu, tpu
     [params.angle]                # a keyframed $angle
     keys = [[0, 0.0], [23, 345.0]]
@@ -94,9 +94,8 @@ class GroupsSpec:
     tpu_version: str = None
 
     def __post_init__(self):
-        for name in ("count", "hosts", "devices_per_host"):
-            if name == "devices_per_host" and self.devices_per_host is None:
-                continue
+        counts = ("count", "hosts") + (() if self.devices_per_host is None else ("devices_per_host",))
+        for name in counts:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise SpecError(f"groups.{name} must be a whole number >= 1, got {getattr(self, name)!r}")
         if self.platform not in PLATFORMS:

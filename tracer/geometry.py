@@ -298,7 +298,6 @@ def _unit_angle_z(v):
 
 def _analytic_surface(g, o, d, hit):
     q = jnp.clip(hit.prim - g.n_triangles, 0, g.n_analytic - 1)
-    kind = g.quad_kind[q]
     to_world, to_local = g.quad_to_world[..., q], g.quad_to_local[..., q]
     t = jnp.where(jnp.isfinite(hit.t), hit.t, 0.0)
     p_ray = o + t * d
@@ -310,7 +309,7 @@ def _analytic_surface(g, o, d, hit):
         fields[DISK] = _disk_surface(p_ray, to_local, hit)
     if len(fields) == 1:
         return next(iter(fields.values()))
-    is_disk = kind == DISK
+    is_disk = g.quad_kind[q] == DISK
     return tuple(vm.select(is_disk, a, b) for a, b in zip(fields[DISK], fields[SPHERE]))
 
 

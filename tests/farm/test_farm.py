@@ -265,7 +265,7 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
 
 def test_local_groups_share_the_cores_one_device_each(tmp_path):
     """A job that names no device count gets one CPU device per core, split among its groups."""
-    cores = os.cpu_count()
+    cores = len(os.sched_getaffinity(0))
     spec = orbit_spec(tmp_path / "a.zarr")
     assert [s.devices_per_host for s in job.group_shapes(spec, local=True)] == [cores]
     two = dataclasses.replace(spec, groups=GroupsSpec(count=2))

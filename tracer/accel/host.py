@@ -61,35 +61,33 @@ def _rays(o, d, t_max):
     return asks, index, rows(o), rows(d), t_max[index]
 
 
+def _spread(asks, index, answers, fill):
+    """An engine's ``answers`` to what ``_rays`` sent, back in lane order; ``fill`` where a lane
+    asked nothing."""
+    if index is None:
+        return np.where(asks, answers, fill)
+    out = np.full(asks.shape, fill, answers.dtype)
+    out[index] = answers
+    return out
+
+
 def _host_closest(handle, o, d, t_max):
     engine, scene = _lookup(handle)
-    n = t_max.shape[0]
     asks, index, o, d, t_max = _rays(o, d, t_max)
+    inf = np.float32(np.inf)
     if not t_max.size:
-        return np.full(n, np.inf, np.float32), np.full(n, -1, np.int32)
+        return np.full(asks.shape, inf), np.full(asks.shape, -1, np.int32)
     prim, t = engine.closest(scene, o, d, t_max)
-    if index is None:
-        prim = np.where(asks, prim, -1)
-    t = np.where(prim >= 0, t, np.float32(np.inf))
-    if index is None:
-        return t, prim
-    t_all, prim_all = np.full(n, np.inf, np.float32), np.full(n, -1, np.int32)
-    t_all[index], prim_all[index] = t, prim
-    return t_all, prim_all
+    prim = _spread(asks, index, prim, np.int32(-1))
+    return np.where(prim >= 0, _spread(asks, index, t, inf), inf), prim
 
 
 def _host_occluded(handle, o, d, t_max):
     engine, scene = _lookup(handle)
-    n = t_max.shape[0]
     asks, index, o, d, t_max = _rays(o, d, t_max)
     if not t_max.size:
-        return (np.zeros(n, bool),)
-    blocked = engine.occluded(scene, o, d, t_max)
-    if index is None:
-        return (blocked & asks,)
-    blocked_all = np.zeros(n, bool)
-    blocked_all[index] = blocked
-    return (blocked_all,)
+        return (np.zeros(asks.shape, bool),)
+    return (_spread(asks, index, engine.occluded(scene, o, d, t_max), False),)
 
 
 def _host_call(callback, shapes, *args):
