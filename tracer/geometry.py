@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bvh as bvh_traversal
-from tracer import bvh_build
+from tracer import bvh_build, elementary
 from tracer import intersect as isect
 from tracer import vecmath as vm
 from tracer.accel import embree, host, warp
@@ -292,7 +292,7 @@ def _unit_angle_z(v):
     """Drjit's ``unit_angle_z``: the polar angle of v, accurate near the poles."""
     s = jnp.where(v[2] >= 0, 1.0, -1.0)
     half = 0.5 * jnp.sqrt(v[0] * v[0] + v[1] * v[1] + (v[2] - s) ** 2)
-    temp = 2.0 * jnp.arcsin(jnp.clip(half, -1.0, 1.0))
+    temp = 2.0 * elementary.asin(jnp.clip(half, -1.0, 1.0))
     return jnp.where(v[2] >= 0, temp, np.float32(np.pi) - temp)
 
 
@@ -322,7 +322,7 @@ def _sphere_surface(p_ray, to_world, to_local):
     n_sph = vm.normalize(p_ray - center)
     p_sph = center + n_sph * radius
     local = vm.transform_point(to_local, p_sph)
-    phi = jnp.arctan2(local[1], local[0])
+    phi = elementary.atan2(local[1], local[0])
     phi = jnp.where(phi < 0, phi + 2 * np.float32(np.pi), phi)
     uv_sph = jnp.stack([phi * INV_TWO_PI, _unit_angle_z(local) * INV_PI])
     det = (to_world[0, 0] * (to_world[1, 1] * to_world[2, 2] - to_world[1, 2] * to_world[2, 1])
@@ -337,7 +337,7 @@ def _disk_surface(p_ray, to_local, hit):
     of the local hit."""
     n_disk = vm.normalize(vm.transform_normal(to_local, jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0])[:, None], p_ray.shape)))
     r = jnp.sqrt(hit.u * hit.u + hit.v * hit.v)
-    ang = jnp.arctan2(hit.v, hit.u) * INV_TWO_PI
+    ang = elementary.atan2(hit.v, hit.u) * INV_TWO_PI
     uv_disk = jnp.stack([r, jnp.where(ang < 0, ang + 1.0, ang)])
     return p_ray, n_disk, n_disk, uv_disk
 

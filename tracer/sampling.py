@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tracer import elementary
 from tracer import vecmath as vm
 
 __all__ = [
@@ -33,13 +34,14 @@ def square_to_uniform_disk_concentric(u):
     r = jnp.where(first, x, y)
     phi = jnp.where(first, (PI / 4) * (y / safe_x), (PI / 2) - (PI / 4) * (x / safe_y))
     phi = jnp.where((x == 0) & (y == 0), 0.0, phi)
-    return jnp.stack([r * jnp.cos(phi), r * jnp.sin(phi)])
+    sin_phi, cos_phi = elementary.sincos(phi)
+    return jnp.stack([r * cos_phi, r * sin_phi])
 
 
 def uniform_disk_concentric_to_square(p):
     """Inverse of ``square_to_uniform_disk_concentric``."""
     r = jnp.sqrt(p[0] * p[0] + p[1] * p[1])
-    phi = jnp.arctan2(p[1], p[0])
+    phi = elementary.atan2(p[1], p[0])
     phi = jnp.where(phi < -PI / 4, phi + 2 * PI, phi)
     # Four wedges: right (x dominant), top, left, bottom.
     right = phi < PI / 4
@@ -67,7 +69,8 @@ def square_to_uniform_sphere(u):
     z = 1.0 - 2.0 * u[1]
     r = vm.safe_sqrt(1.0 - z * z)
     phi = 2.0 * PI * u[0]
-    return jnp.stack([r * jnp.cos(phi), r * jnp.sin(phi), z])
+    sin_phi, cos_phi = elementary.sincos(phi)
+    return jnp.stack([r * cos_phi, r * sin_phi, z])
 
 
 def square_to_uniform_sphere_pdf(v):
@@ -79,7 +82,8 @@ def square_to_uniform_cone(u, cos_cutoff):
     cos_theta = (1.0 - u[1]) + u[1] * cos_cutoff
     sin_theta = vm.safe_sqrt(1.0 - cos_theta * cos_theta)
     phi = 2.0 * PI * u[0]
-    return jnp.stack([sin_theta * jnp.cos(phi), sin_theta * jnp.sin(phi), cos_theta])
+    sin_phi, cos_phi = elementary.sincos(phi)
+    return jnp.stack([sin_theta * cos_phi, sin_theta * sin_phi, cos_theta])
 
 
 def square_to_uniform_cone_pdf(v, cos_cutoff):

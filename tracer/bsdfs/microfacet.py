@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import erf
 
-from tracer import sampling
+from tracer import elementary, sampling
 from tracer import vecmath as vm
 from tracer.pytree import pytree_dataclass, static
 
@@ -135,7 +135,7 @@ def _sample_all(distr, u):
     """Sample D(m) cos(theta_m) directly (Walter et al. 2007)."""
     au, av = distr.alpha_u, distr.alpha_v
     phi = (2.0 * _PI) * u[1]
-    c, s = jnp.cos(phi), jnp.sin(phi)
+    s, c = elementary.sincos(phi)
     # Mitsuba's anisotropic azimuth atan(av/au tan(phi)), in the quadrant of phi; au == av gives phi.
     ratio = av / au
     inv_len = lax.rsqrt(c * c + (ratio * s) ** 2)

@@ -15,7 +15,7 @@ as Mitsuba's ``Mesh::sample_position`` (the pdf then uses that normal's cosine, 
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import sampling
+from tracer import elementary, sampling
 from tracer import vecmath as vm
 from tracer.emitters import discrete
 from tracer.emitters.table import DISK, MESH, SPHERE
@@ -82,7 +82,8 @@ def _sample_sphere(em, e, ref, u):
     sin_alpha = vm.safe_sqrt(1.0 - cos_alpha * cos_alpha)
     phi = u[1] * TWO_PI
     axis = -dc * inv_dc
-    local = jnp.stack([jnp.cos(phi) * sin_alpha, jnp.sin(phi) * sin_alpha, cos_alpha])
+    sin_phi, cos_phi = elementary.sincos(phi)
+    local = jnp.stack([cos_phi * sin_alpha, sin_phi * sin_alpha, cos_alpha])
     cap = vm.to_world((*vm.coordinate_system(axis), axis), local)
     cone_pdf = INV_TWO_PI / (1.0 - cos_max)
 

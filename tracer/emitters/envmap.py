@@ -16,6 +16,7 @@ is pdf(uv) / (2 pi^2 sin(theta)).
 import jax.numpy as jnp
 import numpy as np
 
+from tracer import elementary
 from tracer import vecmath as vm
 from tracer.emitters import discrete
 
@@ -63,7 +64,7 @@ def _lookup(em, uv):
 
 
 def _to_uv(v):
-    return jnp.stack([jnp.arctan2(v[0], -v[2]) * INV_TWO_PI, jnp.arccos(jnp.clip(v[1], -1.0, 1.0)) * INV_PI])
+    return jnp.stack([elementary.atan2(v[0], -v[2]) * INV_TWO_PI, elementary.acos(jnp.clip(v[1], -1.0, 1.0)) * INV_PI])
 
 
 def _local(em, d):
@@ -110,8 +111,9 @@ def sample(em, ref, u, far):
     uv = jnp.stack([(col + sx + 0.5) / w, (row + sy) / (h - 1)])
 
     theta, phi = uv[1] * PI, uv[0] * (2 * PI)
-    sin_theta = jnp.sin(theta)
-    local = jnp.stack([jnp.sin(phi) * sin_theta, jnp.cos(theta), -jnp.cos(phi) * sin_theta])
+    sin_theta, cos_theta = elementary.sincos(theta)
+    sin_phi, cos_phi = elementary.sincos(phi)
+    local = jnp.stack([sin_phi * sin_theta, cos_theta, -cos_phi * sin_theta])
     pdf = jnp.where(pdf_uv > 0, pdf_uv * INV_TWO_PI2 / jnp.maximum(sin_theta, EPSILON), 0.0)
     d = vm.normalize(vm.transform_vector(em.to_world[:, :, em.environment], local))
     weight = jnp.where(pdf > 0, _lookup(em, uv) / jnp.where(pdf > 0, pdf, 1.0), 0.0)

@@ -7,6 +7,7 @@ and is optionally modulated by a texture projected over the cutoff cone.
 """
 import jax.numpy as jnp
 
+from tracer import elementary
 from tracer import textures as tex
 from tracer import vecmath as vm
 
@@ -32,7 +33,7 @@ def sample_point(em, textures, e, ref, u):
 def spot_falloff(em, e, local):
     """Falloff in [0, 1] (N,) along local emission directions (3, N) (``SpotLight::falloff_curve``)."""
     cos_theta = vm.normalize(local)[2]
-    ramp = (em.spot_cutoff[e] - jnp.arccos(jnp.clip(cos_theta, -1.0, 1.0))) * em.spot_inv_transition[e]
+    ramp = (em.spot_cutoff[e] - elementary.acos(jnp.clip(cos_theta, -1.0, 1.0))) * em.spot_inv_transition[e]
     beam = jnp.where(cos_theta >= em.spot_cos_beam[e], 1.0, ramp)
     return jnp.where(cos_theta > em.spot_cos_cutoff[e], beam, 0.0)
 
