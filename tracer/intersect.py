@@ -309,15 +309,24 @@ def occluded(tri, analytic, o, d, t_max):
     blocked = jnp.zeros_like(o[0], bool)
     n_tri, n_quad = tri[0].shape[1], analytic[0].shape[0]
     if n_tri:
-        # A min over t, not an any over hits: XLA vectorizes float reductions, not boolean ones.
-        blocked = _any_hit(n_tri, blocked, lambda s: jnp.min(intersect_triangles(
-            *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0], axis=0) < INF)
+        blocked = _any_hit(n_tri, blocked, lambda s: _any_finite(intersect_triangles(
+            *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0]))
     if n_quad:
         kind, to_world, to_local = analytic
-        blocked = _any_hit(n_quad, blocked, lambda s: jnp.min(intersect_analytic(
+        blocked = _any_hit(n_quad, blocked, lambda s: _any_finite(intersect_analytic(
             _chunk(kind, s, n_quad, -1), _chunk(to_world, s, n_quad, 0.0), _chunk(to_local, s, n_quad, 0.0),
-            o[:, None], d[:, None], t_max)[0], axis=0) < INF)
+            o[:, None], d[:, None], t_max)[0]))
     return blocked
+
+
+def _any_finite(t):
+    """Whether any of the (P, N) hit distances t (positive, or inf) is finite, per ray.
+
+    An integer min over t's bits, like the closest-hit keys: XLA's CPU backend fuses that into
+    the intersection loop, while it hands a float min to a library reduction, which needs the
+    (P, N) distances written out first (and an any over booleans does not vectorize at all).
+    """
+    return jnp.min(jax.lax.bitcast_convert_type(t, jnp.int32), axis=0) < _INF_BITS
 
 
 def _any_hit(n_prims, blocked, chunk_any):
