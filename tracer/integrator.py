@@ -200,6 +200,14 @@ def _stable_partition(mask):
     return jnp.zeros_like(position).at[position].set(jnp.arange(n, dtype=jnp.int32), unique_indices=True), count
 
 
+def _store(out, index, radiance):
+    """Rows ``out`` (three (N + 1,) arrays) with [index] = radiance (3, P): one scatter a row, as
+    a (3, N) scatter made XLA transpose its updates to (P, 3), recomputing the whole radiance
+    update in that layout to do so."""
+    radiance = _stage(radiance)
+    return tuple(row.at[index].set(radiance[k]) for k, row in enumerate(out))
+
+
 def trace_paths(scene, keys, origin, direction, t_max, active):
     """Radiance (3, N) arriving along camera rays; ``keys`` (N,) uint32 address each path's randomness.
 
@@ -224,14 +232,14 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
 
     lane = jnp.arange(pool, dtype=jnp.int32)
     index, lane_keys, state = pull(lane, lane >= 0)
-    out = jnp.zeros((3, n + 1), origin.dtype)
+    out = tuple(jnp.zeros(n + 1, origin.dtype) for _ in range(3))
     carry = (state, lane_keys, index, jnp.minimum(count, pool), out)
 
     def regenerate(carry):
         state, lane_keys, index, head, out = carry
         state = _bounce(scene, lane_keys, state)
         done = ~state.active
-        out = out.at[:, jnp.where(done, index, none)].set(state.radiance)
+        out = _store(out, jnp.where(done, index, none), state.radiance)
         position = head + jnp.cumsum(done, dtype=jnp.int32) - 1
         new_index, new_keys, new = pull(position, done)
         state = jax.tree.map(lambda a, b: jnp.where(done, a, b), new, state)
@@ -253,9 +261,9 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
                                    lambda s, keys=keys: _bounce(scene, keys, s), state)
         if last:
             break
-        out = out.at[:, index].set(state.radiance)
+        out = _store(out, index, state.radiance)
         size //= _SHRINK
         order = _stable_partition(state.active)[0][:size]
         keys, index = keys[order], index[order]
         state = jax.tree.map(lambda a: a[..., order], state)
-    return out.at[:, index].set(state.radiance)[:, :n]
+    return jnp.stack(_store(out, index, state.radiance))[:, :n]
