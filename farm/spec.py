@@ -83,6 +83,11 @@ def _check_res(res, text):
     return int(w), int(h)
 
 
+def _whole(value):
+    """An int that is not a bool (TOML's ``true`` would otherwise pass as 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclasses.dataclass(frozen=True)
 class GroupsSpec:
     count: int = 1
@@ -96,8 +101,9 @@ class GroupsSpec:
     def __post_init__(self):
         counts = ("count", "hosts") + (() if self.devices_per_host is None else ("devices_per_host",))
         for name in counts:
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise SpecError(f"groups.{name} must be a whole number >= 1, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not _whole(value) or value < 1:
+                raise SpecError(f"groups.{name} must be a whole number >= 1, got {value!r}")
         if self.platform not in PLATFORMS:
             raise SpecError(f"groups.platform must be one of {', '.join(PLATFORMS)}, got {self.platform!r}")
 
@@ -118,15 +124,15 @@ class JobSpec:
     groups: GroupsSpec = GroupsSpec()
 
     def __post_init__(self):
-        if not isinstance(self.spp, int) or self.spp < 1:
+        if not _whole(self.spp) or self.spp < 1:
             raise SpecError(f"spp must be a whole number >= 1, got {self.spp!r}")
-        if not isinstance(self.tile, int) or not 8 <= self.tile <= 4096:
+        if not _whole(self.tile) or not 8 <= self.tile <= 4096:
             raise SpecError(f"tile must be a whole number of pixels between 8 and 4096, got {self.tile!r}")
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
+        if not _whole(self.seed) or not 0 <= self.seed < 2**31:
             raise SpecError(f"seed must be a whole number in [0, 2^31), got {self.seed!r}")
         if self.accel not in ACCELS:
             raise SpecError(f"accel must be one of {', '.join(ACCELS)}, got {self.accel!r}")
-        if self.pass_size is not None and (not isinstance(self.pass_size, int) or self.pass_size < 1):
+        if self.pass_size is not None and (not _whole(self.pass_size) or self.pass_size < 1):
             raise SpecError(f"pass_size must be a whole number >= 1, got {self.pass_size!r}")
         names = [c.name for c in self.curves]
         if len(set(names)) != len(names):
@@ -193,12 +199,12 @@ class JobSpec:
                 raise SpecError(f"{path}: '{key}' is required")
         frames = doc.get("frames", "0")
         if isinstance(frames, list):
-            if len(frames) != 2 or not all(isinstance(f, int) for f in frames):
+            if len(frames) != 2 or not all(_whole(f) for f in frames):
                 raise SpecError(f"{path}: frames must be \"A-B\" or [A, B]")
             frames = f"{frames[0]}-{frames[1]}"
         res = doc.get("resolution")
         if res is not None:
-            if not (isinstance(res, list) and len(res) == 2 and all(isinstance(v, int) for v in res)):
+            if not (isinstance(res, list) and len(res) == 2 and all(_whole(v) for v in res)):
                 raise SpecError(f"{path}: resolution must be [WIDTH, HEIGHT]")
             res = _check_res(res, res)
         groups = doc.get("groups", {})

@@ -204,6 +204,20 @@ interpolation = "smooth"
     assert -(-65536 // big.pass_size // big.chunk_passes) == 64  # a still spreads over 64 chunks x tiles
 
 
+@pytest.mark.parametrize("groups, message", [
+    ("count = 0", "groups.count must be a whole number >= 1, got 0"),
+    ("hosts = 1.5", "groups.hosts must be a whole number >= 1, got 1.5"),
+    ("devices_per_host = '2'", "groups.devices_per_host must be a whole number >= 1, got '2'"),
+    ("devices_per_host = true", "groups.devices_per_host must be a whole number >= 1, got True"),
+    ("platform = 'quantum'", "groups.platform must be one of"),
+])
+def test_job_file_groups_are_checked(tmp_path, groups, message):
+    (tmp_path / "job.toml").write_text(f'scene = "{ORBIT}"\nspp = 4\nstore = "s.zarr"\n[groups]\n{groups}\n')
+    with pytest.raises(SpecError) as failure:
+        JobSpec.from_toml(str(tmp_path / "job.toml"))
+    assert message in str(failure.value) and "\n" not in str(failure.value)
+
+
 def test_a_task_given_up_on_is_written_once_when_its_first_group_answers(local_ray, tmp_path):
     # Tasks that run past 2 s are given up on and sent elsewhere: the first task of each group
     # (it compiles, about 5 s) is, and its late answer must be fenced off.
