@@ -47,7 +47,7 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     # Everything runs inside shard_map, nothing is left to XLA's partitioner (which may split a
     # reduction differently for different device counts). Device i traces the rays
     # [i * per_device, (i + 1) * per_device) of the pass's flat (sample, y, x) batch; then every
-    # device gathers all of them and splats the whole tile with the same program as one device.
+    # device gathers all of them and splats its band of the tile's rows.
     def pass_on_device(scene, frame, seed, tile_y, tile_x, first_sample, spp):
         flat = jax.lax.axis_index(RAY_AXIS) * per_device + jnp.arange(per_device, dtype=jnp.int32)
         s, rest = flat // (gh * gw), flat % (gh * gw)
@@ -62,8 +62,17 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
         radiance = trace_paths(scene, keys, origin, direction, t_max, valid)
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
         gather = lambda a: jax.lax.all_gather(a, RAY_AXIS, axis=a.ndim - 1, tiled=True)[..., :n]
-        return films.splat_tile(film, gather(offset).reshape(2, *shape), gather(radiance).reshape(3, *shape),
-                                gather(valid).reshape(shape), tile_h, tile_w)
+        # Each device splats its own band of output rows from every device's samples, then the
+        # bands are gathered: a pixel's sum runs in the same order whichever device makes it.
+        rows = -(-tile_h // n_dev)
+        band = lambda a: jax.lax.dynamic_slice_in_dim(
+            jnp.pad(a, [(0, 0)] * (a.ndim - 2) + [(0, n_dev * rows - tile_h), (0, 0)]),
+            jax.lax.axis_index(RAY_AXIS) * rows, rows + 2 * m, axis=a.ndim - 2)
+        value, weight = films.splat_tile(film, band(gather(offset).reshape(2, *shape)),
+                                         band(gather(radiance).reshape(3, *shape)), band(gather(valid).reshape(shape)),
+                                         rows, tile_w)
+        whole = lambda a: jax.lax.all_gather(a, RAY_AXIS, axis=0, tiled=True)[:tile_h]
+        return whole(value), whole(weight)
 
     replicated = PartitionSpec()
     run = jax.shard_map(pass_on_device, mesh=mesh, in_specs=(replicated,) * 7, out_specs=(replicated, replicated),
