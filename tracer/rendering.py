@@ -47,30 +47,42 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     # Everything runs inside shard_map, nothing is left to XLA's partitioner (which may split a
     # reduction differently for different device counts). Device i traces the rays
     # [i * per_device, (i + 1) * per_device) of the pass's flat (sample, y, x) batch; then every
-    # device gathers all of them and splats its band of the tile's rows.
+    # device gathers all their radiance and splats its band of the tile's rows.
     def pass_on_device(scene, frame, seed, tile_y, tile_x, first_sample, spp):
-        flat = jax.lax.axis_index(RAY_AXIS) * per_device + jnp.arange(per_device, dtype=jnp.int32)
-        s, rest = flat // (gh * gw), flat % (gh * gw)
-        py, px = tile_y - m + rest // gw, tile_x - m + rest % gw
-        sample = first_sample + s
-        valid = (flat < n) & (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
-        keys = rng.sample_key(seed, frame, (py * film.width + px).astype(jnp.uint32), sample.astype(jnp.uint32))
+        def samples(s, gy, gx):
+            """Pixel, validity and key of pass sample s at source grid (gy, gx) (broadcast)."""
+            py, px = tile_y - m + gy, tile_x - m + gx
+            sample = first_sample + s
+            valid = (gy < gh) & (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
+            keys = rng.sample_key(seed, frame, (py * film.width + px).astype(jnp.uint32), sample.astype(jnp.uint32))
+            return py, px, valid, keys
+
+        device = jax.lax.axis_index(RAY_AXIS)
+        flat = device * per_device + jnp.arange(per_device, dtype=jnp.int32)
+        rest = flat % (gh * gw)
+        py, px, valid, keys = samples(flat // (gh * gw), rest // gw, rest % gw)
+        valid = valid & (flat < n)
         offset = rng.uniform2(keys, Dims.FILM)
         film_uv = jnp.stack([(px + offset[0]) / film.width, (py + offset[1]) / film.height])
         origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
         # Each device's path loop ends when its own paths do.
         radiance = trace_paths(scene, keys, origin, direction, t_max, valid)
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
-        gather = lambda a: jax.lax.all_gather(a, RAY_AXIS, axis=a.ndim - 1, tiled=True)[..., :n]
+
         # Each device splats its own band of output rows from every device's samples, then the
         # bands are gathered: a pixel's sum runs in the same order whichever device makes it.
+        # Only radiance crosses devices; the band's positions and validity are recomputed (the
+        # same integer hashes), which halves what the gather moves.
         rows = -(-tile_h // n_dev)
-        band = lambda a: jax.lax.dynamic_slice_in_dim(
-            jnp.pad(a, [(0, 0)] * (a.ndim - 2) + [(0, n_dev * rows - tile_h), (0, 0)]),
-            jax.lax.axis_index(RAY_AXIS) * rows, rows + 2 * m, axis=a.ndim - 2)
-        value, weight = films.splat_tile(film, band(gather(offset).reshape(2, *shape)),
-                                         band(gather(radiance).reshape(3, *shape)), band(gather(valid).reshape(shape)),
-                                         rows, tile_w)
+        first_row = device * rows
+        radiance = jax.lax.all_gather(radiance, RAY_AXIS, axis=1, tiled=True)[:, :n].reshape(3, *shape)
+        radiance = jax.lax.dynamic_slice_in_dim(jnp.pad(radiance, [(0, 0), (0, 0), (0, n_dev * rows - tile_h), (0, 0)]),
+                                                first_row, rows + 2 * m, axis=2)
+        grid = (jnp.arange(pass_size, dtype=jnp.int32)[:, None, None],
+                first_row + jnp.arange(rows + 2 * m, dtype=jnp.int32)[None, :, None],
+                jnp.arange(gw, dtype=jnp.int32)[None, None, :])
+        _, _, band_valid, band_keys = samples(*grid)
+        value, weight = films.splat_tile(film, rng.uniform2(band_keys, Dims.FILM), radiance, band_valid, rows, tile_w)
         whole = lambda a: jax.lax.all_gather(a, RAY_AXIS, axis=0, tiled=True)[:tile_h]
         return whole(value), whole(weight)
 
