@@ -48,6 +48,7 @@ class BvhArrays:
     leaf_prims: jnp.ndarray  # (nL, L) int32 primitive id per slot, -1 for padding
     leaf_quads: jnp.ndarray  # (nL, 25 L) float32 analytic slots (row 0 = kind, -1 if none); (0, 25 L) if none
     leaf_size: int = static(LEAF_SIZE)
+    analytic_kinds: tuple = static(isect.ANALYTIC_KINDS)  # the analytic kinds present
 
 
 def make_arrays(threaded, tri, analytic, leaf_size=LEAF_SIZE):
@@ -89,7 +90,7 @@ def make_arrays(threaded, tri, analytic, leaf_size=LEAF_SIZE):
     return BvhArrays(nodes=jnp.asarray(nodes), links=jnp.asarray(links),
                      leaf_tris=jnp.asarray(leaf_tris.reshape(n_leaves, 9 * leaf_size)), leaf_prims=jnp.asarray(prims),
                      leaf_quads=jnp.asarray(leaf_quads.reshape(leaf_quads.shape[0], _QUAD_ROWS * leaf_size)),
-                     leaf_size=leaf_size)
+                     leaf_size=leaf_size, analytic_kinds=tuple(sorted({int(k) for k in kind})))
 
 
 @pytree_dataclass
@@ -167,7 +168,8 @@ def _leaf_analytic(bvh, leaf, rays, t_best):
     kind = q[:, 0].astype(jnp.int32)
     to_world = jnp.moveaxis(q[:, 1:13], 1, 0).reshape(3, 4, -1, size)
     to_local = jnp.moveaxis(q[:, 13:25], 1, 0).reshape(3, 4, -1, size)
-    t, _, _ = isect.intersect_analytic(kind, to_world, to_local, _col(rays.o), _col(rays.d), _col(t_best))
+    t, _, _ = isect.intersect_analytic(kind, to_world, to_local, _col(rays.o), _col(rays.d), _col(t_best),
+                                       bvh.analytic_kinds)
     return _closest_slot(jnp.where(kind >= 0, t, np.inf), size)
 
 
@@ -246,7 +248,7 @@ def closest_hit(bvh, tri, analytic, o, d, t_max):
     rays, st = _traverse(bvh, *_setup(o, d, t_max), any_hit=False)
     t, slot = _unpermute(rays, st.t), _unpermute(rays, st.slot)
     prim = jnp.where(slot >= 0, bvh.leaf_prims.reshape(-1)[jnp.maximum(slot, 0)], -1)
-    return isect.exact_hit(tri, analytic, o, d, prim, t)
+    return isect.exact_hit(tri, analytic, o, d, prim, t, kinds=bvh.analytic_kinds)
 
 
 def occluded(bvh, o, d, t_max):

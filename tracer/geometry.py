@@ -225,7 +225,7 @@ def closest_hit(geometry, o, d, t_max):
     elif geometry.accel in HOST_ENGINES:
         hit = _host_closest_hit(geometry, o, d, t_max)
     else:
-        hit = isect.closest_hit(geometry.triangles, geometry.analytic, o, d, t_max)
+        hit = isect.closest_hit(geometry.triangles, geometry.analytic, o, d, t_max, geometry.analytic_kinds)
     return jax.lax.optimization_barrier(hit)
 
 
@@ -238,9 +238,9 @@ def occluded(geometry, o, d, t_max):
     elif geometry.accel in HOST_ENGINES:
         blocked = host.occluded(geometry.host_handle, o, d, t_max)
         if geometry.n_analytic:
-            blocked = blocked | isect.occluded(_no_triangles(), geometry.analytic, o, d, t_max)
+            blocked = blocked | isect.occluded(_no_triangles(), geometry.analytic, o, d, t_max, geometry.analytic_kinds)
     else:
-        blocked = isect.occluded(geometry.triangles, geometry.analytic, o, d, t_max)
+        blocked = isect.occluded(geometry.triangles, geometry.analytic, o, d, t_max, geometry.analytic_kinds)
     return jax.lax.optimization_barrier(blocked)
 
 
@@ -257,7 +257,7 @@ def _host_closest_hit(geometry, o, d, t_max):
     hit = isect.exact_hit(geometry.triangles, no_quads, o, d, prim, t)
     t, prim, u, v = hit.t, hit.prim, hit.u, hit.v
     if geometry.n_analytic:
-        q = isect.closest_hit(_no_triangles(), geometry.analytic, o, d, t_max)
+        q = isect.closest_hit(_no_triangles(), geometry.analytic, o, d, t_max, geometry.analytic_kinds)
         closer = q.t < hit.t
         hit = Hit(t=jnp.where(closer, q.t, t), prim=jnp.where(closer, q.prim + geometry.n_triangles, prim),
                   u=jnp.where(closer, q.u, u), v=jnp.where(closer, q.v, v))

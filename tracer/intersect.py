@@ -21,11 +21,12 @@ import numpy as np
 from tracer.pytree import pytree_dataclass
 
 __all__ = [
-    "SPHERE", "DISK", "Hit", "RayShear", "ray_shear", "intersect_triangles", "intersect_sphere",
+    "SPHERE", "DISK", "ANALYTIC_KINDS", "Hit", "RayShear", "ray_shear", "intersect_triangles", "intersect_sphere",
     "intersect_disk", "intersect_analytic", "closest_hit", "occluded", "exact_hit", "miss",
 ]
 
 SPHERE, DISK = 0, 1
+ANALYTIC_KINDS = (SPHERE, DISK)
 INF = np.float32(np.inf)
 
 
@@ -159,15 +160,27 @@ def intersect_disk(to_local, o, d, t_max):
     return jnp.where(hit, t, INF), x, y
 
 
-def intersect_analytic(kind, to_world, to_local, o, d, t_max):
-    """Spheres and disks by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v)."""
-    center, radius = sphere_center_radius(to_world)
-    t_sphere = intersect_sphere(center, radius, o, d, t_max)
-    t_disk, x, y = intersect_disk(to_local, o, d, t_max)
-    is_disk = kind == DISK
-    zero = jnp.zeros_like(x)
-    t = jnp.where(is_disk, t_disk, jnp.where(kind == SPHERE, t_sphere, INF))
-    return t, jnp.where(is_disk, x, zero), jnp.where(is_disk, y, zero)
+def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=ANALYTIC_KINDS):
+    """Spheres and disks by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
+
+    ``kinds`` (static): the kinds that may occur; the others' tests are left out.
+    """
+    t = u = v = None
+    if DISK in kinds:
+        t_disk, x, y = intersect_disk(to_local, o, d, t_max)
+        is_disk = kind == DISK
+        t, u, v = jnp.where(is_disk, t_disk, INF), jnp.where(is_disk, x, 0.0), jnp.where(is_disk, y, 0.0)
+    if SPHERE in kinds:
+        center, radius = sphere_center_radius(to_world)
+        t_sphere = jnp.where(kind == SPHERE, intersect_sphere(center, radius, o, d, t_max), INF)
+        if t is None:
+            t, u, v = t_sphere, jnp.zeros_like(t_sphere), jnp.zeros_like(t_sphere)
+        else:
+            t = jnp.where(kind == SPHERE, t_sphere, t)
+    if t is None:
+        t = jnp.full(jnp.broadcast_shapes(jnp.shape(kind), jnp.shape(o[0]), jnp.shape(t_max)), INF)
+        u = v = jnp.zeros_like(t)
+    return t, u, v
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,14 +248,14 @@ def _triangle_keys(tri, o, shear, t_max):
     return _scan_chunks(n_tri, o[0], chunk_key)
 
 
-def _analytic_keys(analytic, o, d, t_max):
+def _analytic_keys(analytic, o, d, t_max, kinds):
     kind, to_world, to_local = analytic
     n_quad = kind.shape[0]
 
     def chunk_key(start):
         k = _chunk(kind, start, n_quad, -1)
         t, _, _ = intersect_analytic(k, _chunk(to_world, start, n_quad, 0.0), _chunk(to_local, start, n_quad, 0.0),
-                                     o[:, None], d[:, None], t_max)
+                                     o[:, None], d[:, None], t_max, kinds)
         return _keys(jnp.where(k >= 0, t, INF), start)
 
     return _scan_chunks(n_quad, o[0], chunk_key)
@@ -256,10 +269,10 @@ def _ray_setup(o, d, t_max):
     return jax.lax.optimization_barrier((o, d, t_max, ray_shear(d)))
 
 
-def closest_hit(tri, analytic, o, d, t_max):
+def closest_hit(tri, analytic, o, d, t_max, kinds=ANALYTIC_KINDS):
     """Brute-force closest hit with 0 < t < t_max. tri = (p0, p1, p2), each (3, T); analytic =
-    (kind (A,), to_world (3, 4, A), to_local (3, 4, A)). Triangles have ids [0, T), analytic
-    primitives [T, T + A)."""
+    (kind (A,), to_world (3, 4, A), to_local (3, 4, A)), of the static ``kinds``. Triangles have
+    ids [0, T), analytic primitives [T, T + A)."""
     o, d, t_max, shear = _ray_setup(o, d, t_max)
     n_tri = tri[0].shape[1]
     n_quad = analytic[0].shape[0]
@@ -269,15 +282,15 @@ def closest_hit(tri, analytic, o, d, t_max):
         key, prim = _triangle_keys(tri, o, shear, t_max)
     if n_quad:
         # Keys are comparable across the two sets: same truncation of t.
-        k, i = _analytic_keys(analytic, o, d, t_max)
+        k, i = _analytic_keys(analytic, o, d, t_max, kinds)
         closer = k < key
         key, prim = jnp.where(closer, k, key), jnp.where(closer, i + n_tri, prim)
     prim = jnp.where(key < _INF_BITS, prim, -1)
     t_key = jax.lax.bitcast_convert_type(key & ~(_CHUNK - 1), jnp.float32)
-    return exact_hit(tri, analytic, o, d, prim, t_key, shear)
+    return exact_hit(tri, analytic, o, d, prim, t_key, shear, kinds)
 
 
-def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None):
+def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None, kinds=ANALYTIC_KINDS):
     """Recompute t and (u, v) of each ray's winning primitive ``prim`` (-1 for a miss) exactly.
 
     ``t_approx`` (a truncated t from the search) stands in if the recomputation misses, which
@@ -296,14 +309,14 @@ def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None):
     if n_quad:
         kind, to_world, to_local = analytic
         q = jnp.clip(prim - n_tri, 0, n_quad - 1)
-        tq, x, y = intersect_analytic(kind[q], to_world[..., q], to_local[..., q], o, d, INF)
+        tq, x, y = intersect_analytic(kind[q], to_world[..., q], to_local[..., q], o, d, INF, kinds)
         is_quad = prim >= n_tri
         t, u, v = jnp.where(is_quad, tq, t), jnp.where(is_quad, x, u), jnp.where(is_quad, y, v)
     t = jnp.where(t < INF, t, t_approx)
     return Hit(t=jnp.where(found, t, INF), prim=prim, u=jnp.where(found, u, 0.0), v=jnp.where(found, v, 0.0))
 
 
-def occluded(tri, analytic, o, d, t_max):
+def occluded(tri, analytic, o, d, t_max, kinds=ANALYTIC_KINDS):
     """Brute-force shadow test: any primitive with 0 < t < t_max."""
     o, d, t_max, shear = _ray_setup(o, d, t_max)
     blocked = jnp.zeros_like(o[0], bool)
@@ -315,7 +328,7 @@ def occluded(tri, analytic, o, d, t_max):
         kind, to_world, to_local = analytic
         blocked = _any_hit(n_quad, blocked, lambda s: _any_finite(intersect_analytic(
             _chunk(kind, s, n_quad, -1), _chunk(to_world, s, n_quad, 0.0), _chunk(to_local, s, n_quad, 0.0),
-            o[:, None], d[:, None], t_max)[0]))
+            o[:, None], d[:, None], t_max, kinds)[0]))
     return blocked
 
 

@@ -258,6 +258,28 @@ def test_disk_matches_analytic_solution():
     np.testing.assert_allclose(np.asarray(hit.v)[ok], y[ok], atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", [isect.SPHERE, isect.DISK])
+def test_tests_of_absent_analytic_kinds_are_left_out_with_the_same_answers(kind):
+    """Queries told which analytic kinds a scene has give the bits of the full test: the kind
+    present is still tested (and a wrong ``kinds`` would miss every primitive)."""
+    rng = np.random.default_rng(5)
+    quads = _quads([kind] * 3, [_transform([0.5, 0.7, 0.6], a, [1, 1, 0], [x, 0.1, 0.2])
+                                for a, x in ((0.3, -0.8), (1.1, 0.0), (2.0, 0.8))])
+    o = rng.uniform(-2, 2, (3, N_RAYS)).astype(np.float32)
+    target = rng.choice([-0.8, 0.0, 0.8], N_RAYS) * np.array([[1], [0], [0]]) + rng.normal(0, 0.4, (3, N_RAYS))
+    d = _unit(target - o)
+    none = (jnp.zeros((3, 0)),) * 3
+    full = closest(none, quads, o, d, jnp.inf)
+    only = jax.jit(isect.closest_hit, static_argnums=5)(none, quads, o, d, jnp.inf, (kind,))
+    assert np.isfinite(np.asarray(full.t)).sum() > N_RAYS // 4
+    for field in ("t", "prim", "u", "v"):
+        np.testing.assert_array_equal(np.asarray(getattr(full, field)), np.asarray(getattr(only, field)))
+    blocked = jax.jit(isect.occluded, static_argnums=5)(none, quads, o, d, jnp.float32(3.0), (kind,))
+    np.testing.assert_array_equal(np.asarray(blocked), np.asarray(occluded(none, quads, o, d, jnp.float32(3.0))))
+    other = jax.jit(isect.closest_hit, static_argnums=5)(none, quads, o, d, jnp.inf, (1 - kind,))
+    assert not np.isfinite(np.asarray(other.t)).any()
+
+
 def test_mixed_ids_and_ties():
     """Analytic ids follow the triangles; with equal t, the lower id wins."""
     p = lambda *v: np.array(v, np.float32)[:, None]
