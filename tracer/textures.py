@@ -40,6 +40,9 @@ class Textures:
     wrap: jnp.ndarray          # (K,) int32 REPEAT, MIRROR or CLAMP
     texels: jnp.ndarray        # (3, M) linear RGB of all bitmaps, row-major, rows top to bottom
     kinds_present: tuple = static(())  # which kinds occur, so absent ones cost nothing
+    # The bitmaps' wrap modes and filters that occur: a lookup computes only those.
+    wraps_present: tuple = static((REPEAT, MIRROR, CLAMP))
+    filters_present: tuple = static((NEAREST, BILINEAR))
 
 
 class TextureTableBuilder:
@@ -91,6 +94,7 @@ class TextureTableBuilder:
             self.add_constant((0.0, 0.0, 0.0))
         rows = self._rows
         texels = np.concatenate(self._texels, axis=0) if self._texels else np.zeros((1, 3), np.float32)
+        bitmaps = [r for r in rows if r["kind"] == BITMAP]
         col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
         return Textures(
             kind=col("kind", np.int32),
@@ -101,6 +105,8 @@ class TextureTableBuilder:
             filter=col("filter", np.int32), wrap=col("wrap", np.int32),
             texels=jnp.asarray(texels.T.copy()),
             kinds_present=tuple(sorted({r["kind"] for r in rows})),
+            wraps_present=tuple(sorted({r["wrap"] for r in bitmaps})),
+            filters_present=tuple(sorted({r["filter"] for r in bitmaps})),
         )
 
 
@@ -113,12 +119,20 @@ def _mod(i, n):
     return jnp.where(r < 0, r + n, jnp.where(r >= n, r - n, r))
 
 
-def _wrap(i, n, mode):
-    repeat = _mod(i, n)
-    period = _mod(i, 2 * n)
-    mirror = jnp.where(period >= n, 2 * n - 1 - period, period)
-    clamp = jnp.clip(i, 0, n - 1)
-    return jnp.where(mode == REPEAT, repeat, jnp.where(mode == MIRROR, mirror, clamp))
+def _wrap(i, n, mode, present):
+    """Coordinate i wrapped into [0, n) by ``mode``; ``present`` (static): the modes that occur."""
+    wrapped = []
+    if REPEAT in present:
+        wrapped.append((REPEAT, _mod(i, n)))
+    if MIRROR in present:
+        period = _mod(i, 2 * n)
+        wrapped.append((MIRROR, jnp.where(period >= n, 2 * n - 1 - period, period)))
+    if CLAMP in present:
+        wrapped.append((CLAMP, jnp.clip(i, 0, n - 1)))
+    result = wrapped[-1][1]
+    for m, value in reversed(wrapped[:-1]):
+        result = jnp.where(mode == m, value, result)
+    return result
 
 
 def _bitmap(textures, tid, uv):
@@ -126,11 +140,13 @@ def _bitmap(textures, tid, uv):
     h = textures.height[tid]
     wrap = textures.wrap[tid]
     base = textures.offset[tid]
-    wx, wy = lambda x: _wrap(x, w, wrap), lambda y: _wrap(y, h, wrap)
+    modes = textures.wraps_present
+    wx, wy = lambda x: _wrap(x, w, wrap, modes), lambda y: _wrap(y, h, wrap, modes)
     fetch = lambda x, y: textures.texels[:, base + y * w + x]  # wrapped coordinates
     px = uv[0] * w.astype(jnp.float32)
     py = uv[1] * h.astype(jnp.float32)
-    nearest = fetch(wx(jnp.floor(px).astype(jnp.int32)), wy(jnp.floor(py).astype(jnp.int32)))
+    if BILINEAR not in textures.filters_present:
+        return fetch(wx(jnp.floor(px).astype(jnp.int32)), wy(jnp.floor(py).astype(jnp.int32)))
     fx, fy = px - 0.5, py - 0.5
     x0, y0 = jnp.floor(fx), jnp.floor(fy)
     tx, ty = fx - x0, fy - y0
@@ -138,6 +154,9 @@ def _bitmap(textures, tid, uv):
     x0, x1, y0, y1 = wx(x0), wx(x0 + 1), wy(y0), wy(y0 + 1)
     bilinear = ((1 - tx) * (1 - ty) * fetch(x0, y0) + tx * (1 - ty) * fetch(x1, y0)
                 + (1 - tx) * ty * fetch(x0, y1) + tx * ty * fetch(x1, y1))
+    if NEAREST not in textures.filters_present:
+        return bilinear
+    nearest = fetch(wx(jnp.floor(px).astype(jnp.int32)), wy(jnp.floor(py).astype(jnp.int32)))
     return jnp.where(textures.filter[tid] == BILINEAR, bilinear, nearest)
 
 
