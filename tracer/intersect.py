@@ -165,22 +165,16 @@ def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=ANALYTIC_KIN
 
     ``kinds`` (static): the kinds that may occur; the others' tests are left out.
     """
-    t = u = v = None
+    t, u, v = INF, np.float32(0), np.float32(0)
+    if SPHERE in kinds:
+        center, radius = sphere_center_radius(to_world)
+        t = jnp.where(kind == SPHERE, intersect_sphere(center, radius, o, d, t_max), t)
     if DISK in kinds:
         t_disk, x, y = intersect_disk(to_local, o, d, t_max)
         is_disk = kind == DISK
-        t, u, v = jnp.where(is_disk, t_disk, INF), jnp.where(is_disk, x, 0.0), jnp.where(is_disk, y, 0.0)
-    if SPHERE in kinds:
-        center, radius = sphere_center_radius(to_world)
-        t_sphere = jnp.where(kind == SPHERE, intersect_sphere(center, radius, o, d, t_max), INF)
-        if t is None:
-            t, u, v = t_sphere, jnp.zeros_like(t_sphere), jnp.zeros_like(t_sphere)
-        else:
-            t = jnp.where(kind == SPHERE, t_sphere, t)
-    if t is None:
-        t = jnp.full(jnp.broadcast_shapes(jnp.shape(kind), jnp.shape(o[0]), jnp.shape(t_max)), INF)
-        u = v = jnp.zeros_like(t)
-    return t, u, v
+        t, u, v = jnp.where(is_disk, t_disk, t), jnp.where(is_disk, x, u), jnp.where(is_disk, y, v)
+    shape = jnp.broadcast_shapes(jnp.shape(kind), jnp.shape(o[0]), jnp.shape(t_max))
+    return tuple(jnp.broadcast_to(a, shape) for a in (t, u, v))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -145,8 +145,9 @@ def _bitmap(textures, tid, uv):
     fetch = lambda x, y: textures.texels[:, base + y * w + x]  # wrapped coordinates
     px = uv[0] * w.astype(jnp.float32)
     py = uv[1] * h.astype(jnp.float32)
+    nearest = lambda: fetch(wx(jnp.floor(px).astype(jnp.int32)), wy(jnp.floor(py).astype(jnp.int32)))
     if BILINEAR not in textures.filters_present:
-        return fetch(wx(jnp.floor(px).astype(jnp.int32)), wy(jnp.floor(py).astype(jnp.int32)))
+        return nearest()
     fx, fy = px - 0.5, py - 0.5
     x0, y0 = jnp.floor(fx), jnp.floor(fy)
     tx, ty = fx - x0, fy - y0
@@ -156,8 +157,7 @@ def _bitmap(textures, tid, uv):
                 + (1 - tx) * ty * fetch(x0, y1) + tx * ty * fetch(x1, y1))
     if NEAREST not in textures.filters_present:
         return bilinear
-    nearest = fetch(wx(jnp.floor(px).astype(jnp.int32)), wy(jnp.floor(py).astype(jnp.int32)))
-    return jnp.where(textures.filter[tid] == BILINEAR, bilinear, nearest)
+    return jnp.where(textures.filter[tid] == BILINEAR, bilinear, nearest())
 
 
 def _eval(textures, tid, uv, checker_swapped, constant):
