@@ -27,8 +27,8 @@ import time
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "tests"))
-import image_metrics as im  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from tests.helpers import image_metrics as im  # noqa: E402
 
 DEFAULT_LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1"
 PASS_SAMPLES = 2_500_000      # samples per reference pass, to bound Dr.Jit's wavefront memory

@@ -9,8 +9,7 @@ import pytest
 import trimesh
 from hypothesis import given, settings
 
-from tests.tracer.test_bvh import _assert_same_hits, _unit, grazing, soups, spheres_disks_and_meshes
-from tests.tracer.test_intersect import fan, fan_rays
+from tests.helpers.rays import assert_same_hits, fan, fan_rays, grazing, soups, spheres_disks_and_meshes, unit
 from tracer import geometry
 from tracer.accel import embree, host
 
@@ -46,7 +45,7 @@ def test_same_hits_as_brute_force(accel, soup):
         u, v = np.asarray(h.u), np.asarray(h.v)
         on_edge = (np.asarray(h.prim) >= 0) & (np.minimum(np.minimum(u, v), 1 - u - v) < 1e-5)
         excused |= grazing(tri, d, np.asarray(h.prim), 1e-2) | on_edge
-    _assert_same_hits(hit, ref, rtol=2e-5, excused=excused if accel in HOST_ENGINES else None)
+    assert_same_hits(hit, ref, rtol=2e-5, excused=excused if accel in HOST_ENGINES else None)
     t_ref = np.asarray(ref.t)
     t_max = np.float32(np.median(t_ref[np.isfinite(t_ref)]))
     clear_cut = (np.abs(t_ref - t_max) > 1e-4 * t_max) & ~(excused & (accel in HOST_ENGINES))
@@ -75,16 +74,16 @@ def test_rays_leaving_a_surface_do_not_hit_it_again(accel):
     geo = geometry.build_geometry([(mesh.vertices, mesh.faces, None, None, 0)], [], accel=accel)
     rng = np.random.default_rng(4)
     n = 4096
-    o = (_unit(rng.normal(size=(3, n))) * 3).astype(np.float32)
-    d = _unit(rng.normal(0, 0.4, (3, n)) - o)
+    o = (unit(rng.normal(size=(3, n))) * 3).astype(np.float32)
+    d = unit(rng.normal(0, 0.4, (3, n)) - o)
     h = closest(geo, o, d, jnp.inf)
     si = surface(geo, o, d, h)
     valid = np.asarray(si.valid)
     assert valid.mean() > 0.3
-    w = _unit(rng.normal(size=(3, n)))
+    w = unit(rng.normal(size=(3, n)))
     # A quarter of them graze the surface.
     q = n // 4
-    w[:, :q] = _unit(np.cross(np.asarray(si.ng)[:, :q].T, rng.normal(size=(q, 3))).T + 1e-3 * w[:, :q])
+    w[:, :q] = unit(np.cross(np.asarray(si.ng)[:, :q].T, rng.normal(size=(q, 3))).T + 1e-3 * w[:, :q])
     h2 = closest(geo, geometry.spawn_ray(si.p, si.ng, w), w, jnp.inf)
     assert not np.any((np.asarray(h2.prim) == np.asarray(h.prim)) & valid)
     # Shadow rays between two surface points stop at neither end.
@@ -106,11 +105,11 @@ def test_degenerate_triangles_and_rays_in_their_plane(accel):
     tri = (p0, p1.astype(np.float32), p2.astype(np.float32))
     geo = _geometry(tri, accel)
     o = np.concatenate([rng.uniform(-1.5, 1.5, (2, n_rays)), np.zeros((1, n_rays))]).astype(np.float32)
-    d = _unit(np.concatenate([rng.normal(size=(2, n_rays)), np.zeros((1, n_rays))]))
+    d = unit(np.concatenate([rng.normal(size=(2, n_rays)), np.zeros((1, n_rays))]))
     assert np.all(np.asarray(closest(geo, o, d, jnp.inf).prim) == -1)
     o[2] = 1.0
     k = rng.integers(0, n, n_rays)
-    d = _unit(p0[:, k] + rng.uniform(0, 0.1, (3, n_rays)) * [[1], [1], [0]] - o)
+    d = unit(p0[:, k] + rng.uniform(0, 0.1, (3, n_rays)) * [[1], [1], [0]] - o)
     h = closest(geo, o, d, jnp.inf)
     prim = np.asarray(h.prim)
     assert np.all((prim < 0) | (prim >= 8)) and np.any(prim >= 8)
@@ -124,9 +123,9 @@ def test_triangles_with_spheres_and_disks(accel):
     geo = geometry.build_geometry(meshes, analytic, accel=accel)
     ref_geo = geometry.build_geometry(meshes, analytic, accel="brute")
     o = rng.uniform(-3, 3, (3, 2048)).astype(np.float32)
-    d = _unit(rng.normal(size=(3, 2048)))
+    d = unit(rng.normal(size=(3, 2048)))
     h, ref = closest(geo, o, d, jnp.inf), closest(ref_geo, o, d, jnp.inf)
-    _assert_same_hits(h, ref, rtol=2e-5)
+    assert_same_hits(h, ref, rtol=2e-5)
     prim = np.asarray(ref.prim)
     assert np.sum(prim >= ref_geo.n_triangles) > 20 and np.sum((prim >= 0) & (prim < ref_geo.n_triangles)) > 20
     np.testing.assert_array_equal(np.asarray(blocked(geo, o, d, 1.5)), np.asarray(blocked(ref_geo, o, d, 1.5)))
@@ -158,7 +157,7 @@ def test_host_queries_answer_only_the_rays_that_ask(accel, direct, monkeypatch):
     n = 4096
     o_np = rng.uniform(-2, 2, (3, n))
     o = jnp.asarray(o_np, jnp.float32)
-    d = jnp.asarray(_unit(-o_np + rng.normal(size=(3, n))), jnp.float32)  # mostly toward the sphere
+    d = jnp.asarray(unit(-o_np + rng.normal(size=(3, n))), jnp.float32)  # mostly toward the sphere
     jax.clear_caches()  # ``_direct`` is read while tracing
     all_hits = geometry.closest_hit(geo, o, d, jnp.inf)  # eagerly: the primitive's own impl
     assert np.mean(np.asarray(all_hits.prim) >= 0) > 0.3

@@ -4,11 +4,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-import trimesh
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.tracer.test_intersect import fan, fan_rays, moller_trumbore64
+from tests.helpers.rays import assert_same_hits, fan, fan_rays, moller_trumbore64, soups, spheres_disks_and_meshes, unit
 from tracer import bvh, bvh_build, geometry
 from tracer import intersect as isect
 
@@ -22,10 +21,6 @@ brute_occluded = jax.jit(isect.occluded)
 geo_closest = jax.jit(geometry.closest_hit)
 geo_occluded = jax.jit(geometry.occluded)
 geo_surface = jax.jit(geometry.surface_interaction)
-
-
-def _unit(v):
-    return (v / np.linalg.norm(v, axis=0)).astype(np.float32)
 
 
 def _no_quads():
@@ -57,60 +52,13 @@ def _build(tri, quads=None, leaf_size=bvh.LEAF_SIZE, pad=True):
     return _pad(arrays, 2 * n, n) if pad else arrays
 
 
-@st.composite
-def soups(draw):
-    """Triangle soups of N_TRIS with a few degenerate ones, and rays from inside and outside."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
-    size = draw(st.sampled_from([0.02, 0.2, 1.0]))
-    center = rng.uniform(-1, 1, (3, N_TRIS))
-    p = [center + rng.normal(0, size, (3, N_TRIS)) for _ in range(3)]
-    n_bad = draw(st.integers(0, 4))
-    p[1][:, :n_bad] = p[0][:, :n_bad]  # repeated vertex: zero area
-    tri = tuple(a.astype(np.float32) for a in p)
-    o = rng.uniform(-1.5, 1.5, (3, N_RAYS)).astype(np.float32)
-    # Half the rays aim at triangle points so that most of them hit something.
-    k = rng.integers(0, N_TRIS, N_RAYS)
-    b = rng.dirichlet([1, 1, 1], N_RAYS).T
-    target = b[0] * p[0][:, k] + b[1] * p[1][:, k] + b[2] * p[2][:, k]
-    d = _unit(np.where(rng.random(N_RAYS) < 0.5, target - o, rng.normal(size=(3, N_RAYS))))
-    return tri, o, d
-
-
-def grazing(tri, d, prim, cos_max=1e-3):
-    """Rays whose hit (or missed) triangle ``prim`` lies almost along them: |cos| < cos_max."""
-    i = np.clip(prim, 0, tri[0].shape[1] - 1)
-    p0, p1, p2 = (np.asarray(p, np.float64)[:, i] for p in tri)
-    n = np.cross(p1 - p0, p2 - p0, axis=0)
-    cos = np.abs(np.sum(n * d, axis=0)) / np.maximum(np.linalg.norm(n, axis=0) * np.linalg.norm(d, axis=0), 1e-300)
-    return (prim >= 0) & (cos < cos_max)
-
-
-def _assert_same_hits(h, ref, rtol=1e-5, excused=None):
-    """``excused`` (N,) bool: rays whose hit may differ outright (see ``grazing``)."""
-    prim, prim_ref = np.asarray(h.prim), np.asarray(ref.prim)
-    t, t_ref = np.asarray(h.t), np.asarray(ref.t)
-    assert not np.any(np.isnan(t))
-    same = prim == prim_ref
-    # A different primitive only at a tie (shared edges, touching triangles).
-    finite = np.isfinite(t) & np.isfinite(t_ref)
-    tie = finite & (np.abs(np.where(finite, t, 0) - np.where(finite, t_ref, 0)) <= rtol * t_ref + 1e-6)
-    if excused is not None:
-        tie = tie | excused
-    assert np.all(same | tie), np.flatnonzero(~(same | tie))[:10]
-    both = same & (prim >= 0)
-    # Separately compiled kernels contract different products into FMAs: t may differ in the
-    # last bits, an absolute error on the scale of the vertex coordinates (~1 here).
-    np.testing.assert_allclose(t[both], t_ref[both], rtol=rtol, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(h.u)[both], np.asarray(ref.u)[both], atol=1e-5)
-
-
 @settings(max_examples=20, deadline=None)
 @given(soups(), st.floats(0.05, 3.0))
 def test_bvh_equals_brute_force(soup, t_max):
     tri, o, d = soup
     arrays = _build(tri)
     ref = brute_closest(tri, _no_quads(), o, d, jnp.inf)
-    _assert_same_hits(bvh_closest(arrays, tri, _no_quads(), o, d, jnp.inf), ref)
+    assert_same_hits(bvh_closest(arrays, tri, _no_quads(), o, d, jnp.inf), ref)
     # Occlusion: same answers as t < t_max (away from t = t_max itself).
     blocked = np.asarray(bvh_occluded(arrays, o, d, np.float32(t_max)))
     t = np.asarray(ref.t)
@@ -128,13 +76,13 @@ def test_parallel_rays_and_degenerate_triangles():
     p1[:, :8] = p0[:, :8]  # zero-area triangles
     tri = (p0, p1.astype(np.float32), p2.astype(np.float32))
     o = np.concatenate([rng.uniform(-1.5, 1.5, (2, N_RAYS)), np.zeros((1, N_RAYS))]).astype(np.float32)
-    d = _unit(np.concatenate([rng.normal(size=(2, N_RAYS)), np.zeros((1, N_RAYS))]))
+    d = unit(np.concatenate([rng.normal(size=(2, N_RAYS)), np.zeros((1, N_RAYS))]))
     h = bvh_closest(_build(tri), tri, _no_quads(), o, d, jnp.inf)
     assert np.all(np.asarray(h.prim) == -1)  # in the plane of every triangle
     # From above: the zero-area ones are never hit, nothing is NaN.
     o[2] = 1.0
     k = rng.integers(0, n, N_RAYS)
-    d = _unit(p0[:, k] + rng.uniform(0, 0.1, (3, N_RAYS)) * [[1], [1], [0]] - o)
+    d = unit(p0[:, k] + rng.uniform(0, 0.1, (3, N_RAYS)) * [[1], [1], [0]] - o)
     h = bvh_closest(_build(tri), tri, _no_quads(), o, d, jnp.inf)
     prim = np.asarray(h.prim)
     assert np.all((prim < 0) | (prim >= 8)) and np.any(prim >= 8)
@@ -151,20 +99,6 @@ def test_watertight_through_the_bvh():
         assert np.all(prim[crossing] >= 0)
 
 
-def spheres_disks_and_meshes(rng, count, size):
-    """Two small icospheres and ``count`` spheres and disks (alternating) of random size in
-    ``size``, orientation and place: (meshes, analytic) for ``geometry.build_geometry``."""
-    mesh = trimesh.creation.icosphere(1)
-    meshes = [(mesh.vertices * 0.5 + [x, 0, 0], mesh.faces, None, None, i) for i, x in enumerate((-2.0, 2.0))]
-    analytic = []
-    for i in range(count):
-        m = np.eye(4)
-        m[:3, :3] = trimesh.transformations.random_rotation_matrix(rng.random(3))[:3, :3] * rng.uniform(*size)
-        m[:3, 3] = rng.uniform(-2.5, 2.5, 3)
-        analytic.append((geometry.SPHERE if i % 2 else geometry.DISK, m, 2 + i))
-    return meshes, analytic
-
-
 def test_analytic_primitives_inside_the_bvh():
     rng = np.random.default_rng(6)
     meshes, analytic = spheres_disks_and_meshes(rng, 40, (0.05, 0.3))
@@ -172,9 +106,9 @@ def test_analytic_primitives_inside_the_bvh():
     g_brute = geometry.build_geometry(meshes, analytic, accel="brute")
     assert g_bvh.bvh.leaf_quads.shape[0] > 0
     o = rng.uniform(-3, 3, (3, N_RAYS)).astype(np.float32)
-    d = _unit(rng.normal(size=(3, N_RAYS)))
+    d = unit(rng.normal(size=(3, N_RAYS)))
     h, ref = geo_closest(g_bvh, o, d, jnp.inf), geo_closest(g_brute, o, d, jnp.inf)
-    _assert_same_hits(h, ref)
+    assert_same_hits(h, ref)
     assert np.sum(np.asarray(ref.prim) >= g_brute.n_triangles) > 20
     np.testing.assert_array_equal(np.asarray(geo_occluded(g_bvh, o, d, 1.5)), np.asarray(geo_occluded(g_brute, o, d, 1.5)))
 
@@ -217,7 +151,7 @@ def test_a_million_triangles():
     n_rays = 256
     o = rng.uniform(-1, 5, (3, n_rays)).astype(np.float32)
     k = rng.integers(0, n, n_rays)
-    d = _unit(np.where(rng.random(n_rays) < 0.75, c[:, k] - o, rng.normal(size=(3, n_rays))))
+    d = unit(np.where(rng.random(n_rays) < 0.75, c[:, k] - o, rng.normal(size=(3, n_rays))))
     h = bvh_closest(arrays, tri, _no_quads(), o, d, jnp.inf)
     sample = np.arange(0, n_rays, 8)
     t_ref, prim_ref = zip(*(moller_trumbore64(*tri, o[:, i:i + 1], d[:, i:i + 1]) for i in sample))

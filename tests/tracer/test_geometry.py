@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import trimesh
 
+from tests.helpers.rays import transform, unit
 from tracer import geometry
 
 mi = pytest.importorskip("mitsuba")
@@ -14,17 +15,6 @@ N_RAYS = 256
 closest = jax.jit(geometry.closest_hit)
 occluded = jax.jit(geometry.occluded)
 surface = jax.jit(geometry.surface_interaction)
-
-
-def _unit(v):
-    return (v / np.linalg.norm(v, axis=0)).astype(np.float32)
-
-
-def _transform(scale, angle, axis, translate):
-    m = trimesh.transformations.rotation_matrix(angle, axis)
-    m[:3, :3] = m[:3, :3] @ np.diag(scale)
-    m[:3, 3] = translate
-    return m
 
 
 def _mitsuba_hits(scene, o, d):
@@ -69,8 +59,8 @@ def _rays_at(points, rng, spread=0.05):
     n = N_RAYS
     k = rng.integers(0, points.shape[1], n)
     target = points[:, k] + rng.normal(0, spread, (3, n))
-    o = (target + _unit(rng.normal(size=(3, n))) * rng.uniform(0.5, 3, n)).astype(np.float32)
-    return o, _unit(target - o)
+    o = (target + unit(rng.normal(size=(3, n))) * rng.uniform(0.5, 3, n)).astype(np.float32)
+    return o, unit(target - o)
 
 
 @pytest.mark.parametrize("accel", ["brute", "bvh"])
@@ -81,7 +71,7 @@ def test_mesh_matches_mitsuba(accel, attributes):
     v = (mesh.vertices * rng.uniform(0.7, 1.3, (len(mesh.vertices), 1)) + [0.2, -0.1, 0.3]).astype(np.float32)
     normals = uvs = None
     if attributes == "normals+uvs":
-        normals = _unit((mesh.vertices + rng.normal(0, 0.2, mesh.vertices.shape)).T).T
+        normals = unit((mesh.vertices + rng.normal(0, 0.2, mesh.vertices.shape)).T).T
         uvs = rng.random((len(v), 2)).astype(np.float32)
     geo = geometry.build_geometry([(v, mesh.faces, normals, uvs, 3)], [], accel=accel)
     o, d = _rays_at(v.T, rng)
@@ -104,8 +94,8 @@ def _mitsuba_shape(kind, to_world):
 
 
 @pytest.mark.parametrize("to_world", [
-    _transform([0.8] * 3, 0.9, [1, 2, 3], [0.3, -0.2, 1.0]),
-    _transform([-1.2] * 3, 0.0, [0, 0, 1], [0.1, 0.4, -0.3]),  # mirrored: normals point inward
+    transform([0.8] * 3, 0.9, [1, 2, 3], [0.3, -0.2, 1.0]),
+    transform([-1.2] * 3, 0.0, [0, 0, 1], [0.1, 0.4, -0.3]),  # mirrored: normals point inward
 ], ids=["rotated", "mirrored"])
 def test_sphere_matches_mitsuba(to_world):
     rng = np.random.default_rng(1)
@@ -129,8 +119,8 @@ def test_sphere_matches_mitsuba(to_world):
 
 
 @pytest.mark.parametrize("to_world", [
-    _transform([1.5, 0.6, 1.0], 0.7, [1, 1, 0], [0.2, 0.1, 0.5]),
-    _transform([1.0, 1.0, -1.0], 0.3, [0, 1, 0], [0.0, 0.0, 0.2]),  # normal flipped by the transform
+    transform([1.5, 0.6, 1.0], 0.7, [1, 1, 0], [0.2, 0.1, 0.5]),
+    transform([1.0, 1.0, -1.0], 0.3, [0, 1, 0], [0.0, 0.0, 0.2]),  # normal flipped by the transform
 ], ids=["scaled", "flipped"])
 def test_disk_matches_mitsuba(to_world):
     rng = np.random.default_rng(2)
@@ -160,8 +150,8 @@ def test_spawn_rays_match_mitsuba():
     rng = np.random.default_rng(3)
     n = 64
     p = (rng.normal(size=(3, n)) * rng.choice([0.1, 1, 50], n)).astype(np.float32)
-    ng = _unit(rng.normal(size=(3, n)))
-    d = _unit(rng.normal(size=(3, n)))
+    ng = unit(rng.normal(size=(3, n)))
+    d = unit(rng.normal(size=(3, n)))
     target = (p + rng.normal(size=(3, n)) * 3).astype(np.float32)
     o1 = np.asarray(geometry.spawn_ray(jnp.asarray(p), jnp.asarray(ng), jnp.asarray(d)))
     o2, d2, t2 = (np.asarray(x) for x in geometry.spawn_ray_to(jnp.asarray(p), jnp.asarray(ng), jnp.asarray(target)))
@@ -175,7 +165,7 @@ def test_spawn_rays_match_mitsuba():
         np.testing.assert_allclose(d2[:, i], np.array(ray.d), atol=1e-6)
         np.testing.assert_allclose(t2[i], float(ray.maxt), rtol=1e-6)
     # The (direction, distance) form: the same ray for finite distances, unbounded for infinite ones.
-    w = _unit(target - p)
+    w = unit(target - p)
     dist = np.linalg.norm(target - p, axis=0).astype(np.float32)
     dist[::2] = np.inf
     o3, d3, t3 = (np.asarray(x) for x in geometry.spawn_ray_to(jnp.asarray(p), jnp.asarray(ng), jnp.asarray(w),
@@ -191,7 +181,7 @@ def test_spawn_rays_match_mitsuba():
 def test_empty_and_partial_geometry():
     rng = np.random.default_rng(4)
     o = rng.normal(size=(3, 16)).astype(np.float32)
-    d = _unit(rng.normal(size=(3, 16)))
+    d = unit(rng.normal(size=(3, 16)))
     empty = geometry.build_geometry([], [])
     h = closest(empty, o, d, jnp.inf)
     assert np.all(np.asarray(h.prim) == -1) and np.all(np.isinf(np.asarray(h.t)))
@@ -229,7 +219,7 @@ def test_changing_values_does_not_retrace():
 
     rng = np.random.default_rng(5)
     o = np.zeros((3, 8), np.float32)
-    d = _unit(rng.normal(size=(3, 8)))
+    d = unit(rng.normal(size=(3, 8)))
     for radius in (1.0, 2.0):
         mesh = trimesh.creation.icosphere(2)
         geo = geometry.build_geometry([(mesh.vertices * radius, mesh.faces, None, None, 0)], [], accel="bvh")

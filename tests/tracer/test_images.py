@@ -19,13 +19,11 @@ import functools
 import json
 import os
 import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))  # for image_metrics
-import image_metrics as im  # noqa: E402
+from tests.helpers import image_metrics as im
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCENES = {e["name"]: e for e in json.loads(im.MANIFEST.read_text())["scenes"]}

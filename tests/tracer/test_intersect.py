@@ -7,6 +7,7 @@ import trimesh
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.rays import fan, fan_rays, moller_trumbore64, transform, unit
 from tracer import intersect as isect
 
 N_RAYS = 512
@@ -24,30 +25,6 @@ def _no_quads():
     return (jnp.zeros((0,), jnp.int32), jnp.zeros((3, 4, 0)), jnp.zeros((3, 4, 0)))
 
 
-def _unit(v):
-    return (v / np.linalg.norm(v, axis=0)).astype(np.float32)
-
-
-def moller_trumbore64(p0, p1, p2, o, d):
-    """float64 reference: (t (N,), prim (N,)) of the closest hit, t = inf for a miss."""
-    p0, p1, p2, o, d = (np.asarray(a, np.float64) for a in (p0, p1, p2, o, d))
-    e1, e2 = (p1 - p0)[:, :, None], (p2 - p0)[:, :, None]
-    dd = d[:, None, :]
-    pv = np.cross(dd, e2, axis=0)
-    det = np.sum(e1 * pv, axis=0)
-    tv = o[:, None, :] - p0[:, :, None]
-    qv = np.cross(tv, e1, axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        u = np.sum(tv * pv, axis=0) / det
-        v = np.sum(dd * qv, axis=0) / det
-        t = np.sum(e2 * qv, axis=0) / det
-    ok = (det != 0) & (u >= 0) & (v >= 0) & (u + v <= 1) & (t > 0)
-    t = np.where(ok, t, np.inf)
-    prim = np.argmin(t, axis=0)
-    t_min = t[prim, np.arange(t.shape[1])]
-    return t_min, np.where(np.isfinite(t_min), prim, -1)
-
-
 @st.composite
 def soups(draw):
     seed = draw(st.integers(0, 2**31 - 1))
@@ -56,7 +33,7 @@ def soups(draw):
     size = draw(st.sampled_from([0.05, 0.3, 1.0]))
     p = [center + rng.normal(0, size, (3, N_TRIS)) for _ in range(3)]
     o = rng.uniform(-1.5, 1.5, (3, N_RAYS))
-    d = _unit(rng.normal(size=(3, N_RAYS)))
+    d = unit(rng.normal(size=(3, N_RAYS)))
     return [a.astype(np.float32) for a in p], o.astype(np.float32), d
 
 
@@ -100,13 +77,13 @@ def _edge_rays(mesh, rng, n):
     """
     v = mesh.vertices.astype(np.float32)
     radius = np.linalg.norm(v, axis=1).max() * 2
-    o = (_unit(rng.normal(size=(3, n))) * radius).astype(np.float32)
+    o = (unit(rng.normal(size=(3, n))) * radius).astype(np.float32)
     pick = rng.integers(0, len(mesh.face_adjacency), n)
     edge = mesh.face_adjacency_edges[pick]
     s = rng.choice([0.0, 1.0, 0.5, 0.25], n).astype(np.float32)
     s = np.where(rng.random(n) < 0.5, rng.random(n).astype(np.float32), s)
     target = (v[edge[:, 0]] * (1 - s)[:, None] + v[edge[:, 1]] * s[:, None]).T
-    d = _unit(target - o)
+    d = unit(target - o)
     # Faces that must face the ray: the edge's two, or all faces around the vertex.
     faces = np.full((n, mesh.vertex_faces.shape[1] + 2), -1)
     faces[:, :2] = mesh.face_adjacency[pick]
@@ -133,31 +110,6 @@ def test_watertight_closed_mesh(mesh):
     assert np.all(np.isfinite(np.asarray(hit.t)))
 
 
-def fan(n_tri=64, seed=0):
-    """A non-planar fan of slivers around one vertex: (p0, p1, p2) (3, T) float32."""
-    rng = np.random.default_rng(seed)
-    ang = np.sort(rng.uniform(0, 2 * np.pi, n_tri))
-    center = np.array([0.3, 0.7, 0.1])
-    rim = np.stack([np.cos(ang), np.sin(ang), 0.3 * np.sin(3 * ang)]) + center[:, None]
-    return (np.repeat(center[:, None], n_tri, 1).astype(np.float32), rim.astype(np.float32),
-            np.roll(rim, -1, 1).astype(np.float32))
-
-
-def fan_rays(tri, rng, n):
-    """Rays at the fan's center vertex or its spokes that cross the surface there (both sides of
-    the spoke, or all triangles, face the same way): such a ray must hit. Float32 Moeller-Trumbore
-    lets about 2% of them through."""
-    p0, p1, p2 = tri
-    k_tri = p0.shape[1]
-    o = (p0[:, :1] + np.concatenate([rng.normal(0, 1, (2, n)), rng.uniform(1, 3, (1, n))])).astype(np.float32)
-    s = np.where(rng.random(n) < 0.5, 0.0, rng.random(n)).astype(np.float32)
-    k = rng.integers(0, k_tri, n)
-    d = _unit(p0[:, k] * (1 - s) + p1[:, k] * s - o)
-    side = np.sign(np.cross((p1 - p0).T, (p2 - p0).T) @ d)  # (T, N)
-    crossing = np.where(s == 0, np.all(side == side[:1], axis=0), side[k, np.arange(n)] == side[(k - 1) % k_tri, np.arange(n)])
-    return o, d, crossing
-
-
 def test_watertight_fan_of_slivers():
     tri = fan()
     rng = np.random.default_rng(1)
@@ -180,7 +132,7 @@ def test_degenerate_and_parallel_never_hit():
     targets = np.concatenate([a, b, 0.5 * (a + b), 0.3 * a + 0.7 * b], axis=1)
     k = rng.integers(0, targets.shape[1], N_RAYS)
     o = (targets[:, k] + rng.normal(size=(3, N_RAYS))).astype(np.float32)
-    d = _unit(targets[:, k] - o)
+    d = unit(targets[:, k] - o)
     hit = closest(_tri(p0, p1, p2), _no_quads(), o, d, jnp.inf)
     # Repeated vertices and a point never hit; the float32 "collinear" ones (ids [2n, 3n)) are
     # slivers of tiny but nonzero area and may.
@@ -192,7 +144,7 @@ def test_degenerate_and_parallel_never_hit():
     # Rays in the plane of a triangle (z = 0) never hit it.
     q0, q1, q2 = (np.array(p, np.float32)[:, None] for p in ([0, 0, 0], [1, 0, 0], [0, 1, 0]))
     o = np.concatenate([rng.uniform(-2, 2, (2, N_RAYS)), np.zeros((1, N_RAYS))]).astype(np.float32)
-    d = _unit(np.concatenate([rng.normal(size=(2, N_RAYS)), np.zeros((1, N_RAYS))]))
+    d = unit(np.concatenate([rng.normal(size=(2, N_RAYS)), np.zeros((1, N_RAYS))]))
     hit = closest(_tri(q0, q1, q2), _no_quads(), o, d, jnp.inf)
     assert np.all(np.asarray(hit.prim) == -1)
     assert not np.any(np.isnan(np.asarray(hit.u)))
@@ -205,21 +157,14 @@ def _quads(kind, to_world):
     return (jnp.asarray(kind, jnp.int32), cols(to_world), cols(to_local))
 
 
-def _transform(scale, angle, axis, translate):
-    m = trimesh.transformations.rotation_matrix(angle, axis)
-    m[:3, :3] = m[:3, :3] @ np.diag(scale)
-    m[:3, 3] = translate
-    return m
-
-
 def test_sphere_matches_analytic_solution():
     rng = np.random.default_rng(1)
     center, radius = np.array([0.3, -0.2, 1.5]), 0.7
-    m = _transform([radius] * 3, 0.7, [1, 2, 3], center)
+    m = transform([radius] * 3, 0.7, [1, 2, 3], center)
     o = rng.uniform(-3, 3, (3, N_RAYS)).astype(np.float32)
     # Half the rays aimed at the sphere (some from inside), half anywhere.
     aim = center[:, None] + rng.normal(0, radius, (3, N_RAYS))
-    d = _unit(np.where(rng.random(N_RAYS) < 0.5, aim - o, rng.normal(size=(3, N_RAYS))))
+    d = unit(np.where(rng.random(N_RAYS) < 0.5, aim - o, rng.normal(size=(3, N_RAYS))))
     o[:, :32] = center[:, None] + rng.normal(0, 0.2, (3, 32))  # inside
     hit = closest((jnp.zeros((3, 0)),) * 3, _quads([isect.SPHERE], [m]), o, d, jnp.inf)
     oc = o.astype(np.float64) - center[:, None]
@@ -238,9 +183,9 @@ def test_sphere_matches_analytic_solution():
 
 def test_disk_matches_analytic_solution():
     rng = np.random.default_rng(2)
-    m = _transform([0.8, 0.5, 1.0], 0.4, [1, 0, 1], [0.1, 0.2, 0.3])
+    m = transform([0.8, 0.5, 1.0], 0.4, [1, 0, 1], [0.1, 0.2, 0.3])
     o = rng.uniform(-2, 2, (3, N_RAYS)).astype(np.float32)
-    d = _unit(rng.normal(size=(3, N_RAYS)))
+    d = unit(rng.normal(size=(3, N_RAYS)))
     hit = closest((jnp.zeros((3, 0)),) * 3, _quads([isect.DISK], [m]), o, d, jnp.inf)
     inv = np.linalg.inv(m)
     lo = inv[:3, :3] @ o + inv[:3, 3:]
@@ -263,11 +208,11 @@ def test_tests_of_absent_analytic_kinds_are_left_out_with_the_same_answers(kind)
     """Queries told which analytic kinds a scene has give the bits of the full test: the kind
     present is still tested (and a wrong ``kinds`` would miss every primitive)."""
     rng = np.random.default_rng(5)
-    quads = _quads([kind] * 3, [_transform([0.5, 0.7, 0.6], a, [1, 1, 0], [x, 0.1, 0.2])
+    quads = _quads([kind] * 3, [transform([0.5, 0.7, 0.6], a, [1, 1, 0], [x, 0.1, 0.2])
                                 for a, x in ((0.3, -0.8), (1.1, 0.0), (2.0, 0.8))])
     o = rng.uniform(-2, 2, (3, N_RAYS)).astype(np.float32)
     target = rng.choice([-0.8, 0.0, 0.8], N_RAYS) * np.array([[1], [0], [0]]) + rng.normal(0, 0.4, (3, N_RAYS))
-    d = _unit(target - o)
+    d = unit(target - o)
     none = (jnp.zeros((3, 0)),) * 3
     full = closest(none, quads, o, d, jnp.inf)
     only = jax.jit(isect.closest_hit, static_argnums=5)(none, quads, o, d, jnp.inf, (kind,))
@@ -285,7 +230,7 @@ def test_mixed_ids_and_ties():
     p = lambda *v: np.array(v, np.float32)[:, None]
     tri = _tri(np.concatenate([p(-1, -1, 0)] * 2, 1), np.concatenate([p(1, -1, 0)] * 2, 1),
                np.concatenate([p(0, 1, 0)] * 2, 1))
-    quads = _quads([isect.DISK], [_transform([1, 1, 1], 0.0, [0, 0, 1], [0, 0, -1])])
+    quads = _quads([isect.DISK], [transform([1, 1, 1], 0.0, [0, 0, 1], [0, 0, -1])])
     o = np.array([[0.0, 0.0], [0.0, 0.0], [2.0, -2.0]], np.float32)
     d = np.array([[0.0, 0.0], [0.0, 0.0], [-1.0, 1.0]], np.float32)
     hit = closest(tri, quads, o, d, jnp.inf)

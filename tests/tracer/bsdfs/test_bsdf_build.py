@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tests.tracer.bsdfs import bsdf_cases as bc
+from tests.helpers import bsdf_cases as bc
 from tracer.bsdfs import build, precompute, table
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.io.errors import SceneError

@@ -6,8 +6,8 @@ are binned over (phi, cos theta) and compared with the density integrated over e
 import numpy as np
 import pytest
 
-from tests.tracer import chi2
-from tests.tracer.bsdfs import bsdf_cases as bc
+from tests.helpers import bsdf_cases as bc
+from tests.helpers import chi2
 
 SAMPLES = 250_000
 

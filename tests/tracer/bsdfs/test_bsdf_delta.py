@@ -3,7 +3,7 @@ with complex arithmetic from the textbook s/p amplitude coefficients (Born & Wol
 import numpy as np
 import pytest
 
-from tests.tracer.bsdfs import bsdf_cases as bc
+from tests.helpers import bsdf_cases as bc
 
 N = 4096
 

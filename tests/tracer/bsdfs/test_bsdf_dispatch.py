@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.tracer.bsdfs import bsdf_cases as bc
+from tests.helpers import bsdf_cases as bc
 from tracer import bsdfs
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.textures import TextureTableBuilder

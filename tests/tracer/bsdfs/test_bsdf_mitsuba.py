@@ -9,7 +9,7 @@ round differently.
 import numpy as np
 import pytest
 
-from tests.tracer.bsdfs import bsdf_cases as bc
+from tests.helpers import bsdf_cases as bc
 
 mi, VARIANT = bc.import_mitsuba()
 N = 256 if VARIANT.startswith("scalar") else 2048

@@ -3,7 +3,7 @@ and agreement of ``sample``'s weights with ``eval_pdf``'s values."""
 import numpy as np
 import pytest
 
-from tests.tracer.bsdfs import bsdf_cases as bc
+from tests.helpers import bsdf_cases as bc
 
 M = 65_536
 INCIDENT = [(0.0, 0.0, 1.0), (0.6, 0.0, 0.8), (0.3, -0.9, 0.3), (0.97, 0.1, 0.05)]

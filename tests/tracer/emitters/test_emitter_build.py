@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import emitter_cases as C
+from tests.helpers import emitter_cases as C
 from tracer import emitters as E
 from tracer.io.errors import SceneError
 

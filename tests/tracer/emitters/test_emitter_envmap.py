@@ -4,7 +4,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-import emitter_cases as C
+from tests.helpers import emitter_cases as C
 
 H, W = 9, 16
 

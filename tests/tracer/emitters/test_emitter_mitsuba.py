@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import emitter_cases as C
+from tests.helpers import emitter_cases as C
 
 mi = pytest.importorskip("mitsuba")
 

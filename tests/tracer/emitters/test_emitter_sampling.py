@@ -5,9 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import emitter_cases as C
-
-chi2 = C.load_chi2()
+from tests.helpers import chi2
+from tests.helpers import emitter_cases as C
 
 SAMPLES = 100_000  # one batch size for every test, so that tests of one table share a compilation
 QUAD = [(-1.0, -0.5, 2.0), (1.5, -1.0, 2.0), (1.2, 1.3, 2.0), (-0.8, 1.0, 2.0)]  # normal +z: flip to face down

@@ -1,7 +1,4 @@
 """Emitter tables for the tests, and independent references: ray casts and analytic irradiance."""
-import importlib.util
-import pathlib
-
 import jax
 import numpy as np
 
@@ -112,16 +109,7 @@ def polygon_irradiance(x, normal, corners, radiance):
     return 0.5 * radiance * abs(total)
 
 
-# ---------------------------------------------------------------- jitted entry points, chi2
+# ---------------------------------------------------------------- jitted entry points
 sample_direction = jax.jit(E.sample_direction)
 pdf_direction = jax.jit(E.pdf_direction)
 eval_environment = jax.jit(E.eval_environment)
-
-
-def load_chi2():
-    """tests/tracer/chi2.py, by path (the tests folders are not packages)."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "chi2.py"
-    spec = importlib.util.spec_from_file_location("tracer_tests_chi2", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -16,7 +16,7 @@ import numpy as np
 import OpenEXR
 
 EPSILON = 1e-2
-MANIFEST = pathlib.Path(__file__).resolve().parent / "data" / "references" / "manifest.json"
+MANIFEST = pathlib.Path(__file__).resolve().parents[1] / "data" / "references" / "manifest.json"
 
 
 def relative_mse(img, ref, epsilon=EPSILON):
