@@ -1,20 +1,10 @@
 """``farm render`` end to end on an embedded local Ray, and its one-line errors."""
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from farm.curves import Curve, parse_set
 from farm.errors import SpecError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _farm(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+from tests.helpers.farm_cases import farm_cli
 
 
 def test_parse_set_constant_and_keyframes():
@@ -32,13 +22,13 @@ def test_parse_set_constant_and_keyframes():
 
 def test_render_then_export_an_animation(tmp_path):
     store, out = tmp_path / "orbit.zarr", tmp_path / "frames"
-    result = _farm("render", "examples/orbit.xml", "--frames", "0-2", "--spp", "2", "--res", "32x24",
-                   "--set", "angle=0:0,2:90", "--out", str(store))
+    result = farm_cli("render", "examples/orbit.xml", "--frames", "0-2", "--spp", "2", "--res", "32x24",
+                      "--set", "angle=0:0,2:90", "--out", str(store))
     assert result.returncode == 0, result.stderr[-3000:]
-    status = _farm("status", str(store))
+    status = farm_cli("status", str(store))
     assert status.returncode == 0 and "3/3 finished" in status.stdout, status.stdout + status.stderr
     for fmt in ("exr", "png"):
-        result = _farm("export", str(store), "--format", fmt, "--out", str(out))
+        result = farm_cli("export", str(store), "--format", fmt, "--out", str(out))
         assert result.returncode == 0, result.stderr[-3000:]
     from tracer.io.images import load_image
 
@@ -57,7 +47,7 @@ def test_render_then_export_an_animation(tmp_path):
     (("render", "examples/cbox.xml", "--set", "oops", "--out", "x"), "--set"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args, message):
-    result = _farm(*args, timeout=120)
+    result = farm_cli(*args, timeout=120)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
@@ -67,7 +57,7 @@ def test_scene_error_from_the_worker_is_one_line(tmp_path):
     scene = tmp_path / "bad.xml"
     scene.write_text('<scene version="3.0.0"><shape type="obj"><string name="filename" value="nope.obj"/></shape>'
                      '<sensor type="perspective"/></scene>')
-    result = _farm("render", str(scene), "--out", str(tmp_path / "o"))
+    result = farm_cli("render", str(scene), "--out", str(tmp_path / "o"))
     assert result.returncode != 0
     # The progress bar may have started; the error is the one last line, with no traceback.
     last = result.stderr.strip().splitlines()[-1]

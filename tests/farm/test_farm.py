@@ -2,7 +2,6 @@
 render, a worker killed mid-task, a driver killed mid-job, refinement, and bad inputs."""
 import dataclasses
 import os
-import pathlib
 import signal
 import subprocess
 import sys
@@ -14,40 +13,11 @@ import psutil
 import pytest
 
 from farm import job
-from farm.curves import Curve
 from farm.errors import SpecError
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec, JobSpec
 from farm.store import FrameStore, StoreError
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ORBIT = str(ROOT / "examples" / "orbit.xml")
-
-
-def orbit_spec(store, frames=(0, 2), spp=8, **kw):
-    return JobSpec(scene=ORBIT, frames=frames, spp=spp, store=str(store), resolution=(40, 30), tile=16,
-                   pass_size=4, curves=(Curve("angle", ((0, 0.0), (2, 90.0))),), **kw)
-
-
-def farm(*args, timeout=600, **kw):
-    return subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, **kw)
-
-
-def reference(spec):
-    """The frames as tracer.render gives them with the job's reduction tree (this process, 1 device)."""
-    import tracer
-    out = []
-    for frame in range(spec.frames[0], spec.frames[1] + 1):
-        scene = tracer.load_scene(spec.scene, resolution=spec.resolution, **dict(spec.params_at(frame)))
-        out.append(tracer.render(scene, spp=spec.spp, seed=spec.seed, frame=frame, tile=spec.tile,
-                                 pass_size=spec.pass_size, chunk_passes=spec.chunk_passes))
-    return out
-
-
-def exported(store, tmp_path, name="npy"):
-    paths = job.export_frames(FrameStore.open(str(store), mode="r"), None, "npy", str(tmp_path / name))
-    return [np.load(p) for p in paths]
+from tests.helpers.farm_cases import ORBIT, ROOT, exported, farm_cli, orbit_spec, reference
 
 
 def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
@@ -126,7 +96,7 @@ def test_driver_killed_mid_job_then_resumed(tmp_path):
         proc.wait()
     records = FrameStore.open(str(store), mode="r").all_records()
     assert 0 < np.count_nonzero(records[..., 0]) < records[..., 0].size
-    result = farm("resume", str(store), "--no-progress")
+    result = farm_cli("resume", str(store), "--no-progress")
     assert result.returncode == 0, result.stderr[-2000:]
     spec = JobSpec.from_json(FrameStore.open(str(store), mode="r").spec_json)
     for got, want in zip(exported(store, tmp_path), reference(spec)):
@@ -174,7 +144,7 @@ def test_a_store_of_another_job_is_refused_and_left_alone(tmp_path):
     (("export", "nowhere.zarr", "--out", "x"), 3, "no frame store here"),
 ])
 def test_bad_input_is_one_line_and_an_exit_code(tmp_path, args, code, message):
-    result = farm(*args, timeout=120)
+    result = farm_cli(*args, timeout=120)
     assert result.returncode == code, result.stderr
     lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0], result.stderr
@@ -258,7 +228,7 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
             if FrameStore.exists(str(store)) and np.any(FrameStore.open(str(store), mode="r").all_records()[..., 0]):
                 break
             time.sleep(0.2)
-        result = farm("cancel", str(store), timeout=60)
+        result = farm_cli("cancel", str(store), timeout=60)
         assert result.returncode == 0, result.stderr
         t0 = time.monotonic()
         proc.wait(timeout=60)
@@ -273,7 +243,7 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
     assert fs.progress()["state"] == "cancelled"
     done = np.count_nonzero(fs.all_records()[..., 0])
     assert 0 < done < fs.all_records()[..., 0].size
-    status = farm("status", str(store), timeout=60)
+    status = farm_cli("status", str(store), timeout=60)
     assert status.returncode == 0 and "cancelled" in status.stdout
 
 

@@ -14,7 +14,7 @@ from farm import job
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec
 from farm.store import FrameStore
-from tests.farm.test_farm import exported, orbit_spec, reference
+from tests.helpers.farm_cases import exported, orbit_spec, reference
 
 
 @pytest.fixture
