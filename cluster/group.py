@@ -20,11 +20,11 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster.member import GroupMember
+from tracer.defaults import PLATFORMS
 from tracer.xla_flags import with_flags
 
 __all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes"]
 
-PLATFORMS = ("cpu", "gpu", "tpu")
 _names = itertools.count()
 
 

@@ -35,19 +35,17 @@ import defusedxml.ElementTree as ET
 
 from farm.curves import INTERPOLATIONS, Curve
 from farm.errors import SpecError
+from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, PLATFORMS
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_res", "scene_defaults", "scene_hash", "film_size",
-           "DEFAULT_TILE", "DEFAULT_PASS_SIZE", "MAX_CHUNKS"]
+           "MAX_CHUNKS"]
 
-DEFAULT_TILE = 128
-DEFAULT_PASS_SIZE = 16
 # A frame's samples are split into at most this many chunks (each is one task per tile, and
 # its sums are kept in the store until export): it bounds the store at MAX_CHUNKS images.
 MAX_CHUNKS = 64
 # A chunk should be at least this many samples per pixel: fewer, larger tasks for animations.
 MIN_CHUNK_SPP = 256
 ACCELS = ("auto", "embree", "warp", "jax")
-PLATFORMS = ("cpu", "gpu", "tpu")
 
 
 def parse_frames(text):

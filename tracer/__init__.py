@@ -13,7 +13,7 @@ _SOURCES = {
     "load_scene": "tracer.io.scene_loader",
     "render": "tracer.rendering",
     "render_tile": "tracer.rendering",
-    "resolve": "tracer.rendering",
+    "resolve": "tracer.reduction",
     "local_mesh": "tracer.rendering",
     "Scene": "tracer.scene",
 }

@@ -20,13 +20,13 @@ from jax.sharding import Mesh, PartitionSpec
 from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
+from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE
 from tracer.integrator import trace_paths
+from tracer.reduction import resolve
 from tracer.rng import Dims
 
 __all__ = ["local_mesh", "render_tile", "render", "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
 
-DEFAULT_PASS_SIZE = 16
-DEFAULT_TILE = 128
 RAY_AXIS = "rays"
 
 
@@ -142,9 +142,3 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAUL
             h, w = min(th, film.height - y), min(tw, film.width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])
     return image
-
-
-def resolve(value, weight):
-    """Pixel values from accumulated sums (numpy): sum(f L) / sum(f), zero where no weight."""
-    safe = np.where(weight > 0, weight, 1.0)
-    return np.where(weight[..., None] > 0, value / safe[..., None], 0.0).astype(np.float32)

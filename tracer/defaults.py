@@ -1,0 +1,13 @@
+"""The farm's and the tracer's shared defaults: the one home of these constants.
+
+``farm`` imports this module (so it imports nothing heavy: no JAX, no numpy), as do
+``tracer.rendering`` and ``cluster.group``. A job's tile and pass sizes are part of its reduction
+tree (see ``tracer.rendering``): ``tracer.render`` with these defaults gives the bits of a farm job
+made with them.
+"""
+
+__all__ = ["DEFAULT_TILE", "DEFAULT_PASS_SIZE", "PLATFORMS"]
+
+DEFAULT_TILE = 128       # output tile edge, pixels: one work unit renders one tile
+DEFAULT_PASS_SIZE = 16   # samples per pixel in one pass, the unit passes are summed in
+PLATFORMS = ("cpu", "gpu", "tpu")  # device platforms a worker group may run on
