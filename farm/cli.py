@@ -11,12 +11,13 @@ import time
 import click
 
 from farm.errors import FarmError, SpecError
+from tracer.defaults import DEFAULT_TILE, PLATFORMS
 
 __all__ = ["main"]
 
 
 def _group_options(f):
-    f = click.option("--platform", type=click.Choice(["cpu", "gpu", "tpu"]), default=None,
+    f = click.option("--platform", type=click.Choice(PLATFORMS), default=None,
                      help="Device platform of the worker groups (default cpu).")(f)
     f = click.option("--devices-per-host", type=int, default=None,
                      help="CPU only: virtual devices per group member (default: one per core).")(f)
@@ -74,7 +75,7 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out):
     if spp is None:
         spp = _scene_spp(source, sets)
     return JobSpec(scene=os.path.abspath(source), frames=parse_frames(frames or "0"), spp=spp, store=out,
-                   resolution=parse_res(res), seed=seed or 0, tile=tile or 128, accel=accel or "auto",
+                   resolution=parse_res(res), seed=seed or 0, tile=tile or DEFAULT_TILE, accel=accel or "auto",
                    curves=tuple(parse_set(s) for s in sets))
 
 
@@ -92,10 +93,10 @@ def _scene_spp(path, sets):
 
 
 def _render(spec, address, no_progress):
-    from farm import job
+    from farm import job, session
     spec, store = job.prepare(spec)
     click.echo(f"{spec.n_frames} frame(s) x {spec.spp} spp at {store.width}x{store.height} -> {store.url}", err=True)
-    job.run(spec, store, address=address, show_progress=not no_progress, log=lambda m: click.echo(m, err=True))
+    session.run(spec, store, address=address, show_progress=not no_progress, log=lambda m: click.echo(m, err=True))
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
 
 
@@ -111,7 +112,7 @@ def cli():
 @click.option("--res", default=None, help="Override the film size, WIDTHxHEIGHT.")
 @click.option("--set", "sets", multiple=True, help="NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,... (linear).")
 @click.option("--seed", type=int, default=None, help="Job seed (default 0).")
-@click.option("--tile", type=int, default=None, help="Tile size in pixels (default 128).")
+@click.option("--tile", type=int, default=None, help=f"Tile size in pixels (default {DEFAULT_TILE}).")
 @click.option("--accel", type=click.Choice(["auto", "embree", "warp", "jax"]), default=None,
               help="Intersection backend (default auto: Embree on CPUs).")
 @click.option("--out", default=None, help="The job's Zarr store (a path, or a URL zarr accepts).")
@@ -182,7 +183,7 @@ def status(store):
 @click.option("--partial", is_flag=True, help="Also export frames that are not finished.")
 def export(store, fmt, frames, out, partial):
     """Write STORE's frames as PNG (sRGB), EXR or npy (linear float32 (H, W, 3))."""
-    from farm.job import export_frames
+    from farm.export import export_frames
     from farm.spec import parse_frames
     from farm.store import FrameStore
     paths = export_frames(FrameStore.open(store, mode="r"), parse_frames(frames) if frames else None, fmt, out,

@@ -1,16 +1,15 @@
-"""From a spec to a store and a run: validation, store binding, the Ray session, export."""
-import dataclasses
-import logging
-import os
+"""From a spec to a store ready to run: validation, store binding, group shaping, and status.
 
-import numpy as np
-import ray
+The Ray session that runs a prepared job is ``farm.session``; export is ``farm.export``.
+"""
+import dataclasses
+import os
 
 from farm.errors import SpecError
 from farm.spec import GroupsSpec, JobSpec, film_size, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
-__all__ = ["prepare", "run", "group_shapes", "export_frames", "frame_status"]
+__all__ = ["prepare", "group_shapes", "frame_status"]
 
 
 def _check_params(spec):
@@ -69,25 +68,6 @@ def group_shapes(spec, local):
     return [shape] * g.count
 
 
-def run(spec, store, address=None, show_progress=True, log=print):
-    """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address``."""
-    from farm.scheduler import run_job
-
-    local = address is None
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if local:
-        g = spec.groups
-        cpus = max(os.cpu_count() or 1, g.count * g.hosts)
-        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-                 configure_logging=False)
-    else:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-    try:
-        return run_job(spec, store, group_shapes(spec, local), show_progress=show_progress, log=log)
-    finally:
-        ray.shutdown()
-
-
 def frame_status(store):
     """Per frame index: the fraction of its tasks' passes done at the job's spp."""
     from farm.planner import plan
@@ -101,32 +81,3 @@ def frame_status(store):
         out.append(p.done_units / p.total_units if p.total_units else 1.0)
     return out
 
-
-def export_frames(store, frames, fmt, out, partial=False):
-    """Write frames (numbers) of ``store`` as frame_NNNN.<fmt> in ``out``; returns the paths."""
-    from tracer.io.images import write_exr, write_png
-
-    spec = JobSpec.from_json(store.spec_json)
-    first, last = frames if frames else spec.frames
-    if first < spec.frames[0] or last > spec.frames[1]:
-        raise SpecError(f"--frames {first}-{last}: the job has frames {spec.frames[0]}-{spec.frames[1]}")
-    status = frame_status(store)
-    os.makedirs(out, exist_ok=True)
-    paths = []
-    for frame in range(first, last + 1):
-        f = frame - spec.frames[0]
-        if status[f] < 1.0 and not partial:
-            raise StoreError(f"frame {frame} is {100 * status[f]:.0f}% rendered; finish it (farm resume) "
-                             f"or export with --partial")
-        value, weight = store.frame_sums(f)
-        safe = np.where(weight > 0, weight, 1.0)
-        image = np.where(weight[..., None] > 0, value / safe[..., None], 0.0).astype(np.float32)
-        path = os.path.join(out, f"frame_{frame:04d}.{fmt}")
-        if fmt == "npy":
-            np.save(path, image)
-        elif fmt == "exr":
-            write_exr(path, image)
-        else:
-            write_png(path, image)
-        paths.append(path)
-    return paths

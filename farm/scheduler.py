@@ -46,7 +46,9 @@ def _remote_error(exc):
     return (text[-1] if text else type(exc).__name__), False
 
 
-class _Job:
+class _JobRun:
+    """One run of ``run_job``: the groups, the queue of a plan's tasks, retries and writes to the store."""
+
     def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
                  task_timeout_s):
         self.spec, self.store, self.shapes = spec, store, shapes
@@ -252,6 +254,7 @@ def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=T
     ``task_timeout_s`` (default: adaptive) is when a running task is given up on and sent
     elsewhere. Returns the job's plan; the run's figures are on the plan's ``stats``.
     """
-    runner = _Job(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s, task_timeout_s)
+    runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
+                     task_timeout_s)
     plan = runner.run()
     return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest})

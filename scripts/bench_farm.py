@@ -55,7 +55,7 @@ def main():
     if args.loop_worker:
         return loop_worker(args)
 
-    from farm import job
+    from farm.export import export_frames
     from farm.store import FrameStore
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench_farm_"))
     store = tmp / "job.zarr"
@@ -79,7 +79,7 @@ def main():
     if proc.returncode != 0:
         raise SystemExit(f"farm failed: {proc.stderr.read()[-2000:]}")
     fs = FrameStore.open(str(store), mode="r")
-    farm_images = [np.load(p) for p in job.export_frames(fs, None, "npy", str(tmp / "farm"))]
+    farm_images = [np.load(p) for p in export_frames(fs, None, "npy", str(tmp / "farm"))]
 
     spec_path = tmp / "spec.json"
     spec_path.write_text(json.dumps(fs.spec_json))

@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 
-from farm import job
 from farm.curves import Curve
+from farm.export import export_frames
 from farm.spec import JobSpec
 from farm.store import FrameStore
 
@@ -41,5 +41,5 @@ def reference(spec):
 
 def exported(store, tmp_path, name="npy"):
     """Every frame of the store at URL ``store``, exported as npy under ``tmp_path / name`` and read back."""
-    paths = job.export_frames(FrameStore.open(str(store), mode="r"), None, "npy", str(tmp_path / name))
+    paths = export_frames(FrameStore.open(str(store), mode="r"), None, "npy", str(tmp_path / name))
     return [np.load(p) for p in paths]
