@@ -5,11 +5,13 @@ images (PNG, JPEG, BMP, TGA, PPM) are sRGB-encoded and decoded to linear unless 
 images (EXR, Radiance HDR, PFM) are linear as stored; alpha is dropped (not premultiplied);
 gray stays one channel. The sRGB curves are Dr.Jit's rational fits (``drjit/color.h``) that
 Mitsuba evaluates at lookup time, so the texel values agree with Mitsuba's to float precision.
+
+Decoders: libpng (imagecodecs) for PNG, Pillow for JPEG, BMP, TGA, PNM and TIFF, OpenEXR for EXR;
+Radiance HDR and PFM are read here (see ``_read_pfm``).
 """
 import os
-import struct
-import zlib
 
+import imagecodecs
 import numpy as np
 import OpenEXR
 from PIL import Image
@@ -83,91 +85,53 @@ def load_image(path, raw=False):
     return np.ascontiguousarray(image)
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
 def _read_integer_image(path):
     """(H, W, C) float64 in [0, 1] of an 8/16-bit image and whether it is sRGB-encoded."""
+    with open(path, "rb") as f:
+        is_png = f.read(8) == _PNG_SIGNATURE  # by content, as Pillow sniffs the rest
+    return (_unit_range(_read_png(path)), True) if is_png else _read_with_pillow(path)
+
+
+def _read_png(path):
+    """(H, W[, C]) uint8 or uint16 samples of a PNG as libpng decodes them, alpha dropped.
+
+    libpng (through imagecodecs), the decoder Mitsuba uses: Pillow has no multi-channel 16-bit
+    mode (python-pillow/Pillow#1888) and truncates 16-bit RGB(A) to 8 bits. Palettes and 1, 2 and
+    4-bit gray arrive expanded to 8 bits (bits replicated, as Pillow does), tRNS as an alpha channel.
+    """
+    with open(path, "rb") as f:
+        data = imagecodecs.png_decode(f.read())
+    return data[..., :-1] if data.ndim == 3 and data.shape[2] in (2, 4) else data
+
+
+_PILLOW_CONVERSIONS = {"P": "RGBA", "PA": "RGBA", "1": "L", "CMYK": "RGB", "YCbCr": "RGB", "LAB": "RGB",
+                       "HSV": "RGB"}
+
+
+def _read_with_pillow(path):
+    """``_read_integer_image`` for what Pillow decodes: JPEG, BMP, TGA, PNM, TIFF, GIF."""
     with Image.open(path) as im:
         im.load()
-        if im.format == "PNG" and im.mode in ("RGB", "RGBA") and _png_bit_depth(path) == 16:
-            return _read_png16(path) / 65535.0, True  # Pillow would truncate it to 8 bits
-        mode = im.mode
-        if mode in ("P", "PA"):
-            im = im.convert("RGBA")
-        elif mode in ("1", "CMYK", "YCbCr", "LAB", "HSV"):
-            im = im.convert("L" if mode == "1" else "RGB")
-        mode = im.mode
-        data = np.asarray(im)
-    if mode in ("I;16", "I;16B", "I;16L", "I;16N"):
+        if im.mode in _PILLOW_CONVERSIONS:
+            im = im.convert(_PILLOW_CONVERSIONS[im.mode])
+        mode, data = im.mode, np.asarray(im)
+    if mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
         return data.astype(np.float64) / 65535.0, True
-    if mode == "I":
-        return data.astype(np.float64) / 65535.0, True  # Pillow's 16-bit gray PNGs
     if mode == "F":
         return data.astype(np.float64), False
     if data.dtype != np.uint8:
         raise SceneError(f"unsupported image mode '{mode}'", path)
-    if mode in ("LA", "RGBA"):
-        data = data[..., :-1]
-    # Mitsuba divides in single precision before decoding.
-    return (data.astype(np.float32) * np.float32(1.0 / 255.0)).astype(np.float64), True
+    return _unit_range(data[..., :-1] if mode in ("LA", "RGBA") else data), True
 
 
-def _png_bit_depth(path):
-    with open(path, "rb") as f:
-        head = f.read(25)
-    return head[24] if len(head) == 25 and head[12:16] == b"IHDR" else 8
-
-
-def _read_png16(path):
-    """(H, W, C) uint16 of a non-interlaced 16-bit RGB or RGBA PNG (alpha dropped)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    pos, idat, header = 8, [], None
-    while pos + 8 <= len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", data[pos + 8:pos + 21])
-        elif kind == b"IDAT":
-            idat.append(data[pos + 8:pos + 8 + length])
-        elif kind == b"IEND":
-            break
-        pos += 12 + length
-    width, height, _, color, _, _, interlace = header
-    if interlace:
-        raise SceneError("interlaced 16-bit PNG is not supported", path)
-    channels = 4 if color == 6 else 3
-    bpp, stride = 2 * channels, 2 * channels * width
-    rows = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8).reshape(height, stride + 1)
-    out = np.empty((height, stride), np.uint8)
-    prev = np.zeros(stride, np.int64)
-    for y in range(height):
-        kind, line = rows[y, 0], rows[y, 1:].astype(np.int64)
-        if kind == 0:
-            cur = line
-        elif kind == 1:
-            cur = np.cumsum(line.reshape(width, bpp), axis=0).reshape(-1) % 256
-        elif kind == 2:
-            cur = (line + prev) % 256
-        else:
-            cur = _unfilter_sequential(kind, line.tolist(), prev.tolist(), bpp)
-        out[y] = cur
-        prev = np.asarray(cur, np.int64)
-    values = out.reshape(height, width, channels, 2).astype(np.uint16)
-    return ((values[..., 0] << 8) | values[..., 1])[..., :3]
-
-
-def _unfilter_sequential(kind, line, prev, bpp):
-    """PNG Average (3) and Paeth (4) filters, which depend on the byte just decoded."""
-    cur = [0] * len(line)
-    for x, value in enumerate(line):
-        a = cur[x - bpp] if x >= bpp else 0
-        b = prev[x]
-        if kind == 3:
-            cur[x] = (value + (a + b) // 2) % 256
-        else:
-            c = prev[x - bpp] if x >= bpp else 0
-            pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
-            predictor = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
-            cur[x] = (value + predictor) % 256
-    return cur
+def _unit_range(data):
+    """uint8 or uint16 samples -> float64 in [0, 1]."""
+    if data.dtype == np.uint8:  # Mitsuba divides in single precision before decoding
+        return (data.astype(np.float32) * np.float32(1.0 / 255.0)).astype(np.float64)
+    return data.astype(np.float64) / 65535.0
 
 
 def _read_exr(path):
@@ -184,6 +148,10 @@ def _read_exr(path):
     raise SceneError(f"EXR has no R, G, B or Y channels (has {sorted(names)})", path)
 
 
+# Radiance HDR and PFM are read here: imageio has no reader for either without FreeImage (a
+# separate binary download, unmaintained), and Pillow reads only gray PFM. imagecodecs'
+# ``rgbe_decode`` (Walter's rgbe.c) gives the same floats on well-formed files, but it refuses a
+# header without a FORMAT line or bytes after the pixels, and reads XYZE as RGB.
 def _read_pfm(path):
     with open(path, "rb") as f:
         data = f.read()

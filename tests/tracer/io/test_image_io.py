@@ -50,22 +50,32 @@ def test_png_matches_bitmap_texture_lookups(tmp_path):
             np.testing.assert_allclose(np.array(texture.eval(si)), ours[y, x], atol=4e-7)
 
 
-def test_palette_png(tmp_path):
+@pytest.mark.parametrize("transparency", [None, 3])
+def test_palette_png(tmp_path, transparency):
     path = tmp_path / "p.png"
-    Image.fromarray(u8(5, 5, 3)).convert("P", palette=Image.Palette.ADAPTIVE, colors=8).save(path)
+    image = Image.fromarray(u8(5, 5, 3)).convert("P", palette=Image.Palette.ADAPTIVE, colors=8)
+    image.save(path, **({} if transparency is None else {"transparency": transparency}))
     np.testing.assert_allclose(images.load_image(path), mitsuba_linear(path), atol=4e-7)
 
 
-@pytest.mark.parametrize("format", [mi.Bitmap.PixelFormat.RGB, mi.Bitmap.PixelFormat.RGBA, mi.Bitmap.PixelFormat.Y])
+@pytest.mark.parametrize("format", [mi.Bitmap.PixelFormat.RGB, mi.Bitmap.PixelFormat.RGBA, mi.Bitmap.PixelFormat.Y,
+                                    mi.Bitmap.PixelFormat.YA])
 def test_16bit_png_decoded_like_mitsuba(tmp_path, format):
-    channels = {mi.Bitmap.PixelFormat.RGB: 3, mi.Bitmap.PixelFormat.RGBA: 4, mi.Bitmap.PixelFormat.Y: 1}[format]
+    channels = {mi.Bitmap.PixelFormat.RGB: 3, mi.Bitmap.PixelFormat.RGBA: 4, mi.Bitmap.PixelFormat.Y: 1,
+                mi.Bitmap.PixelFormat.YA: 2}[format]
     data = RNG.integers(0, 65536, (23, 41, channels), dtype=np.uint16)
     data[:, :15] = np.linspace(0, 65535, 15, dtype=np.uint16)[None, :, None]  # smooth: Sub/Up/Paeth filters
     path = tmp_path / "t16.png"
     mi.Bitmap(data, pixel_format=format).write(str(path))
-    color = 1 if channels == 1 else 3
+    color = 3 if channels >= 3 else 1
     np.testing.assert_allclose(images.load_image(path), mitsuba_linear(path, color), atol=4e-7)
     np.testing.assert_allclose(images.load_image(path, raw=True), data[..., :color] / 65535.0, atol=1e-7)
+
+
+def test_png_found_by_content(tmp_path):
+    data = u8(5, 7, 3)
+    Image.fromarray(data).save(tmp_path / "png.jpg", format="PNG")
+    np.testing.assert_allclose(images.load_image(tmp_path / "png.jpg", raw=True), data / 255.0, atol=1e-7)
 
 
 @pytest.mark.parametrize("ext", ["exr", "hdr", "pfm"])
