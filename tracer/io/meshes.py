@@ -27,8 +27,8 @@ import numpy as np
 
 from tracer.io.errors import SceneError
 
-__all__ = ["Mesh", "load_obj", "load_ply", "load_mesh", "recompute_vertex_normals", "transform_mesh",
-           "rectangle_mesh", "cube_mesh"]
+__all__ = ["Mesh", "load_obj", "load_ply", "recompute_vertex_normals", "transform_mesh", "rectangle_mesh",
+           "cube_mesh"]
 
 
 @dataclasses.dataclass
@@ -37,16 +37,6 @@ class Mesh:
     faces: np.ndarray                  # (F, 3) int32 vertex indices, counter-clockwise = front
     normals: np.ndarray | None = None  # (V, 3) float32 unit shading normals
     uvs: np.ndarray | None = None      # (V, 2) float32 texture coordinates
-
-
-def load_mesh(path):
-    """``load_obj`` or ``load_ply`` by file extension."""
-    ext = os.path.splitext(os.fspath(path))[1].lower()
-    if ext == ".obj":
-        return load_obj(path)
-    if ext == ".ply":
-        return load_ply(path)
-    raise SceneError(f"unsupported mesh format '{ext}' (obj or ply)", os.fspath(path))
 
 
 def _read_bytes(path):

@@ -220,18 +220,6 @@ class PluginNode:
         child = self.child(name)
         return child if child is not None else self.get_rgb(name, default)
 
-    def get_raw(self, name, default=MISSING):
-        """The stored value of any kind (marks it read)."""
-        if name in self.props:
-            self._used.add(name)
-            return self.props[name]
-        child = self.child(name)
-        if child is not None:
-            return child
-        if default is MISSING:
-            raise SceneError(f"{self.describe()} is missing required parameter '{name}'", self.source)
-        return default
-
     def mark_used(self, *names):
         """Declare parameters read without an accessor (e.g. ones that change nothing)."""
         self._used.update(names)
