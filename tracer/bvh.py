@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import intersect as isect
+from tracer import lanes
+from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass, static
 
 __all__ = ["BvhArrays", "make_arrays", "closest_hit", "occluded", "LEAF_SIZE"]
@@ -33,7 +35,6 @@ _PAD = np.float32(1.0 + 2.0 * (3 * 2.0**-24) / (1 - 3 * 2.0**-24))
 _SHRINK = 3
 _MIN_PHASE = 256
 _BOX_STEPS = 4
-_INF_BITS = np.int32(0x7F800000)
 # Rows of an analytic slot: kind, to_world (12), to_local (12).
 _QUAD_ROWS = 25
 
@@ -48,7 +49,7 @@ class BvhArrays:
     leaf_prims: jnp.ndarray  # (nL, L) int32 primitive id per slot, -1 for padding
     leaf_quads: jnp.ndarray  # (nL, 25 L) float32 analytic slots (row 0 = kind, -1 if none); (0, 25 L) if none
     leaf_size: int = static(LEAF_SIZE)
-    analytic_kinds: tuple = static(isect.ANALYTIC_KINDS)  # the analytic kinds present
+    analytic_kinds: tuple = static(SurfaceKind.ANALYTIC)  # the analytic kinds present
 
 
 def make_arrays(threaded, tri, analytic, leaf_size=LEAF_SIZE):
@@ -137,15 +138,12 @@ def _box(row, rays, t_best):
 
 
 def _closest_slot(t, size):
-    """Integer min over keys (t bits | slot) along the last axis; t > 0 orders like its bits.
-
-    Returns (t truncated by log2(L) bits, slot) or (inf, -1). The exact t is recomputed at the end.
-    """
-    key = (jax.lax.bitcast_convert_type(t, jnp.int32) & ~(size - 1)) | jnp.arange(size, dtype=jnp.int32)
-    key = jnp.min(key, axis=-1)
-    found = key < _INF_BITS
-    t = jax.lax.bitcast_convert_type(key & ~(size - 1), jnp.float32)
-    return jnp.where(found, t, np.inf), jnp.where(found, key & (size - 1), -1)
+    """The closest of a leaf's (N, L) slots (``lanes.min_key``): (t truncated by log2(L) bits,
+    slot) or (inf, -1). The exact t is recomputed at the end."""
+    bits = size.bit_length() - 1
+    key = lanes.min_key(t, bits, axis=-1)
+    found = key < lanes.INF_KEY
+    return jnp.where(found, lanes.key_t(key, bits), np.inf), jnp.where(found, lanes.key_index(key, bits), -1)
 
 
 def _col(v):
@@ -207,33 +205,9 @@ def _step(bvh, rays, st, any_hit):
 
 def _traverse(bvh, rays, st, any_hit):
     """The traversal loop, in phases over shrinking prefixes of the batch (module docstring)."""
-    size = st.node.shape[0]
-    while True:
-        nxt = size // _SHRINK
-        last = nxt < _MIN_PHASE
-        bound = 0 if last else nxt
-        head = lambda tree, k=size: jax.tree.map(lambda a: a[..., :k], tree)
-        r, s = jax.lax.while_loop(lambda c, k=size, b=bound: jnp.sum(c[1].node[:k] >= 0) > b,
-                                  lambda c: (c[0], _step(bvh, c[0], c[1], any_hit)),
-                                  (head(rays), head(st)))
-        if not last:
-            perm = _live_first(s.node >= 0)
-            r, s = jax.tree.map(lambda a: a[..., perm], (r, s))
-        rays, st = _put(rays, r), _put(st, s)
-        if last:
-            return rays, st
-        size = nxt
-
-
-def _live_first(live):
-    """Stable partition: indices of live entries first, then the others."""
-    n_live = jnp.sum(live, dtype=jnp.int32)
-    dest = jnp.where(live, jnp.cumsum(live, dtype=jnp.int32) - 1, n_live + jnp.cumsum(~live, dtype=jnp.int32) - 1)
-    return jnp.zeros_like(dest).at[dest].set(jnp.arange(live.shape[0], dtype=jnp.int32), unique_indices=True)
-
-
-def _put(full, head):
-    return jax.tree.map(lambda a, b: a.at[..., : b.shape[-1]].set(b), full, head)
+    return lanes.drain_in_phases((rays, st), lambda c: c[1].node >= 0,
+                                 lambda c: (c[0], _step(bvh, c[0], c[1], any_hit)),
+                                 shrink=_SHRINK, min_phase=_MIN_PHASE)
 
 
 def _unpermute(rays, value):

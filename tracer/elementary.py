@@ -10,10 +10,11 @@ them like any other arithmetic, on every platform.
 import jax.numpy as jnp
 import numpy as np
 
+from tracer.constants import PI
+
 __all__ = ["sincos", "atan2", "asin", "acos"]
 
 _F = np.float32
-_PI = _F(np.pi)
 _HALF_PI = _F(np.pi / 2)
 _QUARTER_PI = _F(np.pi / 4)
 # pi / 2 in three parts (Cody-Waite): q * _DP1 is exact for the |q| < 2^15 this is meant for.
@@ -56,7 +57,7 @@ def atan2(y, x):
     lo, hi = jnp.minimum(ax, ay), jnp.maximum(ax, ay)
     a = _atan_unit(jnp.where(hi > 0, lo / jnp.where(hi > 0, hi, _F(1.0)), _F(0.0)))
     a = jnp.where(ay > ax, _HALF_PI - a, a)
-    a = jnp.where(jnp.signbit(x), _PI - a, a)
+    a = jnp.where(jnp.signbit(x), PI - a, a)
     return jnp.where(jnp.signbit(y), -a, a)
 
 
@@ -89,4 +90,4 @@ def acos(x):
     x, big, a = _asin_reduced(x)
     # |x| > 1/2: acos |x| = 2 a, and acos(-|x|) = pi - that.
     near_one = _F(2.0) * a
-    return jnp.where(big, jnp.where(x < 0, _PI - near_one, near_one), _HALF_PI - a)
+    return jnp.where(big, jnp.where(x < 0, PI - near_one, near_one), _HALF_PI - a)

@@ -16,24 +16,20 @@ from tracer import bvh_build, elementary
 from tracer import intersect as isect
 from tracer import vecmath as vm
 from tracer.accel import embree, host, warp
-from tracer.intersect import DISK, SPHERE, Hit
+from tracer.constants import INV_PI, INV_TWO_PI, PI, RAY_EPSILON, SHADOW_EPSILON, TWO_PI
+from tracer.intersect import Hit
+from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass, static
 
 __all__ = [
-    "SPHERE", "DISK", "Hit", "Geometry", "SurfaceInteraction", "build_geometry", "closest_hit",
+    "Hit", "Geometry", "SurfaceInteraction", "build_geometry", "closest_hit",
     "occluded", "surface_interaction", "primitive_shape", "spawn_ray", "spawn_ray_to",
-    "RAY_EPSILON", "SHADOW_EPSILON",
 ]
 
-# Mitsuba 3's math::RayEpsilon<float> = 2^-24 * 1500 and ShadowEpsilon = 10 RayEpsilon.
-RAY_EPSILON = np.float32(2.0**-24 * 1500)
-SHADOW_EPSILON = np.float32(RAY_EPSILON * 10)
 # Below this many primitives brute force beats the BVH: on 2 cores, 65k incoherent rays at a
 # torus, brute force / BVH Mrays/s were 6.7 / 5.5 at 64 triangles, 5.0 / 4.0 at 128, 2.7 / 4.0
 # at 256; brute force also compiles in 0.5 s against 3-5 s.
 AUTO_BVH_MIN = 192
-INV_PI = np.float32(1 / np.pi)
-INV_TWO_PI = np.float32(0.5 / np.pi)
 
 
 @pytree_dataclass
@@ -53,7 +49,7 @@ class Geometry:
     uv1: jnp.ndarray         # (2, T)
     uv2: jnp.ndarray         # (2, T)
     tri_shape: jnp.ndarray   # (T,) int32 shape index of each triangle
-    quad_kind: jnp.ndarray   # (A,) int32 SPHERE or DISK
+    quad_kind: jnp.ndarray   # (A,) int32 SurfaceKind.SPHERE or DISK
     quad_to_world: jnp.ndarray  # (3, 4, A) affine object-to-world
     quad_to_local: jnp.ndarray  # (3, 4, A) its inverse
     quad_shape: jnp.ndarray  # (A,) int32 shape index
@@ -140,8 +136,8 @@ def _analytic_bounds(kind, to_world):
     center = to_world[:, 3]
     radius = np.sqrt(np.sum(to_world[:, 0].astype(np.float64) ** 2, axis=0))
     corners = [to_world[:, 3] + sx * to_world[:, 0] + sy * to_world[:, 1] for sx in (-1, 1) for sy in (-1, 1)]
-    lo = np.where(kind == SPHERE, center - radius, np.minimum.reduce(corners))
-    hi = np.where(kind == SPHERE, center + radius, np.maximum.reduce(corners))
+    lo = np.where(kind == SurfaceKind.SPHERE, center - radius, np.minimum.reduce(corners))
+    hi = np.where(kind == SurfaceKind.SPHERE, center + radius, np.maximum.reduce(corners))
     # Round outward so the float32 box contains the float64 one.
     return (np.nextafter(lo.astype(np.float32), -np.inf), np.nextafter(hi.astype(np.float32), np.inf))
 
@@ -176,7 +172,7 @@ def build_geometry(meshes, analytic, accel="auto", leaf_size=bvh_traversal.LEAF_
     """Host: the scene's geometry from world-space meshes and analytic shapes.
 
     meshes: list of (positions (V, 3), faces (F, 3), normals (V, 3) or None, uvs (V, 2) or None,
-    shape_index); analytic: list of (SPHERE or DISK, to_world (4, 4), shape_index). A sphere's
+    shape_index); analytic: list of (SurfaceKind.SPHERE or SurfaceKind.DISK, to_world (4, 4), shape_index). A sphere's
     to_world maps the unit sphere, a disk's the unit disk in z = 0 (as Mitsuba's plugins).
     accel: see ``resolve_accel``. With Embree or Warp, spheres and disks are tested in JAX by brute force.
     """
@@ -293,7 +289,7 @@ def _unit_angle_z(v):
     s = jnp.where(v[2] >= 0, 1.0, -1.0)
     half = 0.5 * jnp.sqrt(v[0] * v[0] + v[1] * v[1] + (v[2] - s) ** 2)
     temp = 2.0 * elementary.asin(jnp.clip(half, -1.0, 1.0))
-    return jnp.where(v[2] >= 0, temp, np.float32(np.pi) - temp)
+    return jnp.where(v[2] >= 0, temp, PI - temp)
 
 
 def _analytic_surface(g, o, d, hit):
@@ -303,14 +299,14 @@ def _analytic_surface(g, o, d, hit):
     p_ray = o + t * d
     # Only the kinds the scene has (a disk-only scene spent 12% of its time on sphere uvs).
     fields = {}
-    if SPHERE in g.analytic_kinds:
-        fields[SPHERE] = _sphere_surface(p_ray, to_world, to_local)
-    if DISK in g.analytic_kinds:
-        fields[DISK] = _disk_surface(p_ray, to_local, hit)
+    if SurfaceKind.SPHERE in g.analytic_kinds:
+        fields[SurfaceKind.SPHERE] = _sphere_surface(p_ray, to_world, to_local)
+    if SurfaceKind.DISK in g.analytic_kinds:
+        fields[SurfaceKind.DISK] = _disk_surface(p_ray, to_local, hit)
     if len(fields) == 1:
         return next(iter(fields.values()))
-    is_disk = g.quad_kind[q] == DISK
-    return tuple(vm.select(is_disk, a, b) for a, b in zip(fields[DISK], fields[SPHERE]))
+    is_disk = g.quad_kind[q] == SurfaceKind.DISK
+    return tuple(vm.select(is_disk, a, b) for a, b in zip(fields[SurfaceKind.DISK], fields[SurfaceKind.SPHERE]))
 
 
 def _sphere_surface(p_ray, to_world, to_local):
@@ -323,7 +319,7 @@ def _sphere_surface(p_ray, to_world, to_local):
     p_sph = center + n_sph * radius
     local = vm.transform_point(to_local, p_sph)
     phi = elementary.atan2(local[1], local[0])
-    phi = jnp.where(phi < 0, phi + 2 * np.float32(np.pi), phi)
+    phi = jnp.where(phi < 0, phi + TWO_PI, phi)
     uv_sph = jnp.stack([phi * INV_TWO_PI, _unit_angle_z(local) * INV_PI])
     det = (to_world[0, 0] * (to_world[1, 1] * to_world[2, 2] - to_world[1, 2] * to_world[2, 1])
            - to_world[0, 1] * (to_world[1, 0] * to_world[2, 2] - to_world[1, 2] * to_world[2, 0])

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import bsdfs, cpu, emitters, geometry, rng
+from tracer import bsdfs, cpu, emitters, geometry, lanes, rng
 from tracer import vecmath as vm
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
@@ -82,87 +82,121 @@ def _skip_emitters(scene, origin, direction, t_max, hit, camera_ray):
     return o, hit
 
 
+@pytree_dataclass
+class _Surface:
+    """Where a bounce's rays landed, oriented as the shape's ``flip_normals`` says."""
+
+    si: geometry.SurfaceInteraction
+    valid: jnp.ndarray   # (N,) bool: a live path hit something
+    shape: jnp.ndarray   # (N,) int32 shape index (0 for misses: mask with ``valid``)
+    ng: jnp.ndarray      # (3, N) geometric normal
+    ns: jnp.ndarray      # (3, N) shading normal
+    front: jnp.ndarray   # (N,) bool: the ray arrives on the side ns points to
+
+
 def _bounce(scene, keys, state):
-    geo, shapes, mats, tex, ems = scene.geometry, scene.shapes, scene.materials, scene.textures, scene.emitters
+    """One step of every path: intersect, add emission, sample a light and the BSDF, roulette."""
     settings = scene.settings
-    depth = state.depth
-    d = state.direction
-    active = state.active
     # This bounce's random numbers, hashed once: consumers fused apart would each rehash them.
-    uniforms = _stage(jnp.stack([rng.uniform(keys, Dims.bounce(depth, k)) for k in range(Dims.SPARE)]))
-    u = lambda offset: uniforms[offset]
-    u2 = lambda offset: uniforms[offset:offset + 2]
+    uniforms = _stage(jnp.stack([rng.uniform(keys, Dims.bounce(state.depth, k)) for k in range(Dims.SPARE)]))
+    surface = _intersect(scene, state)
+    radiance = _add_emission(scene, state, surface, state.radiance)
+    more = surface.valid
+    if settings.max_depth >= 0:
+        more = more & (state.depth + 1 < settings.max_depth)
+    mat, frame = _material_and_frame(scene, surface)
+    wi = vm.to_local(frame, -state.direction)
+    radiance = _add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance)
+    return _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radiance)
 
-    # Finished paths ask for nothing (t_max = 0): every backend then skips them cheaply.
-    hit = geometry.closest_hit(geo, state.origin, d, jnp.where(active, state.t_max, 0.0))
+
+def _intersect(scene, state):
+    """The surfaces the paths' next rays hit (finished paths ask for nothing: t_max = 0, which
+    every backend skips cheaply)."""
+    d = state.direction
+    hit = geometry.closest_hit(scene.geometry, state.origin, d, jnp.where(state.active, state.t_max, 0.0))
     origin = state.origin
-    if settings.hide_emitters:
-        origin, hit = _skip_emitters(scene, state.origin, d, state.t_max, hit, active & (depth == 0))
-    si = _stage(geometry.surface_interaction(geo, origin, d, hit))
-    valid = active & si.valid
+    if scene.settings.hide_emitters:
+        origin, hit = _skip_emitters(scene, state.origin, d, state.t_max, hit, state.active & (state.depth == 0))
+    si = _stage(geometry.surface_interaction(scene.geometry, origin, d, hit))
     shape = jnp.maximum(si.shape, 0)
-    flip = shapes.flip_normals[shape]
-    ng = vm.select(flip, -si.ng, si.ng)
+    flip = scene.shapes.flip_normals[shape]
     ns = vm.select(flip, -si.ns, si.ns)
-    front = vm.dot(ns, d) < 0  # Mitsuba's BSDFs tell the sides apart in the shading frame
+    # Mitsuba's BSDFs tell the sides apart in the shading frame.
+    return _Surface(si=si, valid=state.active & si.valid, shape=shape, ng=vm.select(flip, -si.ng, si.ng), ns=ns,
+                    front=vm.dot(ns, d) < 0)
 
-    # ---- Emission seen by this ray (area lights, or the environment for escaped rays).
-    visible = active & ~((depth == 0) & settings.hide_emitters)
-    emitter = shapes.emitter[shape]
-    hit_emitter = valid & (emitter >= 0)
+
+def _add_emission(scene, state, surface, radiance):
+    """Emission seen by this bounce's rays (area lights, or the environment for escaped rays),
+    weighted by the power heuristic against the BSDF sample that made the ray."""
+    ems, tex, si, d = scene.emitters, scene.textures, surface.si, state.direction
+    visible = state.active & ~((state.depth == 0) & scene.settings.hide_emitters)
+    emitter = scene.shapes.emitter[surface.shape]
+    hit_emitter = surface.valid & (emitter >= 0)
     # Mitsuba orients emission and its pdf by the shading normal.
-    le, em_pdf = _stage((emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), ns, d, si.uv),
-                         emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, ns, d)))
+    le, em_pdf = _stage((emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), surface.ns, d, si.uv),
+                         emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, surface.ns, d)))
     mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
-    radiance = state.radiance + jnp.where(hit_emitter & visible, state.throughput * le * mis, 0.0)
+    radiance = radiance + jnp.where(hit_emitter & visible, state.throughput * le * mis, 0.0)
     if ems.environment >= 0:
-        escaped = active & ~si.valid
+        escaped = state.active & ~si.valid
         env = jnp.full_like(emitter, ems.environment)
         le, em_pdf = _stage((emitters.eval_environment(ems, tex, d),
-                             emitters.pdf_direction(ems, state.prev_p, env, si.p, ng, d)))
+                             emitters.pdf_direction(ems, state.prev_p, env, si.p, surface.ng, d)))
         mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
         radiance = radiance + jnp.where(escaped & visible, state.throughput * le * mis, 0.0)
+    return radiance
 
-    more = valid
-    if settings.max_depth >= 0:
-        more = more & (depth + 1 < settings.max_depth)
 
-    # ---- The material and its shading frame; reflective two-sided BSDFs mirror on the back.
-    mat = jnp.where(front, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
-    mirror = ~front & shapes.flip_back[shape]
-    n_frame = vm.select(mirror, -ns, ns)
-    frame = (*vm.coordinate_system(n_frame), n_frame)
-    wi = vm.to_local(frame, -d)
+def _material_and_frame(scene, surface):
+    """The material on the side the ray arrives from, and its shading frame; reflective
+    two-sided BSDFs mirror the frame on the back."""
+    shapes, shape = scene.shapes, surface.shape
+    mat = jnp.where(surface.front, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
+    mirror = ~surface.front & shapes.flip_back[shape]
+    n_frame = vm.select(mirror, -surface.ns, surface.ns)
+    return mat, (*vm.coordinate_system(n_frame), n_frame)
 
-    # ---- Next-event estimation.
-    do_nee = more & bsdfs.has_smooth(mats, mat)
-    ds, em_weight = _stage(emitters.sample_direction(ems, tex, si.p, u(Dims.EMITTER_SELECT), u2(Dims.EMITTER_POINT)))
+
+def _add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance):
+    """Next-event estimation: a light sample, unless blocked, weighted by the power heuristic
+    against the BSDF's pdf (delta lights and delta-only materials: no MIS, no sample)."""
+    ems, tex, si = scene.emitters, scene.textures, surface.si
+    do_nee = more & bsdfs.has_nondelta_lobe(scene.materials, mat)
+    ds, em_weight = _stage(emitters.sample_direction(ems, tex, si.p, uniforms[Dims.EMITTER_SELECT],
+                                                     uniforms[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2]))
     do_nee = do_nee & (ds.pdf > 0)
-    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, ng, ds.d, ds.dist)
-    blocked = geometry.occluded(geo, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
+    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, surface.ng, ds.d, ds.dist)
+    blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
     wo = vm.to_local(frame, ds.d)
-    bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(mats, tex, mat, si.uv, wi, wo))
+    bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(scene.materials, tex, mat, si.uv, wi, wo))
     mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
     lit = do_nee & ~blocked
-    radiance = radiance + jnp.where(lit, state.throughput * bsdf_value * em_weight * mis_em, 0.0)
+    return radiance + jnp.where(lit, state.throughput * bsdf_value * em_weight * mis_em, 0.0)
 
-    # ---- BSDF sampling: the next ray.
-    bs, bsdf_weight = _stage(bsdfs.sample(mats, tex, mat, si.uv, wi, u(Dims.BSDF_COMPONENT), u2(Dims.BSDF_DIRECTION)))
+
+def _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radiance):
+    """The next ray, from a BSDF sample; Russian roulette as Mitsuba: from rr_depth on, a path
+    survives with probability min(max(throughput) eta^2, 0.95)."""
+    si = surface.si
+    bs, bsdf_weight = _stage(bsdfs.sample(scene.materials, scene.textures, mat, si.uv, wi,
+                                          uniforms[Dims.BSDF_COMPONENT],
+                                          uniforms[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2]))
     wo_world = vm.to_world(frame, bs.wo)
-    next_origin = geometry.spawn_ray(si.p, ng, wo_world)
+    next_origin = geometry.spawn_ray(si.p, surface.ng, wo_world)
     throughput = jnp.where(more, state.throughput * bsdf_weight, 0.0)
     eta = state.eta * jnp.where(more, bs.eta, 1.0)
 
-    # ---- Russian roulette, as Mitsuba: from rr_depth on, survive with min(max(beta) eta^2, 0.95).
     beta_max = jnp.max(throughput, axis=0)
     more = more & (beta_max != 0)
     rr_prob = jnp.minimum(beta_max * eta * eta, 0.95)
-    rr_active = depth >= settings.rr_depth
+    rr_active = state.depth >= scene.settings.rr_depth
     throughput = jnp.where(rr_active & more, throughput / jnp.where(rr_prob > 0, rr_prob, 1.0), throughput)
-    more = more & (~rr_active | (u(Dims.ROULETTE) < rr_prob))
+    more = more & (~rr_active | (uniforms[Dims.ROULETTE] < rr_prob))
 
     return PathState(
-        depth=depth + 1, origin=next_origin, direction=wo_world,
+        depth=state.depth + 1, origin=next_origin, direction=wo_world,
         t_max=jnp.full_like(state.t_max, jnp.inf), throughput=throughput, radiance=radiance, eta=eta,
         active=more, prev_p=si.p, prev_bsdf_pdf=bs.pdf, prev_bsdf_delta=bs.is_delta,
     )
@@ -190,16 +224,6 @@ def _pool_size(scene):
     return _POOL_PER_CORE_HOST if scene.geometry.accel in geometry.HOST_ENGINES else _POOL_PER_CORE
 
 
-def _stable_partition(mask):
-    """Indices of ``mask``'s true entries in order, then its false ones in order; and the count
-    of true ones. A prefix sum and a scatter: XLA's CPU sort took 19 ms for 278k entries."""
-    n = mask.shape[0]
-    count = jnp.sum(mask, dtype=jnp.int32)
-    before = jnp.cumsum(mask, dtype=jnp.int32) - mask
-    position = jnp.where(mask, before, count + jnp.arange(n, dtype=jnp.int32) - before)
-    return jnp.zeros_like(position).at[position].set(jnp.arange(n, dtype=jnp.int32), unique_indices=True), count
-
-
 def _store(out, index, radiance):
     """Rows ``out`` (three (N + 1,) arrays) with [index] = radiance (3, P): one scatter a row, as
     a (3, N) scatter made XLA transpose its updates to (P, 3), recomputing the whole radiance
@@ -219,7 +243,7 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
         return jnp.zeros_like(origin)
     pool = min(n, _pool_size(scene))
     # The live camera rays in batch order; lanes pull them from here as their paths end.
-    queue, count = _stable_partition(active)
+    queue, count = lanes.stable_partition(active)
     none = jnp.int32(n)  # the sample index of an empty lane: a spare output column
 
     def pull(position, want):
@@ -249,21 +273,8 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
     if pool < n:  # (a batch that fits the pool skips a loop body: compiling one takes seconds)
         state, lane_keys, index, _, out = jax.lax.while_loop(lambda c: c[3] < count, regenerate, carry)
 
-    # The queue is empty: the last paths drain in phases over shrinking pools. When at most
-    # 1/_SHRINK of the pool is alive, the live paths move to the front (a stable partition) and
-    # the next phase loops over that part only. Each phase compiles its own loop body.
-    size = pool
-    keys = lane_keys
-    for phase in range(_PHASES):
-        last = phase == _PHASES - 1 or size // _SHRINK < _MIN_PHASE
-        limit = 0 if last else size // _SHRINK
-        state = jax.lax.while_loop(lambda s, limit=limit: jnp.sum(s.active, dtype=jnp.int32) > limit,
-                                   lambda s, keys=keys: _bounce(scene, keys, s), state)
-        if last:
-            break
-        out = _store(out, index, state.radiance)
-        size //= _SHRINK
-        order = _stable_partition(state.active)[0][:size]
-        keys, index = keys[order], index[order]
-        state = jax.tree.map(lambda a: a[..., order], state)
+    # The queue is empty: the last paths drain in phases over shrinking parts of the pool.
+    state, _, index = lanes.drain_in_phases(
+        (state, lane_keys, index), lambda c: c[0].active, lambda c: (_bounce(scene, c[1], c[0]), *c[1:]),
+        shrink=_SHRINK, min_phase=_MIN_PHASE, max_phases=_PHASES)
     return jnp.stack(_store(out, index, state.radiance))[:, :n]

@@ -18,15 +18,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tracer import lanes
+from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass
 
 __all__ = [
-    "SPHERE", "DISK", "ANALYTIC_KINDS", "Hit", "RayShear", "ray_shear", "intersect_triangles", "intersect_sphere",
+    "Hit", "RayShear", "ray_shear", "intersect_triangles", "intersect_sphere",
     "intersect_disk", "intersect_analytic", "closest_hit", "occluded", "exact_hit", "miss",
 ]
 
-SPHERE, DISK = 0, 1
-ANALYTIC_KINDS = (SPHERE, DISK)
 INF = np.float32(np.inf)
 
 
@@ -160,18 +160,18 @@ def intersect_disk(to_local, o, d, t_max):
     return jnp.where(hit, t, INF), x, y
 
 
-def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=ANALYTIC_KINDS):
+def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
     """Spheres and disks by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
 
     ``kinds`` (static): the kinds that may occur; the others' tests are left out.
     """
     t, u, v = INF, np.float32(0), np.float32(0)
-    if SPHERE in kinds:
+    if SurfaceKind.SPHERE in kinds:
         center, radius = sphere_center_radius(to_world)
-        t = jnp.where(kind == SPHERE, intersect_sphere(center, radius, o, d, t_max), t)
-    if DISK in kinds:
+        t = jnp.where(kind == SurfaceKind.SPHERE, intersect_sphere(center, radius, o, d, t_max), t)
+    if SurfaceKind.DISK in kinds:
         t_disk, x, y = intersect_disk(to_local, o, d, t_max)
-        is_disk = kind == DISK
+        is_disk = kind == SurfaceKind.DISK
         t, u, v = jnp.where(is_disk, t_disk, t), jnp.where(is_disk, x, u), jnp.where(is_disk, y, v)
     shape = jnp.broadcast_shapes(jnp.shape(kind), jnp.shape(o[0]), jnp.shape(t_max))
     return tuple(jnp.broadcast_to(a, shape) for a in (t, u, v))
@@ -180,23 +180,19 @@ def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=ANALYTIC_KIN
 # ---------------------------------------------------------------------------------------------
 # Brute force over all primitives: the fast path for small scenes.
 #
-# The closest of P candidates is found with one integer min per ray over keys that hold t's bits
-# (t > 0, so its bits order like t) with the candidate's index in the low bits: XLA vectorizes an
-# int32 min reduction, not an argmin. Keys drop the low bits of t, so candidates within 2^bits
-# ulps tie and the lower index wins; the winner's t and barycentrics are then recomputed exactly.
+# The closest of P candidates is found chunk by chunk with one integer min per ray over keys
+# that hold t's bits and the candidate's index (``lanes.min_key``); the winner's t and
+# barycentrics are then recomputed exactly.
 
 _CHUNK = 16  # candidates per key (4 index bits); more chunks are unrolled or looped
 _UNROLL_CHUNKS = 4
-_INF_BITS = np.int32(0x7F800000)
 _BITS = _CHUNK.bit_length() - 1
 
 
 def _keys(t, offset):
-    """Min over axis 0 of (t bits | local index): (key (N,), global index (N,))."""
-    local = jnp.arange(t.shape[0], dtype=jnp.int32)[:, None]
-    key = (jax.lax.bitcast_convert_type(t, jnp.int32) & ~(_CHUNK - 1)) | local
-    key = jnp.min(key, axis=0)
-    return key, (key & (_CHUNK - 1)) + offset
+    """The closest of the (C, N) candidates t: (key (N,), global index (N,))."""
+    key = lanes.min_key(t, _BITS, axis=0)
+    return key, lanes.key_index(key, _BITS) + offset
 
 
 def _scan_chunks(n_prims, like, chunk_key):
@@ -205,7 +201,7 @@ def _scan_chunks(n_prims, like, chunk_key):
     ``like`` (N,) shapes the carry (``*_like`` keeps shard_map's varying type, ``jnp.full`` not).
     """
     n_chunks = -(-n_prims // _CHUNK)
-    best = (jnp.full_like(like, _INF_BITS, jnp.int32), jnp.full_like(like, -1, jnp.int32))
+    best = (jnp.full_like(like, lanes.INF_KEY, jnp.int32), jnp.full_like(like, -1, jnp.int32))
 
     def merge(best, start):
         key, idx = chunk_key(start)
@@ -263,14 +259,14 @@ def _ray_setup(o, d, t_max):
     return jax.lax.optimization_barrier((o, d, t_max, ray_shear(d)))
 
 
-def closest_hit(tri, analytic, o, d, t_max, kinds=ANALYTIC_KINDS):
+def closest_hit(tri, analytic, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
     """Brute-force closest hit with 0 < t < t_max. tri = (p0, p1, p2), each (3, T); analytic =
     (kind (A,), to_world (3, 4, A), to_local (3, 4, A)), of the static ``kinds``. Triangles have
     ids [0, T), analytic primitives [T, T + A)."""
     o, d, t_max, shear = _ray_setup(o, d, t_max)
     n_tri = tri[0].shape[1]
     n_quad = analytic[0].shape[0]
-    key = jnp.full_like(o[0], _INF_BITS, jnp.int32)
+    key = jnp.full_like(o[0], lanes.INF_KEY, jnp.int32)
     prim = jnp.full_like(o[0], -1, jnp.int32)
     if n_tri:
         key, prim = _triangle_keys(tri, o, shear, t_max)
@@ -279,12 +275,12 @@ def closest_hit(tri, analytic, o, d, t_max, kinds=ANALYTIC_KINDS):
         k, i = _analytic_keys(analytic, o, d, t_max, kinds)
         closer = k < key
         key, prim = jnp.where(closer, k, key), jnp.where(closer, i + n_tri, prim)
-    prim = jnp.where(key < _INF_BITS, prim, -1)
-    t_key = jax.lax.bitcast_convert_type(key & ~(_CHUNK - 1), jnp.float32)
+    prim = jnp.where(key < lanes.INF_KEY, prim, -1)
+    t_key = lanes.key_t(key, _BITS)
     return exact_hit(tri, analytic, o, d, prim, t_key, shear, kinds)
 
 
-def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None, kinds=ANALYTIC_KINDS):
+def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None, kinds=SurfaceKind.ANALYTIC):
     """Recompute t and (u, v) of each ray's winning primitive ``prim`` (-1 for a miss) exactly.
 
     ``t_approx`` (a truncated t from the search) stands in if the recomputation misses, which
@@ -310,7 +306,7 @@ def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None, kinds=ANALYTIC_KI
     return Hit(t=jnp.where(found, t, INF), prim=prim, u=jnp.where(found, u, 0.0), v=jnp.where(found, v, 0.0))
 
 
-def occluded(tri, analytic, o, d, t_max, kinds=ANALYTIC_KINDS):
+def occluded(tri, analytic, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
     """Brute-force shadow test: any primitive with 0 < t < t_max."""
     o, d, t_max, shear = _ray_setup(o, d, t_max)
     blocked = jnp.zeros_like(o[0], bool)
@@ -333,7 +329,7 @@ def _any_finite(t):
     the intersection loop, while it hands a float min to a library reduction, which needs the
     (P, N) distances written out first (and an any over booleans does not vectorize at all).
     """
-    return jnp.min(jax.lax.bitcast_convert_type(t, jnp.int32), axis=0) < _INF_BITS
+    return jnp.min(jax.lax.bitcast_convert_type(t, jnp.int32), axis=0) < lanes.INF_KEY
 
 
 def _any_hit(n_prims, blocked, chunk_any):

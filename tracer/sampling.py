@@ -10,18 +10,15 @@ import numpy as np
 
 from tracer import elementary
 from tracer import vecmath as vm
+from tracer.constants import INV_FOUR_PI, INV_PI, PI
 
 __all__ = [
-    "square_to_uniform_disk_concentric", "uniform_disk_concentric_to_square",
+    "square_to_uniform_disk_concentric",
     "square_to_cosine_hemisphere", "square_to_cosine_hemisphere_pdf",
     "square_to_uniform_sphere", "square_to_uniform_sphere_pdf",
-    "square_to_uniform_cone", "square_to_uniform_cone_pdf",
     "square_to_uniform_triangle", "sample_discrete", "power_heuristic",
 ]
 
-PI = np.float32(np.pi)
-INV_PI = np.float32(1.0 / np.pi)
-INV_FOUR_PI = np.float32(0.25 / np.pi)
 
 
 def square_to_uniform_disk_concentric(u):
@@ -36,20 +33,6 @@ def square_to_uniform_disk_concentric(u):
     phi = jnp.where((x == 0) & (y == 0), 0.0, phi)
     sin_phi, cos_phi = elementary.sincos(phi)
     return jnp.stack([r * cos_phi, r * sin_phi])
-
-
-def uniform_disk_concentric_to_square(p):
-    """Inverse of ``square_to_uniform_disk_concentric``."""
-    r = jnp.sqrt(p[0] * p[0] + p[1] * p[1])
-    phi = elementary.atan2(p[1], p[0])
-    phi = jnp.where(phi < -PI / 4, phi + 2 * PI, phi)
-    # Four wedges: right (x dominant), top, left, bottom.
-    right = phi < PI / 4
-    top = (~right) & (phi < 3 * PI / 4)
-    left = (~right) & (~top) & (phi < 5 * PI / 4)
-    x = jnp.where(right, r, jnp.where(top, r * (PI / 2 - phi) * 4 / PI, jnp.where(left, -r, -r * (3 * PI / 2 - phi) * 4 / PI)))
-    y = jnp.where(right, r * phi * 4 / PI, jnp.where(top, r, jnp.where(left, -r * (phi - PI) * 4 / PI, -r)))
-    return jnp.stack([(x + 1) * 0.5, (y + 1) * 0.5])
 
 
 def square_to_cosine_hemisphere(u):
@@ -75,20 +58,6 @@ def square_to_uniform_sphere(u):
 
 def square_to_uniform_sphere_pdf(v):
     return jnp.full(v.shape[1:], INV_FOUR_PI)
-
-
-def square_to_uniform_cone(u, cos_cutoff):
-    """Uniform directions in the cone around +z with cos(half angle) = cos_cutoff (N,)."""
-    cos_theta = (1.0 - u[1]) + u[1] * cos_cutoff
-    sin_theta = vm.safe_sqrt(1.0 - cos_theta * cos_theta)
-    phi = 2.0 * PI * u[0]
-    sin_phi, cos_phi = elementary.sincos(phi)
-    return jnp.stack([sin_theta * cos_phi, sin_theta * sin_phi, cos_theta])
-
-
-def square_to_uniform_cone_pdf(v, cos_cutoff):
-    inside = v[2] >= cos_cutoff
-    return jnp.where(inside, 1.0 / (2.0 * PI * jnp.maximum(1.0 - cos_cutoff, 1e-12)), 0.0)
 
 
 def square_to_uniform_triangle(u):

@@ -6,43 +6,38 @@ images costs the same compiled program shape. Evaluation follows Mitsuba 3's ``b
 ``checkerboard`` plugins: uv is mapped by ``to_uv`` first, bitmaps are sampled at texel centers
 ``uv * res - 0.5`` (v = 0 is the first row), nearest or bilinear, with repeat, mirror or clamp.
 """
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from tracer import vecmath as vm
+from tracer.kinds import BitmapFilter, TextureKind, WrapMode
 from tracer.pytree import pytree_dataclass, static
 
 __all__ = [
-    "CONSTANT", "CHECKERBOARD", "BITMAP", "NEAREST", "BILINEAR", "REPEAT", "MIRROR", "CLAMP",
     "Textures", "TextureTableBuilder", "eval_rgb", "eval_float",
 ]
-
-CONSTANT, CHECKERBOARD, BITMAP = 0, 1, 2
-NEAREST, BILINEAR = 0, 1
-REPEAT, MIRROR, CLAMP = 0, 1, 2
 
 
 @pytree_dataclass
 class Textures:
     """K textures; vectors are stored components-first, (3, K)."""
 
-    kind: jnp.ndarray          # (K,) int32: CONSTANT, CHECKERBOARD or BITMAP
+    kind: jnp.ndarray          # (K,) int32 a TextureKind
     color0: jnp.ndarray        # (3, K) the constant value, or the checkerboard's color0
     color1: jnp.ndarray        # (3, K) the checkerboard's color1
     to_uv: jnp.ndarray         # (2, 3, K) affine map applied to the surface uv
     offset: jnp.ndarray        # (K,) int32 first texel of the bitmap in ``texels``
     width: jnp.ndarray         # (K,) int32
     height: jnp.ndarray        # (K,) int32
-    filter: jnp.ndarray        # (K,) int32 NEAREST or BILINEAR
-    wrap: jnp.ndarray          # (K,) int32 REPEAT, MIRROR or CLAMP
+    filter: jnp.ndarray        # (K,) int32 a BitmapFilter
+    wrap: jnp.ndarray          # (K,) int32 a WrapMode
     texels: jnp.ndarray        # (3, M) linear RGB of all bitmaps, row-major, rows top to bottom
     kinds_present: tuple = static(())  # which kinds occur, so absent ones cost nothing
     # The bitmaps' wrap modes and filters that occur: a lookup computes only those.
-    wraps_present: tuple = static((REPEAT, MIRROR, CLAMP))
-    filters_present: tuple = static((NEAREST, BILINEAR))
+    wraps_present: tuple = static((WrapMode.REPEAT, WrapMode.MIRROR, WrapMode.CLAMP))
+    filters_present: tuple = static((BitmapFilter.NEAREST, BitmapFilter.BILINEAR))
 
 
 class TextureTableBuilder:
@@ -57,13 +52,13 @@ class TextureTableBuilder:
     def add_constant(self, rgb):
         rgb = tuple(float(c) for c in np.broadcast_to(np.asarray(rgb, np.float64), (3,)))
         if rgb not in self._constants:
-            self._constants[rgb] = self._add(CONSTANT, color0=rgb)
+            self._constants[rgb] = self._add(TextureKind.CONSTANT, color0=rgb)
         return self._constants[rgb]
 
     def add_checkerboard(self, color0, color1, to_uv=None):
-        return self._add(CHECKERBOARD, color0=color0, color1=color1, to_uv=to_uv)
+        return self._add(TextureKind.CHECKERBOARD, color0=color0, color1=color1, to_uv=to_uv)
 
-    def add_bitmap(self, image, filter=BILINEAR, wrap=REPEAT, to_uv=None):
+    def add_bitmap(self, image, filter=BitmapFilter.BILINEAR, wrap=WrapMode.REPEAT, to_uv=None):
         """image: (H, W, 3) linear float RGB (or (H, W) / (H, W, 1) gray)."""
         image = np.asarray(image, np.float32)
         if image.ndim == 2:
@@ -72,13 +67,13 @@ class TextureTableBuilder:
             image = np.repeat(image, 3, axis=2)
         image = image[:, :, :3]
         h, w, _ = image.shape
-        tid = self._add(BITMAP, offset=self._n_texels, width=w, height=h, filter=filter, wrap=wrap, to_uv=to_uv)
+        tid = self._add(TextureKind.BITMAP, offset=self._n_texels, width=w, height=h, filter=filter, wrap=wrap, to_uv=to_uv)
         self._texels.append(image.reshape(-1, 3))
         self._n_texels += h * w
         return tid
 
     def _add(self, kind, color0=(0, 0, 0), color1=(0, 0, 0), to_uv=None, offset=0, width=1, height=1,
-             filter=NEAREST, wrap=REPEAT):
+             filter=BitmapFilter.NEAREST, wrap=WrapMode.REPEAT):
         if to_uv is None:
             to_uv = np.array([[1, 0, 0], [0, 1, 0]], np.float32)
         to_uv = np.asarray(to_uv, np.float32)
@@ -94,7 +89,7 @@ class TextureTableBuilder:
             self.add_constant((0.0, 0.0, 0.0))
         rows = self._rows
         texels = np.concatenate(self._texels, axis=0) if self._texels else np.zeros((1, 3), np.float32)
-        bitmaps = [r for r in rows if r["kind"] == BITMAP]
+        bitmaps = [r for r in rows if r["kind"] == TextureKind.BITMAP]
         col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
         return Textures(
             kind=col("kind", np.int32),
@@ -122,13 +117,13 @@ def _mod(i, n):
 def _wrap(i, n, mode, present):
     """Coordinate i wrapped into [0, n) by ``mode``; ``present`` (static): the modes that occur."""
     wrapped = []
-    if REPEAT in present:
-        wrapped.append((REPEAT, _mod(i, n)))
-    if MIRROR in present:
+    if WrapMode.REPEAT in present:
+        wrapped.append((WrapMode.REPEAT, _mod(i, n)))
+    if WrapMode.MIRROR in present:
         period = _mod(i, 2 * n)
-        wrapped.append((MIRROR, jnp.where(period >= n, 2 * n - 1 - period, period)))
-    if CLAMP in present:
-        wrapped.append((CLAMP, jnp.clip(i, 0, n - 1)))
+        wrapped.append((WrapMode.MIRROR, jnp.where(period >= n, 2 * n - 1 - period, period)))
+    if WrapMode.CLAMP in present:
+        wrapped.append((WrapMode.CLAMP, jnp.clip(i, 0, n - 1)))
     result = wrapped[-1][1]
     for m, value in reversed(wrapped[:-1]):
         result = jnp.where(mode == m, value, result)
@@ -146,7 +141,7 @@ def _bitmap(textures, tid, uv):
     px = uv[0] * w.astype(jnp.float32)
     py = uv[1] * h.astype(jnp.float32)
     nearest = lambda: fetch(wx(jnp.floor(px).astype(jnp.int32)), wy(jnp.floor(py).astype(jnp.int32)))
-    if BILINEAR not in textures.filters_present:
+    if BitmapFilter.BILINEAR not in textures.filters_present:
         return nearest()
     fx, fy = px - 0.5, py - 0.5
     x0, y0 = jnp.floor(fx), jnp.floor(fy)
@@ -155,9 +150,9 @@ def _bitmap(textures, tid, uv):
     x0, x1, y0, y1 = wx(x0), wx(x0 + 1), wy(y0), wy(y0 + 1)
     bilinear = ((1 - tx) * (1 - ty) * fetch(x0, y0) + tx * (1 - ty) * fetch(x1, y0)
                 + (1 - tx) * ty * fetch(x0, y1) + tx * ty * fetch(x1, y1))
-    if NEAREST not in textures.filters_present:
+    if BitmapFilter.NEAREST not in textures.filters_present:
         return bilinear
-    return jnp.where(textures.filter[tid] == BILINEAR, bilinear, nearest())
+    return jnp.where(textures.filter[tid] == BitmapFilter.BILINEAR, bilinear, nearest())
 
 
 def _eval(textures, tid, uv, checker_swapped, constant):
@@ -168,14 +163,14 @@ def _eval(textures, tid, uv, checker_swapped, constant):
     uv = jnp.stack([m[0, 0] * uv[0] + m[0, 1] * uv[1] + m[0, 2], m[1, 0] * uv[0] + m[1, 1] * uv[1] + m[1, 2]])
     c0 = textures.color0[:, tid]
     result = c0
-    if CHECKERBOARD in textures.kinds_present:
+    if TextureKind.CHECKERBOARD in textures.kinds_present:
         frac = uv - jnp.floor(uv)
         # Mitsuba: color0 where both or neither fractional coordinate exceeds one half.
         odd = (frac[0] > 0.5) != (frac[1] > 0.5)
         checker = vm.select(odd != checker_swapped, textures.color1[:, tid], c0)
-        result = vm.select(kind == CHECKERBOARD, checker, result)
-    if BITMAP in textures.kinds_present:
-        result = vm.select(kind == BITMAP, _bitmap(textures, tid, uv), result)
+        result = vm.select(kind == TextureKind.CHECKERBOARD, checker, result)
+    if TextureKind.BITMAP in textures.kinds_present:
+        result = vm.select(kind == TextureKind.BITMAP, _bitmap(textures, tid, uv), result)
         # Materialize the lookup: fused into each consumer, XLA would redo its gathers and index
         # arithmetic per use (a textured roughplastic's eval ran 20x slower).
         result = jax.lax.optimization_barrier(result)

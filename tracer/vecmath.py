@@ -5,14 +5,14 @@ XLA vectorizes along N, which is five times faster on the CPU than batches of 3-
 """
 import jax.numpy as jnp
 
+from tracer.constants import LUMINANCE_WEIGHTS
+
 __all__ = [
     "dot", "cross", "norm", "normalize", "coordinate_system", "to_local", "to_world",
     "reflect", "luminance", "select", "safe_sqrt", "transform_point", "transform_vector",
     "transform_normal",
 ]
 
-# Rec. 709 / linear sRGB luminance, the weights Mitsuba uses.
-LUMINANCE_WEIGHTS = (0.212671, 0.715160, 0.072169)
 
 
 def dot(a, b):

@@ -8,7 +8,7 @@ import numpy as np
 import trimesh
 from hypothesis import strategies as st
 
-from tracer import geometry
+from tracer.kinds import SurfaceKind
 
 
 def unit(v):
@@ -128,5 +128,5 @@ def spheres_disks_and_meshes(rng, count, size):
         m = np.eye(4)
         m[:3, :3] = trimesh.transformations.random_rotation_matrix(rng.random(3))[:3, :3] * rng.uniform(*size)
         m[:3, 3] = rng.uniform(-2.5, 2.5, 3)
-        analytic.append((geometry.SPHERE if i % 2 else geometry.DISK, m, 2 + i))
+        analytic.append((SurfaceKind.SPHERE if i % 2 else SurfaceKind.DISK, m, 2 + i))
     return meshes, analytic

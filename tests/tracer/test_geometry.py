@@ -7,6 +7,7 @@ import trimesh
 
 from tests.helpers.rays import transform, unit
 from tracer import geometry
+from tracer.kinds import SurfaceKind
 
 mi = pytest.importorskip("mitsuba")
 
@@ -99,7 +100,7 @@ def _mitsuba_shape(kind, to_world):
 ], ids=["rotated", "mirrored"])
 def test_sphere_matches_mitsuba(to_world):
     rng = np.random.default_rng(1)
-    geo = geometry.build_geometry([], [(geometry.SPHERE, to_world, 0)], accel="brute")
+    geo = geometry.build_geometry([], [(SurfaceKind.SPHERE, to_world, 0)], accel="brute")
     center = to_world[:3, 3:]
     o, d = _rays_at(center + rng.normal(0, 0.5, (3, 8)), rng, spread=0.5)
     h, si = _ours(geo, o, d)
@@ -124,7 +125,7 @@ def test_sphere_matches_mitsuba(to_world):
 ], ids=["scaled", "flipped"])
 def test_disk_matches_mitsuba(to_world):
     rng = np.random.default_rng(2)
-    geo = geometry.build_geometry([], [(geometry.DISK, to_world, 0)], accel="brute")
+    geo = geometry.build_geometry([], [(SurfaceKind.DISK, to_world, 0)], accel="brute")
     r, phi = np.sqrt(rng.uniform(0, 1.3, 64)), rng.uniform(0, 2 * np.pi, 64)
     on_disk = to_world[:3, :3] @ np.stack([r * np.cos(phi), r * np.sin(phi), 0 * r]) + to_world[:3, 3:]
     o, d = _rays_at(on_disk, rng, spread=0.01)
@@ -192,7 +193,7 @@ def test_empty_and_partial_geometry():
     # Triangles of shape 5 (ids 0, 1) and a big sphere of shape 7 (id 2) around everything.
     quad = np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]], np.float32)
     sphere = np.diag([10.0, 10.0, 10.0, 1.0])
-    both = geometry.build_geometry([(quad, [[0, 1, 2], [0, 2, 3]], None, None, 5)], [(geometry.SPHERE, sphere, 7)],
+    both = geometry.build_geometry([(quad, [[0, 1, 2], [0, 2, 3]], None, None, 5)], [(SurfaceKind.SPHERE, sphere, 7)],
                                   accel="jax")
     assert (both.n_triangles, both.n_analytic, both.accel) == (2, 1, "brute")
     o = np.array([[0.5, 5.0], [0.2, 0.0], [1.0, 0.0]], np.float32)

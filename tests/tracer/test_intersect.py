@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from tests.helpers.rays import fan, fan_rays, moller_trumbore64, transform, unit
 from tracer import intersect as isect
+from tracer.kinds import SurfaceKind
 
 N_RAYS = 512
 N_TRIS = 40
@@ -166,7 +167,7 @@ def test_sphere_matches_analytic_solution():
     aim = center[:, None] + rng.normal(0, radius, (3, N_RAYS))
     d = unit(np.where(rng.random(N_RAYS) < 0.5, aim - o, rng.normal(size=(3, N_RAYS))))
     o[:, :32] = center[:, None] + rng.normal(0, 0.2, (3, 32))  # inside
-    hit = closest((jnp.zeros((3, 0)),) * 3, _quads([isect.SPHERE], [m]), o, d, jnp.inf)
+    hit = closest((jnp.zeros((3, 0)),) * 3, _quads([SurfaceKind.SPHERE], [m]), o, d, jnp.inf)
     oc = o.astype(np.float64) - center[:, None]
     b = np.sum(oc * d, axis=0)
     disc = b * b - (np.sum(oc * oc, axis=0) - radius**2)
@@ -186,7 +187,7 @@ def test_disk_matches_analytic_solution():
     m = transform([0.8, 0.5, 1.0], 0.4, [1, 0, 1], [0.1, 0.2, 0.3])
     o = rng.uniform(-2, 2, (3, N_RAYS)).astype(np.float32)
     d = unit(rng.normal(size=(3, N_RAYS)))
-    hit = closest((jnp.zeros((3, 0)),) * 3, _quads([isect.DISK], [m]), o, d, jnp.inf)
+    hit = closest((jnp.zeros((3, 0)),) * 3, _quads([SurfaceKind.DISK], [m]), o, d, jnp.inf)
     inv = np.linalg.inv(m)
     lo = inv[:3, :3] @ o + inv[:3, 3:]
     ld = inv[:3, :3] @ d
@@ -203,7 +204,7 @@ def test_disk_matches_analytic_solution():
     np.testing.assert_allclose(np.asarray(hit.v)[ok], y[ok], atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", [isect.SPHERE, isect.DISK])
+@pytest.mark.parametrize("kind", [SurfaceKind.SPHERE, SurfaceKind.DISK])
 def test_tests_of_absent_analytic_kinds_are_left_out_with_the_same_answers(kind):
     """Queries told which analytic kinds a scene has give the bits of the full test: the kind
     present is still tested (and a wrong ``kinds`` would miss every primitive)."""
@@ -230,7 +231,7 @@ def test_mixed_ids_and_ties():
     p = lambda *v: np.array(v, np.float32)[:, None]
     tri = _tri(np.concatenate([p(-1, -1, 0)] * 2, 1), np.concatenate([p(1, -1, 0)] * 2, 1),
                np.concatenate([p(0, 1, 0)] * 2, 1))
-    quads = _quads([isect.DISK], [transform([1, 1, 1], 0.0, [0, 0, 1], [0, 0, -1])])
+    quads = _quads([SurfaceKind.DISK], [transform([1, 1, 1], 0.0, [0, 0, 1], [0, 0, -1])])
     o = np.array([[0.0, 0.0], [0.0, 0.0], [2.0, -2.0]], np.float32)
     d = np.array([[0.0, 0.0], [0.0, 0.0], [-1.0, 1.0]], np.float32)
     hit = closest(tri, quads, o, d, jnp.inf)

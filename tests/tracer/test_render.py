@@ -6,7 +6,6 @@ import textwrap
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import tracer
 from tracer.rendering import local_mesh, render_tile

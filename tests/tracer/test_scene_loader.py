@@ -1,5 +1,4 @@
 """load_scene end to end: what it builds, and the one-line errors it gives."""
-import numpy as np
 import pytest
 
 import tracer

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from tracer import textures as tx
+from tracer.kinds import BitmapFilter, WrapMode
 
 IMAGE = np.random.default_rng(0).uniform(size=(5, 4, 3)).astype(np.float32)
-COMBOS = list(itertools.product((tx.NEAREST, tx.BILINEAR), (tx.REPEAT, tx.MIRROR, tx.CLAMP)))
+COMBOS = list(itertools.product((BitmapFilter.NEAREST, BitmapFilter.BILINEAR), (WrapMode.REPEAT, WrapMode.MIRROR, WrapMode.CLAMP)))
 # Coordinates well outside [0, 1], texel centers and edges included.
 UV = np.stack(np.meshgrid(np.linspace(-2.0, 3.0, 61), np.linspace(-1.5, 2.5, 53)), 0).reshape(2, -1).astype(np.float32)
 
@@ -27,9 +28,9 @@ def _lookup(table, tid, uv):
 
 
 def _wrap(i, n, mode):
-    if mode == tx.REPEAT:
+    if mode == WrapMode.REPEAT:
         return np.mod(i, n)
-    if mode == tx.MIRROR:
+    if mode == WrapMode.MIRROR:
         period = np.mod(i, 2 * n)
         return np.where(period >= n, 2 * n - 1 - period, period)
     return np.clip(i, 0, n - 1)
@@ -40,7 +41,7 @@ def _reference(filter, wrap):
     h, w, _ = IMAGE.shape
     px, py = UV[0].astype(np.float64) * w, UV[1].astype(np.float64) * h
     texel = lambda x, y: IMAGE[_wrap(y, h, wrap), _wrap(x, w, wrap)].T
-    if filter == tx.NEAREST:
+    if filter == BitmapFilter.NEAREST:
         return texel(np.floor(px).astype(int), np.floor(py).astype(int))
     fx, fy = px - 0.5, py - 0.5
     x0, y0 = np.floor(fx).astype(int), np.floor(fy).astype(int)
@@ -54,7 +55,7 @@ def test_a_bitmap_alone_and_among_others_gives_the_same_bits_and_mitsubas_lookup
     alone, (tid,) = _table([(filter, wrap)])
     assert alone.wraps_present == (wrap,) and alone.filters_present == (filter,)
     mixed, ids = _table(COMBOS)
-    assert mixed.wraps_present == (tx.REPEAT, tx.MIRROR, tx.CLAMP)
+    assert mixed.wraps_present == (WrapMode.REPEAT, WrapMode.MIRROR, WrapMode.CLAMP)
     n = UV.shape[1]
     ours = np.asarray(_lookup(alone, jnp.full(n, tid, jnp.int32), UV))
     among = np.asarray(_lookup(mixed, jnp.full(n, ids[COMBOS.index((filter, wrap))], jnp.int32), UV))

@@ -5,7 +5,7 @@ per-ray data (material ids (N,), uv (2, N), local directions (3, N) with z the s
 
 * ``sample(...) -> (BsdfSample, weight)``: Mitsuba's ``BSDF::sample``; weight = f cos / pdf.
 * ``eval_pdf(...) -> (value, pdf)``: f(wi, wo) |cos theta_o| and the density of ``sample``.
-* ``has_smooth(...)``: whether next-event estimation applies (a non-delta lobe exists).
+* ``has_nondelta_lobe(...)``: whether next-event estimation applies (a non-delta lobe exists).
 
 Each kind present in the table is evaluated for the whole batch and the results selected by
 kind (a ``lax.switch`` on batched indices would run every branch as well); absent kinds are
@@ -19,20 +19,11 @@ import jax.numpy as jnp
 from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.bsdfs import conductor, dielectric, diffuse, microfacet, plastic
-from tracer.bsdfs.table import (CONDUCTOR, DIELECTRIC, DIFFUSE, GGX, KIND_NAMES, NULL, PLASTIC,
-                                ROUGH_KINDS, ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC, SMOOTH_KINDS,
-                                THINDIELECTRIC, Materials)
+from tracer.bsdfs.table import Materials
+from tracer.kinds import BsdfKind, Microfacet
 from tracer.pytree import pytree_dataclass
 
-__all__ = [
-    "BsdfSample", "Materials", "sample", "eval_pdf", "has_smooth", "NULL", "DIFFUSE", "CONDUCTOR",
-    "ROUGHCONDUCTOR", "DIELECTRIC", "ROUGHDIELECTRIC", "THINDIELECTRIC", "PLASTIC", "ROUGHPLASTIC",
-    "KIND_NAMES",
-]
-
-_DIELECTRICS = (DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC)
-_WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC)
-_PLASTICS = (PLASTIC, ROUGHPLASTIC)
+__all__ = ["BsdfSample", "Materials", "sample", "eval_pdf", "has_nondelta_lobe"]
 
 
 @pytree_dataclass
@@ -56,24 +47,24 @@ class _Params:
         textured = set(materials.textured)
         rgb = lambda field: tx.eval_rgb(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
         value = lambda field: tx.eval_float(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
-        if present & set(_WITH_DIFFUSE):
+        if present & set(BsdfKind.WITH_DIFFUSE):
             self.reflectance = rgb("reflectance")
-        if present - {NULL, DIFFUSE}:
+        if present - {BsdfKind.NULL, BsdfKind.DIFFUSE}:
             self.specular = rgb("specular_reflectance")
-        if present & set(_DIELECTRICS):
+        if present & set(BsdfKind.DIELECTRICS):
             self.transmittance = rgb("specular_transmittance")
-        if present & {CONDUCTOR, ROUGHCONDUCTOR}:
+        if present & {BsdfKind.CONDUCTOR, BsdfKind.ROUGHCONDUCTOR}:
             self.eta3, self.k3 = materials.eta[:, mat], materials.k[:, mat]
-        if present & (set(_DIELECTRICS) | set(_PLASTICS)):
+        if present & (set(BsdfKind.DIELECTRICS) | set(BsdfKind.PLASTICS)):
             self.eta = materials.eta[0, mat]
-        if present & set(_PLASTICS):
+        if present & set(BsdfKind.PLASTICS):
             self.coating = plastic.Coating(self.reflectance, self.specular, self.eta,
                                            materials.specular_weight[mat], materials.internal_reflectance[mat],
                                            materials.nonlinear[mat])
-        if present & set(ROUGH_KINDS):
+        if present & set(BsdfKind.ROUGH):
             self.distr = microfacet.make(
                 value("alpha_u"), value("alpha_v"),
-                materials.distribution[mat] == GGX, materials.sample_visible[mat],
+                materials.distribution[mat] == Microfacet.GGX, materials.sample_visible[mat],
                 present=materials.distributions_present, all_normals=materials.all_normals)
 
     def has(self, kind):
@@ -102,22 +93,22 @@ def sample(materials, textures, mat, uv, wi, u1, u2):
     zero = jnp.zeros_like(wi[0])  # *_like: varying over shard_map's ray axis as wi is
     out = _Select(p.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0,
                                delta=jnp.zeros_like(wi[0], bool), weight=jnp.zeros_like(wi)))
-    if p.has(DIFFUSE):
+    if p.has(BsdfKind.DIFFUSE):
         wo, pdf, weight = diffuse.sample(wi, u2, p.reflectance)
-        out.put(DIFFUSE, wo=wo, pdf=pdf, weight=weight)
-    if p.has(CONDUCTOR):
+        out.put(BsdfKind.DIFFUSE, wo=wo, pdf=pdf, weight=weight)
+    if p.has(BsdfKind.CONDUCTOR):
         wo, pdf, weight = conductor.smooth_sample(wi, p.eta3, p.k3, p.specular)
-        out.put(CONDUCTOR, wo=wo, pdf=pdf, weight=weight, delta=True)
-    if p.has(DIELECTRIC):
+        out.put(BsdfKind.CONDUCTOR, wo=wo, pdf=pdf, weight=weight, delta=True)
+    if p.has(BsdfKind.DIELECTRIC):
         wo, pdf, weight, eta, _ = dielectric.smooth_sample(wi, u1, p.eta, p.specular, p.transmittance)
-        out.put(DIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta, delta=True)
-    if p.has(THINDIELECTRIC):
+        out.put(BsdfKind.DIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta, delta=True)
+    if p.has(BsdfKind.THINDIELECTRIC):
         wo, pdf, weight = dielectric.thin_sample(wi, u1, p.eta, p.specular, p.transmittance)
-        out.put(THINDIELECTRIC, wo=wo, pdf=pdf, weight=weight, delta=True)
-    if p.has(PLASTIC):
+        out.put(BsdfKind.THINDIELECTRIC, wo=wo, pdf=pdf, weight=weight, delta=True)
+    if p.has(BsdfKind.PLASTIC):
         wo, pdf, weight, specular = plastic.smooth_sample(wi, u1, u2, p.coating)
-        out.put(PLASTIC, wo=wo, pdf=pdf, weight=weight, delta=specular)
-    if p.kinds & set(ROUGH_KINDS):
+        out.put(BsdfKind.PLASTIC, wo=wo, pdf=pdf, weight=weight, delta=specular)
+    if p.kinds & set(BsdfKind.ROUGH):
         _sample_rough(materials, p, wi, u1, u2, out)
     f = out.fields
     # Failed samples of degenerate inputs (grazing wi) may carry non-finite directions: give them a
@@ -132,59 +123,59 @@ def _sample_rough(materials, p, wi, u1, u2, out):
     """One microfacet normal per ray serves every rough kind (each samples the visible normals
     seen from wi turned to the upper hemisphere)."""
     distr = sample_distr = p.distr
-    if p.has(ROUGHDIELECTRIC) and distr.all_normals:
+    if p.has(BsdfKind.ROUGHDIELECTRIC) and distr.all_normals:
         # Walter et al.'s widened roughness, for the rough dielectrics that sample all normals.
         widened = dielectric.sampling_distribution(distr, wi)
-        mine = p.kind == ROUGHDIELECTRIC
+        mine = p.kind == BsdfKind.ROUGHDIELECTRIC
         sample_distr = dataclasses.replace(distr, alpha_u=jnp.where(mine, widened.alpha_u, distr.alpha_u),
                                            alpha_v=jnp.where(mine, widened.alpha_v, distr.alpha_v))
     wi_up = wi * jnp.where(wi[2] >= 0, 1.0, -1.0)
     m, pdf_m = microfacet.sample(sample_distr, wi_up, u2)
-    if p.has(ROUGHCONDUCTOR):
+    if p.has(BsdfKind.ROUGHCONDUCTOR):
         wo, pdf, weight = conductor.rough_sample(wi, m, pdf_m, p.eta3, p.k3, p.specular, distr)
-        out.put(ROUGHCONDUCTOR, wo=wo, pdf=pdf, weight=weight)
-    if p.has(ROUGHDIELECTRIC):
+        out.put(BsdfKind.ROUGHCONDUCTOR, wo=wo, pdf=pdf, weight=weight)
+    if p.has(BsdfKind.ROUGHDIELECTRIC):
         wo, pdf, weight, eta, _ = dielectric.rough_sample(wi, u1, m, pdf_m, p.eta, p.specular,
                                                           p.transmittance, distr)
-        out.put(ROUGHDIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta)
-    if p.has(ROUGHPLASTIC):
+        out.put(BsdfKind.ROUGHDIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta)
+    if p.has(BsdfKind.ROUGHPLASTIC):
         terms_fn = lambda wo: microfacet.terms(distr, wi, wo, vm.normalize(wi + wo))
         wo, pdf, weight = plastic.rough_sample(wi, u1, u2, m, terms_fn, p.coating, materials.transmittance,
                                                p.mat, distr)
-        out.put(ROUGHPLASTIC, wo=wo, pdf=pdf, weight=weight)
+        out.put(BsdfKind.ROUGHPLASTIC, wo=wo, pdf=pdf, weight=weight)
 
 
 def eval_pdf(materials, textures, mat, uv, wi, wo):
     """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of the non-delta lobes; zero for delta-only kinds."""
     p = _Params(materials, textures, mat, uv)
     out = _Select(p.kind, dict(value=jnp.zeros_like(wi), pdf=jnp.zeros_like(wi[0])))
-    if p.has(DIFFUSE):
+    if p.has(BsdfKind.DIFFUSE):
         value, pdf = diffuse.eval_pdf(wi, wo, p.reflectance)
-        out.put(DIFFUSE, value=value, pdf=pdf)
-    if p.has(PLASTIC):
+        out.put(BsdfKind.DIFFUSE, value=value, pdf=pdf)
+    if p.has(BsdfKind.PLASTIC):
         value, pdf = plastic.smooth_eval_pdf(wi, wo, p.coating)
-        out.put(PLASTIC, value=value, pdf=pdf)
-    if p.kinds & set(ROUGH_KINDS):
+        out.put(BsdfKind.PLASTIC, value=value, pdf=pdf)
+    if p.kinds & set(BsdfKind.ROUGH):
         distr = p.distr
-        if p.has(ROUGHDIELECTRIC):
+        if p.has(BsdfKind.ROUGHDIELECTRIC):
             # The refraction half vector for rough dielectrics, the reflection one for all others.
-            m = dielectric.half_vector(wi, wo, jnp.where(p.kind == ROUGHDIELECTRIC, p.eta, 1.0))
+            m = dielectric.half_vector(wi, wo, jnp.where(p.kind == BsdfKind.ROUGHDIELECTRIC, p.eta, 1.0))
         else:
             m = vm.normalize(wi + wo)
         terms = microfacet.terms(distr, wi, wo, m)
-        if p.has(ROUGHCONDUCTOR):
+        if p.has(BsdfKind.ROUGHCONDUCTOR):
             value, pdf = conductor.rough_eval_pdf(wi, wo, terms, p.eta3, p.k3, p.specular, distr)
-            out.put(ROUGHCONDUCTOR, value=value, pdf=pdf)
-        if p.has(ROUGHDIELECTRIC):
+            out.put(BsdfKind.ROUGHCONDUCTOR, value=value, pdf=pdf)
+        if p.has(BsdfKind.ROUGHDIELECTRIC):
             value, pdf = dielectric.rough_eval_pdf(wi, wo, terms, p.eta, p.specular, p.transmittance, distr)
-            out.put(ROUGHDIELECTRIC, value=value, pdf=pdf)
-        if p.has(ROUGHPLASTIC):
+            out.put(BsdfKind.ROUGHDIELECTRIC, value=value, pdf=pdf)
+        if p.has(BsdfKind.ROUGHPLASTIC):
             value, pdf = plastic.rough_eval_pdf(wi, wo, terms, p.coating, materials.transmittance, p.mat, distr)
-            out.put(ROUGHPLASTIC, value=value, pdf=pdf)
+            out.put(BsdfKind.ROUGHPLASTIC, value=value, pdf=pdf)
     return out.fields["value"], out.fields["pdf"]
 
 
-def has_smooth(materials, mat):
+def has_nondelta_lobe(materials, mat):
     """(N,) bool: the material has a non-delta lobe, so that next-event estimation applies."""
-    table = jnp.asarray([k in SMOOTH_KINDS for k in range(len(KIND_NAMES))])
+    table = jnp.asarray([k in BsdfKind.WITH_NONDELTA_LOBE for k in range(len(BsdfKind.NAMES))])
     return table[materials.kind[mat]]

@@ -9,16 +9,14 @@ import numpy as np
 
 from tracer.bsdfs import precompute
 from tracer.bsdfs.fresnel import diffuse_reflectance
-from tracer.bsdfs.table import (BECKMANN, CONDUCTOR, DIELECTRIC, DIFFUSE, GGX, NULL, PLASTIC,
-                                ROUGH_KINDS, ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC, THINDIELECTRIC,
-                                TRANSMITTANCE_RES, Materials)
+from tracer.bsdfs.table import TRANSMITTANCE_RES, Materials
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
+from tracer.constants import LUMINANCE_WEIGHTS
 from tracer.io.errors import SceneError
-from tracer.textures import BITMAP, CHECKERBOARD, CONSTANT
+from tracer.kinds import BsdfKind, Microfacet, TextureKind
 
 __all__ = ["MaterialTableBuilder", "lookup_ior", "conductor_ior"]
 
-_LUMINANCE = np.array([0.212671, 0.715160, 0.072169])
 
 
 def lookup_ior(name, where=None):
@@ -39,7 +37,7 @@ def conductor_ior(material, where=None):
 
 def _row(kind, **fields):
     row = dict(kind=kind, reflectance=0, specular_reflectance=0, specular_transmittance=0, alpha_u=0,
-               alpha_v=0, eta=np.ones(3, np.float32), k=np.zeros(3, np.float32), distribution=BECKMANN,
+               alpha_v=0, eta=np.ones(3, np.float32), k=np.zeros(3, np.float32), distribution=Microfacet.BECKMANN,
                sample_visible=True, nonlinear=False, specular_weight=0.0, internal_reflectance=0.0,
                transmittance=np.zeros(TRANSMITTANCE_RES, np.float32), means=None)
     row.update(fields)
@@ -96,7 +94,7 @@ class _Reader:
         name = self.node.get_string("distribution", "beckmann").lower()
         if name not in ("beckmann", "ggx"):
             raise self.error(f"invalid distribution '{name}', must be 'beckmann' or 'ggx'")
-        return GGX if name == "ggx" else BECKMANN
+        return Microfacet.GGX if name == "ggx" else Microfacet.BECKMANN
 
     def alphas(self):
         """(alpha_u, alpha_v) texture ids: 'alpha' (default 0.1) or both 'alpha_u' and 'alpha_v'."""
@@ -117,7 +115,7 @@ class _Reader:
 
 
 def _diffuse(r):
-    return _row(DIFFUSE, reflectance=r.spectrum("reflectance", 0.5))
+    return _row(BsdfKind.DIFFUSE, reflectance=r.spectrum("reflectance", 0.5))
 
 
 def _conductor(r, rough=False):
@@ -128,7 +126,7 @@ def _conductor(r, rough=False):
         eta, k = r.rgb("eta", 0.0), r.rgb("k", 1.0)
     else:
         eta, k = conductor_ior(material, r.node.source)
-    row = _row(ROUGHCONDUCTOR if rough else CONDUCTOR, eta=eta, k=k,
+    row = _row(BsdfKind.ROUGHCONDUCTOR if rough else BsdfKind.CONDUCTOR, eta=eta, k=k,
                specular_reflectance=r.spectrum("specular_reflectance", 1.0))
     if rough:
         row.update(r.microfacet())
@@ -136,11 +134,11 @@ def _conductor(r, rough=False):
 
 
 def _dielectric(r, kind):
-    eta = r.eta(check_distinct=kind == ROUGHDIELECTRIC)
+    eta = r.eta(check_distinct=kind == BsdfKind.ROUGHDIELECTRIC)
     row = _row(kind, eta=np.full(3, eta, np.float32),
                specular_reflectance=r.spectrum("specular_reflectance", 1.0),
                specular_transmittance=r.spectrum("specular_transmittance", 1.0))
-    if kind == ROUGHDIELECTRIC:
+    if kind == BsdfKind.ROUGHDIELECTRIC:
         row.update(r.microfacet())
     return row
 
@@ -152,7 +150,7 @@ def _plastic(r, rough=False):
                       + (" and differ" if rough else ""))
     eta = np.float32(int_ior / ext_ior)
     diffuse, specular = r.spectrum("diffuse_reflectance", 0.5), r.spectrum("specular_reflectance", 1.0)
-    row = _row(ROUGHPLASTIC if rough else PLASTIC, eta=np.full(3, eta, np.float32), reflectance=diffuse,
+    row = _row(BsdfKind.ROUGHPLASTIC if rough else BsdfKind.PLASTIC, eta=np.full(3, eta, np.float32), reflectance=diffuse,
                specular_reflectance=specular, nonlinear=bool(r.node.get_bool("nonlinear", False)),
                means=(diffuse, specular))
     if not rough:
@@ -175,7 +173,7 @@ def _plastic(r, rough=False):
         alpha = np.float32(0.1)
     alpha = np.float32(max(alpha, np.float32(1e-4)))
     distribution = r.distribution()
-    table, internal = precompute.rough_transmittance(alpha, eta, distribution == GGX)
+    table, internal = precompute.rough_transmittance(alpha, eta, distribution == Microfacet.GGX)
     alpha_tid = r.add_texture(float(alpha))
     row.update(alpha_u=alpha_tid, alpha_v=alpha_tid, distribution=distribution,
                sample_visible=bool(r.node.get_bool("sample_visible", True)),
@@ -187,9 +185,9 @@ _ADDERS = {
     "diffuse": _diffuse,
     "conductor": _conductor,
     "roughconductor": lambda r: _conductor(r, rough=True),
-    "dielectric": lambda r: _dielectric(r, DIELECTRIC),
-    "roughdielectric": lambda r: _dielectric(r, ROUGHDIELECTRIC),
-    "thindielectric": lambda r: _dielectric(r, THINDIELECTRIC),
+    "dielectric": lambda r: _dielectric(r, BsdfKind.DIELECTRIC),
+    "roughdielectric": lambda r: _dielectric(r, BsdfKind.ROUGHDIELECTRIC),
+    "thindielectric": lambda r: _dielectric(r, BsdfKind.THINDIELECTRIC),
     "plastic": _plastic,
     "roughplastic": lambda r: _plastic(r, rough=True),
 }
@@ -200,13 +198,13 @@ def texture_mean(textures, tid):
     checkerboard's two colors, the mean luminance of a bitmap."""
     kind = int(np.asarray(textures.kind)[tid])
     c0 = np.asarray(textures.color0)[:, tid].astype(np.float64)
-    if kind == CHECKERBOARD:
+    if kind == TextureKind.CHECKERBOARD:
         return 0.5 * (c0.mean() + np.asarray(textures.color1)[:, tid].astype(np.float64).mean())
-    if kind == BITMAP:
+    if kind == TextureKind.BITMAP:
         start = int(np.asarray(textures.offset)[tid])
         count = int(np.asarray(textures.width)[tid]) * int(np.asarray(textures.height)[tid])
         texels = np.asarray(textures.texels)[:, start:start + count].astype(np.float64)
-        return float((_LUMINANCE @ texels).mean())
+        return float((np.array(LUMINANCE_WEIGHTS) @ texels).mean())
     return float(c0.mean())
 
 
@@ -219,7 +217,7 @@ class MaterialTableBuilder:
 
     def add_null(self):
         """The material of the back of one-sided BSDFs: black everywhere."""
-        return self._append(_row(NULL))
+        return self._append(_row(BsdfKind.NULL))
 
     def add(self, node, add_texture):
         """Material id of a ``<bsdf>`` node (not ``twosided``); nested textures go to ``add_texture``."""
@@ -243,14 +241,14 @@ class MaterialTableBuilder:
     def build(self, textures=None):
         """The ``Materials`` table. ``textures`` (the scene's built ``tracer.textures.Textures``) is
         needed only when a plastic's reflectance is a nested texture (for its sampling weight)."""
-        rows = self._rows or [_row(NULL)]
+        rows = self._rows or [_row(BsdfKind.NULL)]
         for row in rows:
             if row["means"] is not None:
                 d_mean, s_mean = (self._mean(t, textures) for t in row["means"])
                 row["specular_weight"] = s_mean / (d_mean + s_mean)
         col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
         stack = lambda key: jnp.asarray(np.stack([r[key] for r in rows], axis=1).astype(np.float32))
-        rough = [r for r in rows if r["kind"] in ROUGH_KINDS]
+        rough = [r for r in rows if r["kind"] in BsdfKind.ROUGH]
         return Materials(
             kind=col("kind", np.int32), reflectance=col("reflectance", np.int32),
             specular_reflectance=col("specular_reflectance", np.int32),
@@ -276,4 +274,4 @@ def _textured_fields(rows, textures):
     if textures is None:
         return _TEXTURE_FIELDS
     kinds = np.asarray(textures.kind)
-    return tuple(f for f in _TEXTURE_FIELDS if any(kinds[r[f]] != CONSTANT for r in rows))
+    return tuple(f for f in _TEXTURE_FIELDS if any(kinds[r[f]] != TextureKind.CONSTANT for r in rows))

@@ -14,14 +14,13 @@ from jax.scipy.special import erf
 
 from tracer import elementary, sampling
 from tracer import vecmath as vm
+from tracer.constants import INV_SQRT_PI, PI
+from tracer.kinds import Microfacet
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["BECKMANN", "GGX", "Distribution", "Terms", "make", "scale_alpha", "eval_d", "smith_g1", "g",
+__all__ = ["Distribution", "Terms", "make", "scale_alpha", "eval_d", "smith_g1",
            "terms", "sample", "pdf"]
 
-BECKMANN, GGX = 0, 1
-_PI = np.float32(np.pi)
-_INV_SQRT_PI = np.float32(1.0 / np.sqrt(np.pi))
 _EPSILON = np.float32(2.0 ** -24)
 
 
@@ -33,7 +32,7 @@ class Distribution:
     alpha_v: jnp.ndarray   # roughness along the bitangent
     ggx: jnp.ndarray       # bool: GGX, else Beckmann
     visible: jnp.ndarray   # bool: sample the visible normals, else all normals (D cos)
-    present: tuple = static((BECKMANN, GGX))  # distributions that may occur in the batch
+    present: tuple = static((Microfacet.BECKMANN, Microfacet.GGX))  # distributions that may occur in the batch
     all_normals: bool = static(True)          # whether ``visible`` may be False
 
 
@@ -47,7 +46,7 @@ class Terms:
     g1_o: jnp.ndarray   # (N,) G1(wo, m)
 
 
-def make(alpha_u, alpha_v, ggx, visible, present=(BECKMANN, GGX), all_normals=True):
+def make(alpha_u, alpha_v, ggx, visible, present=(Microfacet.BECKMANN, Microfacet.GGX), all_normals=True):
     """A ``Distribution`` with Mitsuba's clamping of alpha to 1e-4."""
     return Distribution(jnp.maximum(alpha_u, 1e-4), jnp.maximum(alpha_v, 1e-4), ggx, visible,
                         tuple(present), bool(all_normals))
@@ -61,9 +60,9 @@ def scale_alpha(distr, scale):
 def _by_type(distr, beckmann, ggx):
     """Evaluate only the distributions present (thunks returning arrays or tuples of arrays);
     select per ray when both are."""
-    if distr.present == (BECKMANN,):
+    if distr.present == (Microfacet.BECKMANN,):
         return beckmann()
-    if distr.present == (GGX,):
+    if distr.present == (Microfacet.GGX,):
         return ggx()
     b, g_ = beckmann(), ggx()
     if isinstance(b, tuple):
@@ -78,8 +77,8 @@ def eval_d(distr, m):
     xy = (m[0] / au) ** 2 + (m[1] / av) ** 2
     result = _by_type(
         distr,
-        lambda: jnp.exp(-xy / cos2) / (_PI * au * av * cos2 * cos2),
-        lambda: 1.0 / (_PI * au * av * (xy + cos2) ** 2))
+        lambda: jnp.exp(-xy / cos2) / (PI * au * av * cos2 * cos2),
+        lambda: 1.0 / (PI * au * av * (xy + cos2) ** 2))
     # As Mitsuba: drop vanishing values that would cause trouble downstream.
     return jnp.where(result * m[2] > 1e-20, result, 0.0)
 
@@ -99,10 +98,6 @@ def smith_g1(distr, v, m):
     result = jnp.where(xy_alpha_2 == 0, 1.0, result)
     # A facet cannot be seen from its back side.
     return jnp.where(vm.dot(v, m) * v[2] <= 0, 0.0, result)
-
-
-def g(distr, wi, wo, m):
-    return smith_g1(distr, wi, m) * smith_g1(distr, wo, m)
 
 
 def terms(distr, wi, wo, m):
@@ -134,7 +129,7 @@ def sample(distr, wi, u):
 def _sample_all(distr, u):
     """Sample D(m) cos(theta_m) directly (Walter et al. 2007)."""
     au, av = distr.alpha_u, distr.alpha_v
-    phi = (2.0 * _PI) * u[1]
+    phi = (2.0 * PI) * u[1]
     s, c = elementary.sincos(phi)
     # Mitsuba's anisotropic azimuth atan(av/au tan(phi)), in the quadrant of phi; au == av gives phi.
     ratio = av / au
@@ -145,14 +140,14 @@ def _sample_all(distr, u):
     def beckmann():
         cos_theta = lax.rsqrt(1.0 - alpha_2 * jnp.log(1.0 - u[0]))
         cos3 = jnp.maximum(cos_theta ** 3, 1e-20)
-        return cos_theta, (1.0 - u[0]) / (_PI * au * av * cos3)
+        return cos_theta, (1.0 - u[0]) / (PI * au * av * cos3)
 
     def ggx():
         tan_2 = alpha_2 * u[0] / (1.0 - u[0])
         cos_theta = lax.rsqrt(1.0 + tan_2)
         temp = 1.0 + tan_2 / alpha_2
         cos3 = jnp.maximum(cos_theta ** 3, 1e-20)
-        return cos_theta, 1.0 / (_PI * au * av * cos3 * temp * temp)
+        return cos_theta, 1.0 / (PI * au * av * cos3 * temp * temp)
 
     cos_theta, density = _by_type(distr, beckmann, ggx)
     sin_theta = vm.safe_sqrt(1.0 - cos_theta * cos_theta)
@@ -183,10 +178,10 @@ def _visible_11_beckmann(cos_theta_i, u):
     u = jnp.clip(u, 1e-6, 1.0 - 1e-6)
     # Initial guess: the analytic solution at grazing incidence, the most nonlinear case.
     x = maxval - (maxval + 1.0) * erf(jnp.sqrt(-jnp.log(u[0])))
-    target = u[0] * (1.0 + maxval + _INV_SQRT_PI * tan_theta_i * jnp.exp(-cot_theta_i * cot_theta_i))
+    target = u[0] * (1.0 + maxval + INV_SQRT_PI * tan_theta_i * jnp.exp(-cot_theta_i * cot_theta_i))
     for _ in range(3):
         slope = lax.erf_inv(x)
-        value = 1.0 + x + _INV_SQRT_PI * tan_theta_i * jnp.exp(-slope * slope) - target
+        value = 1.0 + x + INV_SQRT_PI * tan_theta_i * jnp.exp(-slope * slope) - target
         x = x - value / (1.0 - slope * tan_theta_i)
     return lax.erf_inv(x), lax.erf_inv(2.0 * u[1] - 1.0)
 

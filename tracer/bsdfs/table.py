@@ -7,24 +7,11 @@ that code for absent ones is never traced.
 """
 import jax.numpy as jnp
 
+from tracer.kinds import BsdfKind
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = [
-    "NULL", "DIFFUSE", "CONDUCTOR", "ROUGHCONDUCTOR", "DIELECTRIC", "ROUGHDIELECTRIC",
-    "THINDIELECTRIC", "PLASTIC", "ROUGHPLASTIC", "KIND_NAMES", "SMOOTH_KINDS", "ROUGH_KINDS",
-    "BECKMANN", "GGX", "TRANSMITTANCE_RES", "Materials",
-]
+__all__ = ["TRANSMITTANCE_RES", "Materials"]
 
-NULL, DIFFUSE, CONDUCTOR, ROUGHCONDUCTOR, DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC, PLASTIC, \
-    ROUGHPLASTIC = range(9)
-KIND_NAMES = ("null", "diffuse", "conductor", "roughconductor", "dielectric", "roughdielectric",
-              "thindielectric", "plastic", "roughplastic")
-# Kinds with a non-delta lobe, for which next-event estimation applies.
-SMOOTH_KINDS = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC)
-# Kinds with a microfacet distribution.
-ROUGH_KINDS = (ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC)
-
-BECKMANN, GGX = 0, 1  # same values as tracer.bsdfs.microfacet
 TRANSMITTANCE_RES = 64  # Mitsuba's MI_ROUGH_TRANSMITTANCE_RES
 
 
@@ -32,7 +19,7 @@ TRANSMITTANCE_RES = 64  # Mitsuba's MI_ROUGH_TRANSMITTANCE_RES
 class Materials:
     """M materials, components first."""
 
-    kind: jnp.ndarray                    # (M,) int32 one of the kind constants above
+    kind: jnp.ndarray                    # (M,) int32 a BsdfKind
     reflectance: jnp.ndarray             # (M,) int32 texture: diffuse reflectance (diffuse, plastics)
     specular_reflectance: jnp.ndarray    # (M,) int32 texture
     specular_transmittance: jnp.ndarray  # (M,) int32 texture
@@ -40,13 +27,13 @@ class Materials:
     alpha_v: jnp.ndarray                 # (M,) int32 float texture: roughness along the bitangent
     eta: jnp.ndarray                     # (3, M) conductors: real IOR; dielectrics, plastics: int / ext
     k: jnp.ndarray                       # (3, M) conductors: imaginary IOR
-    distribution: jnp.ndarray            # (M,) int32 BECKMANN or GGX
+    distribution: jnp.ndarray            # (M,) int32 a Microfacet kind
     sample_visible: jnp.ndarray          # (M,) bool: sample visible normals
     nonlinear: jnp.ndarray               # (M,) bool: plastics' nonlinear color shift
     specular_weight: jnp.ndarray         # (M,) plastics' specular sampling weight
     internal_reflectance: jnp.ndarray    # (M,) plastic: Fdr(1 / eta); roughplastic: integrated
     transmittance: jnp.ndarray           # (TRANSMITTANCE_RES, M) roughplastic: t(cos theta)
-    kinds_present: tuple = static((DIFFUSE,))
+    kinds_present: tuple = static((BsdfKind.DIFFUSE,))
     distributions_present: tuple = static(())   # microfacet distributions of the rough kinds
     all_normals: bool = static(False)           # some rough material samples all normals
     # Texture-id fields above that refer to a non-constant texture somewhere; the others are

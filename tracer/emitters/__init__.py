@@ -14,12 +14,9 @@ from tracer.emitters.build import EmitterTableBuilder
 from tracer.emitters.direct import (
     DirectionSample, eval_environment, eval_surface, pdf_direction, sample_direction,
 )
-from tracer.emitters.table import (
-    AREA, CONSTANT, DIRECTIONAL, DISK, ENVMAP, MESH, POINT, SPHERE, SPOT, Emitters,
-)
+from tracer.emitters.table import Emitters
 
 __all__ = [
     "Emitters", "EmitterTableBuilder", "DirectionSample", "sample_direction", "pdf_direction",
-    "eval_surface", "eval_environment", "AREA", "POINT", "SPOT", "DIRECTIONAL", "CONSTANT", "ENVMAP",
-    "MESH", "SPHERE", "DISK",
+    "eval_surface", "eval_environment",
 ]

@@ -17,15 +17,13 @@ import numpy as np
 
 from tracer import elementary, sampling
 from tracer import vecmath as vm
+from tracer.constants import INV_TWO_PI, RAY_EPSILON, TWO_PI
 from tracer.emitters import discrete
-from tracer.emitters.table import DISK, MESH, SPHERE
+from tracer.kinds import SurfaceKind
 
 __all__ = ["sample", "pdf", "eval_radiance"]
 
-RAY_EPSILON = np.float32(1500 * 2.0**-24)  # Mitsuba's math::RayEpsilon
 ONE_MINUS_EPS = np.float32(1.0 - 2.0**-24)
-INV_TWO_PI = np.float32(0.5 / np.pi)
-TWO_PI = np.float32(2.0 * np.pi)
 
 
 def _to_solid_angle(ref, p, n, pdf_area):
@@ -98,7 +96,7 @@ def _sample_sphere(em, e, ref, u):
     return p, n, d, dist, pdf
 
 
-_SAMPLERS = {MESH: _sample_mesh, SPHERE: _sample_sphere, DISK: _sample_disk}
+_SAMPLERS = {SurfaceKind.MESH: _sample_mesh, SurfaceKind.SPHERE: _sample_sphere, SurfaceKind.DISK: _sample_disk}
 
 
 def sample(em, e, ref, u):
@@ -127,11 +125,11 @@ def pdf(em, e, ref, p, n, d):
     dp = vm.dot(d, n)
     dist = vm.norm(p - ref)
     value = em.inv_area[e] * jnp.where(dp != 0, dist * dist / jnp.abs(dp), 0.0)
-    if SPHERE in em.area_shapes_present:
+    if SurfaceKind.SPHERE in em.area_shapes_present:
         center, radius = _sphere(em, e)
         sin_alpha = radius / vm.norm(center - ref)
         cos_alpha = vm.safe_sqrt(1.0 - sin_alpha * sin_alpha)
-        cone = (em.area_shape[e] == SPHERE) & (sin_alpha < ONE_MINUS_EPS)
+        cone = (em.area_shape[e] == SurfaceKind.SPHERE) & (sin_alpha < ONE_MINUS_EPS)
         value = jnp.where(cone, INV_TWO_PI / (1.0 - cos_alpha), value)
     return jnp.where(dp < 0, value, 0.0)
 

@@ -10,16 +10,15 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from tracer import constants
 from tracer.emitters import discrete, envmap
-from tracer.emitters.table import (
-    AREA, CONSTANT, DIRECTIONAL, DISK, ENVMAP, MESH, POINT, SPHERE, SPOT, Emitters,
-)
+from tracer.emitters.table import Emitters
 from tracer.io.errors import SceneError
+from tracer.kinds import EmitterKind, SurfaceKind
 
 __all__ = ["EmitterTableBuilder"]
 
-RAY_EPSILON = 1500 * 2.0**-24  # Mitsuba's math::RayEpsilon<float>
-ENVIRONMENT_KINDS = (CONSTANT, ENVMAP)
+RAY_EPSILON = float(constants.RAY_EPSILON)  # the bounding sphere is computed in float64
 
 
 def _affine(m):
@@ -65,8 +64,7 @@ class EmitterTableBuilder:
         Give either ``triangles`` = (p0, e1, e2), each (T, 3) world space (p1 - p0, p2 - p0), with
         optional per-vertex ``normals`` = (n0, n1, n2), each (T, 3) (smooth meshes: Mitsuba then
         uses the interpolated normal for the emitting side and the pdf), or ``analytic`` =
-        (kind, to_world 4x4) with kind SPHERE or DISK (tracer.geometry's or this package's
-        constants, or 'sphere' / 'disk'); the sphere's to_world maps the unit sphere, center and
+        (kind, to_world 4x4) with kind ``SurfaceKind.SPHERE`` or ``SurfaceKind.DISK``; the sphere's to_world maps the unit sphere, center and
         radius included; the disk's the unit disk, without any flip folded in.
         """
         if node.type != "area":
@@ -75,7 +73,7 @@ class EmitterTableBuilder:
             raise SceneError(f"{node.describe()}: an area light takes the transform of its shape, not "
                              "'to_world'", node.source)
         radiance = self._spectrum(node, "radiance", 1.0)
-        row = self._row(node, AREA, radiance)
+        row = self._row(node, EmitterKind.AREA, radiance)
         row.update(shape=int(shape_index), flip=bool(flip_normals))
         if (triangles is None) == (analytic is None):
             raise ValueError("add_area takes exactly one of triangles or analytic")
@@ -98,28 +96,20 @@ class EmitterTableBuilder:
         else:
             n = np.stack([np.asarray(a, np.float64).reshape(-1, 3) for a in normals])
         cdf = discrete.inclusive_cdf(double_area)
-        row.update(area_shape=MESH, inv_area=1.0 / total, tri_offset=self._n_triangles, tri_count=len(p0))
+        row.update(area_shape=SurfaceKind.MESH, inv_area=1.0 / total, tri_offset=self._n_triangles, tri_count=len(p0))
         self._triangles.append((p0, e1, e2, n, cdf))
         self._n_triangles += len(p0)
 
     def _add_analytic(self, node, row, kind, to_world):
-        kind = self._analytic_kind(kind)
         to_world = np.asarray(to_world, np.float64)
         to_local = _inverse(to_world, node)
-        if kind == SPHERE:
+        if kind == SurfaceKind.SPHERE:
             area = 4.0 * math.pi * float(np.dot(to_world[:3, 0], to_world[:3, 0]))
         else:
             area = math.pi * float(np.linalg.norm(np.cross(to_world[:3, 0], to_world[:3, 1])))
         if not area > 0 or not np.isfinite(area):
             raise SceneError(f"{node.describe()}: the emitting shape has no surface area", node.source)
         row.update(area_shape=kind, inv_area=1.0 / area, to_world=_affine(to_world), to_local=_affine(to_local))
-
-    @staticmethod
-    def _analytic_kind(kind):
-        if isinstance(kind, str):
-            return {"sphere": SPHERE, "disk": DISK}[kind]
-        from tracer import geometry  # the shapes' own tags, mapped onto ours
-        return {geometry.SPHERE: SPHERE, geometry.DISK: DISK}[int(kind)]
 
     # ------------------------------------------------------------------ other emitters
     def add(self, node, add_texture):
@@ -132,7 +122,7 @@ class EmitterTableBuilder:
         if node.type not in adders:
             raise SceneError(f"unsupported emitter type '{node.type}'", node.source)
         row = adders[node.type](node, add_texture)
-        if row["kind"] in ENVIRONMENT_KINDS:
+        if row["kind"] in EmitterKind.ENVIRONMENT:
             if self._environment >= 0:
                 raise SceneError("only one environment emitter (constant or envmap) can be specified per scene",
                                  node.source)
@@ -140,12 +130,12 @@ class EmitterTableBuilder:
         return self._append(row)
 
     def _point(self, node, add_texture):
-        row = self._row(node, POINT, self._spectrum(node, "intensity", 1.0))
+        row = self._row(node, EmitterKind.POINT, self._spectrum(node, "intensity", 1.0))
         self._set_to_world(node, row, "position", lambda p: _translation(p))
         return row
 
     def _spot(self, node, add_texture):
-        row = self._row(node, SPOT, self._spectrum(node, "intensity", 1.0))
+        row = self._row(node, EmitterKind.SPOT, self._spectrum(node, "intensity", 1.0))
         cutoff = node.get_float("cutoff_angle", 20.0)
         beam = node.get_float("beam_width", cutoff * 0.75)
         if not (0 < cutoff <= 180 and 0 <= beam <= cutoff):
@@ -166,7 +156,7 @@ class EmitterTableBuilder:
         return row
 
     def _directional(self, node, add_texture):
-        row = self._row(node, DIRECTIONAL, self._spectrum(node, "irradiance", 1.0))
+        row = self._row(node, EmitterKind.DIRECTIONAL, self._spectrum(node, "irradiance", 1.0))
 
         def frame(direction):
             norm = np.linalg.norm(direction)
@@ -180,7 +170,7 @@ class EmitterTableBuilder:
         return row
 
     def _constant(self, node, add_texture):
-        return self._row(node, CONSTANT, self._spectrum(node, "radiance", 1.0))
+        return self._row(node, EmitterKind.CONSTANT, self._spectrum(node, "radiance", 1.0))
 
     def _envmap(self, node, add_texture):
         path = node.get_path("filename")
@@ -204,7 +194,7 @@ class EmitterTableBuilder:
         if not np.all(np.isfinite(image)):
             raise SceneError(f"{node.describe()}: '{path}' holds non-finite values", node.source)
         self._env = (image * np.float32(scale), *envmap.build_distribution(image))
-        row = self._row(node, ENVMAP, np.ones(3))
+        row = self._row(node, EmitterKind.ENVMAP, np.ones(3))
         self._set_to_world(node, row)
         return row
 
@@ -237,7 +227,7 @@ class EmitterTableBuilder:
                              f"{weight}", node.source)
         identity = _affine(np.eye(4))
         return dict(kind=kind, radiance=np.asarray(radiance, np.float32), weight=weight, to_world=identity,
-                    to_local=identity, shape=-1, area_shape=MESH, flip=False, inv_area=0.0, tri_offset=0,
+                    to_local=identity, shape=-1, area_shape=SurfaceKind.MESH, flip=False, inv_area=0.0, tri_offset=0,
                     tri_count=0, spot_cos_cutoff=-1.0, spot_cutoff=math.pi, spot_cos_beam=-1.0,
                     spot_inv_transition=0.0, spot_uv_factor=1.0, spot_texture=-1)
 
@@ -251,7 +241,7 @@ class EmitterTableBuilder:
         rows = self._rows
         count = len(rows)
         if not rows:  # nothing to sample: one black point light that is never chosen
-            rows = [self._row(_Defaults(), POINT, np.zeros(3))]
+            rows = [self._row(_Defaults(), EmitterKind.POINT, np.zeros(3))]
             rows[0]["weight"] = 0.0
         weights = np.array([r["weight"] for r in rows], np.float64)
         pmf = weights / weights.sum() if weights.sum() > 0 else np.zeros_like(weights)
@@ -274,7 +264,7 @@ class EmitterTableBuilder:
 
         center, radius = _bounding_sphere(scene_bounds_min, scene_bounds_max)
         kinds = sorted({r["kind"] for r in rows})
-        area_shapes = sorted({r["area_shape"] for r in rows if r["kind"] == AREA})
+        area_shapes = sorted({r["area_shape"] for r in rows if r["kind"] == EmitterKind.AREA})
         return Emitters(
             kind=col("kind", np.int32), radiance=stack("radiance"),
             select_pmf=jnp.asarray(pmf.astype(np.float32)), select_cdf=jnp.asarray(discrete.inclusive_cdf(weights)),

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from tracer import sampling
 from tracer.emitters import area, distant, envmap, point
-from tracer.emitters.table import AREA, CONSTANT, DELTA_KINDS, DIRECTIONAL, ENVMAP, POINT, SPOT
+from tracer.kinds import EmitterKind
 from tracer.pytree import pytree_dataclass
 
 __all__ = ["DirectionSample", "sample_direction", "pdf_direction", "eval_surface", "eval_environment"]
@@ -31,15 +31,15 @@ class DirectionSample:
 
 
 def _sample_kind(kind, emitters, textures, e, ref, u):
-    if kind == AREA:
+    if kind == EmitterKind.AREA:
         return area.sample(emitters, e, ref, u)
-    if kind == POINT:
+    if kind == EmitterKind.POINT:
         return point.sample_point(emitters, textures, e, ref, u)
-    if kind == SPOT:
+    if kind == EmitterKind.SPOT:
         return point.sample_spot(emitters, textures, e, ref, u)
-    if kind == DIRECTIONAL:
+    if kind == EmitterKind.DIRECTIONAL:
         return distant.sample_directional(emitters, textures, e, ref, u)
-    if kind == CONSTANT:
+    if kind == EmitterKind.CONSTANT:
         return distant.sample_constant(emitters, textures, e, ref, u)
     return envmap.sample(emitters, ref, u, distant.far_distance(emitters, ref))
 
@@ -66,7 +66,7 @@ def sample_direction(emitters, textures, ref_p, u_select, u):
     valid = (pdf > 0) & (pmf > 0)
     weight = jnp.where(valid, weight / jnp.where(valid, pmf, 1.0), 0.0)
     is_delta = jnp.zeros_like(valid)
-    for k in DELTA_KINDS:
+    for k in EmitterKind.DELTA:
         if k in kinds:
             is_delta = is_delta | (kind == k)
     ds = DirectionSample(p=p, n=n, d=d, dist=dist, pdf=jnp.where(valid, pdf * pmf, 0.0),
@@ -89,12 +89,12 @@ def pdf_direction(emitters, ref_p, emitter, p, n, d):
     kind = emitters.kind[e]
     kinds = emitters.kinds_present
     value = jnp.zeros(e.shape, jnp.float32)
-    if AREA in kinds:
-        value = jnp.where(kind == AREA, area.pdf(emitters, e, ref_p, p, n, d), value)
-    if CONSTANT in kinds:
-        value = jnp.where(kind == CONSTANT, sampling.square_to_uniform_sphere_pdf(d), value)
-    if ENVMAP in kinds:
-        value = jnp.where(kind == ENVMAP, envmap.pdf(emitters, d), value)
+    if EmitterKind.AREA in kinds:
+        value = jnp.where(kind == EmitterKind.AREA, area.pdf(emitters, e, ref_p, p, n, d), value)
+    if EmitterKind.CONSTANT in kinds:
+        value = jnp.where(kind == EmitterKind.CONSTANT, sampling.square_to_uniform_sphere_pdf(d), value)
+    if EmitterKind.ENVMAP in kinds:
+        value = jnp.where(kind == EmitterKind.ENVMAP, envmap.pdf(emitters, d), value)
     return jnp.where(valid, value * emitters.select_pmf[e], 0.0)
 
 
@@ -105,10 +105,10 @@ def eval_surface(emitters, textures, emitter, n, d, uv=None):
     ``emitter`` (N,) is the hit shape's emitter id; ids of other kinds or negative give zero.
     ``textures`` and ``uv`` are accepted for textured emission (not supported yet).
     """
-    if AREA not in emitters.kinds_present:
+    if EmitterKind.AREA not in emitters.kinds_present:
         return jnp.zeros(d.shape, jnp.float32)
     e = jnp.clip(emitter, 0, emitters.kind.shape[0] - 1)
-    is_area = (emitter >= 0) & (emitters.kind[e] == AREA)
+    is_area = (emitter >= 0) & (emitters.kind[e] == EmitterKind.AREA)
     return jnp.where(is_area, area.eval_radiance(emitters, e, n, d), 0.0)
 
 
@@ -117,6 +117,6 @@ def eval_environment(emitters, textures, d):
     env = emitters.environment
     if env < 0:
         return jnp.zeros(d.shape, jnp.float32)
-    if ENVMAP in emitters.kinds_present:
+    if EmitterKind.ENVMAP in emitters.kinds_present:
         return envmap.eval_radiance(emitters, d)
     return jnp.broadcast_to(emitters.radiance[:, env][:, None], d.shape)

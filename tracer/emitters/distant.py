@@ -5,14 +5,12 @@ of the sphere through the reference point, when that is larger), as Mitsuba's ``
 and ``constant``; the reported distance is infinite, since nothing lies beyond that point.
 """
 import jax.numpy as jnp
-import numpy as np
 
 from tracer import sampling
 from tracer import vecmath as vm
+from tracer.constants import FOUR_PI
 
 __all__ = ["far_distance", "sample_directional", "sample_constant"]
-
-FOUR_PI = np.float32(4.0 * np.pi)
 
 
 def far_distance(em, ref):

@@ -18,14 +18,11 @@ import numpy as np
 
 from tracer import elementary
 from tracer import vecmath as vm
+from tracer.constants import INV_PI, INV_TWO_PI, INV_TWO_PI_SQUARED, LUMINANCE_WEIGHTS, PI
 from tracer.emitters import discrete
 
 __all__ = ["build_distribution", "sample", "pdf", "eval_radiance"]
 
-PI = np.float32(np.pi)
-INV_PI = np.float32(1.0 / np.pi)
-INV_TWO_PI = np.float32(0.5 / np.pi)
-INV_TWO_PI2 = np.float32(0.5 / np.pi**2)
 EPSILON = np.float32(2.0**-24)  # drjit's Epsilon<float>
 
 
@@ -33,7 +30,7 @@ def build_distribution(image):
     """Host: (density (H, W+1), row CDF (H-1,), column CDFs ((H-1) W,)) for an (H, W, 3) image."""
     image = np.asarray(image, np.float32)
     h, w = image.shape[:2]
-    weights = np.asarray(vm.LUMINANCE_WEIGHTS, np.float32)
+    weights = np.asarray(LUMINANCE_WEIGHTS, np.float32)
     lum = np.maximum(image[..., :3] @ weights, 0.0).astype(np.float32)
     grid = lum[:, np.r_[0:w, 0]]
     theta_scale = np.float32(1.0 / (h - 1)) * PI
@@ -114,7 +111,7 @@ def sample(em, ref, u, far):
     sin_theta, cos_theta = elementary.sincos(theta)
     sin_phi, cos_phi = elementary.sincos(phi)
     local = jnp.stack([sin_phi * sin_theta, cos_theta, -cos_phi * sin_theta])
-    pdf = jnp.where(pdf_uv > 0, pdf_uv * INV_TWO_PI2 / jnp.maximum(sin_theta, EPSILON), 0.0)
+    pdf = jnp.where(pdf_uv > 0, pdf_uv * INV_TWO_PI_SQUARED / jnp.maximum(sin_theta, EPSILON), 0.0)
     d = vm.normalize(vm.transform_vector(em.to_world[:, :, em.environment], local))
     weight = jnp.where(pdf > 0, _lookup(em, uv) / jnp.where(pdf > 0, pdf, 1.0), 0.0)
     dist = jnp.full_like(pdf, jnp.inf)
@@ -129,7 +126,7 @@ def pdf(em, d):
     u = uv[0] - 0.5 / w
     uv = jnp.stack([u - jnp.floor(u), uv[1]])
     inv_sin = 1.0 / jnp.sqrt(jnp.maximum(v[0] * v[0] + v[2] * v[2], EPSILON * EPSILON))
-    return _density(em, uv) * inv_sin * INV_TWO_PI2
+    return _density(em, uv) * inv_sin * INV_TWO_PI_SQUARED
 
 
 def eval_radiance(em, d):

@@ -13,29 +13,21 @@ import jax.numpy as jnp
 
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = [
-    "AREA", "POINT", "SPOT", "DIRECTIONAL", "CONSTANT", "ENVMAP", "DELTA_KINDS",
-    "MESH", "SPHERE", "DISK", "Emitters",
-]
-
-AREA, POINT, SPOT, DIRECTIONAL, CONSTANT, ENVMAP = 0, 1, 2, 3, 4, 5
-DELTA_KINDS = (POINT, SPOT, DIRECTIONAL)
-# The surface an area emitter is attached to.
-MESH, SPHERE, DISK = 0, 1, 2
+__all__ = ["Emitters"]
 
 
 @pytree_dataclass
 class Emitters:
     """E emitters (E >= 1: a scene without lights holds one black point light, ``count`` = 0)."""
 
-    kind: jnp.ndarray            # (E,) int32 AREA ... ENVMAP
+    kind: jnp.ndarray            # (E,) int32 an EmitterKind
     radiance: jnp.ndarray        # (3, E) area/constant radiance, point/spot intensity, directional irradiance
     select_pmf: jnp.ndarray      # (E,) probability of choosing each emitter (Mitsuba's sampling_weight)
     select_cdf: jnp.ndarray      # (E,) its inclusive cumulative sum, last entry exactly 1
     to_world: jnp.ndarray        # (3, 4, E) emitter (or analytic shape) to world
     to_local: jnp.ndarray        # (3, 4, E) its inverse
     shape: jnp.ndarray           # (E,) int32 scene shape an area emitter belongs to, -1 otherwise
-    area_shape: jnp.ndarray      # (E,) int32 MESH, SPHERE or DISK (area emitters)
+    area_shape: jnp.ndarray      # (E,) int32 the SurfaceKind an area emitter is attached to
     flip: jnp.ndarray            # (E,) bool the shape's flip_normals (area emitters)
     inv_area: jnp.ndarray        # (E,) 1 / surface area (area emitters)
     tri_offset: jnp.ndarray      # (E,) int32 first triangle of a mesh area emitter in tri_*

@@ -17,13 +17,14 @@ from tracer.io.errors import SceneError
 from tracer.io.images import load_image
 from tracer.io.xml import PluginNode, parse_file
 from tracer.scene import Scene, Settings, Shapes
-from tracer.textures import BILINEAR, CLAMP, MIRROR, NEAREST, REPEAT, TextureTableBuilder
+from tracer.kinds import BitmapFilter, SurfaceKind, WrapMode
+from tracer.textures import TextureTableBuilder
 
 __all__ = ["load_scene"]
 
 TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
 MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
-ANALYTIC_TYPES = {"sphere": geometry.SPHERE, "disk": geometry.DISK}
+ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
 # Properties that change nothing in what we render (output formats, sampler flavours, ids).
 HARMLESS = {
     "film": {"pixel_format", "component_format", "file_format", "banner", "sample_border", "compensate", "rfilter"},
@@ -320,8 +321,8 @@ class _SceneBuilder:
         elif node.type == "bitmap":
             path = node.get_path("filename")
             raw = node.get_bool("raw", False)
-            filters = {"bilinear": BILINEAR, "nearest": NEAREST}
-            wraps = {"repeat": REPEAT, "mirror": MIRROR, "clamp": CLAMP}
+            filters = {"bilinear": BitmapFilter.BILINEAR, "nearest": BitmapFilter.NEAREST}
+            wraps = {"repeat": WrapMode.REPEAT, "mirror": WrapMode.MIRROR, "clamp": WrapMode.CLAMP}
             filter_name = node.get_string("filter_type", "bilinear")
             wrap_name = node.get_string("wrap_mode", "repeat")
             if filter_name not in filters:

@@ -7,6 +7,7 @@ from tracer.bsdfs import build, precompute, table
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.io.errors import SceneError
 from tracer.textures import TextureTableBuilder
+from tracer.kinds import BsdfKind, Microfacet
 
 
 def _one(params):
@@ -18,10 +19,10 @@ def test_defaults_follow_mitsuba():
     m = _one({"type": "dielectric"})
     assert float(m.eta[0, 0]) == np.float32(np.float32(1.5046) / np.float32(1.000277))
     m = _one({"type": "roughconductor"})
-    assert int(m.kind[0]) == table.ROUGHCONDUCTOR and int(m.distribution[0]) == table.BECKMANN
+    assert int(m.kind[0]) == BsdfKind.ROUGHCONDUCTOR and int(m.distribution[0]) == Microfacet.BECKMANN
     np.testing.assert_array_equal(np.asarray(m.eta[:, 0]), 0.0)  # material 'none': a perfect mirror
     np.testing.assert_array_equal(np.asarray(m.k[:, 0]), 1.0)
-    assert bool(m.sample_visible[0]) and m.distributions_present == (table.BECKMANN,) and not m.all_normals
+    assert bool(m.sample_visible[0]) and m.distributions_present == (Microfacet.BECKMANN,) and not m.all_normals
     m = _one({"type": "plastic"})
     assert float(m.eta[0, 0]) == np.float32(np.float32(1.49) / np.float32(1.000277))
     assert float(m.specular_weight[0]) == pytest.approx(1 / 1.5)  # s_mean 1, d_mean 0.5
@@ -38,8 +39,8 @@ def test_named_iors_and_conductors():
 def test_table_flags_name_what_is_present():
     materials, _ = bc.build_tables([{"type": "diffuse"}, {"type": "roughdielectric", "distribution": "ggx",
                                                           "sample_visible": False}])
-    assert materials.kinds_present == (table.DIFFUSE, table.ROUGHDIELECTRIC)
-    assert materials.distributions_present == (table.GGX,) and materials.all_normals
+    assert materials.kinds_present == (BsdfKind.DIFFUSE, BsdfKind.ROUGHDIELECTRIC)
+    assert materials.distributions_present == (Microfacet.GGX,) and materials.all_normals
     assert materials.transmittance.shape == (table.TRANSMITTANCE_RES, 2)
 
 
@@ -139,8 +140,8 @@ def test_reads_parsed_xml_nodes():
         builder.add(node, add_texture)
         node.check_unused()
     m = builder.build(textures.build())
-    assert [table.KIND_NAMES[k] for k in np.asarray(m.kind)] == [n.type for n in root.children_of("bsdf")]
-    assert int(m.distribution[0]) == table.GGX and not bool(m.sample_visible[0])
+    assert [BsdfKind.NAMES[k] for k in np.asarray(m.kind)] == [n.type for n in root.children_of("bsdf")]
+    assert int(m.distribution[0]) == Microfacet.GGX and not bool(m.sample_visible[0])
     assert float(m.eta[0, 1]) == np.float32(np.float32(1.333) / np.float32(1.1))
     assert float(m.specular_weight[3]) == pytest.approx(1 / 1.3)
     np.testing.assert_allclose(np.asarray(m.k[:, 4]), 3.0)

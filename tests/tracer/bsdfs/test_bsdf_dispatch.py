@@ -7,6 +7,7 @@ from tests.helpers import bsdf_cases as bc
 from tracer import bsdfs
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.textures import TextureTableBuilder
+from tracer.kinds import BsdfKind
 
 
 def test_mixed_batch_equals_homogeneous_batches():
@@ -38,7 +39,7 @@ def test_null_material_is_black():
     null = builder.add_null()
     builder.add(bc.FakeNode({"type": "diffuse"}), lambda value: 0)
     materials, textures = builder.build(), TextureTableBuilder().build()
-    assert materials.kinds_present == (bsdfs.NULL, bsdfs.DIFFUSE)
+    assert materials.kinds_present == (BsdfKind.NULL, BsdfKind.DIFFUSE)
     rng = np.random.default_rng(1)
     wi, wo = bc.random_directions(rng, 64, upper=True), bc.random_directions(rng, 64, upper=True)
     mat = jnp.full(64, null, jnp.int32)
@@ -46,12 +47,12 @@ def test_null_material_is_black():
     bs, weight = jax.jit(bsdfs.sample)(materials, textures, mat, jnp.zeros((2, 64)), wi, jnp.full(64, 0.5),
                                        jnp.full((2, 64), 0.5))
     assert not np.any(value) and not np.any(pdf) and not np.any(weight) and not np.any(bs.pdf)
-    assert not np.any(bsdfs.has_smooth(materials, mat))
+    assert not np.any(bsdfs.has_nondelta_lobe(materials, mat))
 
 
-def test_has_smooth():
+def test_has_nondelta_lobe():
     materials, _ = bc.tables()
-    smooth = np.asarray(bsdfs.has_smooth(materials, jnp.arange(len(bc.CASES))))
+    smooth = np.asarray(bsdfs.has_nondelta_lobe(materials, jnp.arange(len(bc.CASES))))
     delta_only = {"conductor", "dielectric", "thindielectric"}
     expected = [params["type"] not in delta_only for params in bc.CASES.values()]
     np.testing.assert_array_equal(smooth, expected)

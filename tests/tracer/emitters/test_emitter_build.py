@@ -7,6 +7,7 @@ import pytest
 from tests.helpers import emitter_cases as C
 from tracer import emitters as E
 from tracer.io.errors import SceneError
+from tracer.kinds import EmitterKind, SurfaceKind
 
 
 def _add(xml, load_image=None):
@@ -49,10 +50,10 @@ def test_area_light_errors():
         b.add_area(C.area_node(), 0, triangles=(np.zeros((1, 3)), np.zeros((1, 3)), np.zeros((1, 3))))
     with pytest.raises(SceneError, match="to_world"):
         b.add_area(C.area_node(extra='<transform name="to_world"><translate x="1"/></transform>'), 0,
-                   analytic=("sphere", np.eye(4)))
+                   analytic=(SurfaceKind.SPHERE, np.eye(4)))
     textured = C.node('<emitter type="area"><texture type="checkerboard" name="radiance"/></emitter>')
     with pytest.raises(SceneError, match="textured"):
-        b.add_area(textured, 0, analytic=("disk", np.eye(4)))
+        b.add_area(textured, 0, analytic=(SurfaceKind.DISK, np.eye(4)))
 
 
 def test_every_supported_parameter_is_read():
@@ -70,7 +71,7 @@ def test_every_supported_parameter_is_read():
         E.EmitterTableBuilder(load_image=lambda path: np.ones((4, 8, 3), np.float32)).add(node, None)
         node.check_unused()
     node = C.area_node(extra='<float name="sampling_weight" value="0.5"/>')
-    E.EmitterTableBuilder().add_area(node, 3, analytic=("sphere", np.eye(4)))
+    E.EmitterTableBuilder().add_area(node, 3, analytic=(SurfaceKind.SPHERE, np.eye(4)))
     node.check_unused()
 
 
@@ -80,11 +81,11 @@ def test_table_columns():
         lambda b: b.add(C.node('<emitter type="point"/>'), None),
         lambda b: b.add_area(C.area_node(), 7, triangles=tris, flip_normals=True),
         lambda b: b.add(C.node('<emitter type="constant"/>'), None),
-        lambda b: b.add_area(C.area_node(), 9, analytic=("sphere", C.sphere_to_world((0, 0, 0), 2.0))),
+        lambda b: b.add_area(C.area_node(), 9, analytic=(SurfaceKind.SPHERE, C.sphere_to_world((0, 0, 0), 2.0))),
     )
     assert emitters.count == 4 and emitters.environment == 2
-    assert emitters.kinds_present == (E.AREA, E.POINT, E.CONSTANT)
-    assert emitters.area_shapes_present == (E.MESH, E.SPHERE)
+    assert emitters.kinds_present == (EmitterKind.AREA, EmitterKind.POINT, EmitterKind.CONSTANT)
+    assert emitters.area_shapes_present == (SurfaceKind.MESH, SurfaceKind.SPHERE)
     np.testing.assert_array_equal(np.asarray(emitters.shape), [-1, 7, -1, 9])
     np.testing.assert_allclose(np.asarray(emitters.inv_area)[[1, 3]], [1 / 2.0, 1 / (16 * np.pi)], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(emitters.tri_cdf), [0.5, 1.0])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import emitter_cases as C
+from tracer.kinds import BitmapFilter, SurfaceKind, WrapMode
 
 mi = pytest.importorskip("mitsuba")
 
@@ -127,14 +128,14 @@ def _area_case(name, flip, tmp_path):
         center, radius = np.array([0.3, -0.2, 0.5]), 0.7
         if name == "sphere_inside":
             refs = (center[:, None] + np.random.default_rng(3).uniform(-0.35, 0.35, (3, N))).astype(np.float32)
-        analytic = ("sphere", C.sphere_to_world(center, radius))
+        analytic = (SurfaceKind.SPHERE, C.sphere_to_world(center, radius))
         spec = {"type": "sphere", "center": center.tolist(), "radius": radius}
         add = dict(analytic=analytic)
     elif name == "disk":
         t = (mi.ScalarTransform4f().translate([0.1, 0.2, 0.3]) @ mi.ScalarTransform4f().rotate([0.6, 0.8, 0], 30)
              @ mi.ScalarTransform4f().scale([1.5, 0.7, 1]))
         spec = {"type": "disk", "to_world": t}
-        add = dict(analytic=("disk", np.array(t.matrix)))
+        add = dict(analytic=(SurfaceKind.DISK, np.array(t.matrix)))
     elif name == "mesh":
         text = "".join(f"v {x} {y} {z}\n" for x, y, z in TRI_V) + "f 1 2 3\nf 1 3 4\nf 1 2 5\n"
         spec = {"type": "obj", "filename": _obj(tmp_path, "m.obj", text), "face_normals": True}
@@ -259,7 +260,7 @@ def test_scene_pdf_with_sampling_weights_matches_mitsuba(tmp_path):
 
 
 def test_spot_projected_texture_matches_mitsuba(tmp_path):
-    from tracer.textures import BILINEAR, REPEAT, TextureTableBuilder
+    from tracer.textures import TextureTableBuilder
 
     image = np.random.default_rng(9).uniform(0, 1, (4, 5, 3)).astype(np.float32)
     path = str(tmp_path / "spot.exr")
@@ -268,7 +269,7 @@ def test_spot_projected_texture_matches_mitsuba(tmp_path):
     xml = (f'<emitter type="spot"><rgb name="intensity" value="2, 3, 4"/><float name="cutoff_angle" value="50"/>'
            f'<texture type="bitmap" name="texture"><string name="filename" value="{path}"/></texture>'
            '<transform name="to_world"><lookat origin="0, 0, 3" target="0, 0, 0" up="0, 1, 0"/></transform></emitter>')
-    ours = C.table(lambda b: b.add(C.node(xml), lambda child: textures.add_bitmap(image, filter=BILINEAR, wrap=REPEAT)))
+    ours = C.table(lambda b: b.add(C.node(xml), lambda child: textures.add_bitmap(image, filter=BitmapFilter.BILINEAR, wrap=WrapMode.REPEAT)))
     scene = mi.load_dict({"type": "scene", "em": {
         "type": "spot", "intensity": {"type": "rgb", "value": [2, 3, 4]}, "cutoff_angle": 50.0,
         "texture": {"type": "bitmap", "filename": path, "raw": True}, "to_world": _lookat([0, 0, 3], [0, 0, 0], [0, 1, 0])}})

@@ -7,6 +7,7 @@ import pytest
 
 from tests.helpers import chi2
 from tests.helpers import emitter_cases as C
+from tracer.kinds import SurfaceKind
 
 SAMPLES = 100_000  # one batch size for every test, so that tests of one table share a compilation
 QUAD = [(-1.0, -0.5, 2.0), (1.5, -1.0, 2.0), (1.2, 1.3, 2.0), (-0.8, 1.0, 2.0)]  # normal +z: flip to face down
@@ -24,7 +25,7 @@ def _disk_to_world():
     return t @ rot @ m
 
 
-DISK = _disk_to_world()
+DISK_TO_WORLD = _disk_to_world()
 
 
 def _envmap_image():
@@ -45,16 +46,16 @@ CASES = {
     "mesh": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, triangles=C.quad(QUAD), flip_normals=True)),
              np.array([0.1, 0.2, 0.0]),
              lambda o, d: (lambda t, p, n: (np.isfinite(t), p, -n))(*C.hit_triangles(o, d, C.quad(QUAD)))),
-    "sphere": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=("sphere", C.sphere_to_world(SPHERE_C, SPHERE_R)))),
+    "sphere": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.SPHERE, C.sphere_to_world(SPHERE_C, SPHERE_R)))),
                np.array([0.0, 0.0, 0.0]),
                lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_sphere(o, d, SPHERE_C, SPHERE_R))),
-    "sphere_inside": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=("sphere", C.sphere_to_world(ROOM_C, ROOM_R)),
+    "sphere_inside": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.SPHERE, C.sphere_to_world(ROOM_C, ROOM_R)),
                                                            flip_normals=True)),
                       np.array([0.3, 0.1, -0.2]),
                       lambda o, d: (lambda t, p, n: (np.isfinite(t), p, -n))(*C.hit_sphere(o, d, ROOM_C, ROOM_R, inside=True))),
-    "disk": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=("disk", DISK))),
+    "disk": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.DISK, DISK_TO_WORLD))),
              np.array([0.0, 0.0, 0.0]),
-             lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_disk(o, d, DISK))),
+             lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_disk(o, d, DISK_TO_WORLD))),
     "constant": (lambda: C.table(lambda b: b.add(C.node('<emitter type="constant"/>'), None)),
                  np.array([0.2, 0.3, 0.1]),
                  lambda o, d: (np.ones(d.shape[1], bool), o[:, None] + d, -d)),
@@ -141,7 +142,7 @@ def test_irradiance_of_disk_on_axis():
     radius, height = 0.8, 1.5
     m = np.diag([radius, -radius, -1.0, 1.0])  # rotated by pi about x: faces -z
     m[2, 3] = height
-    emitters = C.table(lambda b: b.add_area(C.area_node(), 0, analytic=("disk", m)))
+    emitters = C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.DISK, m)))
     expected = math.pi * C.RADIANCE * radius**2 / (height**2 + radius**2)
     _assert_irradiance(emitters, np.zeros(3), np.array([0.0, 0.0, 1.0]), expected)
 

@@ -1,0 +1,58 @@
+"""Every integer tag of the tracer, in one place (no JAX here: the host builders and ``farm`` may
+import it).
+
+Tables dispatch on these tags (a ``kind`` column and a static tuple of the kinds present, so
+absent kinds are never traced). Each family is a namespace of plain ints: JAX treats them as
+weakly typed Python scalars, which an ``enum.IntEnum`` would not be.
+"""
+
+__all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMode", "BsdfKind", "Microfacet"]
+
+
+class SurfaceKind:
+    """What a primitive, or the shape an area emitter is attached to, is."""
+
+    MESH, SPHERE, DISK = 0, 1, 2
+    ANALYTIC = (SPHERE, DISK)  # intersected in closed form, not as triangles
+
+
+class EmitterKind:
+    """Mitsuba's emitter plugins."""
+
+    AREA, POINT, SPOT, DIRECTIONAL, CONSTANT, ENVMAP = range(6)
+    DELTA = (POINT, SPOT, DIRECTIONAL)   # a single position or direction: never hit by a ray
+    ENVIRONMENT = (CONSTANT, ENVMAP)     # what rays that leave the scene see (one per scene)
+
+
+class TextureKind:
+    CONSTANT, CHECKERBOARD, BITMAP = range(3)
+
+
+class BitmapFilter:
+    NEAREST, BILINEAR = range(2)
+
+
+class WrapMode:
+    REPEAT, MIRROR, CLAMP = range(3)
+
+
+class BsdfKind:
+    """Mitsuba's BSDF plugins (NULL: the back of a one-sided material, which absorbs)."""
+
+    NULL, DIFFUSE, CONDUCTOR, ROUGHCONDUCTOR, DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC, PLASTIC, \
+        ROUGHPLASTIC = range(9)
+    NAMES = ("null", "diffuse", "conductor", "roughconductor", "dielectric", "roughdielectric",
+             "thindielectric", "plastic", "roughplastic")
+    # Kinds with a lobe that is not a Dirac delta (Mitsuba's BSDFFlags::Smooth): next-event
+    # estimation applies to them. (The 'smooth' conductor and dielectric plugins are delta-only.)
+    WITH_NONDELTA_LOBE = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC)
+    ROUGH = (ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC)  # with a microfacet distribution
+    DIELECTRICS = (DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC)  # transmissive: the same on both sides
+    PLASTICS = (PLASTIC, ROUGHPLASTIC)
+    WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC)  # with a diffuse 'reflectance'
+
+
+class Microfacet:
+    """Microfacet normal distributions."""
+
+    BECKMANN, GGX = range(2)
