@@ -4,9 +4,21 @@ Array fields are the data (vertices, colors, transforms); static fields are what
 program depends on (counts, plugin kinds present, integrator settings). Two frames of an
 animation differ only in arrays, so one compiled work unit serves the whole job.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 
 from tracer.pytree import pytree_dataclass, static
+
+if TYPE_CHECKING:  # the table modules stay free to import this one
+    from tracer.bsdfs.table import Materials
+    from tracer.camera import Camera
+    from tracer.emitters.table import Emitters
+    from tracer.film import Film
+    from tracer.geometry import Geometry
+    from tracer.textures import Textures
 
 __all__ = ["Shapes", "Settings", "Scene"]
 
@@ -34,11 +46,11 @@ class Settings:
 
 @pytree_dataclass
 class Scene:
-    geometry: object    # tracer.geometry.Geometry
+    geometry: Geometry
     shapes: Shapes
-    materials: object   # tracer.bsdfs.table.Materials
-    textures: object    # tracer.textures.Textures
-    emitters: object    # tracer.emitters.table.Emitters
-    camera: object      # tracer.camera.Camera
-    film: object        # tracer.film.Film (static only)
+    materials: Materials
+    textures: Textures
+    emitters: Emitters
+    camera: Camera
+    film: Film          # static fields only
     settings: Settings

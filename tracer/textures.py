@@ -6,17 +6,20 @@ images costs the same compiled program shape. Evaluation follows Mitsuba 3's ``b
 ``checkerboard`` plugins: uv is mapped by ``to_uv`` first, bitmaps are sampled at texel centers
 ``uv * res - 0.5`` (v = 0 is the first row), nearest or bilinear, with repeat, mirror or clamp.
 """
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer import vecmath as vm
 from tracer.kinds import BitmapFilter, TextureKind, WrapMode
 from tracer.pytree import pytree_dataclass, static
+from tracer.table_rows import column, stacked
 
 __all__ = [
-    "Textures", "TextureTableBuilder", "eval_rgb", "eval_float",
+    "Textures", "TextureRow", "TextureTableBuilder", "eval_rgb", "eval_float",
 ]
 
 
@@ -40,25 +43,50 @@ class Textures:
     filters_present: tuple = static((BitmapFilter.NEAREST, BitmapFilter.BILINEAR))
 
 
+def _black():
+    return np.zeros(3, np.float32)
+
+
+def _identity_uv():
+    return np.array([[1, 0, 0], [0, 1, 0]], np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextureRow:
+    """One texture, a column entry of each ``Textures`` array field; the defaults are neutral
+    (black, the identity uv map, no texels)."""
+
+    kind: int                                                       # a TextureKind
+    color0: np.ndarray = dataclasses.field(default_factory=_black)  # (3,) float32
+    color1: np.ndarray = dataclasses.field(default_factory=_black)  # (3,) float32
+    to_uv: np.ndarray = dataclasses.field(default_factory=_identity_uv)  # (2, 3) float32
+    offset: int = 0                                                 # bitmaps: first texel, size, lookup
+    width: int = 1
+    height: int = 1
+    filter: int = BitmapFilter.NEAREST
+    wrap: int = WrapMode.REPEAT
+
+
 class TextureTableBuilder:
     """Host-side accumulator: ``add_*`` returns a texture id; ``build()`` makes the table."""
 
     def __init__(self):
-        self._rows = []
-        self._texels = []
+        self._rows: list[TextureRow] = []
+        self._texels: list[np.ndarray] = []
         self._n_texels = 0
-        self._constants = {}
+        self._constants: dict[tuple[float, float, float], int] = {}
 
-    def add_constant(self, rgb):
+    def add_constant(self, rgb: ArrayLike) -> int:
         rgb = tuple(float(c) for c in np.broadcast_to(np.asarray(rgb, np.float64), (3,)))
         if rgb not in self._constants:
             self._constants[rgb] = self._add(TextureKind.CONSTANT, color0=rgb)
         return self._constants[rgb]
 
-    def add_checkerboard(self, color0, color1, to_uv=None):
+    def add_checkerboard(self, color0: ArrayLike, color1: ArrayLike, to_uv: ArrayLike | None = None) -> int:
         return self._add(TextureKind.CHECKERBOARD, color0=color0, color1=color1, to_uv=to_uv)
 
-    def add_bitmap(self, image, filter=BitmapFilter.BILINEAR, wrap=WrapMode.REPEAT, to_uv=None):
+    def add_bitmap(self, image: ArrayLike, filter: int = BitmapFilter.BILINEAR, wrap: int = WrapMode.REPEAT,
+                   to_uv: ArrayLike | None = None) -> int:
         """image: (H, W, 3) linear float RGB (or (H, W) / (H, W, 1) gray)."""
         image = np.asarray(image, np.float32)
         if image.ndim == 2:
@@ -67,41 +95,40 @@ class TextureTableBuilder:
             image = np.repeat(image, 3, axis=2)
         image = image[:, :, :3]
         h, w, _ = image.shape
-        tid = self._add(TextureKind.BITMAP, offset=self._n_texels, width=w, height=h, filter=filter, wrap=wrap, to_uv=to_uv)
+        tid = self._add(TextureKind.BITMAP, offset=self._n_texels, width=w, height=h, filter=filter, wrap=wrap,
+                        to_uv=to_uv)
         self._texels.append(image.reshape(-1, 3))
         self._n_texels += h * w
         return tid
 
-    def _add(self, kind, color0=(0, 0, 0), color1=(0, 0, 0), to_uv=None, offset=0, width=1, height=1,
-             filter=BitmapFilter.NEAREST, wrap=WrapMode.REPEAT):
+    def _add(self, kind, color0=(0, 0, 0), color1=(0, 0, 0), to_uv=None, **bitmap):
+        """Append a row; ``to_uv`` may be a (2, 3), (3, 3) or (4, 4) affine map of uv, or None."""
         if to_uv is None:
-            to_uv = np.array([[1, 0, 0], [0, 1, 0]], np.float32)
+            to_uv = _identity_uv()
         to_uv = np.asarray(to_uv, np.float32)
         if to_uv.shape == (4, 4) or to_uv.shape == (3, 3):
             to_uv = np.stack([to_uv[0, [0, 1, -1]], to_uv[1, [0, 1, -1]]])
-        self._rows.append(dict(kind=kind, color0=np.broadcast_to(np.asarray(color0, np.float32), (3,)),
-                               color1=np.broadcast_to(np.asarray(color1, np.float32), (3,)),
-                               to_uv=to_uv, offset=offset, width=width, height=height, filter=filter, wrap=wrap))
+        self._rows.append(TextureRow(kind, color0=np.broadcast_to(np.asarray(color0, np.float32), (3,)),
+                                     color1=np.broadcast_to(np.asarray(color1, np.float32), (3,)),
+                                     to_uv=to_uv, **bitmap))
         return len(self._rows) - 1
 
-    def build(self):
+    def build(self) -> Textures:
         if not self._rows:
             self.add_constant((0.0, 0.0, 0.0))
         rows = self._rows
         texels = np.concatenate(self._texels, axis=0) if self._texels else np.zeros((1, 3), np.float32)
-        bitmaps = [r for r in rows if r["kind"] == TextureKind.BITMAP]
-        col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
+        bitmaps = [r for r in rows if r.kind == TextureKind.BITMAP]
         return Textures(
-            kind=col("kind", np.int32),
-            color0=jnp.asarray(np.stack([r["color0"] for r in rows], axis=1)),
-            color1=jnp.asarray(np.stack([r["color1"] for r in rows], axis=1)),
-            to_uv=jnp.asarray(np.stack([r["to_uv"] for r in rows], axis=2)),
-            offset=col("offset", np.int32), width=col("width", np.int32), height=col("height", np.int32),
-            filter=col("filter", np.int32), wrap=col("wrap", np.int32),
+            kind=column(rows, "kind", np.int32),
+            color0=stacked(rows, "color0"), color1=stacked(rows, "color1"), to_uv=stacked(rows, "to_uv"),
+            offset=column(rows, "offset", np.int32), width=column(rows, "width", np.int32),
+            height=column(rows, "height", np.int32), filter=column(rows, "filter", np.int32),
+            wrap=column(rows, "wrap", np.int32),
             texels=jnp.asarray(texels.T.copy()),
-            kinds_present=tuple(sorted({r["kind"] for r in rows})),
-            wraps_present=tuple(sorted({r["wrap"] for r in bitmaps})),
-            filters_present=tuple(sorted({r["filter"] for r in bitmaps})),
+            kinds_present=tuple(sorted({r.kind for r in rows})),
+            wraps_present=tuple(sorted({r.wrap for r in bitmaps})),
+            filters_present=tuple(sorted({r.filter for r in bitmaps})),
         )
 
 
@@ -177,13 +204,13 @@ def _eval(textures, tid, uv, checker_swapped, constant):
     return result
 
 
-def eval_rgb(textures, tid, uv, constant=False):
+def eval_rgb(textures: Textures, tid: jnp.ndarray, uv: jnp.ndarray, constant: bool = False) -> jnp.ndarray:
     """RGB (3, N) of textures ``tid`` (N,) at surface uv (2, N). ``constant`` (static): the caller
     knows every id is a constant texture, so only its value is read."""
     return _eval(textures, tid, uv, checker_swapped=False, constant=constant)
 
 
-def eval_float(textures, tid, uv, constant=False):
+def eval_float(textures: Textures, tid: jnp.ndarray, uv: jnp.ndarray, constant: bool = False) -> jnp.ndarray:
     """Scalar (N,) texture values as Mitsuba's ``Texture::eval_1``: the luminance of the RGB value
     (exact for gray constants), except that its checkerboard swaps the two colors."""
     return vm.luminance(_eval(textures, tid, uv, checker_swapped=True, constant=constant))

@@ -4,8 +4,14 @@ Parameters, defaults and checks follow Mitsuba 3's plugin constructors; the load
 precomputations (IOR lookups, conductor presets, the plastics' diffuse Fresnel factors,
 sampling weights and rough transmittance tables) happen here in numpy.
 """
-import jax.numpy as jnp
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer.bsdfs import precompute
 from tracer.bsdfs.fresnel import diffuse_reflectance
@@ -14,12 +20,19 @@ from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.constants import LUMINANCE_WEIGHTS
 from tracer.io.errors import SceneError
 from tracer.kinds import BsdfKind, Microfacet, TextureKind
+from tracer.table_rows import column, stacked
 
-__all__ = ["MaterialTableBuilder", "lookup_ior", "conductor_ior"]
+if TYPE_CHECKING:
+    from tracer.io.xml import PluginNode
+    from tracer.textures import Textures
+
+__all__ = ["MaterialTableBuilder", "MaterialRow", "lookup_ior", "conductor_ior"]
+
+# add_texture(value): the texture id of a nested texture plugin, an RGB triple or a float.
+AddTexture = Callable[["PluginNode | ArrayLike | float"], int]
 
 
-
-def lookup_ior(name, where=None):
+def lookup_ior(name: str, where: str | None = None) -> np.float32:
     """Mitsuba's named dielectric IOR (case-insensitive), as a float32."""
     key = str(name).lower()
     if key not in IOR:
@@ -27,7 +40,7 @@ def lookup_ior(name, where=None):
     return np.float32(IOR[key])
 
 
-def conductor_ior(material, where=None):
+def conductor_ior(material: str, where: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(eta, k) RGB float32 arrays of a Mitsuba conductor preset."""
     if material not in CONDUCTORS:
         raise SceneError(f"unknown conductor material '{material}'; valid names: {', '.join(CONDUCTORS)}", where)
@@ -35,19 +48,44 @@ def conductor_ior(material, where=None):
     return np.array(eta, np.float32), np.array(k, np.float32)
 
 
-def _row(kind, **fields):
-    row = dict(kind=kind, reflectance=0, specular_reflectance=0, specular_transmittance=0, alpha_u=0,
-               alpha_v=0, eta=np.ones(3, np.float32), k=np.zeros(3, np.float32), distribution=Microfacet.BECKMANN,
-               sample_visible=True, nonlinear=False, specular_weight=0.0, internal_reflectance=0.0,
-               transmittance=np.zeros(TRANSMITTANCE_RES, np.float32), means=None)
-    row.update(fields)
-    return row
+def _ones3():
+    return np.ones(3, np.float32)
+
+
+def _zeros3():
+    return np.zeros(3, np.float32)
+
+
+def _no_transmittance():
+    return np.zeros(TRANSMITTANCE_RES, np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaterialRow:
+    """One material, a column entry of each ``Materials`` field; texture fields hold texture ids
+    (0, the first texture, where the kind reads none)."""
+
+    kind: int                          # a BsdfKind
+    reflectance: int = 0               # texture ids
+    specular_reflectance: int = 0
+    specular_transmittance: int = 0
+    alpha_u: int = 0
+    alpha_v: int = 0
+    eta: np.ndarray = dataclasses.field(default_factory=_ones3)   # (3,) float32 relative IOR
+    k: np.ndarray = dataclasses.field(default_factory=_zeros3)    # (3,) float32 conductor absorption
+    distribution: int = Microfacet.BECKMANN
+    sample_visible: bool = True
+    nonlinear: bool = False
+    specular_weight: float = 0.0       # plastics: from ``means`` once the textures are known
+    internal_reflectance: float = 0.0
+    transmittance: np.ndarray = dataclasses.field(default_factory=_no_transmittance)  # (TRANSMITTANCE_RES,)
+    means: tuple[int, int] | None = None  # plastics: the (diffuse, specular) texture ids to weight by
 
 
 class _Reader:
     """Typed access to one ``<bsdf>`` node, with Mitsuba's defaults and errors."""
 
-    def __init__(self, node, add_texture, known_means):
+    def __init__(self, node: PluginNode, add_texture: AddTexture, known_means: dict[int, float]):
         self.node, self.add_texture, self.known_means = node, add_texture, known_means
 
     def error(self, message):
@@ -109,13 +147,14 @@ class _Reader:
         return alpha, alpha
 
     def microfacet(self):
+        """The microfacet fields of a ``MaterialRow``, as keyword arguments."""
         au, av = self.alphas()
         return dict(alpha_u=au, alpha_v=av, distribution=self.distribution(),
                     sample_visible=bool(self.node.get_bool("sample_visible", True)))
 
 
 def _diffuse(r):
-    return _row(BsdfKind.DIFFUSE, reflectance=r.spectrum("reflectance", 0.5))
+    return MaterialRow(BsdfKind.DIFFUSE, reflectance=r.spectrum("reflectance", 0.5))
 
 
 def _conductor(r, rough=False):
@@ -126,20 +165,20 @@ def _conductor(r, rough=False):
         eta, k = r.rgb("eta", 0.0), r.rgb("k", 1.0)
     else:
         eta, k = conductor_ior(material, r.node.source)
-    row = _row(BsdfKind.ROUGHCONDUCTOR if rough else BsdfKind.CONDUCTOR, eta=eta, k=k,
-               specular_reflectance=r.spectrum("specular_reflectance", 1.0))
+    row = MaterialRow(BsdfKind.ROUGHCONDUCTOR if rough else BsdfKind.CONDUCTOR, eta=eta, k=k,
+                      specular_reflectance=r.spectrum("specular_reflectance", 1.0))
     if rough:
-        row.update(r.microfacet())
+        row = dataclasses.replace(row, **r.microfacet())
     return row
 
 
 def _dielectric(r, kind):
     eta = r.eta(check_distinct=kind == BsdfKind.ROUGHDIELECTRIC)
-    row = _row(kind, eta=np.full(3, eta, np.float32),
-               specular_reflectance=r.spectrum("specular_reflectance", 1.0),
-               specular_transmittance=r.spectrum("specular_transmittance", 1.0))
+    row = MaterialRow(kind, eta=np.full(3, eta, np.float32),
+                      specular_reflectance=r.spectrum("specular_reflectance", 1.0),
+                      specular_transmittance=r.spectrum("specular_transmittance", 1.0))
     if kind == BsdfKind.ROUGHDIELECTRIC:
-        row.update(r.microfacet())
+        row = dataclasses.replace(row, **r.microfacet())
     return row
 
 
@@ -150,12 +189,11 @@ def _plastic(r, rough=False):
                       + (" and differ" if rough else ""))
     eta = np.float32(int_ior / ext_ior)
     diffuse, specular = r.spectrum("diffuse_reflectance", 0.5), r.spectrum("specular_reflectance", 1.0)
-    row = _row(BsdfKind.ROUGHPLASTIC if rough else BsdfKind.PLASTIC, eta=np.full(3, eta, np.float32), reflectance=diffuse,
-               specular_reflectance=specular, nonlinear=bool(r.node.get_bool("nonlinear", False)),
-               means=(diffuse, specular))
+    row = MaterialRow(BsdfKind.ROUGHPLASTIC if rough else BsdfKind.PLASTIC, eta=np.full(3, eta, np.float32),
+                      reflectance=diffuse, specular_reflectance=specular,
+                      nonlinear=bool(r.node.get_bool("nonlinear", False)), means=(diffuse, specular))
     if not rough:
-        row["internal_reflectance"] = diffuse_reflectance(1.0 / np.float64(eta))
-        return row
+        return dataclasses.replace(row, internal_reflectance=diffuse_reflectance(1.0 / np.float64(eta)))
     has = {n: r.node.has(n) for n in ("alpha", "alpha_u", "alpha_v")}
     if any(r.node.child(n) is not None for n in has):
         raise r.error("'alpha' must be a float (Mitsuba's roughplastic takes no roughness texture)")
@@ -175,10 +213,9 @@ def _plastic(r, rough=False):
     distribution = r.distribution()
     table, internal = precompute.rough_transmittance(alpha, eta, distribution == Microfacet.GGX)
     alpha_tid = r.add_texture(float(alpha))
-    row.update(alpha_u=alpha_tid, alpha_v=alpha_tid, distribution=distribution,
-               sample_visible=bool(r.node.get_bool("sample_visible", True)),
-               internal_reflectance=internal, transmittance=table.astype(np.float32))
-    return row
+    return dataclasses.replace(row, alpha_u=alpha_tid, alpha_v=alpha_tid, distribution=distribution,
+                               sample_visible=bool(r.node.get_bool("sample_visible", True)),
+                               internal_reflectance=internal, transmittance=table.astype(np.float32))
 
 
 _ADDERS = {
@@ -193,7 +230,7 @@ _ADDERS = {
 }
 
 
-def texture_mean(textures, tid):
+def texture_mean(textures: Textures, tid: int) -> float:
     """Mitsuba's ``Texture::mean()`` in RGB mode: the channel average of a constant, the average of a
     checkerboard's two colors, the mean luminance of a bitmap."""
     kind = int(np.asarray(textures.kind)[tid])
@@ -212,14 +249,14 @@ class MaterialTableBuilder:
     """Host-side accumulator: ``add`` / ``add_null`` return a material id; ``build()`` makes the table."""
 
     def __init__(self):
-        self._rows = []
-        self._known_means = {}  # texture id -> mean, for the constants added here
+        self._rows: list[MaterialRow] = []
+        self._known_means: dict[int, float] = {}  # texture id -> mean, for the constants added here
 
-    def add_null(self):
+    def add_null(self) -> int:
         """The material of the back of one-sided BSDFs: black everywhere."""
-        return self._append(_row(BsdfKind.NULL))
+        return self._append(MaterialRow(BsdfKind.NULL))
 
-    def add(self, node, add_texture):
+    def add(self, node: PluginNode, add_texture: AddTexture) -> int:
         """Material id of a ``<bsdf>`` node (not ``twosided``); nested textures go to ``add_texture``."""
         adder = _ADDERS.get(node.type)
         if adder is None:
@@ -230,6 +267,13 @@ class MaterialTableBuilder:
         self._rows.append(row)
         return len(self._rows) - 1
 
+    def _weighted(self, row, textures):
+        """``row`` with a plastic's specular sampling weight, from its textures' means."""
+        if row.means is None:
+            return row
+        d_mean, s_mean = (self._mean(t, textures) for t in row.means)
+        return dataclasses.replace(row, specular_weight=s_mean / (d_mean + s_mean))
+
     def _mean(self, tid, textures):
         if tid in self._known_means:
             return self._known_means[tid]
@@ -238,30 +282,24 @@ class MaterialTableBuilder:
                              "table to MaterialTableBuilder.build(textures) for its sampling weight")
         return texture_mean(textures, tid)
 
-    def build(self, textures=None):
+    def build(self, textures: Textures | None = None) -> Materials:
         """The ``Materials`` table. ``textures`` (the scene's built ``tracer.textures.Textures``) is
         needed only when a plastic's reflectance is a nested texture (for its sampling weight)."""
-        rows = self._rows or [_row(BsdfKind.NULL)]
-        for row in rows:
-            if row["means"] is not None:
-                d_mean, s_mean = (self._mean(t, textures) for t in row["means"])
-                row["specular_weight"] = s_mean / (d_mean + s_mean)
-        col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
-        stack = lambda key: jnp.asarray(np.stack([r[key] for r in rows], axis=1).astype(np.float32))
-        rough = [r for r in rows if r["kind"] in BsdfKind.ROUGH]
+        rows = [self._weighted(row, textures) for row in self._rows or [MaterialRow(BsdfKind.NULL)]]
+        rough = [r for r in rows if r.kind in BsdfKind.ROUGH]
         return Materials(
-            kind=col("kind", np.int32), reflectance=col("reflectance", np.int32),
-            specular_reflectance=col("specular_reflectance", np.int32),
-            specular_transmittance=col("specular_transmittance", np.int32),
-            alpha_u=col("alpha_u", np.int32), alpha_v=col("alpha_v", np.int32),
-            eta=stack("eta"), k=stack("k"), distribution=col("distribution", np.int32),
-            sample_visible=col("sample_visible", bool), nonlinear=col("nonlinear", bool),
-            specular_weight=col("specular_weight", np.float32),
-            internal_reflectance=col("internal_reflectance", np.float32),
-            transmittance=stack("transmittance"),
-            kinds_present=tuple(sorted({r["kind"] for r in rows})),
-            distributions_present=tuple(sorted({r["distribution"] for r in rough})),
-            all_normals=any(not r["sample_visible"] for r in rough),
+            kind=column(rows, "kind", np.int32), reflectance=column(rows, "reflectance", np.int32),
+            specular_reflectance=column(rows, "specular_reflectance", np.int32),
+            specular_transmittance=column(rows, "specular_transmittance", np.int32),
+            alpha_u=column(rows, "alpha_u", np.int32), alpha_v=column(rows, "alpha_v", np.int32),
+            eta=stacked(rows, "eta"), k=stacked(rows, "k"), distribution=column(rows, "distribution", np.int32),
+            sample_visible=column(rows, "sample_visible", bool), nonlinear=column(rows, "nonlinear", bool),
+            specular_weight=column(rows, "specular_weight", np.float32),
+            internal_reflectance=column(rows, "internal_reflectance", np.float32),
+            transmittance=stacked(rows, "transmittance"),
+            kinds_present=tuple(sorted({r.kind for r in rows})),
+            distributions_present=tuple(sorted({r.distribution for r in rough})),
+            all_normals=any(not r.sample_visible for r in rough),
             textured=_textured_fields(rows, textures),
         )
 
@@ -274,4 +312,4 @@ def _textured_fields(rows, textures):
     if textures is None:
         return _TEXTURE_FIELDS
     kinds = np.asarray(textures.kind)
-    return tuple(f for f in _TEXTURE_FIELDS if any(kinds[r[f]] != TextureKind.CONSTANT for r in rows))
+    return tuple(f for f in _TEXTURE_FIELDS if any(kinds[getattr(r, f)] != TextureKind.CONSTANT for r in rows))

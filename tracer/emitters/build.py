@@ -5,18 +5,28 @@ or an analytic sphere / disk); ``add`` takes ``point``, ``spot``, ``directional`
 and ``envmap`` nodes; ``build`` packs everything once the scene's bounds are known. Parameters
 and defaults are Mitsuba 3.9's; a bad value raises ``SceneError`` naming the plugin and line.
 """
+from __future__ import annotations
+
+import dataclasses
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer import constants
 from tracer.emitters import discrete, envmap
 from tracer.emitters.table import Emitters
 from tracer.io.errors import SceneError
 from tracer.kinds import EmitterKind, SurfaceKind
+from tracer.table_rows import column, stacked
 
-__all__ = ["EmitterTableBuilder"]
+if TYPE_CHECKING:
+    from tracer.io.xml import PluginNode
+
+__all__ = ["EmitterTableBuilder", "EmitterRow"]
 
 RAY_EPSILON = float(constants.RAY_EPSILON)  # the bounding sphere is computed in float64
 
@@ -40,6 +50,53 @@ def _translation(p):
     return m
 
 
+def _identity():
+    return _affine(np.eye(4))
+
+
+@dataclasses.dataclass(frozen=True)
+class EmitterRow:
+    """One emitter, a column entry of each ``Emitters`` field; the defaults are neutral (no shape, no
+    spot cone, no texture)."""
+
+    kind: int                   # an EmitterKind
+    radiance: np.ndarray        # (3,) float32 radiance, intensity or irradiance
+    weight: float               # Mitsuba's sampling_weight
+    to_world: np.ndarray = dataclasses.field(default_factory=_identity)  # (3, 4) float32
+    to_local: np.ndarray = dataclasses.field(default_factory=_identity)  # (3, 4) float32
+    shape: int = -1             # the shape an area light is attached to
+    area_shape: int = SurfaceKind.MESH
+    flip: bool = False          # the shape's flip_normals
+    inv_area: float = 0.0
+    tri_offset: int = 0         # first triangle of a mesh area light in the triangle arrays
+    tri_count: int = 0
+    spot_cos_cutoff: float = -1.0
+    spot_cutoff: float = math.pi
+    spot_cos_beam: float = -1.0
+    spot_inv_transition: float = 0.0
+    spot_uv_factor: float = 1.0
+    spot_texture: int = -1
+
+
+class _MeshTriangles(NamedTuple):
+    """The T triangles of one mesh area light, world space, float64."""
+
+    p0: np.ndarray       # (T, 3) first vertex
+    e1: np.ndarray       # (T, 3) p1 - p0
+    e2: np.ndarray       # (T, 3) p2 - p0
+    normals: np.ndarray  # (3, T, 3) the normal at each vertex (the face normal for flat meshes)
+    cdf: np.ndarray      # (T,) inclusive cdf of the triangles' areas
+
+
+class _Environment(NamedTuple):
+    """The environment map and its sampling distribution (``envmap.build_distribution``)."""
+
+    rgb: np.ndarray      # (H, W, 3) float32, scaled
+    density: np.ndarray
+    row_cdf: np.ndarray
+    col_cdf: np.ndarray
+
+
 class EmitterTableBuilder:
     """Accumulates emitters; ``add_*`` returns the emitter id, ``build`` makes the table.
 
@@ -47,25 +104,29 @@ class EmitterTableBuilder:
     ``tracer.io.images.load_image``).
     """
 
-    def __init__(self, load_image=None):
+    def __init__(self, load_image: Callable[[str], np.ndarray] | None = None):
         self._load_image = load_image
-        self._rows = []
-        self._triangles = []    # (p0, e1, e2, n (3, T, 3), cdf) per mesh area emitter
+        self._rows: list[EmitterRow] = []
+        self._triangles: list[_MeshTriangles] = []  # per mesh area emitter
         self._n_triangles = 0
-        self._env = None        # (rgb (H, W, 3) scaled, density, row_cdf, col_cdf)
+        self._env: _Environment | None = None
         self._environment = -1
         self._spot_textured = False
 
     # ------------------------------------------------------------------ area lights
-    def add_area(self, node, shape_index, triangles=None, analytic=None, flip_normals=False,
-                 normals=None, add_texture=None):
+    def add_area(self, node: PluginNode, shape_index: int,
+                 triangles: tuple[ArrayLike, ArrayLike, ArrayLike] | None = None,
+                 analytic: tuple[int, ArrayLike] | None = None, flip_normals: bool = False,
+                 normals: tuple[ArrayLike, ArrayLike, ArrayLike] | None = None,
+                 add_texture: Callable[[PluginNode], int] | None = None) -> int:
         """The ``area`` emitter ``node`` of shape ``shape_index``.
 
         Give either ``triangles`` = (p0, e1, e2), each (T, 3) world space (p1 - p0, p2 - p0), with
         optional per-vertex ``normals`` = (n0, n1, n2), each (T, 3) (smooth meshes: Mitsuba then
         uses the interpolated normal for the emitting side and the pdf), or ``analytic`` =
-        (kind, to_world 4x4) with kind ``SurfaceKind.SPHERE`` or ``SurfaceKind.DISK``; the sphere's to_world maps the unit sphere, center and
-        radius included; the disk's the unit disk, without any flip folded in.
+        (kind, to_world 4x4) with kind ``SurfaceKind.SPHERE`` or ``SurfaceKind.DISK``; the sphere's
+        to_world maps the unit sphere, center and radius included; the disk's the unit disk, without
+        any flip folded in.
         """
         if node.type != "area":
             raise SceneError(f"unsupported emitter type '{node.type}' on a shape (only 'area')", node.source)
@@ -73,14 +134,13 @@ class EmitterTableBuilder:
             raise SceneError(f"{node.describe()}: an area light takes the transform of its shape, not "
                              "'to_world'", node.source)
         radiance = self._spectrum(node, "radiance", 1.0)
-        row = self._row(node, EmitterKind.AREA, radiance)
-        row.update(shape=int(shape_index), flip=bool(flip_normals))
+        row = self._row(node, EmitterKind.AREA, radiance, shape=int(shape_index), flip=bool(flip_normals))
         if (triangles is None) == (analytic is None):
             raise ValueError("add_area takes exactly one of triangles or analytic")
         if triangles is not None:
-            self._add_mesh(node, row, triangles, normals)
+            row = self._add_mesh(node, row, triangles, normals)
         else:
-            self._add_analytic(node, row, *analytic)
+            row = self._add_analytic(node, row, *analytic)
         return self._append(row)
 
     def _add_mesh(self, node, row, triangles, normals):
@@ -96,9 +156,11 @@ class EmitterTableBuilder:
         else:
             n = np.stack([np.asarray(a, np.float64).reshape(-1, 3) for a in normals])
         cdf = discrete.inclusive_cdf(double_area)
-        row.update(area_shape=SurfaceKind.MESH, inv_area=1.0 / total, tri_offset=self._n_triangles, tri_count=len(p0))
-        self._triangles.append((p0, e1, e2, n, cdf))
+        row = dataclasses.replace(row, area_shape=SurfaceKind.MESH, inv_area=1.0 / total,
+                                  tri_offset=self._n_triangles, tri_count=len(p0))
+        self._triangles.append(_MeshTriangles(p0, e1, e2, n, cdf))
         self._n_triangles += len(p0)
+        return row
 
     def _add_analytic(self, node, row, kind, to_world):
         to_world = np.asarray(to_world, np.float64)
@@ -109,10 +171,11 @@ class EmitterTableBuilder:
             area = math.pi * float(np.linalg.norm(np.cross(to_world[:3, 0], to_world[:3, 1])))
         if not area > 0 or not np.isfinite(area):
             raise SceneError(f"{node.describe()}: the emitting shape has no surface area", node.source)
-        row.update(area_shape=kind, inv_area=1.0 / area, to_world=_affine(to_world), to_local=_affine(to_local))
+        return dataclasses.replace(row, area_shape=kind, inv_area=1.0 / area, to_world=_affine(to_world),
+                                   to_local=_affine(to_local))
 
     # ------------------------------------------------------------------ other emitters
-    def add(self, node, add_texture):
+    def add(self, node: PluginNode, add_texture: Callable[[PluginNode], int] | None) -> int:
         """A ``point``, ``spot``, ``directional``, ``constant`` or ``envmap`` node; returns its id.
 
         ``add_texture(node)`` returns the texture id of a nested texture plugin (spot projection).
@@ -122,7 +185,7 @@ class EmitterTableBuilder:
         if node.type not in adders:
             raise SceneError(f"unsupported emitter type '{node.type}'", node.source)
         row = adders[node.type](node, add_texture)
-        if row["kind"] in EmitterKind.ENVIRONMENT:
+        if row.kind in EmitterKind.ENVIRONMENT:
             if self._environment >= 0:
                 raise SceneError("only one environment emitter (constant or envmap) can be specified per scene",
                                  node.source)
@@ -131,8 +194,7 @@ class EmitterTableBuilder:
 
     def _point(self, node, add_texture):
         row = self._row(node, EmitterKind.POINT, self._spectrum(node, "intensity", 1.0))
-        self._set_to_world(node, row, "position", lambda p: _translation(p))
-        return row
+        return self._set_to_world(node, row, "position", lambda p: _translation(p))
 
     def _spot(self, node, add_texture):
         row = self._row(node, EmitterKind.SPOT, self._spectrum(node, "intensity", 1.0))
@@ -142,18 +204,18 @@ class EmitterTableBuilder:
             raise SceneError(f"{node.describe()}: need 0 < beam_width <= cutoff_angle <= 180 degrees, got "
                              f"beam_width={beam}, cutoff_angle={cutoff}", node.source)
         cutoff, beam = math.radians(cutoff), math.radians(beam)
-        row.update(spot_cos_cutoff=math.cos(cutoff), spot_cutoff=cutoff, spot_cos_beam=math.cos(beam),
-                   spot_inv_transition=1.0 / (cutoff - beam) if cutoff > beam else 0.0,
-                   spot_uv_factor=math.tan(cutoff))
+        row = dataclasses.replace(row, spot_cos_cutoff=math.cos(cutoff), spot_cutoff=cutoff,
+                                  spot_cos_beam=math.cos(beam),
+                                  spot_inv_transition=1.0 / (cutoff - beam) if cutoff > beam else 0.0,
+                                  spot_uv_factor=math.tan(cutoff))
         if node.has("texture"):
             child = node.child("texture")
             if child is None:
                 raise SceneError(f"{node.describe()}: 'texture' must be a nested texture plugin "
                                  "(spatially varying)", node.source)
-            row["spot_texture"] = int(add_texture(child))
+            row = dataclasses.replace(row, spot_texture=int(add_texture(child)))
             self._spot_textured = True
-        self._set_to_world(node, row)
-        return row
+        return self._set_to_world(node, row)
 
     def _directional(self, node, add_texture):
         row = self._row(node, EmitterKind.DIRECTIONAL, self._spectrum(node, "irradiance", 1.0))
@@ -166,8 +228,7 @@ class EmitterTableBuilder:
             m[:3, 2] = direction / norm  # only the +z axis matters
             return m
 
-        self._set_to_world(node, row, "direction", frame)
-        return row
+        return self._set_to_world(node, row, "direction", frame)
 
     def _constant(self, node, add_texture):
         return self._row(node, EmitterKind.CONSTANT, self._spectrum(node, "radiance", 1.0))
@@ -193,10 +254,8 @@ class EmitterTableBuilder:
                              node.source)
         if not np.all(np.isfinite(image)):
             raise SceneError(f"{node.describe()}: '{path}' holds non-finite values", node.source)
-        self._env = (image * np.float32(scale), *envmap.build_distribution(image))
-        row = self._row(node, EmitterKind.ENVMAP, np.ones(3))
-        self._set_to_world(node, row)
-        return row
+        self._env = _Environment(image * np.float32(scale), *envmap.build_distribution(image))
+        return self._set_to_world(node, self._row(node, EmitterKind.ENVMAP, np.ones(3)))
 
     # ------------------------------------------------------------------ helpers
     def _spectrum(self, node, name, default):
@@ -210,7 +269,8 @@ class EmitterTableBuilder:
         return value
 
     def _set_to_world(self, node, row, alternative=None, make=None):
-        """to_world from 'to_world', or from ``alternative`` (position, direction) via ``make``."""
+        """``row`` with to_world from 'to_world', or from ``alternative`` (position, direction) via
+        ``make``."""
         if alternative is not None and node.has(alternative):
             if node.has("to_world"):
                 raise SceneError(f"{node.describe()}: give only one of '{alternative}' and 'to_world'",
@@ -218,78 +278,69 @@ class EmitterTableBuilder:
             to_world = make(node.get_vector(alternative))
         else:
             to_world = node.get_transform("to_world")
-        row.update(to_world=_affine(to_world), to_local=_affine(_inverse(to_world, node)))
+        return dataclasses.replace(row, to_world=_affine(to_world), to_local=_affine(_inverse(to_world, node)))
 
-    def _row(self, node, kind, radiance):
+    def _row(self, node, kind, radiance, **fields):
         weight = node.get_float("sampling_weight", 1.0)
         if not (weight >= 0 and np.isfinite(weight)):
             raise SceneError(f"{node.describe()}: 'sampling_weight' must be finite and non-negative, got "
                              f"{weight}", node.source)
-        identity = _affine(np.eye(4))
-        return dict(kind=kind, radiance=np.asarray(radiance, np.float32), weight=weight, to_world=identity,
-                    to_local=identity, shape=-1, area_shape=SurfaceKind.MESH, flip=False, inv_area=0.0, tri_offset=0,
-                    tri_count=0, spot_cos_cutoff=-1.0, spot_cutoff=math.pi, spot_cos_beam=-1.0,
-                    spot_inv_transition=0.0, spot_uv_factor=1.0, spot_texture=-1)
+        return EmitterRow(kind=kind, radiance=np.asarray(radiance, np.float32), weight=weight, **fields)
 
     def _append(self, row):
         self._rows.append(row)
         return len(self._rows) - 1
 
     # ------------------------------------------------------------------ packing
-    def build(self, scene_bounds_min, scene_bounds_max):
+    def build(self, scene_bounds_min: ArrayLike, scene_bounds_max: ArrayLike) -> Emitters:
         """The ``Emitters`` table; the bounds (3,) are the scene's bounding box (all shapes)."""
         rows = self._rows
         count = len(rows)
         if not rows:  # nothing to sample: one black point light that is never chosen
-            rows = [self._row(_Defaults(), EmitterKind.POINT, np.zeros(3))]
-            rows[0]["weight"] = 0.0
-        weights = np.array([r["weight"] for r in rows], np.float64)
+            rows = [EmitterRow(kind=EmitterKind.POINT, radiance=np.zeros(3, np.float32), weight=0.0)]
+        weights = np.array([r.weight for r in rows], np.float64)
         pmf = weights / weights.sum() if weights.sum() > 0 else np.zeros_like(weights)
-        col = lambda key, dtype: jnp.asarray(np.array([r[key] for r in rows], dtype))
-        stack = lambda key: jnp.asarray(np.stack([r[key] for r in rows], axis=-1).astype(np.float32))
 
-        tris = self._triangles or [(np.zeros((1, 3)),) * 3 + (np.zeros((3, 1, 3)), np.ones(1, np.float32))]
-        p0, e1, e2 = (np.concatenate([t[k] for t in tris]).T.astype(np.float32) for k in range(3))
-        tri_n = np.concatenate([t[3] for t in tris], axis=1).transpose(0, 2, 1).astype(np.float32)
-        tri_cdf = np.concatenate([t[4] for t in tris])
+        no_triangle = np.zeros((1, 3))
+        tris = self._triangles or [_MeshTriangles(no_triangle, no_triangle, no_triangle, np.zeros((3, 1, 3)),
+                                                  np.ones(1, np.float32))]
+        p0, e1, e2 = (np.concatenate([getattr(t, k) for t in tris]).T.astype(np.float32) for k in ("p0", "e1", "e2"))
+        tri_n = np.concatenate([t.normals for t in tris], axis=1).transpose(0, 2, 1).astype(np.float32)
+        tri_cdf = np.concatenate([t.cdf for t in tris])
 
-        if self._env is None:
-            env = (np.zeros((3, 2, 3), np.float32), *envmap.build_distribution(np.ones((3, 2, 3), np.float32)))
-        else:
-            env = self._env
-        rgb, density, row_cdf, col_cdf = env
-        h, w = rgb.shape[:2]
-        steps = max(discrete.steps_for(max(t[0].shape[0] for t in tris)), discrete.steps_for(w),
+        env = self._env
+        if env is None:
+            env = _Environment(np.zeros((3, 2, 3), np.float32),
+                               *envmap.build_distribution(np.ones((3, 2, 3), np.float32)))
+        h, w = env.rgb.shape[:2]
+        steps = max(discrete.steps_for(max(t.p0.shape[0] for t in tris)), discrete.steps_for(w),
                     discrete.steps_for(h - 1))
 
         center, radius = _bounding_sphere(scene_bounds_min, scene_bounds_max)
-        kinds = sorted({r["kind"] for r in rows})
-        area_shapes = sorted({r["area_shape"] for r in rows if r["kind"] == EmitterKind.AREA})
+        kinds = sorted({r.kind for r in rows})
+        area_shapes = sorted({r.area_shape for r in rows if r.kind == EmitterKind.AREA})
         return Emitters(
-            kind=col("kind", np.int32), radiance=stack("radiance"),
+            kind=column(rows, "kind", np.int32), radiance=stacked(rows, "radiance"),
             select_pmf=jnp.asarray(pmf.astype(np.float32)), select_cdf=jnp.asarray(discrete.inclusive_cdf(weights)),
-            to_world=stack("to_world"), to_local=stack("to_local"), shape=col("shape", np.int32),
-            area_shape=col("area_shape", np.int32), flip=col("flip", bool), inv_area=col("inv_area", np.float32),
-            tri_offset=col("tri_offset", np.int32), tri_count=col("tri_count", np.int32),
+            to_world=stacked(rows, "to_world"), to_local=stacked(rows, "to_local"),
+            shape=column(rows, "shape", np.int32), area_shape=column(rows, "area_shape", np.int32),
+            flip=column(rows, "flip", bool), inv_area=column(rows, "inv_area", np.float32),
+            tri_offset=column(rows, "tri_offset", np.int32), tri_count=column(rows, "tri_count", np.int32),
             tri_cdf=jnp.asarray(tri_cdf), tri_p0=jnp.asarray(p0), tri_e1=jnp.asarray(e1), tri_e2=jnp.asarray(e2),
             tri_n=jnp.asarray(tri_n),
-            spot_cos_cutoff=col("spot_cos_cutoff", np.float32), spot_cutoff=col("spot_cutoff", np.float32),
-            spot_cos_beam=col("spot_cos_beam", np.float32),
-            spot_inv_transition=col("spot_inv_transition", np.float32),
-            spot_uv_factor=col("spot_uv_factor", np.float32), spot_texture=col("spot_texture", np.int32),
-            env_rgb=jnp.asarray(np.ascontiguousarray(rgb.transpose(2, 0, 1))), env_density=jnp.asarray(density),
-            env_row_cdf=jnp.asarray(row_cdf), env_col_cdf=jnp.asarray(col_cdf),
+            spot_cos_cutoff=column(rows, "spot_cos_cutoff", np.float32),
+            spot_cutoff=column(rows, "spot_cutoff", np.float32),
+            spot_cos_beam=column(rows, "spot_cos_beam", np.float32),
+            spot_inv_transition=column(rows, "spot_inv_transition", np.float32),
+            spot_uv_factor=column(rows, "spot_uv_factor", np.float32),
+            spot_texture=column(rows, "spot_texture", np.int32),
+            env_rgb=jnp.asarray(np.ascontiguousarray(env.rgb.transpose(2, 0, 1))),
+            env_density=jnp.asarray(env.density), env_row_cdf=jnp.asarray(env.row_cdf),
+            env_col_cdf=jnp.asarray(env.col_cdf),
             sphere_center=jnp.asarray(center), sphere_radius=jnp.asarray(radius),
             count=count, kinds_present=tuple(kinds), area_shapes_present=tuple(area_shapes),
             environment=self._environment, spot_textured=self._spot_textured, search_steps=steps,
         )
-
-
-class _Defaults:
-    """A node with no parameters (for the placeholder emitter)."""
-
-    def get_float(self, name, default):
-        return default
 
 
 def _bounding_sphere(lo, hi):

@@ -4,8 +4,12 @@ Host only (numpy); the arrays it makes are what the jitted work unit reads. Ever
 plugin is given must be understood: whatever no builder read is reported, with file and line,
 by ``PluginNode.check_unused``.
 """
-import jax.numpy as jnp
+import dataclasses
+import os
+from typing import NamedTuple
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer import camera as cameras
 from tracer import film as films
@@ -18,6 +22,7 @@ from tracer.io.images import load_image
 from tracer.io.xml import PluginNode, parse_file
 from tracer.scene import Scene, Settings, Shapes
 from tracer.kinds import BitmapFilter, SurfaceKind, WrapMode
+from tracer.table_rows import column
 from tracer.textures import TextureTableBuilder
 
 __all__ = ["load_scene"]
@@ -34,7 +39,8 @@ HARMLESS = {
 }
 
 
-def load_scene(path, resolution=None, accel="auto", **params):
+def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = None, accel: str = "auto",
+               **params: object) -> Scene:
     """Load a Mitsuba 3 XML scene; ``params`` override its ``<default>`` values.
 
     ``resolution`` (width, height) overrides the film size. Raises ``SceneError`` with file and
@@ -60,6 +66,25 @@ def _load(node, loader, *args, **kwargs):
         raise SceneError(f"{node.source}: {e}") from None
 
 
+class ShapeMaterials(NamedTuple):
+    """The materials of a shape's two sides."""
+
+    front: int        # material id seen from the side the normal points to
+    back: int         # material id seen from the other side (the null material for one-sided BSDFs)
+    flip_back: bool   # mirror the frame on the back (reflective two-sided BSDFs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeRow:
+    """One shape, a column entry of each ``Shapes`` field."""
+
+    bsdf_front: int
+    bsdf_back: int
+    flip_back: bool = False
+    emitter: int = -1            # its area emitter's id, -1 for none
+    flip_normals: bool = False
+
+
 class _SceneBuilder:
     def __init__(self, root, accel, resolution):
         self.root = root
@@ -69,14 +94,14 @@ class _SceneBuilder:
         self.materials = MaterialTableBuilder()
         self.emitters = EmitterTableBuilder()
         self.null_material = self.materials.add_null()
-        self.material_ids = {}       # id(node) -> (front, back, flip_back)
+        self.material_ids = {}       # id(node) -> ShapeMaterials; ("single", id(node)) -> material id
         self.bitmap_ids = {}
         self.meshes = []             # (positions, faces, normals, uvs, shape index)
         self.analytic = []           # (kind, to_world, shape index)
-        self.shape_rows = []         # per shape: dict of Shapes columns
+        self.shape_rows: list[ShapeRow] = []
 
     # ------------------------------------------------------------------ top level
-    def build(self):
+    def build(self) -> Scene:
         root = self.root
         settings = self._integrator()
         sensors = root.children_of("sensor")
@@ -100,10 +125,10 @@ class _SceneBuilder:
         geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel)
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
-        column = lambda key, dtype: jnp.asarray(np.array([row[key] for row in self.shape_rows], dtype))
-        shapes = Shapes(bsdf_front=column("front", np.int32), bsdf_back=column("back", np.int32),
-                        flip_back=column("flip_back", bool), emitter=column("emitter", np.int32),
-                        flip_normals=column("flip_normals", bool))
+        rows = self.shape_rows
+        shapes = Shapes(bsdf_front=column(rows, "bsdf_front", np.int32), bsdf_back=column(rows, "bsdf_back", np.int32),
+                        flip_back=column(rows, "flip_back", bool), emitter=column(rows, "emitter", np.int32),
+                        flip_normals=column(rows, "flip_normals", bool))
         settings = Settings(max_depth=settings.max_depth, rr_depth=settings.rr_depth,
                             hide_emitters=settings.hide_emitters, spp=spp)
         textures = self.textures.build()
@@ -242,7 +267,7 @@ class _SceneBuilder:
         bsdf_nodes = node.children_of("bsdf")
         if len(bsdf_nodes) > 1:
             raise SceneError(f"{node.source}: a shape takes one bsdf, got {len(bsdf_nodes)}")
-        front, back, flip_back = self._material(bsdf_nodes[0] if bsdf_nodes else None)
+        sides = self._material(bsdf_nodes[0] if bsdf_nodes else None)
         emitter = -1
         for em in node.children_of("emitter"):
             if em.type != "area":
@@ -256,8 +281,8 @@ class _SceneBuilder:
         for child in node.children:
             if child.category not in ("bsdf", "emitter"):
                 raise SceneError(f"{child.source}: unsupported <{child.category}> inside a shape")
-        self.shape_rows.append(dict(front=front, back=back, flip_back=flip_back, emitter=emitter,
-                                    flip_normals=flip_normals))
+        self.shape_rows.append(ShapeRow(bsdf_front=sides.front, bsdf_back=sides.back, flip_back=sides.flip_back,
+                                        emitter=emitter, flip_normals=flip_normals))
         node.check_unused()
 
     def _mesh(self, node, to_world):
@@ -279,7 +304,7 @@ class _SceneBuilder:
 
     # ------------------------------------------------------------------ materials and textures
     def _material(self, node):
-        """(front material, back material, mirror the frame on the back) for a shape's bsdf."""
+        """The front and back materials of a shape's bsdf ``node`` (None: the default diffuse)."""
         if node is None:
             node = PluginNode.synthetic("bsdf", "diffuse")
         key = id(node)
@@ -293,11 +318,12 @@ class _SceneBuilder:
                 raise SceneError(f"{node.source}: twosided cannot wrap '{inner[0].type}'")
             front = self._single_material(inner[0])
             back = self._single_material(inner[-1])
-            result = (front, back, True)
+            result = ShapeMaterials(front, back, flip_back=True)
             node.check_unused()
         else:
             front = self._single_material(node)
-            result = (front, front, False) if node.type in TRANSMISSIVE else (front, self.null_material, False)
+            back = front if node.type in TRANSMISSIVE else self.null_material
+            result = ShapeMaterials(front, back, flip_back=False)
         self.material_ids[key] = result
         return result
 
@@ -308,7 +334,7 @@ class _SceneBuilder:
             node.check_unused()
         return self.material_ids[key]
 
-    def add_texture(self, value):
+    def add_texture(self, value: PluginNode | ArrayLike | float) -> int:
         """Texture id for a nested texture plugin, an RGB triple or a float."""
         if not isinstance(value, PluginNode):
             return self.textures.add_constant(np.broadcast_to(np.asarray(value, np.float64), (3,)))
