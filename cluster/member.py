@@ -81,9 +81,10 @@ class GroupMember:
         import tracer
 
         if ref != self._scene_key:
-            self._scene = None  # free the previous frame's scene (and its Embree scene) first
+            if self._scene is not None:
+                self._scene[0].close()  # the previous frame's Embree scene goes first
             scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel, **dict(ref.params))
-            # The host scene must outlive its replicated copy: it owns host-side engine state.
+            # The replicated copy names the host engine's scene by handle; the original owns it.
             self._scene = (scene, self._replicate(scene))
             self._scene_key = ref
         return self._scene[1]

@@ -36,7 +36,7 @@ _SHRINK = 3
 _MIN_PHASE = 256
 _BOX_STEPS = 4
 # Rows of an analytic slot: kind, to_world (12), to_local (12).
-_QUAD_ROWS = 25
+_ANALYTIC_ROWS = 25
 
 
 @pytree_dataclass
@@ -47,7 +47,7 @@ class BvhArrays:
     links: jnp.ndarray       # (8 M, 2) int32: [hit, miss] next node at octant * M + node
     leaf_tris: jnp.ndarray   # (nL, 9 L) float32: component c (p0 xyz, p1 xyz, p2 xyz) of slot s at c L + s
     leaf_prims: jnp.ndarray  # (nL, L) int32 primitive id per slot, -1 for padding
-    leaf_quads: jnp.ndarray  # (nL, 25 L) float32 analytic slots (row 0 = kind, -1 if none); (0, 25 L) if none
+    leaf_analytic: jnp.ndarray  # (nL, 25 L) float32 analytic slots (row 0 = kind, -1 if none); (0, 25 L) if none
     leaf_size: int = static(LEAF_SIZE)
     analytic_kinds: tuple = static(SurfaceKind.ANALYTIC)  # the analytic kinds present
 
@@ -70,7 +70,7 @@ def make_arrays(threaded, tri, analytic, leaf_size=LEAF_SIZE):
     slot = np.arange(leaf_size)
     idx = np.minimum(threaded.leaf_start[:, None] + slot, threaded.order.size - 1)
     prims = np.where(slot < threaded.leaf_count[:, None], threaded.order[idx], -1).astype(np.int32)
-    n_tri, n_quad = tri[0].shape[1], analytic[0].shape[0]
+    n_tri, n_analytic = tri[0].shape[1], analytic[0].shape[0]
     n_leaves = prims.shape[0]
 
     def table(columns, is_mine, local_index, rows):
@@ -81,16 +81,16 @@ def make_arrays(threaded, tri, analytic, leaf_size=LEAF_SIZE):
 
     is_tri = (prims >= 0) & (prims < n_tri)
     leaf_tris = table(np.concatenate(tri, axis=0), is_tri, prims, 9)
-    is_quad = prims >= n_tri
+    is_analytic = prims >= n_tri
     kind, to_world, to_local = analytic
-    quad_cols = np.concatenate([kind[None].astype(np.float32), to_world.reshape(12, -1), to_local.reshape(12, -1)])
-    leaf_quads = table(quad_cols, is_quad, prims - n_tri, _QUAD_ROWS)
-    leaf_quads[:, 0] = np.where(is_quad, leaf_quads[:, 0], -1.0)
-    if not n_quad:
-        leaf_quads = leaf_quads[:0]
+    analytic_cols = np.concatenate([kind[None].astype(np.float32), to_world.reshape(12, -1), to_local.reshape(12, -1)])
+    leaf_analytic = table(analytic_cols, is_analytic, prims - n_tri, _ANALYTIC_ROWS)
+    leaf_analytic[:, 0] = np.where(is_analytic, leaf_analytic[:, 0], -1.0)
+    if not n_analytic:
+        leaf_analytic = leaf_analytic[:0]
     return BvhArrays(nodes=jnp.asarray(nodes), links=jnp.asarray(links),
                      leaf_tris=jnp.asarray(leaf_tris.reshape(n_leaves, 9 * leaf_size)), leaf_prims=jnp.asarray(prims),
-                     leaf_quads=jnp.asarray(leaf_quads.reshape(leaf_quads.shape[0], _QUAD_ROWS * leaf_size)),
+                     leaf_analytic=jnp.asarray(leaf_analytic.reshape(leaf_analytic.shape[0], _ANALYTIC_ROWS * leaf_size)),
                      leaf_size=leaf_size, analytic_kinds=tuple(sorted({int(k) for k in kind})))
 
 
@@ -162,7 +162,7 @@ def _leaf_triangles(bvh, leaf, rays, t_best):
 
 def _leaf_analytic(bvh, leaf, rays, t_best):
     size = bvh.leaf_size
-    q = bvh.leaf_quads[leaf].reshape(-1, _QUAD_ROWS, size)
+    q = bvh.leaf_analytic[leaf].reshape(-1, _ANALYTIC_ROWS, size)
     kind = q[:, 0].astype(jnp.int32)
     to_world = jnp.moveaxis(q[:, 1:13], 1, 0).reshape(3, 4, -1, size)
     to_local = jnp.moveaxis(q[:, 13:25], 1, 0).reshape(3, 4, -1, size)
@@ -188,15 +188,15 @@ def _step(bvh, rays, st, any_hit):
     at_leaf = pending >= 0
     leaf = jnp.maximum(pending, 0)
     t, s = _leaf_triangles(bvh, leaf, rays, st.t)
-    if bvh.leaf_quads.shape[0]:
-        has_quad = at_leaf & jnp.any(bvh.leaf_quads[leaf, :bvh.leaf_size] >= 0, axis=1)
+    if bvh.leaf_analytic.shape[0]:
+        has_analytic = at_leaf & jnp.any(bvh.leaf_analytic[leaf, :bvh.leaf_size] >= 0, axis=1)
 
-        def with_quads():
+        def with_analytic():
             tq, sq = _leaf_analytic(bvh, leaf, rays, jnp.minimum(st.t, t))
-            closer = has_quad & (sq >= 0) & (tq < t)
+            closer = has_analytic & (sq >= 0) & (tq < t)
             return jnp.where(closer, tq, t), jnp.where(closer, sq, s)
 
-        t, s = jax.lax.cond(jnp.any(has_quad), with_quads, lambda: (t, s))
+        t, s = jax.lax.cond(jnp.any(has_analytic), with_analytic, lambda: (t, s))
     found = at_leaf & (s >= 0)
     if any_hit:
         node = jnp.where(found, -1, node)

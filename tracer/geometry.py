@@ -7,6 +7,8 @@ which the acceleration structure lives (brute force for small scenes, a BVH othe
 Mitsuba 3 computes them (``Mesh``, ``Sphere`` and ``Disk`` ``compute_surface_interaction``), and
 ``spawn_ray``/``spawn_ray_to`` offset new rays as Mitsuba's ``Interaction::offset_p``.
 """
+from typing import NamedTuple, Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,10 +21,10 @@ from tracer.accel import embree, host, warp
 from tracer.constants import INV_PI, INV_TWO_PI, PI, RAY_EPSILON, SHADOW_EPSILON, TWO_PI
 from tracer.intersect import Hit
 from tracer.kinds import SurfaceKind
-from tracer.pytree import pytree_dataclass, static
+from tracer.pytree import owned, pytree_dataclass, static
 
 __all__ = [
-    "Hit", "Geometry", "SurfaceInteraction", "build_geometry", "closest_hit",
+    "Hit", "Geometry", "MeshShape", "AnalyticShape", "SurfaceInteraction", "build_geometry", "closest_hit",
     "occluded", "surface_interaction", "primitive_shape", "spawn_ray", "spawn_ray_to",
 ]
 
@@ -49,12 +51,13 @@ class Geometry:
     uv1: jnp.ndarray         # (2, T)
     uv2: jnp.ndarray         # (2, T)
     tri_shape: jnp.ndarray   # (T,) int32 shape index of each triangle
-    quad_kind: jnp.ndarray   # (A,) int32 SurfaceKind.SPHERE or DISK
-    quad_to_world: jnp.ndarray  # (3, 4, A) affine object-to-world
-    quad_to_local: jnp.ndarray  # (3, 4, A) its inverse
-    quad_shape: jnp.ndarray  # (A,) int32 shape index
-    bvh: object              # bvh.BvhArrays when accel == 'bvh', else None
-    host_handle: jnp.ndarray  # () int32 handle of a host-side engine's scene (accel 'embree', 'warp'), else 0
+    analytic_kind: jnp.ndarray      # (A,) int32 SurfaceKind.SPHERE or DISK
+    analytic_to_world: jnp.ndarray  # (3, 4, A) affine object-to-world
+    analytic_to_local: jnp.ndarray  # (3, 4, A) its inverse
+    analytic_shape: jnp.ndarray     # (A,) int32 shape index
+    bvh: bvh_traversal.BvhArrays | None  # when accel == 'bvh'
+    host_handle: jnp.ndarray  # () int32 handle of a host engine's scene (accel 'embree', 'warp'), else 0
+    host_scene: host.HostScene | None = owned()  # what the handle names (None in copies)
     n_triangles: int = static(0)
     n_analytic: int = static(0)
     analytic_kinds: tuple = static(())  # the kinds present: surface data is computed for those only
@@ -66,7 +69,12 @@ class Geometry:
 
     @property
     def analytic(self):
-        return (self.quad_kind, self.quad_to_world, self.quad_to_local)
+        return (self.analytic_kind, self.analytic_to_world, self.analytic_to_local)
+
+    def close(self) -> None:
+        """Free what a host engine built for this geometry (copies share it: close the original)."""
+        if self.host_scene is not None:
+            self.host_scene.close()
 
 
 @pytree_dataclass
@@ -86,47 +94,69 @@ class SurfaceInteraction:
 # ---------------------------------------------------------------------------------------------
 # Host-side construction.
 
-def _triangle_arrays(meshes):
-    cols = {k: [] for k in ("p0", "p1", "p2", "n0", "n1", "n2", "has_n", "uv0", "uv1", "uv2", "shape")}
-    for mesh in meshes:
-        positions, faces, normals, uvs, shape = mesh[:5]
-        positions = np.asarray(positions, np.float32).reshape(-1, 3)
-        faces = np.asarray(faces, np.int64).reshape(-1, 3)
+class MeshShape(NamedTuple):
+    """A shape's triangles in world space, as ``build_geometry`` takes them."""
+
+    positions: np.ndarray        # (V, 3)
+    faces: np.ndarray            # (F, 3) vertex indices
+    normals: np.ndarray | None   # (V, 3) shading normals, or None (the face normal shades)
+    uvs: np.ndarray | None       # (V, 2), or None (Mitsuba's default per-triangle uvs)
+    shape: int                   # the scene's shape index
+
+
+class AnalyticShape(NamedTuple):
+    """A sphere or a disk: ``to_world`` maps the unit sphere, or the unit disk in z = 0 (as
+    Mitsuba's plugins)."""
+
+    kind: int                    # SurfaceKind.SPHERE or SurfaceKind.DISK
+    to_world: np.ndarray         # (4, 4)
+    shape: int                   # the scene's shape index
+
+
+class _TriangleColumns(NamedTuple):
+    """T triangles, components first (what Geometry holds, before it goes to the device)."""
+
+    p: tuple          # (p0, p1, p2), each (3, T) float32
+    n: tuple          # (n0, n1, n2), each (3, T) float32, zero where the mesh has no normals
+    has_normals: np.ndarray  # (T,) bool
+    uv: tuple         # (uv0, uv1, uv2), each (2, T) float32
+    shape: np.ndarray  # (T,) int32
+
+
+def _corners(values, faces, width):
+    """Per-corner columns of vertex ``values`` (V, width): three (width, F) float32 arrays."""
+    values = np.asarray(values, np.float32).reshape(-1, width)
+    return tuple(values[faces[:, k]].T for k in range(3))
+
+
+def _triangle_columns(meshes):
+    parts = []
+    for mesh in map(lambda m: MeshShape(*m), meshes):
+        faces = np.asarray(mesh.faces, np.int64).reshape(-1, 3)
         f = faces.shape[0]
-        for k in range(3):
-            cols[f"p{k}"].append(positions[faces[:, k]].T)
-        if normals is not None:
-            normals = np.asarray(normals, np.float32).reshape(-1, 3)
-            for k in range(3):
-                cols[f"n{k}"].append(normals[faces[:, k]].T)
-        else:
-            for k in range(3):
-                cols[f"n{k}"].append(np.zeros((3, f), np.float32))
-        cols["has_n"].append(np.full(f, normals is not None))
-        if uvs is not None:
-            uvs = np.asarray(uvs, np.float32).reshape(-1, 2)
-            for k in range(3):
-                cols[f"uv{k}"].append(uvs[faces[:, k]].T)
-        else:
-            # Mitsuba's Mesh without texcoords reports uv = (b1, b2).
-            for k, uv in enumerate(((0, 0), (1, 0), (0, 1))):
-                cols[f"uv{k}"].append(np.tile(np.array(uv, np.float32)[:, None], (1, f)))
-        cols["shape"].append(np.full(f, shape, np.int32))
-    empty = {"has_n": np.zeros(0, bool), "shape": np.zeros(0, np.int32)}
-    out = {}
-    for k, v in cols.items():
-        if v:
-            out[k] = np.concatenate(v, axis=-1)
-        else:
-            out[k] = empty.get(k, np.zeros((2 if k.startswith("uv") else 3, 0), np.float32))
-    return out
+        p = _corners(mesh.positions, faces, 3)
+        n = _corners(mesh.normals, faces, 3) if mesh.normals is not None else (np.zeros((3, f), np.float32),) * 3
+        if mesh.uvs is not None:
+            uv = _corners(mesh.uvs, faces, 2)
+        else:  # Mitsuba's Mesh without texcoords reports uv = (b1, b2).
+            uv = tuple(np.tile(np.array(c, np.float32)[:, None], (1, f)) for c in ((0, 0), (1, 0), (0, 1)))
+        parts.append(_TriangleColumns(p, n, np.full(f, mesh.normals is not None), uv, np.full(f, mesh.shape, np.int32)))
+    if not parts:
+        empty = lambda rows: (np.zeros((rows, 0), np.float32),) * 3
+        return _TriangleColumns(empty(3), empty(3), np.zeros(0, bool), empty(2), np.zeros(0, np.int32))
+    cat = lambda get: np.concatenate([get(part) for part in parts], axis=-1)
+    corners = lambda field: tuple(cat(lambda part: getattr(part, field)[k]) for k in range(3))
+    return _TriangleColumns(corners("p"), corners("n"), cat(lambda part: part.has_normals), corners("uv"),
+                            cat(lambda part: part.shape))
 
 
 def _analytic_arrays(analytic):
-    kind = np.array([a[0] for a in analytic], np.int32)
-    to_world = np.stack([np.asarray(a[1], np.float64) for a in analytic]) if analytic else np.zeros((0, 4, 4))
+    """(kind (A,), to_world (3, 4, A), to_local (3, 4, A), shape (A,)) of AnalyticShapes."""
+    analytic = [AnalyticShape(*a) for a in analytic]
+    kind = np.array([a.kind for a in analytic], np.int32)
+    to_world = np.stack([np.asarray(a.to_world, np.float64) for a in analytic]) if analytic else np.zeros((0, 4, 4))
     to_local = np.linalg.inv(to_world) if analytic else np.zeros((0, 4, 4))
-    shape = np.array([a[2] for a in analytic], np.int32)
+    shape = np.array([a.shape for a in analytic], np.int32)
     cols = lambda m: np.ascontiguousarray(m[:, :3, :4].transpose(1, 2, 0), np.float32)
     return kind, cols(to_world), cols(to_local), shape
 
@@ -168,42 +198,38 @@ def resolve_accel(accel, n_primitives):
     return accel
 
 
-def build_geometry(meshes, analytic, accel="auto", leaf_size=bvh_traversal.LEAF_SIZE):
+def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape], accel: str = "auto",
+                   leaf_size: int = bvh_traversal.LEAF_SIZE) -> "Geometry":
     """Host: the scene's geometry from world-space meshes and analytic shapes.
 
-    meshes: list of (positions (V, 3), faces (F, 3), normals (V, 3) or None, uvs (V, 2) or None,
-    shape_index); analytic: list of (SurfaceKind.SPHERE or SurfaceKind.DISK, to_world (4, 4), shape_index). A sphere's
-    to_world maps the unit sphere, a disk's the unit disk in z = 0 (as Mitsuba's plugins).
-    accel: see ``resolve_accel``. With Embree or Warp, spheres and disks are tested in JAX by brute force.
+    accel: see ``resolve_accel``. With Embree or Warp, spheres and disks are tested in JAX by
+    brute force. The Geometry owns what a host engine built: ``close()`` frees it.
     """
-    tri = _triangle_arrays(meshes)
-    kind, to_world, to_local, quad_shape = _analytic_arrays(analytic)
-    n_tri, n_quad = tri["p0"].shape[1], kind.size
-    accel = resolve_accel(accel, n_tri + n_quad)
+    tri = _triangle_columns(meshes)
+    kind, to_world, to_local, analytic_shape = _analytic_arrays(analytic)
+    n_tri, n_analytic = tri.shape.size, kind.size
+    accel = resolve_accel(accel, n_tri + n_analytic)
     if accel in HOST_ENGINES and n_tri == 0:
         accel = "brute"
     bvh = None
     if accel == "bvh":
-        lo = np.minimum(np.minimum(tri["p0"], tri["p1"]), tri["p2"])
-        hi = np.maximum(np.maximum(tri["p0"], tri["p1"]), tri["p2"])
-        q_lo, q_hi = _analytic_bounds(kind, to_world)
-        tree = bvh_build.thread(bvh_build.build_bvh(np.concatenate([lo, q_lo], axis=1),
-                                                    np.concatenate([hi, q_hi], axis=1), max_leaf=leaf_size))
-        bvh = bvh_traversal.make_arrays(tree, (tri["p0"], tri["p1"], tri["p2"]), (kind, to_world, to_local),
-                                        leaf_size=leaf_size)
-    j = jnp.asarray
-    geo = Geometry(
-        v0=j(tri["p0"]), e1=j(tri["p1"] - tri["p0"]), e2=j(tri["p2"] - tri["p0"]), v1=j(tri["p1"]), v2=j(tri["p2"]),
-        n0=j(tri["n0"]), n1=j(tri["n1"]), n2=j(tri["n2"]), has_normals=j(tri["has_n"]),
-        uv0=j(tri["uv0"]), uv1=j(tri["uv1"]), uv2=j(tri["uv2"]), tri_shape=j(tri["shape"]),
-        quad_kind=j(kind), quad_to_world=j(to_world), quad_to_local=j(to_local), quad_shape=j(quad_shape),
-        bvh=bvh, host_handle=None, n_triangles=int(n_tri), n_analytic=int(n_quad),
-        analytic_kinds=tuple(sorted({int(k) for k in kind})), accel=accel)
+        lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
+        hi = np.maximum(np.maximum(tri.p[0], tri.p[1]), tri.p[2])
+        a_lo, a_hi = _analytic_bounds(kind, to_world)
+        tree = bvh_build.thread(bvh_build.build_bvh(np.concatenate([lo, a_lo], axis=1),
+                                                    np.concatenate([hi, a_hi], axis=1), max_leaf=leaf_size))
+        bvh = bvh_traversal.make_arrays(tree, tri.p, (kind, to_world, to_local), leaf_size=leaf_size)
     engine = HOST_ENGINES.get(accel)
-    handle = engine.build(tri["p0"], tri["p1"], tri["p2"], owner=geo) if engine else 0
-    # Frozen dataclass: the handle is set once, after the owner exists.
-    object.__setattr__(geo, "host_handle", jnp.int32(handle))
-    return geo
+    host_scene = engine.build(*tri.p) if engine else None
+    j = jnp.asarray
+    (p0, p1, p2), (n0, n1, n2), (uv0, uv1, uv2) = tri.p, tri.n, tri.uv
+    return Geometry(
+        v0=j(p0), e1=j(p1 - p0), e2=j(p2 - p0), v1=j(p1), v2=j(p2), n0=j(n0), n1=j(n1), n2=j(n2),
+        has_normals=j(tri.has_normals), uv0=j(uv0), uv1=j(uv1), uv2=j(uv2), tri_shape=j(tri.shape),
+        analytic_kind=j(kind), analytic_to_world=j(to_world), analytic_to_local=j(to_local),
+        analytic_shape=j(analytic_shape), bvh=bvh, host_handle=jnp.int32(host_scene.handle if host_scene else 0),
+        host_scene=host_scene, n_triangles=int(n_tri), n_analytic=int(n_analytic),
+        analytic_kinds=tuple(sorted({int(k) for k in kind})), accel=accel)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,8 +275,8 @@ def _host_closest_hit(geometry, o, d, t_max):
     t, prim = host.closest_hit(geometry.host_handle, o, d, t_max)
     # t and (u, v) again from the winner with our own watertight test: every backend then gives
     # the same hit data for the same primitive (Embree's barycentrics differ in the 4th digit).
-    no_quads = (geometry.quad_kind[:0], geometry.quad_to_world[..., :0], geometry.quad_to_local[..., :0])
-    hit = isect.exact_hit(geometry.triangles, no_quads, o, d, prim, t)
+    no_analytic = tuple(a[..., :0] for a in geometry.analytic)
+    hit = isect.exact_hit(geometry.triangles, no_analytic, o, d, prim, t)
     t, prim, u, v = hit.t, hit.prim, hit.u, hit.v
     if geometry.n_analytic:
         q = isect.closest_hit(_no_triangles(), geometry.analytic, o, d, t_max, geometry.analytic_kinds)
@@ -267,7 +293,7 @@ def primitive_shape(geometry, prim):
     if t:
         shape = jnp.where((prim >= 0) & (prim < t), geometry.tri_shape[jnp.clip(prim, 0, t - 1)], shape)
     if geometry.n_analytic:
-        shape = jnp.where(prim >= t, geometry.quad_shape[jnp.clip(prim - t, 0, geometry.n_analytic - 1)], shape)
+        shape = jnp.where(prim >= t, geometry.analytic_shape[jnp.clip(prim - t, 0, geometry.n_analytic - 1)], shape)
     return shape
 
 
@@ -294,7 +320,7 @@ def _unit_angle_z(v):
 
 def _analytic_surface(g, o, d, hit):
     q = jnp.clip(hit.prim - g.n_triangles, 0, g.n_analytic - 1)
-    to_world, to_local = g.quad_to_world[..., q], g.quad_to_local[..., q]
+    to_world, to_local = g.analytic_to_world[..., q], g.analytic_to_local[..., q]
     t = jnp.where(jnp.isfinite(hit.t), hit.t, 0.0)
     p_ray = o + t * d
     # Only the kinds the scene has (a disk-only scene spent 12% of its time on sphere uvs).
@@ -305,7 +331,7 @@ def _analytic_surface(g, o, d, hit):
         fields[SurfaceKind.DISK] = _disk_surface(p_ray, to_local, hit)
     if len(fields) == 1:
         return next(iter(fields.values()))
-    is_disk = g.quad_kind[q] == SurfaceKind.DISK
+    is_disk = g.analytic_kind[q] == SurfaceKind.DISK
     return tuple(vm.select(is_disk, a, b) for a, b in zip(fields[SurfaceKind.DISK], fields[SurfaceKind.SPHERE]))
 
 
@@ -355,9 +381,9 @@ def surface_interaction(geometry, o, d, hit):
         fields = _triangle_surface(g, hit)
         p, ng, ns, uv = (vm.select(is_tri, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
     if g.n_analytic:
-        is_quad = hit.prim >= g.n_triangles
+        is_analytic = hit.prim >= g.n_triangles
         fields = _analytic_surface(g, o, d, hit)
-        p, ng, ns, uv = (vm.select(is_quad, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
+        p, ng, ns, uv = (vm.select(is_analytic, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
     return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, shape=primitive_shape(g, hit.prim), valid=valid,
                               prim=hit.prim, t=hit.t)
 

@@ -240,15 +240,15 @@ def _triangle_keys(tri, o, shear, t_max):
 
 def _analytic_keys(analytic, o, d, t_max, kinds):
     kind, to_world, to_local = analytic
-    n_quad = kind.shape[0]
+    n_analytic = kind.shape[0]
 
     def chunk_key(start):
-        k = _chunk(kind, start, n_quad, -1)
-        t, _, _ = intersect_analytic(k, _chunk(to_world, start, n_quad, 0.0), _chunk(to_local, start, n_quad, 0.0),
+        k = _chunk(kind, start, n_analytic, -1)
+        t, _, _ = intersect_analytic(k, _chunk(to_world, start, n_analytic, 0.0), _chunk(to_local, start, n_analytic, 0.0),
                                      o[:, None], d[:, None], t_max, kinds)
         return _keys(jnp.where(k >= 0, t, INF), start)
 
-    return _scan_chunks(n_quad, o[0], chunk_key)
+    return _scan_chunks(n_analytic, o[0], chunk_key)
 
 
 def _ray_setup(o, d, t_max):
@@ -265,12 +265,12 @@ def closest_hit(tri, analytic, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
     ids [0, T), analytic primitives [T, T + A)."""
     o, d, t_max, shear = _ray_setup(o, d, t_max)
     n_tri = tri[0].shape[1]
-    n_quad = analytic[0].shape[0]
+    n_analytic = analytic[0].shape[0]
     key = jnp.full_like(o[0], lanes.INF_KEY, jnp.int32)
     prim = jnp.full_like(o[0], -1, jnp.int32)
     if n_tri:
         key, prim = _triangle_keys(tri, o, shear, t_max)
-    if n_quad:
+    if n_analytic:
         # Keys are comparable across the two sets: same truncation of t.
         k, i = _analytic_keys(analytic, o, d, t_max, kinds)
         closer = k < key
@@ -287,21 +287,21 @@ def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None, kinds=SurfaceKind
     can only happen for t within an ulp of the search's bounds.
     """
     n_tri = tri[0].shape[1]
-    n_quad = analytic[0].shape[0]
+    n_analytic = analytic[0].shape[0]
     found = prim >= 0
     t = jnp.full(prim.shape, INF)
     u = v = jnp.zeros(prim.shape, jnp.float32)
     if n_tri:
         shear = ray_shear(d) if shear is None else shear
         i = jnp.clip(prim, 0, n_tri - 1)
-        g = lambda p: tuple(p[k][i] for k in range(3))
-        t, u, v = intersect_triangles(g(tri[0]), g(tri[1]), g(tri[2]), tuple(o), shear, INF)
-    if n_quad:
+        winner = lambda vertex: tuple(vertex[k][i] for k in range(3))
+        t, u, v = intersect_triangles(winner(tri[0]), winner(tri[1]), winner(tri[2]), tuple(o), shear, INF)
+    if n_analytic:
         kind, to_world, to_local = analytic
-        q = jnp.clip(prim - n_tri, 0, n_quad - 1)
+        q = jnp.clip(prim - n_tri, 0, n_analytic - 1)
         tq, x, y = intersect_analytic(kind[q], to_world[..., q], to_local[..., q], o, d, INF, kinds)
-        is_quad = prim >= n_tri
-        t, u, v = jnp.where(is_quad, tq, t), jnp.where(is_quad, x, u), jnp.where(is_quad, y, v)
+        is_analytic = prim >= n_tri
+        t, u, v = jnp.where(is_analytic, tq, t), jnp.where(is_analytic, x, u), jnp.where(is_analytic, y, v)
     t = jnp.where(t < INF, t, t_approx)
     return Hit(t=jnp.where(found, t, INF), prim=prim, u=jnp.where(found, u, 0.0), v=jnp.where(found, v, 0.0))
 
@@ -310,14 +310,14 @@ def occluded(tri, analytic, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
     """Brute-force shadow test: any primitive with 0 < t < t_max."""
     o, d, t_max, shear = _ray_setup(o, d, t_max)
     blocked = jnp.zeros_like(o[0], bool)
-    n_tri, n_quad = tri[0].shape[1], analytic[0].shape[0]
+    n_tri, n_analytic = tri[0].shape[1], analytic[0].shape[0]
     if n_tri:
         blocked = _any_hit(n_tri, blocked, lambda s: _any_finite(intersect_triangles(
             *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0]))
-    if n_quad:
+    if n_analytic:
         kind, to_world, to_local = analytic
-        blocked = _any_hit(n_quad, blocked, lambda s: _any_finite(intersect_analytic(
-            _chunk(kind, s, n_quad, -1), _chunk(to_world, s, n_quad, 0.0), _chunk(to_local, s, n_quad, 0.0),
+        blocked = _any_hit(n_analytic, blocked, lambda s: _any_finite(intersect_analytic(
+            _chunk(kind, s, n_analytic, -1), _chunk(to_world, s, n_analytic, 0.0), _chunk(to_local, s, n_analytic, 0.0),
             o[:, None], d[:, None], t_max, kinds)[0]))
     return blocked
 

@@ -54,3 +54,14 @@ class Scene:
     camera: Camera
     film: Film          # static fields only
     settings: Settings
+
+    def close(self) -> None:
+        """Free the host-side state the scene owns (a host intersection engine's scene); copies
+        made by tree operations share it, so close the scene that ``load_scene`` returned."""
+        self.geometry.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -175,14 +175,35 @@ def test_host_queries_answer_only_the_rays_that_ask(accel, direct, monkeypatch):
 
 
 @pytest.mark.parametrize("accel", HOST_ENGINES)
-def test_host_scene_is_freed_with_its_geometry(accel):
+def test_a_geometry_owns_its_host_scene(accel):
+    """Closing frees the engine's scene (queries then fail by name); copies made by tree
+    operations share the handle but not the ownership; a dropped geometry frees it too."""
     import gc
     geo = _geometry(fan(8), accel)
     handle = int(geo.host_handle)
+    copy = jax.tree.map(lambda a: a, geo)
+    assert copy.host_scene is None and int(copy.host_handle) == handle
+    o, d, _ = fan_rays(fan(8), np.random.default_rng(1), 64)
+    np.testing.assert_array_equal(np.asarray(blocked(copy, o, d, jnp.inf)), np.asarray(blocked(geo, o, d, jnp.inf)))
+    geo.close()
+    assert handle not in host._scenes and geo.host_scene.closed
+    with pytest.raises(Exception, match="closed or freed"):
+        np.asarray(blocked(copy, o, d, jnp.inf))
+    geo.close()  # twice is harmless
+    dropped = _geometry(fan(8), accel)
+    handle = int(dropped.host_handle)
     assert handle in host._scenes
-    del geo
+    del dropped
     gc.collect()
     assert handle not in host._scenes
+
+
+def test_the_direct_host_call_is_available():
+    """``host._host_call`` hands XLA's buffers to the engines through a primitive built from a
+    private JAX function (``jax._src.callback._callback_op_sharding``); where that is gone it
+    falls back to ``jax.pure_callback``, which copies every argument (15% of a query). This
+    pins the private API: a JAX upgrade that moves it fails here, not silently slower."""
+    assert host._direct is not None
 
 
 @pytest.mark.parametrize("accel, extra", [("embree", "embreex"), ("warp", "jaxfarm[warp]")])

@@ -104,7 +104,7 @@ def test_analytic_primitives_inside_the_bvh():
     meshes, analytic = spheres_disks_and_meshes(rng, 40, (0.05, 0.3))
     g_bvh = geometry.build_geometry(meshes, analytic, accel="bvh")
     g_brute = geometry.build_geometry(meshes, analytic, accel="brute")
-    assert g_bvh.bvh.leaf_quads.shape[0] > 0
+    assert g_bvh.bvh.leaf_analytic.shape[0] > 0
     o = rng.uniform(-3, 3, (3, N_RAYS)).astype(np.float32)
     d = unit(rng.normal(size=(3, N_RAYS)))
     h, ref = geo_closest(g_bvh, o, d, jnp.inf), geo_closest(g_brute, o, d, jnp.inf)

@@ -44,11 +44,8 @@ def _executor():
         return _pool
 
 
-def build(p0, p1, p2, owner):
-    """Host: an Embree scene over triangles p0, p1, p2 (3, T); returns its int32 handle.
-
-    The scene lives as long as ``owner`` (the Geometry that carries the handle).
-    """
+def build(p0, p1, p2):
+    """Host: an Embree scene over triangles p0, p1, p2 (3, T), as a ``host.HostScene``."""
     try:
         from embreex import mesh_construction, rtcore_scene
     except ImportError as e:
@@ -56,7 +53,7 @@ def build(p0, p1, p2, owner):
     vertices = np.ascontiguousarray(np.stack([p0.T, p1.T, p2.T], axis=1), np.float32)  # (T, 3, 3)
     scene = rtcore_scene.EmbreeScene(robust=True)
     mesh_construction.TriangleMesh(scene, vertices)
-    return host.register(_Engine, scene, owner)
+    return host.HostScene(_Engine, scene)
 
 
 def _split_run(run, n):

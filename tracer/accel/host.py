@@ -1,8 +1,9 @@
-"""What the host-side intersection engines (Embree, Warp) share: a registry of built scenes
-addressed by a traced int32 handle, and the host callback that sends them rays.
+"""What the host-side intersection engines (Embree, Warp) share: built scenes addressed by a
+traced int32 handle (``HostScene``), and the host callback that sends them rays.
 
 The jitted program refers to an engine's scene only by its handle, so every frame of a job (a
-new scene each) reuses one compiled program. Rays leave XLA as (3, N) columns and reach an
+new scene each) reuses one compiled program. A ``HostScene`` owns its engine scene until
+``close()`` (or until it is dropped). Rays leave XLA as (3, N) columns and reach an
 engine as (N, 3) rows (``_rays``). An engine answers each ray on its own, so a ray's result does
 not depend on how a batch is split: renders stay bit-identical across device counts.
 """
@@ -14,31 +15,41 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["register", "closest_hit", "occluded"]
+__all__ = ["HostScene", "closest_hit", "occluded"]
 
-_scenes = {}
+_scenes = {}  # handle -> (engine, engine scene): what the host callback looks up
 _ids = itertools.count(1)
 _lock = threading.Lock()
 
 
-def register(engine, scene, owner):
-    """Keep ``scene`` (answered by ``engine``) while ``owner`` lives; returns its int32 handle.
+class HostScene:
+    """An engine's scene, answering queries under the int32 ``handle`` until ``close()``.
 
     ``engine`` has ``closest(scene, o, d, t_max) -> (prim (N,) int32, t (N,) float32)`` (prim
     -1 for a miss) and ``occluded(scene, o, d, t_max) -> (N,) bool`` over (N, 3) float32 rows,
     which may be strided views; rays with t_max < 0 ask nothing (their answers are discarded).
+    Closing twice is harmless, and a HostScene that is dropped unclosed closes itself.
     """
-    with _lock:
-        handle = next(_ids)
-        _scenes[handle] = (engine, scene)
-    weakref.finalize(owner, _scenes.pop, handle, None)
-    return handle
+
+    def __init__(self, engine, scene):
+        with _lock:
+            self.handle = next(_ids)
+            _scenes[self.handle] = (engine, scene)
+        self._finalizer = weakref.finalize(self, _scenes.pop, self.handle, None)
+
+    def close(self) -> None:
+        """Free the engine's scene; queries under this handle fail from now on."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
 
 
 def _lookup(handle):
     entry = _scenes.get(int(handle))
     if entry is None:
-        raise RuntimeError(f"intersection scene {int(handle)} is gone: the Geometry that built it was freed")
+        raise RuntimeError(f"intersection scene {int(handle)} is gone: the scene that built it was closed or freed")
     return entry
 
 

@@ -136,8 +136,8 @@ def _device(wp):
     return "cuda:0" if wp.get_cuda_device_count() > 0 else "cpu"
 
 
-def build(p0, p1, p2, owner):
-    """Host: Warp's BVH over triangles p0, p1, p2 (3, T); returns its int32 handle."""
+def build(p0, p1, p2):
+    """Host: Warp's BVH over triangles p0, p1, p2 (3, T), as a ``host.HostScene``."""
     wp, _ = _warp()
     device = _device(wp)
     corners = [np.ascontiguousarray(p.T, np.float32) for p in (p0, p1, p2)]
@@ -148,7 +148,7 @@ def build(p0, p1, p2, owner):
     # missed both boxes (21 of 3,892 on the fan test). Padded boxes only cost a little speed.
     pad = 1e-5 * (np.abs(lo) + np.abs(hi)) + 1e-30
     bvh = wp.Bvh(vec3(lo - pad), vec3(hi + pad))
-    return host.register(_Engine, (bvh, [vec3(c) for c in corners], device), owner)
+    return host.HostScene(_Engine, (bvh, [vec3(c) for c in corners], device))
 
 
 class _Engine:

@@ -96,8 +96,8 @@ class _SceneBuilder:
         self.null_material = self.materials.add_null()
         self.material_ids = {}       # id(node) -> ShapeMaterials; ("single", id(node)) -> material id
         self.bitmap_ids = {}
-        self.meshes = []             # (positions, faces, normals, uvs, shape index)
-        self.analytic = []           # (kind, to_world, shape index)
+        self.meshes: list[geometry.MeshShape] = []
+        self.analytic: list[geometry.AnalyticShape] = []
         self.shape_rows: list[ShapeRow] = []
 
     # ------------------------------------------------------------------ top level
@@ -137,7 +137,7 @@ class _SceneBuilder:
                      settings=settings)
 
     def _bounds(self):
-        points = [m[0] for m in self.meshes]
+        points = [m.positions for m in self.meshes]
         for kind, to_world, _ in self.analytic:
             corners = np.array([[x, y, z, 1.0] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
             points.append((corners @ np.asarray(to_world).T)[:, :3])
@@ -244,7 +244,7 @@ class _SceneBuilder:
         triangles, analytic, vertex_normals = None, None, None
         if node.type in MESH_TYPES:
             mesh = self._mesh(node, to_world)
-            self.meshes.append((mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index))
+            self.meshes.append(geometry.MeshShape(mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index))
             p = mesh.positions[mesh.faces]
             triangles = (p[:, 0], p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
             if mesh.normals is not None:
@@ -260,7 +260,7 @@ class _SceneBuilder:
                 local[:3, 3] = center
                 to_world = to_world @ local
             analytic = (ANALYTIC_TYPES[node.type], to_world)
-            self.analytic.append((*analytic, index))
+            self.analytic.append(geometry.AnalyticShape(*analytic, index))
         else:
             raise SceneError(f"{node.source}: unsupported shape type '{node.type}'")
 
