@@ -15,6 +15,7 @@ tracing"; per-octant orders as in Hapala et al. 2011): ``hit`` goes to the child
 the node's split axis, ``miss`` skips the subtree. A ray visits nodes near-to-far without a stack.
 """
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -78,8 +79,7 @@ def build_bvh(lo, hi, max_leaf=4, bins=16, all_axes=False):
         raise ValueError("build_bvh needs at least one primitive")
     # The primitives still inside inner nodes, grouped by node in level order.
     ids = np.arange(n_prims, dtype=np.int32)
-    a_lo, a_hi = lo, hi
-    a_c = 0.5 * (lo + hi)
+    p_lo, p_hi, centroid = lo, hi, 0.5 * (lo + hi)
     order = np.empty(n_prims, np.int32)
     out = dict(lo=[], hi=[], left=[], axis=[], start=[], count=[], depth=[])
     cur_start = np.zeros(1, np.int64)
@@ -88,62 +88,28 @@ def build_bvh(lo, hi, max_leaf=4, bins=16, all_axes=False):
     while cur_start.size:
         k = cur_start.size
         offsets = np.concatenate([[0], np.cumsum(cur_count)[:-1]])
-        node_lo = np.minimum.reduceat(a_lo, offsets, axis=1)
-        node_hi = np.maximum.reduceat(a_hi, offsets, axis=1)
+        node_lo = np.minimum.reduceat(p_lo, offsets, axis=1)
+        node_hi = np.maximum.reduceat(p_hi, offsets, axis=1)
         inner = cur_count > max_leaf
-        seg = np.repeat(np.arange(k), cur_count)
-        if not inner.all():
-            in_leaf = ~inner[seg]
-            at = np.flatnonzero(in_leaf)
-            order[(cur_start - offsets)[seg[at]] + at] = ids[at]
-            keep = ~in_leaf
-            ids, a_lo, a_hi, a_c = ids[keep], a_lo[:, keep], a_hi[:, keep], a_c[:, keep]
-        ki = int(inner.sum())
+        if not inner.all():  # the leaves' primitives go to ``order``
+            node = np.repeat(np.arange(k), cur_count)
+            at = np.flatnonzero(~inner[node])
+            order[(cur_start - offsets)[node[at]] + at] = ids[at]
+            keep = inner[node]
+            ids, p_lo, p_hi, centroid = ids[keep], p_lo[:, keep], p_hi[:, keep], centroid[:, keep]
+        n_inner = int(inner.sum())
         left = np.full(k, -1, np.int64)
         axis = np.zeros(k, np.int64)
         n_left = np.zeros(k, np.int64)
-        if ki:
-            icount = cur_count[inner]
-            ioff = np.concatenate([[0], np.cumsum(icount)[:-1]])
-            iseg = np.repeat(np.arange(ki), icount)
-            clo = np.minimum.reduceat(a_c, ioff, axis=1)
-            chi = np.maximum.reduceat(a_c, ioff, axis=1)
-            extent = chi - clo
-            # Deep levels hold a few primitives per node: fewer bins lose nothing there.
-            n_bins = int(min(bins, max(4, 2 * iseg.size // ki)))
-            scale = np.where(extent > 0, np.float32(n_bins * (1 - 1e-6)) / np.where(extent > 0, extent, 1), 0)
-            axes = range(3) if all_axes else [None]
-            widest = np.argmax(extent, axis=0)
-            best = np.full(ki, np.inf)
-            s_axis, s_bin, s_nl = widest.copy(), np.zeros(ki, np.int64), np.zeros(ki, np.int64)
-            for ax in axes:
-                ax_node = widest if ax is None else np.full(ki, ax)
-                ax_prim = ax_node[iseg]
-                c = np.take_along_axis(a_c, ax_prim[None], axis=0)[0]
-                sc = scale[ax_node, np.arange(ki)][iseg]
-                b = np.minimum(((c - clo[ax_node, np.arange(ki)][iseg]) * sc).astype(np.int64), n_bins - 1)
-                cost, l_count = _sweep(iseg, b, ki, n_bins, a_lo, a_hi)
-                j = np.argmin(cost, axis=0)
-                cj = cost[j, np.arange(ki)]
-                better = cj < best
-                best = np.where(better, cj, best)
-                s_axis = np.where(better, ax_node, s_axis)
-                s_bin = np.where(better, j, s_bin)
-                s_nl = np.where(better, l_count[j, np.arange(ki)], s_nl)
-            degenerate = ~np.isfinite(best)
-            # Partition with a stable sort by (node, side): nodes stay contiguous.
-            c = np.take_along_axis(a_c, s_axis[iseg][None], axis=0)[0]
-            b = np.minimum(((c - clo[s_axis, np.arange(ki)][iseg]) * scale[s_axis, np.arange(ki)][iseg])
-                           .astype(np.int64), n_bins - 1)
-            ipos = np.arange(iseg.size) - ioff[iseg]
-            side = np.where(degenerate[iseg], ipos >= (icount // 2)[iseg], b > s_bin[iseg])
-            perm = np.argsort(iseg * 2 + side, kind="stable")
-            ids, a_lo, a_hi, a_c = ids[perm], a_lo[:, perm], a_hi[:, perm], a_c[:, perm]
-            nl = np.where(degenerate, icount // 2, s_nl)
-            n_left[inner] = nl
-            axis[inner] = s_axis
-            left[inner] = n_nodes + 2 * np.arange(ki)
-            n_nodes += 2 * ki
+        if n_inner:
+            counts = cur_count[inner]
+            split = _split_search(centroid, p_lo, p_hi, counts, bins, all_axes)
+            perm = _partition(split, centroid, counts)
+            ids, p_lo, p_hi, centroid = ids[perm], p_lo[:, perm], p_hi[:, perm], centroid[:, perm]
+            n_left[inner] = np.where(split.degenerate, counts // 2, split.n_left)
+            axis[inner] = split.axis
+            left[inner] = n_nodes + 2 * np.arange(n_inner)
+            n_nodes += 2 * n_inner
 
         out["lo"].append(node_lo)
         out["hi"].append(node_hi)
@@ -162,6 +128,65 @@ def build_bvh(lo, hi, max_leaf=4, bins=16, all_axes=False):
                left=cat("left").astype(np.int32), axis=cat("axis").astype(np.int8),
                start=cat("start").astype(np.int32), count=cat("count").astype(np.int32),
                order=order, depth=cat("depth").astype(np.int32))
+
+
+class _Split(NamedTuple):
+    """The chosen split of K inner nodes, and the binning it was chosen in."""
+
+    axis: np.ndarray        # (K,) split axis
+    boundary: np.ndarray    # (K,) bins [0, boundary] go left
+    n_left: np.ndarray      # (K,) primitives on the left
+    degenerate: np.ndarray  # (K,) bool: no boundary separates anything (centroids coincide): median split
+    node: np.ndarray        # (P,) the node of each primitive (nodes contiguous)
+    offsets: np.ndarray     # (K,) each node's first primitive
+    c_lo: np.ndarray        # (3, K) centroid bounds' low corner
+    scale: np.ndarray       # (3, K) bins per unit length
+    n_bins: int
+
+
+def _bins(centroid, node, node_axis, c_lo, scale, n_bins):
+    """The bin of every primitive along its node's axis."""
+    nodes = np.arange(node_axis.size)
+    c = np.take_along_axis(centroid, node_axis[node][None], axis=0)[0]
+    return np.minimum(((c - c_lo[node_axis, nodes][node]) * scale[node_axis, nodes][node]).astype(np.int64),
+                      n_bins - 1)
+
+
+def _split_search(centroid, p_lo, p_hi, counts, bins, all_axes):
+    """Binned SAH over the primitives of K inner nodes (``counts`` each, contiguous)."""
+    n_inner = counts.size
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    node = np.repeat(np.arange(n_inner), counts)
+    c_lo = np.minimum.reduceat(centroid, offsets, axis=1)
+    extent = np.maximum.reduceat(centroid, offsets, axis=1) - c_lo
+    # Deep levels hold a few primitives per node: fewer bins lose nothing there.
+    n_bins = int(min(bins, max(4, 2 * node.size // n_inner)))
+    scale = np.where(extent > 0, np.float32(n_bins * (1 - 1e-6)) / np.where(extent > 0, extent, 1), 0)
+    widest = np.argmax(extent, axis=0)
+    best = np.full(n_inner, np.inf)
+    split_axis, boundary, n_left = widest.copy(), np.zeros(n_inner, np.int64), np.zeros(n_inner, np.int64)
+    for axis in range(3) if all_axes else [None]:
+        node_axis = widest if axis is None else np.full(n_inner, axis)
+        b = _bins(centroid, node, node_axis, c_lo, scale, n_bins)
+        cost, l_count = _sweep(node, b, n_inner, n_bins, p_lo, p_hi)
+        j = np.argmin(cost, axis=0)
+        cj = cost[j, np.arange(n_inner)]
+        better = cj < best
+        best = np.where(better, cj, best)
+        split_axis = np.where(better, node_axis, split_axis)
+        boundary = np.where(better, j, boundary)
+        n_left = np.where(better, l_count[j, np.arange(n_inner)], n_left)
+    return _Split(split_axis, boundary, n_left, ~np.isfinite(best), node, offsets, c_lo, scale, n_bins)
+
+
+def _partition(split, centroid, counts):
+    """The permutation that puts each node's left primitives before its right ones, stably
+    (nodes stay contiguous)."""
+    node = split.node
+    b = _bins(centroid, node, split.axis, split.c_lo, split.scale, split.n_bins)
+    position = np.arange(node.size) - split.offsets[node]
+    right = np.where(split.degenerate[node], position >= (counts // 2)[node], b > split.boundary[node])
+    return np.argsort(node * 2 + right, kind="stable")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -297,16 +297,16 @@ def primitive_shape(geometry, prim):
     return shape
 
 
-def _triangle_surface(g, hit):
-    i = jnp.clip(hit.prim, 0, g.n_triangles - 1)
+def _triangle_surface(geo, hit):
+    i = jnp.clip(hit.prim, 0, geo.n_triangles - 1)
     u, v = hit.u, hit.v
     w = 1.0 - u - v
-    e1, e2 = g.e1[:, i], g.e2[:, i]
-    p = g.v0[:, i] + u * e1 + v * e2
+    e1, e2 = geo.e1[:, i], geo.e2[:, i]
+    p = geo.v0[:, i] + u * e1 + v * e2
     ng = vm.normalize(vm.cross(e1, e2))
-    ns = vm.normalize(g.n0[:, i] * w + g.n1[:, i] * u + g.n2[:, i] * v)
-    ns = vm.select(g.has_normals[i], ns, ng)
-    uv = g.uv0[:, i] * w + g.uv1[:, i] * u + g.uv2[:, i] * v
+    ns = vm.normalize(geo.n0[:, i] * w + geo.n1[:, i] * u + geo.n2[:, i] * v)
+    ns = vm.select(geo.has_normals[i], ns, ng)
+    uv = geo.uv0[:, i] * w + geo.uv1[:, i] * u + geo.uv2[:, i] * v
     return p, ng, ns, uv
 
 
@@ -318,20 +318,20 @@ def _unit_angle_z(v):
     return jnp.where(v[2] >= 0, temp, PI - temp)
 
 
-def _analytic_surface(g, o, d, hit):
-    q = jnp.clip(hit.prim - g.n_triangles, 0, g.n_analytic - 1)
-    to_world, to_local = g.analytic_to_world[..., q], g.analytic_to_local[..., q]
+def _analytic_surface(geo, o, d, hit):
+    q = jnp.clip(hit.prim - geo.n_triangles, 0, geo.n_analytic - 1)
+    to_world, to_local = geo.analytic_to_world[..., q], geo.analytic_to_local[..., q]
     t = jnp.where(jnp.isfinite(hit.t), hit.t, 0.0)
     p_ray = o + t * d
     # Only the kinds the scene has (a disk-only scene spent 12% of its time on sphere uvs).
     fields = {}
-    if SurfaceKind.SPHERE in g.analytic_kinds:
+    if SurfaceKind.SPHERE in geo.analytic_kinds:
         fields[SurfaceKind.SPHERE] = _sphere_surface(p_ray, to_world, to_local)
-    if SurfaceKind.DISK in g.analytic_kinds:
+    if SurfaceKind.DISK in geo.analytic_kinds:
         fields[SurfaceKind.DISK] = _disk_surface(p_ray, to_local, hit)
     if len(fields) == 1:
         return next(iter(fields.values()))
-    is_disk = g.analytic_kind[q] == SurfaceKind.DISK
+    is_disk = geo.analytic_kind[q] == SurfaceKind.DISK
     return tuple(vm.select(is_disk, a, b) for a, b in zip(fields[SurfaceKind.DISK], fields[SurfaceKind.SPHERE]))
 
 
@@ -370,21 +370,21 @@ def surface_interaction(geometry, o, d, hit):
     Triangles: p = p0 + u e1 + v e2, ng = normalize(e1 x e2), ns = the interpolated vertex normal
     (normalized) or ng, uv interpolated. Normals are not flipped toward the ray.
     """
-    g = geometry
+    geo = geometry
     n = hit.prim.shape[0]
     valid = hit.prim >= 0
     p = jnp.zeros((3, n), jnp.float32)
     ng = ns = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], jnp.float32)[:, None], (3, n))
     uv = jnp.zeros((2, n), jnp.float32)
-    if g.n_triangles:
-        is_tri = valid & (hit.prim < g.n_triangles)
-        fields = _triangle_surface(g, hit)
+    if geo.n_triangles:
+        is_tri = valid & (hit.prim < geo.n_triangles)
+        fields = _triangle_surface(geo, hit)
         p, ng, ns, uv = (vm.select(is_tri, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
-    if g.n_analytic:
-        is_analytic = hit.prim >= g.n_triangles
-        fields = _analytic_surface(g, o, d, hit)
+    if geo.n_analytic:
+        is_analytic = hit.prim >= geo.n_triangles
+        fields = _analytic_surface(geo, o, d, hit)
         p, ng, ns, uv = (vm.select(is_analytic, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
-    return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, shape=primitive_shape(g, hit.prim), valid=valid,
+    return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, shape=primitive_shape(geo, hit.prim), valid=valid,
                               prim=hit.prim, t=hit.t)
 
 

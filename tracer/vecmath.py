@@ -9,7 +9,7 @@ from tracer.constants import LUMINANCE_WEIGHTS
 
 __all__ = [
     "dot", "cross", "norm", "normalize", "coordinate_system", "to_local", "to_world",
-    "reflect", "luminance", "select", "safe_sqrt", "transform_point", "transform_vector",
+    "reflect", "upper_hemisphere", "luminance", "select", "safe_sqrt", "transform_point", "transform_vector",
     "transform_normal",
 ]
 
@@ -67,6 +67,11 @@ def to_world(frame, v):
 def reflect(wi):
     """Mirror a local direction about the local z axis (the shading normal)."""
     return jnp.stack([-wi[0], -wi[1], wi[2]])
+
+
+def upper_hemisphere(v):
+    """v (3, N) turned to the z >= 0 side of a local frame (negated where v_z < 0)."""
+    return v * jnp.where(v[2] >= 0, 1.0, -1.0)
 
 
 def luminance(rgb):

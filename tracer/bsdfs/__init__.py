@@ -89,27 +89,27 @@ def sample(materials, textures, mat, uv, wi, u1, u2):
     Returns (BsdfSample, weight (3, N)) with weight = f(wi, wo) |cos theta_o| / pdf (for a delta
     lobe, its weight); zero weight marks a failed sample.
     """
-    p = _Params(materials, textures, mat, uv)
+    params = _Params(materials, textures, mat, uv)
     zero = jnp.zeros_like(wi[0])  # *_like: varying over shard_map's ray axis as wi is
-    out = _Select(p.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0,
+    out = _Select(params.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0,
                                delta=jnp.zeros_like(wi[0], bool), weight=jnp.zeros_like(wi)))
-    if p.has(BsdfKind.DIFFUSE):
-        wo, pdf, weight = diffuse.sample(wi, u2, p.reflectance)
+    if params.has(BsdfKind.DIFFUSE):
+        wo, pdf, weight = diffuse.sample(wi, u2, params.reflectance)
         out.put(BsdfKind.DIFFUSE, wo=wo, pdf=pdf, weight=weight)
-    if p.has(BsdfKind.CONDUCTOR):
-        wo, pdf, weight = conductor.smooth_sample(wi, p.eta3, p.k3, p.specular)
+    if params.has(BsdfKind.CONDUCTOR):
+        wo, pdf, weight = conductor.smooth_sample(wi, params.eta3, params.k3, params.specular)
         out.put(BsdfKind.CONDUCTOR, wo=wo, pdf=pdf, weight=weight, delta=True)
-    if p.has(BsdfKind.DIELECTRIC):
-        wo, pdf, weight, eta, _ = dielectric.smooth_sample(wi, u1, p.eta, p.specular, p.transmittance)
+    if params.has(BsdfKind.DIELECTRIC):
+        wo, pdf, weight, eta, _ = dielectric.smooth_sample(wi, u1, params.eta, params.specular, params.transmittance)
         out.put(BsdfKind.DIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta, delta=True)
-    if p.has(BsdfKind.THINDIELECTRIC):
-        wo, pdf, weight = dielectric.thin_sample(wi, u1, p.eta, p.specular, p.transmittance)
+    if params.has(BsdfKind.THINDIELECTRIC):
+        wo, pdf, weight = dielectric.thin_sample(wi, u1, params.eta, params.specular, params.transmittance)
         out.put(BsdfKind.THINDIELECTRIC, wo=wo, pdf=pdf, weight=weight, delta=True)
-    if p.has(BsdfKind.PLASTIC):
-        wo, pdf, weight, specular = plastic.smooth_sample(wi, u1, u2, p.coating)
+    if params.has(BsdfKind.PLASTIC):
+        wo, pdf, weight, specular = plastic.smooth_sample(wi, u1, u2, params.coating)
         out.put(BsdfKind.PLASTIC, wo=wo, pdf=pdf, weight=weight, delta=specular)
-    if p.kinds & set(BsdfKind.ROUGH):
-        _sample_rough(materials, p, wi, u1, u2, out)
+    if params.kinds & set(BsdfKind.ROUGH):
+        _sample_rough(materials, params, wi, u1, u2, out)
     f = out.fields
     # Failed samples of degenerate inputs (grazing wi) may carry non-finite directions: give them a
     # harmless one, as the integrator still spawns a (dead) ray along it.
@@ -119,58 +119,58 @@ def sample(materials, textures, mat, uv, wi, u1, u2):
     return BsdfSample(wo=wo, pdf=jnp.where(bad, 0.0, f["pdf"]), eta=f["eta"], is_delta=f["delta"]), weight
 
 
-def _sample_rough(materials, p, wi, u1, u2, out):
+def _sample_rough(materials, params, wi, u1, u2, out):
     """One microfacet normal per ray serves every rough kind (each samples the visible normals
     seen from wi turned to the upper hemisphere)."""
-    distr = sample_distr = p.distr
-    if p.has(BsdfKind.ROUGHDIELECTRIC) and distr.all_normals:
+    distr = sample_distr = params.distr
+    if params.has(BsdfKind.ROUGHDIELECTRIC) and distr.all_normals:
         # Walter et al.'s widened roughness, for the rough dielectrics that sample all normals.
         widened = dielectric.sampling_distribution(distr, wi)
-        mine = p.kind == BsdfKind.ROUGHDIELECTRIC
+        mine = params.kind == BsdfKind.ROUGHDIELECTRIC
         sample_distr = dataclasses.replace(distr, alpha_u=jnp.where(mine, widened.alpha_u, distr.alpha_u),
                                            alpha_v=jnp.where(mine, widened.alpha_v, distr.alpha_v))
-    wi_up = wi * jnp.where(wi[2] >= 0, 1.0, -1.0)
+    wi_up = vm.upper_hemisphere(wi)
     m, pdf_m = microfacet.sample(sample_distr, wi_up, u2)
-    if p.has(BsdfKind.ROUGHCONDUCTOR):
-        wo, pdf, weight = conductor.rough_sample(wi, m, pdf_m, p.eta3, p.k3, p.specular, distr)
+    if params.has(BsdfKind.ROUGHCONDUCTOR):
+        wo, pdf, weight = conductor.rough_sample(wi, m, pdf_m, params.eta3, params.k3, params.specular, distr)
         out.put(BsdfKind.ROUGHCONDUCTOR, wo=wo, pdf=pdf, weight=weight)
-    if p.has(BsdfKind.ROUGHDIELECTRIC):
-        wo, pdf, weight, eta, _ = dielectric.rough_sample(wi, u1, m, pdf_m, p.eta, p.specular,
-                                                          p.transmittance, distr)
+    if params.has(BsdfKind.ROUGHDIELECTRIC):
+        wo, pdf, weight, eta, _ = dielectric.rough_sample(wi, u1, m, pdf_m, params.eta, params.specular,
+                                                          params.transmittance, distr)
         out.put(BsdfKind.ROUGHDIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta)
-    if p.has(BsdfKind.ROUGHPLASTIC):
+    if params.has(BsdfKind.ROUGHPLASTIC):
         terms_fn = lambda wo: microfacet.terms(distr, wi, wo, vm.normalize(wi + wo))
-        wo, pdf, weight = plastic.rough_sample(wi, u1, u2, m, terms_fn, p.coating, materials.transmittance,
-                                               p.mat, distr)
+        wo, pdf, weight = plastic.rough_sample(wi, u1, u2, m, terms_fn, params.coating, materials.transmittance,
+                                               params.mat, distr)
         out.put(BsdfKind.ROUGHPLASTIC, wo=wo, pdf=pdf, weight=weight)
 
 
 def eval_pdf(materials, textures, mat, uv, wi, wo):
     """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of the non-delta lobes; zero for delta-only kinds."""
-    p = _Params(materials, textures, mat, uv)
-    out = _Select(p.kind, dict(value=jnp.zeros_like(wi), pdf=jnp.zeros_like(wi[0])))
-    if p.has(BsdfKind.DIFFUSE):
-        value, pdf = diffuse.eval_pdf(wi, wo, p.reflectance)
+    params = _Params(materials, textures, mat, uv)
+    out = _Select(params.kind, dict(value=jnp.zeros_like(wi), pdf=jnp.zeros_like(wi[0])))
+    if params.has(BsdfKind.DIFFUSE):
+        value, pdf = diffuse.eval_pdf(wi, wo, params.reflectance)
         out.put(BsdfKind.DIFFUSE, value=value, pdf=pdf)
-    if p.has(BsdfKind.PLASTIC):
-        value, pdf = plastic.smooth_eval_pdf(wi, wo, p.coating)
+    if params.has(BsdfKind.PLASTIC):
+        value, pdf = plastic.smooth_eval_pdf(wi, wo, params.coating)
         out.put(BsdfKind.PLASTIC, value=value, pdf=pdf)
-    if p.kinds & set(BsdfKind.ROUGH):
-        distr = p.distr
-        if p.has(BsdfKind.ROUGHDIELECTRIC):
+    if params.kinds & set(BsdfKind.ROUGH):
+        distr = params.distr
+        if params.has(BsdfKind.ROUGHDIELECTRIC):
             # The refraction half vector for rough dielectrics, the reflection one for all others.
-            m = dielectric.half_vector(wi, wo, jnp.where(p.kind == BsdfKind.ROUGHDIELECTRIC, p.eta, 1.0))
+            m = dielectric.half_vector(wi, wo, jnp.where(params.kind == BsdfKind.ROUGHDIELECTRIC, params.eta, 1.0))
         else:
             m = vm.normalize(wi + wo)
         terms = microfacet.terms(distr, wi, wo, m)
-        if p.has(BsdfKind.ROUGHCONDUCTOR):
-            value, pdf = conductor.rough_eval_pdf(wi, wo, terms, p.eta3, p.k3, p.specular, distr)
+        if params.has(BsdfKind.ROUGHCONDUCTOR):
+            value, pdf = conductor.rough_eval_pdf(wi, wo, terms, params.eta3, params.k3, params.specular, distr)
             out.put(BsdfKind.ROUGHCONDUCTOR, value=value, pdf=pdf)
-        if p.has(BsdfKind.ROUGHDIELECTRIC):
-            value, pdf = dielectric.rough_eval_pdf(wi, wo, terms, p.eta, p.specular, p.transmittance, distr)
+        if params.has(BsdfKind.ROUGHDIELECTRIC):
+            value, pdf = dielectric.rough_eval_pdf(wi, wo, terms, params.eta, params.specular, params.transmittance, distr)
             out.put(BsdfKind.ROUGHDIELECTRIC, value=value, pdf=pdf)
-        if p.has(BsdfKind.ROUGHPLASTIC):
-            value, pdf = plastic.rough_eval_pdf(wi, wo, terms, p.coating, materials.transmittance, p.mat, distr)
+        if params.has(BsdfKind.ROUGHPLASTIC):
+            value, pdf = plastic.rough_eval_pdf(wi, wo, terms, params.coating, materials.transmittance, params.mat, distr)
             out.put(BsdfKind.ROUGHPLASTIC, value=value, pdf=pdf)
     return out.fields["value"], out.fields["pdf"]
 

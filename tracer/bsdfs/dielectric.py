@@ -56,10 +56,6 @@ def sampling_distribution(distr, wi):
     return microfacet.scale_alpha(distr, scale)
 
 
-def _flip_up(wi):
-    return wi * jnp.where(wi[2] >= 0, 1.0, -1.0)
-
-
 def rough_sample(wi, u1, m, pdf_m, eta, spec_r, spec_t, distr):
     """Reflect or refract about the normal m drawn by
     ``microfacet.sample(sampling_distribution(distr, wi), wi flipped up, u2)`` (density pdf_m);
@@ -108,7 +104,7 @@ def rough_eval_pdf(wi, wo, terms, eta, spec_r, spec_t, distr):
     value_t = jnp.abs((1.0 - f) * dg * dot_wi_m * dot_wo_m / (cos_i * denom * denom))
     value = vm.select(reflect, spec_r * value_r, spec_t * value_t)
 
-    wi_up = _flip_up(wi)
+    wi_up = vm.upper_hemisphere(wi)
     if distr.all_normals:
         sample_distr = sampling_distribution(distr, wi)
         prob = microfacet.pdf(sample_distr, wi_up, m)
