@@ -8,6 +8,15 @@ from hypothesis import settings
 from tracer.xla_flags import set_in_environment
 
 set_in_environment()  # before any test module imports JAX
+# Dr.Jit reads this when mitsuba is first imported; without it, its LLVM variant loads whichever
+# libLLVM it finds (an older one here), which aborts the process. Absent, the variant is refused.
+os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1")
+
+import jax  # noqa: E402  (after the flags: JAX reads XLA_FLAGS when its backend starts)
+
+# Mixed dtypes must be cast explicitly, as in equinox's tests: an implicit int32 + float32 or
+# bool - int32 promotion is where bit-exact float32 code silently changes type.
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 # The same hypothesis examples on every run: CI must not turn red on a draw it never saw before.
 # HYPOTHESIS_PROFILE=explore searches afresh (and remembers failures in .hypothesis/).

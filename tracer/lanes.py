@@ -23,7 +23,7 @@ def stable_partition(mask):
     19 ms for 278k entries."""
     n = mask.shape[0]
     count = jnp.sum(mask, dtype=jnp.int32)
-    before = jnp.cumsum(mask, dtype=jnp.int32) - mask
+    before = jnp.cumsum(mask, dtype=jnp.int32) - mask.astype(jnp.int32)
     position = jnp.where(mask, before, count + jnp.arange(n, dtype=jnp.int32) - before)
     order = jnp.zeros_like(position).at[position].set(jnp.arange(n, dtype=jnp.int32), unique_indices=True)
     return order, count

@@ -63,7 +63,8 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
         py, px, valid, keys = samples(flat // (gh * gw), rest // gw, rest % gw)
         valid = valid & (flat < n)
         offset = rng.uniform2(keys, Dims.FILM)
-        film_uv = jnp.stack([(px + offset[0]) / film.width, (py + offset[1]) / film.height])
+        film_uv = jnp.stack([(px.astype(jnp.float32) + offset[0]) / film.width,
+                             (py.astype(jnp.float32) + offset[1]) / film.height])
         origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
         # Each device's path loop ends when its own paths do.
         radiance = trace_paths(scene, keys, origin, direction, t_max, valid)

@@ -87,7 +87,7 @@ def _density(em, uv):
     pos = jnp.clip(uv, 0.0, 1.0) * jnp.array([w1 - 1, h - 1], jnp.float32)[:, None]
     col = jnp.minimum(pos[0].astype(jnp.int32), w1 - 2)
     row = jnp.minimum(pos[1].astype(jnp.int32), h - 2)
-    fx, fy = pos[0] - col, pos[1] - row
+    fx, fy = pos[0] - col.astype(jnp.float32), pos[1] - row.astype(jnp.float32)
     v00, v10, v01, v11 = _corners(em, col, row)
     return (1 - fy) * ((1 - fx) * v00 + fx * v10) + fy * ((1 - fx) * v01 + fx * v11)
 
@@ -105,7 +105,7 @@ def sample(em, ref, u, far):
     c0, c1 = v00 + (v01 - v00) * sy, v10 + (v11 - v10) * sy
     sx = _interval_to_linear(c0, c1, ux)
     pdf_uv = c0 + (c1 - c0) * sx
-    uv = jnp.stack([(col + sx + 0.5) / w, (row + sy) / (h - 1)])
+    uv = jnp.stack([(col.astype(jnp.float32) + sx + 0.5) / w, (row.astype(jnp.float32) + sy) / (h - 1)])
 
     theta, phi = uv[1] * PI, uv[0] * (2 * PI)
     sin_theta, cos_theta = elementary.sincos(theta)
