@@ -25,7 +25,8 @@ def ray_session(address=None, groups=None):
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is None:
         members = groups.count * groups.hosts if groups is not None else 1
-        ray.init(num_cpus=max(os.cpu_count() or 1, members), include_dashboard=False, log_to_driver=False,
+        # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
+        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, members), include_dashboard=False, log_to_driver=False,
                  logging_level=logging.ERROR, configure_logging=False)
     else:
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)

@@ -30,6 +30,6 @@ def local_ray():
     """A real local Ray for one test module (6 logical CPUs, so that several groups fit)."""
     import ray
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
