@@ -5,10 +5,13 @@ import os
 
 import numpy as np
 
+from tracer.io import spectra
 from tracer.io.errors import SceneError
 from tracer.io.transforms import inverse_transpose
 
-__all__ = ["PluginNode", "MISSING"]
+__all__ = ["PluginNode", "MISSING", "resolve_path", "INT32_RANGE"]
+
+INT32_RANGE = (-2**31, 2**31 - 1)  # what get_int returns: Mitsuba's plugins read int (or uint32)
 
 
 class _Missing:
@@ -33,6 +36,8 @@ _ACCEPTS = {
 
 
 def _infer_kind(value):
+    if isinstance(value, spectra.Spectrum):
+        return "spectrum"
     if isinstance(value, (bool, np.bool_)):
         return "boolean"
     if isinstance(value, (int, np.integer)):
@@ -49,13 +54,17 @@ def _infer_kind(value):
 class PluginNode:
     """One plugin of the scene (``<bsdf type="diffuse">``): its properties and nested plugins.
 
-    ``props`` maps names to float, int, bool, str, (3,) float64 arrays (rgb, spectrum, point,
-    vector) or (4, 4) float64 arrays (transforms). ``children`` holds nested plugins in document
-    order; a ``<ref>`` puts the referenced node itself there, so shared plugins are the same
+    ``props`` maps names to float, int, bool, str, (3,) float64 arrays (rgb, point, vector),
+    ``spectra.Spectrum`` records or (4, 4) float64 arrays (transforms). ``children`` holds
+    nested plugins in document order; a ``<ref>`` puts the referenced node itself there, so shared plugins are the same
     object. A nested plugin's parameter name (``<texture name="reflectance">`` or ``<ref
     name=...>``) belongs to the edge, not the node: ask ``child(name)`` or ``named_children()``;
     ``name`` is the attribute of the defining tag. The typed ``get_*`` accessors record what was
     read, so that ``check_unused()`` can report a parameter the renderer does not understand.
+
+    Colours are converted as Mitsuba's RGB variants convert them (``get_rgb``, ``tracer.io.spectra``);
+    a nested constant spectrum plugin (``<spectrum type="d65">``, ``srgb``, ``uniform``, ...) is a
+    value there, not a texture: ``child`` does not return it, ``get_rgb`` and ``get_float`` read it.
     """
 
     category: str                  # the tag: 'scene', 'shape', 'bsdf', 'texture', ...
@@ -126,6 +135,8 @@ class PluginNode:
             return self.props[name]
         if name in self._child_names:
             child = self.children[self._child_names.index(name)]
+            if self._is_value(child) and expect in ("rgb", "float"):
+                return self._fold(name, expect)
             raise SceneError(f"{self.describe()}: parameter '{name}' is a nested <{child.category}>, "
                              f"expected {_EXPECTED[expect]}", self._where.get(name, self.source))
         if default is MISSING:
@@ -136,7 +147,12 @@ class PluginNode:
         return float(self._get(name, "float", default))
 
     def get_int(self, name, default=MISSING):
-        return int(self._get(name, "integer", default))
+        """An integer that fits 32 bits (what Mitsuba's plugins read; ``<integer>`` holds 64)."""
+        value = int(self._get(name, "integer", default))
+        if not INT32_RANGE[0] <= value <= INT32_RANGE[1] and name in self.props:
+            raise SceneError(f"{self.describe()}: parameter '{name}' = {value} is out of range "
+                             f"[{INT32_RANGE[0]}, {INT32_RANGE[1]}]", self._where.get(name, self.source))
+        return value
 
     def get_bool(self, name, default=MISSING):
         return bool(self._get(name, "boolean", default))
@@ -145,9 +161,22 @@ class PluginNode:
         value = self._get(name, "string", default)
         return value if value is None else str(value)
 
-    def get_rgb(self, name, default=MISSING):
-        """(3,) float64 from an ``rgb``, a uniform ``spectrum`` or a ``float`` (gray)."""
-        return _vec3(self._get(name, "rgb", default))
+    def get_rgb(self, name, default=MISSING, context=None):
+        """(3,) float64 linear sRGB of a colour parameter, converted as Mitsuba's RGB variants do.
+
+        ``rgb``, ``float``, ``spectrum`` (uniform, wavelength:value pairs or a file) or a nested
+        constant spectrum plugin; ``context`` (a ``spectra.Context``) is how the plugin reads it,
+        by default what Mitsuba's plugin of this type does (``spectra.context_of``). A default
+        is returned as given.
+        """
+        context = context or spectra.context_of(self.category, self.type, name)
+        if name in self._child_names and self._is_value(self.children[self._child_names.index(name)]):
+            return self._fold(name, "rgb", context)
+        value = self._get(name, "rgb", default)
+        if name not in self.props:
+            return _vec3(value)
+        kind = self._kinds.get(name) or _infer_kind(value)
+        return spectra.to_rgb(value, kind, context, self._where.get(name, self.source))
 
     def get_point(self, name, default=MISSING):
         return _vec3(self._get(name, "point", default))
@@ -172,17 +201,10 @@ class PluginNode:
         return inverse_transpose(matrix)
 
     def get_path(self, name, default=MISSING):
-        """Absolute path of a file name property (see the module docstring for the search order)."""
+        """Absolute path of a file name property (see ``resolve_path`` for the search order)."""
         if not self.has(name) and default is not MISSING:
             return default
-        value = os.path.expanduser(self.get_string(name))
-        if os.path.isabs(value):
-            return os.path.normpath(value)
-        search, own, top = self._search_dirs
-        for folder in (*search, own, top):
-            if os.path.exists(os.path.join(folder, value)):
-                return os.path.abspath(os.path.join(folder, value))
-        return os.path.abspath(os.path.join(own, value))
+        return resolve_path(self.get_string(name), *self._search_dirs)
 
     def get_texture(self, name, default=MISSING):
         """The nested plugin given as ``name`` if there is one, else ``get_rgb(name, default)``."""
@@ -194,13 +216,57 @@ class PluginNode:
         self._used.update(names)
 
     def child(self, name):
-        """The nested plugin given with parameter name ``name``, or None."""
+        """The nested plugin given with parameter name ``name``, or None (also for a constant
+        spectrum plugin, which is a value: see ``get_rgb``)."""
         if name not in self._child_names:
             return None
         index = self._child_names.index(name)
+        if self._is_value(self.children[index]):
+            return None
         self._used.add(name)
         self._used_children.add(index)
         return self.children[index]
+
+    @staticmethod
+    def _is_value(node):
+        return node.category == "texture" and node.type in spectra.SPECTRUM_PLUGINS
+
+    def _fold(self, name, expect, context=None):
+        """The value of the constant spectrum plugin nested as ``name``: (3,) RGB, or a float
+        when ``expect`` is 'float' (a gray one only)."""
+        index = self._child_names.index(name)
+        self._used.add(name)
+        self._used_children.add(index)
+        rgb = spectra.plugin_rgb(self.children[index], context or spectra.context_of(self.category, self.type, name))
+        if expect == "rgb":
+            return rgb
+        if not np.all(rgb == rgb[0]):
+            raise SceneError(f"{self.describe()}: parameter '{name}' must be a gray value, got {rgb.tolist()}",
+                             self._child_where[index])
+        return float(rgb[0])
+
+    # -- renaming (Mitsuba's upgrade of old scene versions)
+    def _rename(self, old, new):
+        if new in self._where:
+            raise SceneError(f"parameter '{new}' given twice (as '{old}' at {self._where[old]}, "
+                             f"first at {self._where[new]})", self._where[old])
+        self._where[new] = self._where.pop(old)
+        self._order[self._order.index(old)] = new
+        if old in self.props:
+            self.props[new] = self.props.pop(old)
+            self._kinds[new] = self._kinds.pop(old)
+            if old in self._normal_matrices:
+                self._normal_matrices[new] = self._normal_matrices.pop(old)
+        else:
+            self._child_names[self._child_names.index(old)] = new
+
+    def _remove(self, name):
+        """Take property ``name`` out (it was replaced by another); returns its value."""
+        del self._where[name]
+        self._order.remove(name)
+        self._kinds.pop(name)
+        self._normal_matrices.pop(name, None)
+        return self.props.pop(name)
 
     def named_children(self):
         """(name or None, node) for every nested plugin, in document order (reads nothing)."""
@@ -230,3 +296,16 @@ class PluginNode:
 
 def _vec3(value):
     return value if value is None else np.broadcast_to(np.asarray(value, np.float64), (3,)).copy()
+
+
+def resolve_path(value, search=(), own="", top=""):
+    """Absolute path of a file name: the folders of ``<path>`` tags (``search``), then the folder
+    of the XML file that names it (``own``), then that of the top file (``top``; Mitsuba itself
+    looks in ``search`` and ``top`` only); a name found nowhere is taken relative to ``own``."""
+    value = os.path.expanduser(value)
+    if os.path.isabs(value):
+        return os.path.normpath(value)
+    for folder in (*search, own, top):
+        if os.path.exists(os.path.join(folder, value)):
+            return os.path.abspath(os.path.join(folder, value))
+    return os.path.abspath(os.path.join(own, value))
