@@ -13,7 +13,9 @@ It follows Mitsuba 3.9's ``src/core/parser.cpp``:
   the inverse transpose it transforms normals with, which is not ``inv(M).T`` after a rotation
   about a non-unit axis; ``PluginNode.get_normal_transform`` returns that one.
 * ``<ref>`` may point forward; the tree then holds the referenced node itself (shared).
-* ``<include>`` is relative to the including file; a ``scene`` root is spliced into the parent.
+* ``<include>`` and ``<path>`` are looked for as Mitsuba's file resolver looks for them: next
+  to the file that names them, then next to the files including it, in the ``<path>`` folders
+  and next to the top file. An included ``scene`` root is spliced into the parent.
 * ``version`` is three numbers (``util::Version``). Any is read; the plugins of a file older than
   2.0.0 are upgraded as Mitsuba 3's ``upgrade_from_v1`` does: camelCase parameter names become
   snake_case (``intIOR`` -> ``int_ior``), a diffuse ``diffuse_reflectance`` is its
@@ -286,6 +288,7 @@ class _Parser:
         self.params = {str(k): str(v) for k, v in params.items()}
         self.top_dir = top_dir
         self.search = []          # folders of <path> tags, most recent first (shared by all files)
+        self.include_dirs = []    # folders of the files being included, outermost first
         self.ids = {}             # id -> PluginNode
         self.nodes = []           # every object node, for resolving refs
         self.arguments = set(self.params)  # names given by the caller
@@ -421,8 +424,8 @@ class _Parser:
             _check_attrs(el, attrs, where, required=("value",))
             if node.category != "scene":
                 raise SceneError("<path> can only be a child of <scene>", where)
-            folder = os.path.join(source.directory, attrs["value"])
-            if not os.path.isdir(folder):
+            folder = self._find(attrs["value"], source, os.path.isdir)
+            if folder is None:
                 raise SceneError(f"<path>: folder '{attrs['value']}' not found", where)
             self.search.insert(0, os.path.abspath(folder))
             self.path_varies |= _varies(el, "value")
@@ -449,11 +452,22 @@ class _Parser:
             what = f"spectrum file '{attrs['filename']}'" if "filename" in attrs else "<spectrum>"
             raise SceneError(f"{what}: {e}", where) from None
 
+    def _find(self, name, source, exists):
+        """Where Mitsuba's file resolver finds an <include> or <path> ``name`` while ``source`` is
+        read: in the folder of that file, of the files that include it, of <path> tags, of the
+        top file (the first where ``exists``); None if nowhere."""
+        if os.path.isabs(name):
+            return name if exists(name) else None
+        own = source.directory if source.display == "<string>" else os.path.dirname(source.display)
+        for folder in (own, *reversed(self.include_dirs), *self.search, self.top_dir):
+            if exists(os.path.join(folder, name)):
+                return os.path.normpath(os.path.join(folder, name))
+        return None
+
     def _include(self, el, attrs, source, node, depth, level, where):
         filename = attrs["filename"]
-        base = source.directory if source.display == "<string>" else os.path.dirname(source.display)
-        path = filename if os.path.isabs(filename) else os.path.normpath(os.path.join(base, filename))
-        if not os.path.isfile(path):
+        path = self._find(filename, source, os.path.isfile)
+        if path is None:
             raise SceneError(f"included file '{filename}' not found", where)
         if depth + 1 >= MAX_INCLUDE_DEPTH:
             raise SceneError(f"<include> nested deeper than {MAX_INCLUDE_DEPTH} levels", where)
@@ -463,6 +477,7 @@ class _Parser:
         root_attrs = self._substitute(el, _File(path, os.path.dirname(os.path.abspath(path)), self.search))
         version = _version(el, root_attrs, f"{path}:{el.line}")
         included = _File(path, os.path.dirname(os.path.abspath(path)), self.search, version)
+        self.include_dirs.append(included.directory)
         if el.tag == "scene":
             _check_attrs(el, root_attrs, included.where(el), optional=("id", "name", "type"))
             for child in el.children:
@@ -472,6 +487,7 @@ class _Parser:
             node._add_child(child, attrs.get("name"), where)
         else:
             raise SceneError(f"the root of an included file must be an object, got <{el.tag}>", included.where(el))
+        self.include_dirs.pop()
 
     # -- references
     def _resolve_refs(self):
