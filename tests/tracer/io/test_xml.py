@@ -421,3 +421,20 @@ def test_unknown_keyword_parameters_are_refused(tmp_path):
     assert parse_string(text, tmp_path, a=2).get_int("x") == 2
     with pytest.raises(SceneError, match="unknown scene parameter 'ab'"):
         parse_string(text, tmp_path, ab=2)
+
+
+def test_includes_and_paths_are_found_as_mitsubas_file_resolver_finds_them(tmp_path):
+    """Mitsuba's own regression scenes rely on this: include/base.xml includes "include/pre.xml"
+    (next to the top file, not to base.xml), and a <path> in include/ is relative to the top."""
+    write(tmp_path, "include/pre.xml", scene('<default name="spp" value="8"/>'))
+    write(tmp_path, "include/base.xml", scene('<include filename="include/pre.xml"/><path value="common"/>'))
+    write(tmp_path, "common/m.obj", "")
+    root = parse_file(write(tmp_path, "s.xml", scene("""
+        <include filename="include/base.xml"/>
+        <integer name="n" value="$spp"/>
+        <shape type="obj"><string name="filename" value="m.obj"/></shape>
+    """)))
+    assert root.get_int("n") == 8
+    assert root.children_of("shape")[0].get_path("filename") == str(tmp_path / "common/m.obj")
+    assert [os.path.relpath(f.path, tmp_path) for f in root.files if f.kind == "xml"] == [
+        "s.xml", "include/base.xml", "include/pre.xml"]
