@@ -187,3 +187,20 @@ def test_a_mitsuba_0_6_scene_loads(tmp_path):
     </scene>""")
     scene = tracer.load_scene(path)
     assert scene.settings.max_depth == 4 and scene.settings.spp == 16
+
+
+def test_plugins_defined_at_the_top_and_referenced(tmp_path):
+    """As in Mitsuba's gallery scenes: a sampler and an area emitter defined at the top level and
+    used through <ref>; a top-level sampler nothing uses is ignored, as Mitsuba ignores it."""
+    path = tmp_path / "scene.xml"
+    path.write_text("""<scene version="2.1.0">
+      <sampler type="stratified" id="s"><integer name="sample_count" value="16"/></sampler>
+      <sampler type="independent" id="unused"/>
+      <emitter type="area" id="light"><rgb name="radiance" value="2"/></emitter>
+      <sensor type="perspective"><ref id="s"/>
+        <film type="hdrfilm"><integer name="width" value="8"/><integer name="height" value="8"/></film></sensor>
+      <shape type="rectangle"><ref id="light"/></shape>
+    </scene>""")
+    scene = tracer.load_scene(path)
+    assert scene.settings.spp == 16
+    np.testing.assert_array_equal(np.asarray(scene.emitters.radiance)[:, 0], [2, 2, 2])

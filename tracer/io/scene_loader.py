@@ -66,6 +66,18 @@ def _first(node, category):
     return found[0] if found else None
 
 
+def _nested(root):
+    """id() of every plugin nested in another plugin than ``root`` (directly or by a <ref>)."""
+    nested, stack = set(), [c for c in root.children]
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            if id(child) not in nested:
+                nested.add(id(child))
+                stack.append(child)
+    return nested
+
+
 def _field_of_view(node):
     """(fov in degrees, fov_axis) of a sensor, as Mitsuba's ``parse_fov``: ``fov`` along
     ``fov_axis``, or else a full-frame lens of ``focal_length`` (default "50mm") on the diagonal."""
@@ -133,7 +145,10 @@ class _SceneBuilder:
         root = self.root
         settings = self._integrator()
         camera, film, spp = self._sensor(the_sensor(root))
+        nested = _nested(root)
         for node in root.children:
+            if id(node) in nested:
+                continue  # defined at the top, used by a <ref> (a sensor's sampler, a shape's emitter)
             if node.category == "shape":
                 self._shape(node)
             elif node.category == "emitter":
@@ -141,8 +156,8 @@ class _SceneBuilder:
                     raise SceneError(f"{node.source}: an area emitter must be nested in a shape")
                 self.emitters.add(node, self.add_texture)
                 node.check_unused()
-            elif node.category in ("bsdf", "texture", "sensor", "integrator"):
-                continue  # referenced by shapes, or handled above
+            elif node.category in ("bsdf", "texture", "sensor", "integrator", "sampler", "film", "rfilter"):
+                continue  # referenced by shapes, handled above, or (sampler, film, rfilter) unused as in Mitsuba
             else:
                 raise SceneError(f"{node.source}: unsupported <{node.category}> plugin '{node.type}'")
         if not self.shape_rows:
