@@ -80,16 +80,9 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out):
 
 
 def _scene_spp(path, sets):
-    """The scene's sampler sample_count (Mitsuba's default 4 when none)."""
-    from tracer.io.errors import SceneError
-    from tracer.io.xml import parse_file
-    try:
-        root = parse_file(path)
-        sensors = root.children_of("sensor")
-        samplers = sensors[0].children_of("sampler") if sensors else []
-        return samplers[0].get_int("sample_count", 4) if samplers else 4
-    except SceneError as e:
-        raise SpecError(str(e)) from None
+    """The samples per pixel of the scene's sampler (Mitsuba's 4 when it has none)."""
+    from farm.spec import scene_info
+    return scene_info(path).spp
 
 
 def _render(spec, address, no_progress):

@@ -20,6 +20,10 @@ def _check_params(spec):
             raise SpecError(f"parameter '{c.name}' is not a <default> of {os.path.basename(spec.scene)} (it has: {known})")
 
 
+def _scene_hash(spec):
+    return scene_hash(spec.scene, [spec.params_at(frame) for frame in range(spec.frames[0], spec.frames[1] + 1)])
+
+
 def prepare(spec, create=True):
     """Validate ``spec`` and bind it to its store (created, or checked to be this job's).
 
@@ -32,7 +36,7 @@ def prepare(spec, create=True):
         stored = JobSpec.from_json(store.spec_json)
         spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size,
                                    chunk_passes=stored.chunk_passes).planned()
-        store.check_identity(spec.identity(scene_hash(spec.scene)))
+        store.check_identity(spec.identity(_scene_hash(spec)))
         if spec.spp < stored.spp:
             raise SpecError(f"{spec.store} already holds {stored.spp} spp; asking for {spec.spp} is not supported "
                             f"(export fewer samples is not possible from summed passes)")
@@ -45,7 +49,7 @@ def prepare(spec, create=True):
     spec = spec.planned()
     film = film_size(spec)
     n_passes = -(-spec.spp // spec.pass_size)
-    store = FrameStore.create(spec.store, spec.identity(scene_hash(spec.scene)), spec.to_json(), film,
+    store = FrameStore.create(spec.store, spec.identity(_scene_hash(spec)), spec.to_json(), film,
                               spec.n_frames, -(-n_passes // spec.chunk_passes))
     return spec, store
 

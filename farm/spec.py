@@ -31,14 +31,14 @@ import hashlib
 import os
 import tomllib
 
-import defusedxml.ElementTree as ET
-
 from farm.curves import INTERPOLATIONS, Curve
 from farm.errors import SpecError
 from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, PLATFORMS
+from tracer.io.errors import SceneError
+from tracer.io.scene_info import describe
 
-__all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_res", "scene_defaults", "scene_hash", "film_size",
-           "MAX_CHUNKS"]
+__all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_res", "scene_info", "scene_defaults", "scene_hash",
+           "film_size", "MAX_CHUNKS"]
 
 # A frame's samples are split into at most this many chunks (each is one task per tile, and
 # its sums are kept in the store until export): it bounds the store at MAX_CHUNKS images.
@@ -244,56 +244,59 @@ def _curves(params, path):
 
 # -- the scene, read on the driver without JAX ------------------------------------------------
 
-def _scene_root(path):
+def scene_info(path, params=()):
+    """``tracer.io.scene_info.describe`` of the scene with ``params`` ((name, value) pairs) set;
+    a bad scene is a ``SpecError``."""
     if not os.path.isfile(path):
         raise SpecError(f"scene file not found: {path}")
     try:
-        return ET.parse(path).getroot()
-    except ET.ParseError as e:
-        raise SpecError(f"{path}: not valid XML: {e}") from None
-
-
-def _defaults(root):
-    return {d.get("name"): d.get("value") for d in root.iter("default")}
+        return describe(path, **dict(params))
+    except SceneError as e:
+        raise SpecError(str(e)) from None
 
 
 def scene_defaults(path):
-    """The names and values of the scene's ``<default>`` parameters."""
-    return _defaults(_scene_root(path))
+    """The names and values of the scene's ``<default>`` parameters (its included files' too)."""
+    return scene_info(path).defaults
 
 
-def scene_hash(path):
-    """SHA-256 over the scene XML and every file it names (meshes, images)."""
-    root = _scene_root(path)
-    defaults = _defaults(root)
-    digest = hashlib.sha256(open(path, "rb").read())
-    base = os.path.dirname(os.path.abspath(path))
-    for el in root.iter("string"):
-        if el.get("name") != "filename":
-            continue
-        name = el.get("value", "")
-        for k in sorted(defaults, key=len, reverse=True):
-            name = name.replace("$" + k, str(defaults[k]))
-        full = os.path.join(base, name)
-        digest.update(name.encode())
-        if os.path.isfile(full):
-            with open(full, "rb") as f:
-                digest.update(hashlib.sha256(f.read()).digest())
+def scene_hash(path, param_sets=((),)):
+    """SHA-256 over the scene XML and every file it reads (includes, spectra, meshes, images), as
+    the loader resolves them, for each set of parameters in ``param_sets`` ((name, value) pairs,
+    e.g. one per frame): the files of the first set in document order, each as its name and the
+    SHA-256 of its bytes, then those that only other sets name. Sets after the first are read
+    only when a file name depends on a parameter."""
+    param_sets = list(dict.fromkeys(tuple(p) for p in param_sets)) or [()]
+    first = scene_info(path, param_sets[0])
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read())
+    seen, sums = set(), {}
+    for index, params in enumerate(param_sets):
+        files = (scene_info(path, params) if index else first).files[1:]  # [0]: the scene, hashed above
+        for file in files:
+            if index and (file.name, file.path) in seen:
+                continue
+            seen.add((file.name, file.path))
+            if file.path not in sums:
+                sums[file.path] = _file_sha256(file.path)
+            digest.update(file.name.encode())
+            digest.update(sums[file.path])
+        if not any(file.varies for file in files):
+            break
     return digest.hexdigest()
+
+
+def _file_sha256(path):
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.digest()
 
 
 def film_size(spec):
     """(width, height) of the frames: the override, or the scene's film at the first frame."""
     if spec.resolution:
         return spec.resolution
-    from tracer.io.errors import SceneError
-    from tracer.io.xml import parse_file
-    try:
-        root = parse_file(spec.scene, **dict(spec.params_at(spec.frames[0])))
-        sensors = root.children_of("sensor")
-        films = sensors[0].children_of("film") if sensors else []
-        if not films:
-            return 768, 576  # Mitsuba's hdrfilm defaults
-        return films[0].get_int("width", 768), films[0].get_int("height", 576)
-    except SceneError as e:
-        raise SpecError(str(e)) from None
+    size = scene_info(spec.scene, spec.params_at(spec.frames[0])).film_size
+    return _check_res(size, f"{size[0]}x{size[1]} (the scene's film)")

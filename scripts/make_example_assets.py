@@ -165,7 +165,7 @@ def write_ply(path, pos, faces, nrm=None, uv=None, binary=True):
     if uv is not None:
         props += [("u", uv[:, 0]), ("v", uv[:, 1])]
     fmt = "binary_little_endian" if binary else "ascii"
-    header = [f"ply", f"format {fmt} 1.0", "comment made by scripts/make_example_assets.py",
+    header = ["ply", f"format {fmt} 1.0", "comment made by scripts/make_example_assets.py",
               f"element vertex {len(pos)}"]
     header += [f"property float {name}" for name, _ in props]
     header += [f"element face {len(faces)}", "property list uchar int vertex_indices", "end_header"]

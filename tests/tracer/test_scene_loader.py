@@ -1,4 +1,7 @@
 """load_scene end to end: what it builds, and the one-line errors it gives."""
+import math
+
+import numpy as np
 import pytest
 
 import tracer
@@ -27,7 +30,7 @@ def _write(tmp_path, depth=8, sampler="independent", shapes=QUAD.format(bsdf='<b
 def test_builds_the_scene_it_describes(tmp_path):
     scene = tracer.load_scene(_write(tmp_path, sampler="stratified"))
     assert (scene.film.width, scene.film.height) == (20, 10)
-    assert scene.settings.spp == 7 and scene.settings.max_depth == 8
+    assert scene.settings.spp == 9 and scene.settings.max_depth == 8  # Mitsuba's stratified takes a square
     assert scene.geometry.n_triangles == 2
     resized = tracer.load_scene(_write(tmp_path), resolution=(8, 6))
     assert (resized.film.width, resized.film.height) == (8, 6)
@@ -68,3 +71,136 @@ def test_bad_settings_and_malformed_xml(tmp_path):
     bad.write_text('<scene version="3.0.0"><shape type="cube">\n</scene>')
     with pytest.raises(SceneError, match="bad.xml:2"):
         tracer.load_scene(bad)
+
+
+# Every parameter Mitsuba 3 reads for these plugins that does not change our image.
+HARMLESS = """<scene version="3.0.0">
+  <integrator type="path"><integer name="block_size" value="32"/><float name="timeout" value="10"/>
+    <integer name="samples_per_pass" value="4"/></integrator>
+  <sensor type="perspective">
+    <float name="fov" value="40"/><float name="near_clip" value="0.1"/><float name="far_clip" value="100"/>
+    <float name="focus_distance" value="3"/><float name="shutter_open" value="0"/><float name="shutter_close" value="1"/>
+    <transform name="to_world"><lookat origin="0, 0, 3" target="0, 0, 0" up="0, 1, 0"/></transform>
+    <sampler type="ldsampler"><integer name="sample_count" value="5"/><integer name="seed" value="3"/></sampler>
+    <film type="hdrfilm"><integer name="width" value="20"/><integer name="height" value="10"/>
+      <string name="pixel_format" value="rgba"/><string name="component_format" value="float32"/>
+      <string name="file_format" value="openexr"/><boolean name="banner" value="false"/>
+      <boolean name="sample_border" value="true"/><boolean name="compensate" value="false"/></film>
+  </sensor>
+  <shape type="rectangle"><float name="silhouette_sampling_weight" value="0.5"/>
+    <bsdf type="diffuse"><texture type="checkerboard" name="reflectance"/></bsdf></shape>
+</scene>"""
+
+
+def test_parameters_that_change_nothing_are_taken(tmp_path):
+    path = tmp_path / "scene.xml"
+    path.write_text(HARMLESS)
+    scene = tracer.load_scene(path)
+    assert scene.settings.spp == 16  # ldsampler: a power of two, squared
+
+
+@pytest.mark.parametrize("where, param, needle", [
+    ("sensor", '<float name="principal_point_offset_x" value="0.1"/>', "sensor 'perspective' has unsupported "
+     "parameter 'principal_point_offset_x'"),
+    ("film", '<integer name="crop_width" value="4"/>', "crop_width"),
+    ("sampler", '<float name="gamma" value="2"/>', "sampler 'ldsampler' has unsupported parameter 'gamma'"),
+    ("sensor", '<string name="fov_axis" value="x"/><string name="focal_length" value="35mm"/>', "fov_axis"),
+])
+def test_parameters_that_change_the_image_and_are_not_implemented_are_refused(tmp_path, where, param, needle):
+    anchor = {"sensor": '<float name="fov" value="40"/>', "film": '<integer name="width" value="20"/>',
+              "sampler": '<integer name="sample_count" value="5"/>'}[where]
+    text = HARMLESS.replace(anchor, anchor + param)
+    if "focal_length" in param:
+        text = text.replace('<float name="fov" value="40"/>', "")
+    path = tmp_path / "scene.xml"
+    path.write_text(text)
+    with pytest.raises(SceneError, match=r"scene\.xml:\d+: ") as info:
+        tracer.load_scene(path)
+    assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("lens", ['<string name="focal_length" value="35mm"/>', '<string name="focal_length" value="85"/>',
+                                  "", '<float name="fov" value="30"/><string name="fov_axis" value="Diagonal"/>'])
+def test_field_of_view_as_mitsuba_reads_it(tmp_path, lens):
+    """A focal length is a full-frame lens on the diagonal; none at all is Mitsuba's 50 mm."""
+    mi = pytest.importorskip("mitsuba")
+    mi.set_variant("scalar_rgb")
+    text = SCENE.format(depth=8, sampler="independent", shapes=QUAD.format(bsdf="")).replace(
+        '<float name="fov" value="40"/>', lens)
+    path = tmp_path / "scene.xml"
+    path.write_text(text)
+    ours = float(tracer.load_scene(path).camera.tan_half_fov)
+    theirs = mi.traverse(mi.load_string(text).sensors()[0])["x_fov"]
+    assert ours == pytest.approx(math.tan(math.radians(float(np.ravel(theirs)[0])) / 2), rel=1e-6)
+
+
+def test_field_of_view_out_of_range_is_refused(tmp_path):
+    path = tmp_path / "scene.xml"
+    path.write_text(SCENE.format(depth=8, sampler="independent", shapes=QUAD.format(bsdf="")).replace(
+        'value="40"', 'value="180"'))
+    with pytest.raises(SceneError, match=r"scene\.xml:3: .*field of view must be in \(0, 180\)"):
+        tracer.load_scene(path)
+
+
+@pytest.mark.parametrize("kind, flip, v", [("obj", None, 0.75), ("obj", "false", 0.25), ("ply", None, 0.25),
+                                            ("ply", "true", 0.75)])
+def test_flip_tex_coords_as_mitsuba(tmp_path, kind, flip, v):
+    """Mitsuba flips an OBJ's v by default and a PLY's only when asked."""
+    if kind == "obj":
+        (tmp_path / "m.obj").write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nvt 0 0.25\nvt 1 0.25\nvt 0 0.25\nf 1/1 2/2 3/3\n")
+    else:
+        (tmp_path / "m.ply").write_text("ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
+                                        "property float z\nproperty float u\nproperty float v\nelement face 1\n"
+                                        "property list uchar int vertex_indices\nend_header\n0 0 0 0 0.25\n"
+                                        "1 0 0 1 0.25\n0 1 0 0 0.25\n3 0 1 2\n")
+    option = "" if flip is None else f'<boolean name="flip_tex_coords" value="{flip}"/>'
+    shape = f'<shape type="{kind}"><string name="filename" value="m.{kind}"/>{option}</shape>'
+    scene = tracer.load_scene(_write(tmp_path, shapes=shape))
+    np.testing.assert_allclose(np.asarray(scene.geometry.uv0)[1], [v])
+
+
+def test_spectra_reach_the_tables_converted(tmp_path):
+    """A reflectance and an emitter given as the same spectrum get their different conversions."""
+    spectrum = '<spectrum name="{}" value="400:0.2, 500:0.8, 600:0.5, 700:0.9"/>'
+    text = (SCENE.format(depth=8, sampler="independent",
+                         shapes=QUAD.format(bsdf=f'<bsdf type="diffuse">{spectrum.format("reflectance")}</bsdf>'))
+            .replace('<rgb name="intensity" value="5"/>', spectrum.format("intensity")))
+    path = tmp_path / "scene.xml"
+    path.write_text(text)
+    scene = tracer.load_scene(path)
+    constants = np.asarray(scene.textures.color0).T
+    assert any(np.allclose(c, [0.49235284, 0.6945368, 0.5065798], rtol=0, atol=1e-7) for c in constants)
+    np.testing.assert_allclose(np.asarray(scene.emitters.radiance)[:, 0], [0.61999595, 0.65696317, 0.45019063],
+                               rtol=0, atol=1e-7)
+
+
+def test_a_mitsuba_0_6_scene_loads(tmp_path):
+    path = tmp_path / "old.xml"
+    path.write_text("""<scene version="0.6.0">
+      <integrator type="path"><integer name="maxDepth" value="4"/></integrator>
+      <sensor type="perspective"><float name="fov" value="40"/><string name="fovAxis" value="x"/>
+        <transform name="toWorld"><lookat origin="0, 0, 3" target="0, 0, 0" up="0, 1, 0"/></transform>
+        <sampler type="ldsampler"><integer name="sampleCount" value="16"/></sampler>
+        <film type="hdrfilm"><integer name="width" value="8"/><integer name="height" value="8"/></film></sensor>
+      <shape type="rectangle"><bsdf type="diffuse"><rgb name="diffuseReflectance" value="0.3"/></bsdf></shape>
+      <emitter type="point"><point name="position" value="0, 0, 2"/></emitter>
+    </scene>""")
+    scene = tracer.load_scene(path)
+    assert scene.settings.max_depth == 4 and scene.settings.spp == 16
+
+
+def test_plugins_defined_at_the_top_and_referenced(tmp_path):
+    """As in Mitsuba's gallery scenes: a sampler and an area emitter defined at the top level and
+    used through <ref>; a top-level sampler nothing uses is ignored, as Mitsuba ignores it."""
+    path = tmp_path / "scene.xml"
+    path.write_text("""<scene version="2.1.0">
+      <sampler type="stratified" id="s"><integer name="sample_count" value="16"/></sampler>
+      <sampler type="independent" id="unused"/>
+      <emitter type="area" id="light"><rgb name="radiance" value="2"/></emitter>
+      <sensor type="perspective"><ref id="s"/>
+        <film type="hdrfilm"><integer name="width" value="8"/><integer name="height" value="8"/></film></sensor>
+      <shape type="rectangle"><ref id="light"/></shape>
+    </scene>""")
+    scene = tracer.load_scene(path)
+    assert scene.settings.spp == 16
+    np.testing.assert_array_equal(np.asarray(scene.emitters.radiance)[:, 0], [2, 2, 2])

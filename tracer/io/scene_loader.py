@@ -5,6 +5,7 @@ plugin is given must be understood: whatever no builder read is reported, with f
 by ``PluginNode.check_unused``.
 """
 import dataclasses
+import math
 import os
 from typing import NamedTuple
 
@@ -19,6 +20,7 @@ from tracer.emitters.build import EmitterTableBuilder
 from tracer.io import meshes
 from tracer.io.errors import SceneError
 from tracer.io.images import load_image
+from tracer.io.scene_info import DEFAULT_FILM_SIZE, film_size, sample_count, the_sensor
 from tracer.io.xml import PluginNode, parse_file
 from tracer.scene import Scene, Settings, Shapes
 from tracer.kinds import BitmapFilter, SurfaceKind, WrapMode
@@ -30,13 +32,19 @@ __all__ = ["load_scene"]
 TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
 MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
 ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
-# Properties that change nothing in what we render (output formats, sampler flavours, ids).
+# Properties that change nothing in what we render (output formats, how work is split, shutter
+# times without motion, a perspective camera's focus distance, what only differentiable
+# rendering uses); samplers are described in ``scene_info.SAMPLER_HARMLESS``.
 HARMLESS = {
     "film": {"pixel_format", "component_format", "file_format", "banner", "sample_border", "compensate", "rfilter"},
-    "sampler": {"seed", "jitter", "scramble", "samples_per_pass"},
-    "sensor": {"shutter_open", "shutter_close", "srf"},
-    "integrator": {"samples_per_pass", "timeout"},
+    "sensor": {"shutter_open", "shutter_close", "srf", "focus_distance"},
+    "integrator": {"samples_per_pass", "timeout", "block_size"},
+    "shape": {"silhouette_sampling_weight"},
 }
+# A bitmap's storage precision and GPU texture use ('format', 'accel'): texels are float32 here.
+BITMAP_FORMATS = ("auto", "variant", "float16", "fp16", "uint8")
+# A 35 mm film's diagonal (mm): Mitsuba's 'focal_length' is a full-frame lens.
+FULL_FRAME_DIAGONAL = (36.0 ** 2 + 24.0 ** 2) ** 0.5
 
 
 def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = None, accel: str = "auto",
@@ -56,6 +64,38 @@ def _first(node, category):
     if len(found) > 1:
         raise SceneError(f"{found[1].source}: more than one <{category}> in {node.category} '{node.type}'")
     return found[0] if found else None
+
+
+def _nested(root):
+    """id() of every plugin nested in another plugin than ``root`` (directly or by a <ref>)."""
+    nested, stack = set(), [c for c in root.children]
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            if id(child) not in nested:
+                nested.add(id(child))
+                stack.append(child)
+    return nested
+
+
+def _field_of_view(node):
+    """(fov in degrees, fov_axis) of a sensor, as Mitsuba's ``parse_fov``: ``fov`` along
+    ``fov_axis``, or else a full-frame lens of ``focal_length`` (default "50mm") on the diagonal."""
+    if node.has("fov") and node.has("focal_length"):
+        raise SceneError(f"{node.source}: give either fov or focal_length, not both")
+    if node.has("fov"):
+        return node.get_float("fov"), node.get_string("fov_axis", "x").lower()
+    try:
+        text = node.get_string("focal_length", "50mm").strip()
+    except SceneError:
+        text = str(node.get_float("focal_length"))
+    try:
+        focal = float(text[:-2] if text.endswith("mm") else text)
+    except ValueError:
+        focal = float("nan")
+    if not (focal > 0 and math.isfinite(focal)):
+        raise SceneError(f"{node.source}: could not parse the focal length '{text[:40]}' (expected <x>mm, x > 0)")
+    return math.degrees(2.0 * math.atan(FULL_FRAME_DIAGONAL / (2.0 * focal))), "diagonal"
 
 
 def _load(node, loader, *args, **kwargs):
@@ -104,11 +144,11 @@ class _SceneBuilder:
     def build(self) -> Scene:
         root = self.root
         settings = self._integrator()
-        sensors = root.children_of("sensor")
-        if len(sensors) != 1:
-            raise SceneError(f"{root.source}: expected exactly one <sensor>, found {len(sensors)}")
-        camera, film, spp = self._sensor(sensors[0])
+        camera, film, spp = self._sensor(the_sensor(root))
+        nested = _nested(root)
         for node in root.children:
+            if id(node) in nested:
+                continue  # defined at the top, used by a <ref> (a sensor's sampler, a shape's emitter)
             if node.category == "shape":
                 self._shape(node)
             elif node.category == "emitter":
@@ -116,8 +156,8 @@ class _SceneBuilder:
                     raise SceneError(f"{node.source}: an area emitter must be nested in a shape")
                 self.emitters.add(node, self.add_texture)
                 node.check_unused()
-            elif node.category in ("bsdf", "texture", "sensor", "integrator"):
-                continue  # referenced by shapes, or handled above
+            elif node.category in ("bsdf", "texture", "sensor", "integrator", "sampler", "film", "rfilter"):
+                continue  # referenced by shapes, handled above, or (sampler, film, rfilter) unused as in Mitsuba
             else:
                 raise SceneError(f"{node.source}: unsupported <{node.category}> plugin '{node.type}'")
         if not self.shape_rows:
@@ -172,16 +212,13 @@ class _SceneBuilder:
         if node.type not in ("perspective", "thinlens"):
             raise SceneError(f"{node.source}: unsupported sensor '{node.type}' (perspective or thinlens)")
         film_node = _first(node, "film")
-        width, height = self.resolution or (768, 576)
+        width, height = self.resolution or DEFAULT_FILM_SIZE
         film = films.make_film(width, height)
         if film_node is not None:
             if film_node.type != "hdrfilm":
                 raise SceneError(f"{film_node.source}: unsupported film '{film_node.type}' (only hdrfilm)")
-            width, height = film_node.get_int("width", 768), film_node.get_int("height", 576)
-            if self.resolution is not None:
-                width, height = self.resolution
-            if width < 1 or height < 1:
-                raise SceneError(f"{film_node.source}: film size must be positive, got {width}x{height}")
+            size = film_size(node)
+            width, height = self.resolution or size
             rfilter = _first(film_node, "rfilter")
             film = self._film(width, height, rfilter)
             for name in ("crop_offset_x", "crop_offset_y", "crop_width", "crop_height"):
@@ -189,24 +226,14 @@ class _SceneBuilder:
                     raise SceneError(f"{film_node.source}: film cropping ('{name}') is not supported")
             self._ignore(film_node, "film")
             film_node.check_unused()
-        spp = 4
-        sampler = _first(node, "sampler")
-        if sampler is not None:
-            spp = sampler.get_int("sample_count", 4)
-            if spp < 1:
-                raise SceneError(f"{sampler.source}: sample_count must be at least 1, got {spp}")
-            self._ignore(sampler, "sampler")
-            sampler.check_unused()
-        if node.has("fov") and node.has("focal_length"):
-            raise SceneError(f"{node.source}: give either fov or focal_length, not both")
-        if node.has("focal_length"):
-            raise SceneError(f"{node.source}: 'focal_length' is not supported; give 'fov'")
-        fov = node.get_float("fov", 90.0) if node.has("fov") else 90.0
-        fov_axis = node.get_string("fov_axis", "x")
+        spp = sample_count(node)
+        fov, fov_axis = _field_of_view(node)
         try:
             x_fov = cameras.x_fov_from(fov, fov_axis, width, height)
         except ValueError as e:
             raise SceneError(f"{node.source}: {e}") from None
+        if not 0 < x_fov < 180:
+            raise SceneError(f"{node.source}: the horizontal field of view must be in (0, 180) degrees, got {x_fov:g}")
         kwargs = {}
         if node.type == "thinlens":
             kwargs = dict(aperture_radius=node.get_float("aperture_radius", 0.03),
@@ -283,6 +310,7 @@ class _SceneBuilder:
                 raise SceneError(f"{child.source}: unsupported <{child.category}> inside a shape")
         self.shape_rows.append(ShapeRow(bsdf_front=sides.front, bsdf_back=sides.back, flip_back=sides.flip_back,
                                         emitter=emitter, flip_normals=flip_normals))
+        self._ignore(node, "shape")
         node.check_unused()
 
     def _mesh(self, node, to_world):
@@ -293,7 +321,13 @@ class _SceneBuilder:
         if node.type == "cube":
             return meshes.transform_mesh(meshes.cube_mesh(), to_world, normal_matrix)
         path = node.get_path("filename")
-        mesh = _load(node, meshes.load_obj if node.type == "obj" else meshes.load_ply, path)
+        if node.type == "obj":
+            mesh = _load(node, meshes.load_obj, path, flip_tex_coords=node.get_bool("flip_tex_coords", True))
+        else:
+            mesh = _load(node, meshes.load_ply, path)
+            if node.get_bool("flip_tex_coords", False) and mesh.uvs is not None:  # Mitsuba's PLY default: no flip
+                mesh = meshes.Mesh(mesh.positions, mesh.faces, mesh.normals,
+                                   np.stack([mesh.uvs[:, 0], np.float32(1) - mesh.uvs[:, 1]], axis=1))
         face_normals = node.get_bool("face_normals", False)
         if face_normals:
             mesh = meshes.Mesh(mesh.positions, mesh.faces, None, mesh.uvs)
@@ -355,6 +389,10 @@ class _SceneBuilder:
                 raise SceneError(f"{node.source}: unknown filter_type '{filter_name}' (bilinear or nearest)")
             if wrap_name not in wraps:
                 raise SceneError(f"{node.source}: unknown wrap_mode '{wrap_name}' (repeat, mirror or clamp)")
+            storage = node.get_string("format", "auto")
+            if storage not in BITMAP_FORMATS:
+                raise SceneError(f"{node.source}: unknown format '{storage}' ({', '.join(BITMAP_FORMATS)})")
+            node.get_bool("accel", True)
             key = (path, raw, filter_name, wrap_name, to_uv.tobytes())
             if key not in self.bitmap_ids:
                 image = _load(node, load_image, path, raw=raw)

@@ -13,7 +13,21 @@ It follows Mitsuba 3.9's ``src/core/parser.cpp``:
   the inverse transpose it transforms normals with, which is not ``inv(M).T`` after a rotation
   about a non-unit axis; ``PluginNode.get_normal_transform`` returns that one.
 * ``<ref>`` may point forward; the tree then holds the referenced node itself (shared).
-* ``<include>`` is relative to the including file; a ``scene`` root is spliced into the parent.
+* ``<include>`` and ``<path>`` are looked for as Mitsuba's file resolver looks for them: next
+  to the file that names them, then next to the files including it, in the ``<path>`` folders
+  and next to the top file. An included ``scene`` root is spliced into the parent.
+* ``version`` is three numbers (``util::Version``). Any is read; the plugins of a file older than
+  2.0.0 are upgraded as Mitsuba 3's ``upgrade_from_v1`` does: camelCase parameter names become
+  snake_case (``intIOR`` -> ``int_ior``), a diffuse ``diffuse_reflectance`` is its
+  ``reflectance``, and ``uoffset``/``voffset``/``uscale``/``vscale`` become ``to_uv``.
+* ``<spectrum>`` holds a uniform value, wavelength:value pairs, or a spectrum file read while
+  parsing (a ``spectra.Spectrum``); ``PluginNode.get_rgb`` converts it as Mitsuba's RGB
+  variants do.
+
+Beyond Mitsuba (hostile input): numbers must be finite, integers fit 64 bits (32 when a plugin
+reads them), plugins nest at most ``MAX_NESTING`` levels (through ``<ref>``s too), XML files are
+at most ``MAX_XML_BYTES``, and a keyword argument that the scene neither declares as a
+``<default>`` nor uses as ``$name`` is an error.
 
 Relative file names are resolved by ``PluginNode.get_path``: the folders of ``<path>`` tags,
 then the folder of the XML file holding the tag, then the folder of the top file (Mitsuba itself
@@ -31,244 +45,49 @@ import numpy as np
 from defusedxml import sax as safe_sax
 from defusedxml.common import DefusedXmlException
 
+from tracer.io import spectra
 from tracer.io.errors import SceneError
+from tracer.io.plugin_node import MISSING, PluginNode, resolve_path
+from tracer.io.transforms import inverse_transpose, lookat_matrix, rotation_matrix
 
-__all__ = ["PluginNode", "MISSING", "parse_file", "parse_string", "lookat_matrix", "rotation_matrix"]
+__all__ = ["PluginNode", "MISSING", "FileRef", "parse_file", "parse_string", "lookat_matrix", "rotation_matrix",
+           "MAX_NESTING", "MAX_XML_BYTES"]
 
 OBJECT_TAGS = frozenset({"scene", "bsdf", "emitter", "shape", "texture", "sensor", "film", "rfilter",
                          "sampler", "integrator", "medium", "phase", "volume", "field"})
 VALUE_TAGS = frozenset({"float", "integer", "boolean", "string", "rgb", "spectrum", "point", "vector"})
 TRANSFORM_OPS = frozenset({"translate", "rotate", "scale", "lookat", "matrix"})
 MAX_INCLUDE_DEPTH = 15
+MAX_NESTING = 100                 # plugins inside plugins, <ref>s followed
+MAX_XML_BYTES = 256 << 20
+LEGACY_VERSION = (2, 0, 0)        # files older than this are upgraded (upgrade_from_v1)
+# Tags of Mitsuba 0.x that Mitsuba 3 no longer reads, and what it reads instead.
+_OLD_TAGS = {"blackbody": '<spectrum type="blackbody" name=...> with <float name="temperature">',
+             "srgb": "<rgb>", "cmulticolor": "<rgb>"}
 
 
-class _Missing:
-    def __repr__(self):
-        return "MISSING"
+@dataclasses.dataclass(frozen=True)
+class FileRef:
+    """A file that a scene names, in document order (``root.files``)."""
 
-
-MISSING = _Missing()
-
-# What each accessor accepts: the tags a property may have been given with.
-_EXPECTED = {"float": "a float", "integer": "an integer", "boolean": "a boolean", "string": "a string",
-             "rgb": "an rgb color", "point": "a point or vector", "transform": "a transform"}
-_ACCEPTS = {
-    "float": ("float", "integer"),
-    "integer": ("integer",),
-    "boolean": ("boolean",),
-    "string": ("string",),
-    "rgb": ("rgb", "spectrum", "float", "integer"),
-    "point": ("point", "vector"),
-    "transform": ("transform",),
-}
-
-
-def _infer_kind(value):
-    if isinstance(value, (bool, np.bool_)):
-        return "boolean"
-    if isinstance(value, (int, np.integer)):
-        return "integer"
-    if isinstance(value, (float, np.floating)):
-        return "float"
-    if isinstance(value, str):
-        return "string"
-    shape = np.shape(value)
-    return {(3,): "rgb", (4, 4): "transform"}.get(shape, "unknown")
-
-
-@dataclasses.dataclass(eq=False, repr=False)
-class PluginNode:
-    """One plugin of the scene (``<bsdf type="diffuse">``): its properties and nested plugins.
-
-    ``props`` maps names to float, int, bool, str, (3,) float64 arrays (rgb, spectrum, point,
-    vector) or (4, 4) float64 arrays (transforms). ``children`` holds nested plugins in document
-    order; a ``<ref>`` puts the referenced node itself there, so shared plugins are the same
-    object. A nested plugin's parameter name (``<texture name="reflectance">`` or ``<ref
-    name=...>``) belongs to the edge, not the node: ask ``child(name)`` or ``named_children()``;
-    ``name`` is the attribute of the defining tag. The typed ``get_*`` accessors record what was
-    read, so that ``check_unused()`` can report a parameter the renderer does not understand.
-    """
-
-    category: str                  # the tag: 'scene', 'shape', 'bsdf', 'texture', ...
-    type: str                      # the plugin type attribute ('diffuse', 'obj', ...); '' for scene
-    id: str | None = None
-    name: str | None = None
-    props: dict = dataclasses.field(default_factory=dict)
-    children: list = dataclasses.field(default_factory=list)
-    source: str = "<synthetic>"    # "file.xml:LINE" of the opening tag
-    source_dir: str = ""           # absolute folder of the XML file holding the tag
-
-    def __post_init__(self):
-        self._kinds = {}           # property name -> the tag it was given with
-        self._where = {}           # parameter name -> "file:line"
-        self._order = []           # parameter names (properties and named children), document order
-        self._child_names = [None] * len(self.children)  # per child: its parameter name, or None
-        self._child_where = [self.source] * len(self.children)  # per child: "file:line" of its tag or <ref>
-        self._used = set()         # parameter names read through an accessor
-        self._used_children = set()  # indices of ``children`` handed out
-        self._search_dirs = ((), self.source_dir, self.source_dir)
-        self._normal_matrices = {}  # transform name -> the inverse transpose Mitsuba stores with it
-
-    def __repr__(self):
-        return f"PluginNode({self.category} type={self.type!r} id={self.id!r} at {self.source})"
-
-    @classmethod
-    def synthetic(cls, category, type, **props):
-        """A node made in code (a default plugin), e.g. ``synthetic('bsdf', 'diffuse')``."""
-        node = cls(category, type)
-        for name, value in props.items():
-            node._set(name, _infer_kind(value), value, node.source)
-        return node
-
-    # -- building (the parser)
-    def _set(self, name, kind, value, where):
-        self._claim(name, where)
-        self.props[name] = value
-        self._kinds[name] = kind
-
-    def _add_child(self, child, name, where):
-        if name is not None:
-            self._claim(name, where)
-        self.children.append(child)
-        self._child_names.append(name)
-        self._child_where.append(where)
-
-    def _claim(self, name, where):
-        if name in self._where:
-            raise SceneError(f"parameter '{name}' given twice (first at {self._where[name]})", where)
-        self._where[name] = where
-        self._order.append(name)
-
-    # -- reading
-    def describe(self):
-        return "scene" if self.category == "scene" else f"{self.category} '{self.type}'"
-
-    def has(self, name):
-        """Whether a property or a named nested plugin ``name`` was given (reads nothing)."""
-        return name in self.props or name in self._child_names
-
-    def _get(self, name, expect, default):
-        if name in self.props:
-            kind = self._kinds.get(name) or _infer_kind(self.props[name])
-            if kind not in _ACCEPTS[expect]:
-                raise SceneError(f"{self.describe()}: parameter '{name}' is a <{kind}>, expected {_EXPECTED[expect]}",
-                                 self._where.get(name, self.source))
-            self._used.add(name)
-            return self.props[name]
-        if name in self._child_names:
-            child = self.children[self._child_names.index(name)]
-            raise SceneError(f"{self.describe()}: parameter '{name}' is a nested <{child.category}>, "
-                             f"expected {_EXPECTED[expect]}", self._where.get(name, self.source))
-        if default is MISSING:
-            raise SceneError(f"{self.describe()} is missing required parameter '{name}'", self.source)
-        return default
-
-    def get_float(self, name, default=MISSING):
-        return float(self._get(name, "float", default))
-
-    def get_int(self, name, default=MISSING):
-        return int(self._get(name, "integer", default))
-
-    def get_bool(self, name, default=MISSING):
-        return bool(self._get(name, "boolean", default))
-
-    def get_string(self, name, default=MISSING):
-        value = self._get(name, "string", default)
-        return value if value is None else str(value)
-
-    def get_rgb(self, name, default=MISSING):
-        """(3,) float64 from an ``rgb``, a uniform ``spectrum`` or a ``float`` (gray)."""
-        return _vec3(self._get(name, "rgb", default))
-
-    def get_point(self, name, default=MISSING):
-        return _vec3(self._get(name, "point", default))
-
-    get_vector = get_point
-
-    def get_transform(self, name, default=None):
-        """(4, 4) float64; identity when absent and no default is given."""
-        value = self._get(name, "transform", np.eye(4) if default is None else default)
-        return np.array(value, np.float64).reshape(4, 4)
-
-    def get_normal_transform(self, name):
-        """(4, 4) matrix that Mitsuba applies to normals under transform ``name``.
-
-        It is ``inv(M).T`` of ``get_transform(name)``, except after a ``rotate`` about an axis
-        that is not unit length, which Mitsuba treats as orthogonal (see ``_transform_op``).
-        Pass it to ``meshes.transform_mesh`` to match Mitsuba's shading normals there too.
-        """
-        matrix = self.get_transform(name)
-        if name in self._normal_matrices:
-            return self._normal_matrices[name].copy()
-        return _inverse_transpose(matrix)
-
-    def get_path(self, name, default=MISSING):
-        """Absolute path of a file name property (see the module docstring for the search order)."""
-        if not self.has(name) and default is not MISSING:
-            return default
-        value = os.path.expanduser(self.get_string(name))
-        if os.path.isabs(value):
-            return os.path.normpath(value)
-        search, own, top = self._search_dirs
-        for folder in (*search, own, top):
-            if os.path.exists(os.path.join(folder, value)):
-                return os.path.abspath(os.path.join(folder, value))
-        return os.path.abspath(os.path.join(own, value))
-
-    def get_texture(self, name, default=MISSING):
-        """The nested plugin given as ``name`` if there is one, else ``get_rgb(name, default)``."""
-        child = self.child(name)
-        return child if child is not None else self.get_rgb(name, default)
-
-    def mark_used(self, *names):
-        """Declare parameters read without an accessor (e.g. ones that change nothing)."""
-        self._used.update(names)
-
-    def child(self, name):
-        """The nested plugin given with parameter name ``name``, or None."""
-        if name not in self._child_names:
-            return None
-        index = self._child_names.index(name)
-        self._used.add(name)
-        self._used_children.add(index)
-        return self.children[index]
-
-    def named_children(self):
-        """(name or None, node) for every nested plugin, in document order (reads nothing)."""
-        return list(zip(self._child_names, self.children))
-
-    def children_of(self, category):
-        """Nested plugins of one category ('bsdf', 'emitter', ...) in document order."""
-        found = []
-        for index, (name, node) in enumerate(zip(self._child_names, self.children)):
-            if node.category == category:
-                self._used_children.add(index)
-                if name is not None:
-                    self._used.add(name)
-                found.append(node)
-        return found
-
-    def check_unused(self):
-        """Raise ``SceneError`` for the first parameter or nested plugin that nothing read."""
-        for name in self._order:
-            if name not in self._used:
-                raise SceneError(f"{self.describe()} has unsupported parameter '{name}'", self._where[name])
-        for index, (name, node) in enumerate(zip(self._child_names, self.children)):
-            if name is None and index not in self._used_children:
-                raise SceneError(f"{self.describe()} has unsupported nested <{node.category}> '{node.type}'",
-                                 self._child_where[index])
-
-
-def _vec3(value):
-    return value if value is None else np.broadcast_to(np.asarray(value, np.float64), (3,)).copy()
-
+    kind: str            # 'xml' (the top file, an <include>), 'spectrum' (read while parsing), 'resource'
+    name: str            # as written, after $ substitution
+    where: str           # "file:line" of the tag that names it
+    path: str | None     # absolute path; None for a resource, which its node resolves (get_path)
+    node: PluginNode | None = None  # a resource's plugin; its parameter is 'filename'
+    varies: bool = False  # its name (or a <path> folder) comes from a $parameter
 
 
 def parse_file(path, **params):
-    """The root ``scene`` node of a Mitsuba 3 XML file; ``params`` override its ``<default>``s."""
+    """The root ``scene`` node of a Mitsuba 3 XML file; ``params`` override its ``<default>``s.
+
+    The root also carries ``files`` (a tuple of ``FileRef``: the XML files, spectrum files and
+    resources the scene names, in document order) and ``defaults`` (each ``<default>``'s name and
+    value as written, the first of each name).
+    """
     path = os.fspath(path)
     parser = _Parser(params, top_dir=os.path.dirname(os.path.abspath(path)))
-    root = parser.run(lambda: parser.file_root(path, depth=0))
+    root = parser.run(lambda: parser.file_root(path, depth=0), path)
     return root
 
 
@@ -277,42 +96,7 @@ def parse_string(text, base_dir=".", **params):
     base_dir = os.path.abspath(os.fspath(base_dir))
     parser = _Parser(params, top_dir=base_dir)
     data = text.encode() if isinstance(text, str) else bytes(text)
-    return parser.run(lambda: parser.document_root(data, "<string>", base_dir, depth=0))
-
-
-# ---------------------------------------------------------------------------------- transforms
-def rotation_matrix(axis, angle_deg):
-    """4x4 rotation by ``angle_deg`` degrees about ``axis`` (not normalized, as Mitsuba's)."""
-    x, y, z = (float(a) for a in axis)
-    s, c = math.sin(math.radians(angle_deg)), math.cos(math.radians(angle_deg))
-    m = 1.0 - c
-    return np.array([[x * x * m + c, x * y * m - z * s, x * z * m + y * s, 0.0],
-                     [x * y * m + z * s, y * y * m + c, y * z * m - x * s, 0.0],
-                     [x * z * m - y * s, y * z * m + x * s, z * z * m + c, 0.0],
-                     [0.0, 0.0, 0.0, 1.0]])
-
-
-def _coordinate_system(n):
-    """First tangent of Duff et al. 2017, as Mitsuba's ``coordinate_system``."""
-    sign = 1.0 if n[2] >= 0 else -1.0
-    a = -1.0 / (sign + n[2])
-    b = n[0] * n[1] * a
-    return np.array([1.0 + sign * n[0] * n[0] * a, sign * b, -sign * n[0]])
-
-
-def lookat_matrix(origin, target, up=None):
-    """Camera-to-world matrix of Mitsuba's ``Transform4f::look_at`` (+z looks at the target)."""
-    origin, target = np.asarray(origin, np.float64), np.asarray(target, np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        direction = (target - origin) / np.linalg.norm(target - origin)
-        if up is None or not np.any(np.asarray(up, np.float64)):
-            up = _coordinate_system(direction)
-        left = np.cross(up, direction)
-        left = left / np.linalg.norm(left)
-    new_up = np.cross(direction, left)
-    m = np.eye(4)
-    m[:3, 0], m[:3, 1], m[:3, 2], m[:3, 3] = left, new_up, direction, origin
-    return m
+    return parser.run(lambda: parser.document_root(data, "<string>", base_dir, depth=0), "<string>")
 
 
 # ---------------------------------------------------------------------------------- raw XML
@@ -345,6 +129,19 @@ class _TreeBuilder(xml.sax.ContentHandler):
         self.stack.pop()
 
 
+def _read_file(path, what, where):
+    """The bytes of an XML file (at most ``MAX_XML_BYTES``)."""
+    if not os.path.isfile(path):
+        raise SceneError(f"{what} not found", where)
+    try:
+        if os.path.getsize(path) > MAX_XML_BYTES:
+            raise SceneError(f"{what} is larger than {MAX_XML_BYTES >> 20} MiB", where)
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise SceneError(f"cannot read {what}: {e.strerror}", where) from None
+
+
 def _read_xml(data, display):
     builder = _TreeBuilder()
     try:
@@ -365,11 +162,28 @@ def _tokens(value):
     return [t for t in re.split(r"[\s,;]+", value.strip()) if t]
 
 
+def _clip(text, size=40):
+    """``text`` for a one-line message: a 5,000-digit value is shown by its start."""
+    text = str(text)
+    return text if len(text) <= size else f"{text[:size]}... ({len(text)} characters)"
+
+
 def _float(value, where):
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        raise SceneError(f"could not parse floating point value '{value}'", where) from None
+        raise SceneError(f"could not parse floating point value '{_clip(value)}'", where) from None
+    if not math.isfinite(number):
+        raise SceneError(f"value '{_clip(value)}' is not a finite number", where)
+    return number
+
+
+def _integer(value, where):
+    """Mitsuba's ``<integer>``: a signed 64-bit integer, surrounded by white space or not."""
+    text = value.strip()
+    if not re.fullmatch(r"[+-]?\d{1,19}", text) or not -2**63 <= int(text) < 2**63:
+        raise SceneError(f"could not parse integer value '{_clip(value)}' (a 64-bit integer)", where)
+    return int(text)
 
 
 def _floats(value, counts, where, what):
@@ -398,24 +212,65 @@ def _check_attrs(el, attrs, where, required=(), optional=()):
             raise SceneError(f"missing attribute '{key}' in <{el.tag}>", where)
 
 
-def _check_version(el, attrs, where):
-    version = attrs.get("version")
+def _version(el, attrs, where):
+    """The root's ``version`` (taken out of ``attrs``) as (major, minor, patch), as Mitsuba's
+    ``util::Version`` reads it: three numbers separated by periods or spaces."""
+    version = attrs.pop("version", None)
     if version is None:
         raise SceneError(f"missing version attribute in root element <{el.tag}>", where)
-    match = re.fullmatch(r"\s*(\d+)(\.\d+){0,2}\s*", version)
-    if not match:
-        raise SceneError(f"invalid version number '{version}'", where)
-    if int(match.group(1)) != 3:
-        raise SceneError(f"scene version {version.strip()} is not supported: only Mitsuba 3 scenes "
-                         "(version=\"3.x.y\") can be loaded", where)
+    parts = [p for p in re.split(r"[ .]", version) if p]
+    if len(parts) != 3 or not all(re.fullmatch(r"\d{1,9}", p) for p in parts):
+        raise SceneError(f"invalid version number '{_clip(version)}' (expected MAJOR.MINOR.PATCH)", where)
+    return tuple(int(p) for p in parts)
+
+
+def _snake_case(name):
+    """Mitsuba's ``camel_to_underscore_case``: 'intIOR' -> 'int_ior', 'toWorld' -> 'to_world'."""
+    out, i = [], 0
+    while i < len(name):
+        c = name[i]
+        if i > 0 and name[i - 1] in _LOWER and c in _UPPER:
+            out.append("_" + c.lower())
+            while i + 1 < len(name) and name[i + 1] in _UPPER:
+                i += 1
+                out.append(name[i].lower())
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+_LOWER, _UPPER = frozenset("abcdefghijklmnopqrstuvwxyz"), frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _upgrade_v1(node):
+    """Mitsuba 3's ``upgrade_from_v1`` of one plugin of a file older than 2.0.0."""
+    for name in list(node._order):
+        if _snake_case(name) != name:
+            node._rename(name, _snake_case(name))
+    if node.type == "diffuse" and "diffuse_reflectance" in node._order:
+        node._rename("diffuse_reflectance", "reflectance")
+    uv = [n for n in ("uoffset", "voffset", "uscale", "vscale") if n in node.props]
+    if uv:
+        where = node._where[uv[0]]
+        values = {}
+        for name in uv:
+            if node._kinds[name] not in ("float", "integer"):
+                raise SceneError(f"{node.describe()}: parameter '{name}' must be a float", node._where[name])
+            values[name] = float(node._remove(name))
+        scale = np.diag([values.get("uscale", 1.0), values.get("vscale", 1.0), 1.0, 1.0])
+        translate = np.eye(4)
+        translate[:2, 3] = values.get("uoffset", 0.0), values.get("voffset", 0.0)
+        node._set("to_uv", "transform", scale @ translate, where)
 
 
 # ---------------------------------------------------------------------------------- parser
 class _File:
     """Where the elements of one XML file come from."""
 
-    def __init__(self, display, directory, search):
+    def __init__(self, display, directory, search, version=(3, 0, 0)):
         self.display, self.directory, self.search = display, directory, search
+        self.legacy = version < LEGACY_VERSION   # its plugins are upgraded (upgrade_from_v1)
 
     def where(self, el):
         return f"{self.display}:{el.line}"
@@ -433,36 +288,42 @@ class _Parser:
         self.params = {str(k): str(v) for k, v in params.items()}
         self.top_dir = top_dir
         self.search = []          # folders of <path> tags, most recent first (shared by all files)
+        self.include_dirs = []    # folders of the files being included, outermost first
         self.ids = {}             # id -> PluginNode
         self.nodes = []           # every object node, for resolving refs
+        self.arguments = set(self.params)  # names given by the caller
+        self.used = set()         # parameter names substituted somewhere
+        self.defaults = {}        # <default> name -> value, the first of each name
+        self.files = []           # FileRef, in document order
+        self.path_varies = False  # a <path> folder comes from a $parameter
 
-    def run(self, parse):
+    def run(self, parse, display):
         root = parse()
         self._resolve_refs()
+        unknown = sorted(self.arguments - self.used - set(self.defaults))
+        if unknown:
+            raise SceneError(f"unknown scene parameter '{unknown[0]}' (the scene has no <default> or "
+                             f"${unknown[0]} of that name)", display)
+        if self.path_varies:
+            self.files = [dataclasses.replace(f, varies=True) if f.kind != "xml" else f for f in self.files]
+        root.files, root.defaults = tuple(self.files), dict(self.defaults)
         return root
 
     # -- files
     def file_root(self, path, depth):
-        if not os.path.isfile(path):
-            raise SceneError("file not found", path)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise SceneError(f"cannot read file: {e.strerror}", path) from None
+        data = _read_file(path, "file", path)
+        self.files.append(FileRef("xml", path, path, os.path.abspath(path)))
         return self.document_root(data, path, os.path.dirname(os.path.abspath(path)), depth)
 
     def document_root(self, data, display, directory, depth):
         if depth >= MAX_INCLUDE_DEPTH:
             raise SceneError(f"<include> nested deeper than {MAX_INCLUDE_DEPTH} levels", display)
         el = _read_xml(data, display)
-        source = _File(display, directory, self.search)
-        attrs = self._substitute(el, source)
-        _check_version(el, attrs, source.where(el))
-        attrs.pop("version")
+        attrs = self._substitute(el, _File(display, directory, self.search))
+        source = _File(display, directory, self.search, _version(el, attrs, f"{display}:{el.line}"))
         if depth == 0 and el.tag != "scene":
             raise SceneError(f"the root element must be <scene>, got <{el.tag}>", source.where(el))
-        return self._object(el, attrs, source, depth)
+        return self._object(el, attrs, source, depth, level=0)
 
     # -- elements
     def _substitute(self, el, source):
@@ -476,14 +337,18 @@ class _Parser:
 
     def _substitute_value(self, value, where):
         for name in sorted(self.params, key=len, reverse=True):
-            value = re.sub(r"(?<!\\)\$" + re.escape(name), lambda _, v=self.params[name]: v, value)
+            value, count = re.subn(r"(?<!\\)\$" + re.escape(name), lambda _, v=self.params[name]: v, value)
+            if count:
+                self.used.add(name)
         leftover = re.search(r"(?<!\\)\$(\w*)", value)
         if leftover:
             raise SceneError(f"undefined parameter ${leftover.group(1)} (no <default> and no argument)", where)
         return value.replace("\\$", "$")
 
-    def _object(self, el, attrs, source, depth):
+    def _object(self, el, attrs, source, depth, level):
         where = source.where(el)
+        if level >= MAX_NESTING:
+            raise SceneError(f"plugins nested deeper than {MAX_NESTING} levels", where)
         category = "texture" if el.tag == "spectrum" else el.tag
         if el.tag == "scene":
             _check_attrs(el, attrs, where, optional=("id", "name", "type"))
@@ -499,10 +364,12 @@ class _Parser:
             self.ids[node.id] = node
         self.nodes.append(node)
         for child in el.children:
-            self._member(child, source, node, depth)
+            self._member(child, source, node, depth, level)
+        if source.legacy:
+            _upgrade_v1(node)
         return node
 
-    def _member(self, el, source, node, depth):
+    def _member(self, el, source, node, depth, level):
         """One child element of an object: a property, a nested object, a ref, or a directive."""
         where = source.where(el)
         attrs = self._substitute(el, source)
@@ -510,18 +377,27 @@ class _Parser:
         if tag in OBJECT_TAGS or (tag == "spectrum" and "type" in attrs):
             if tag == "scene":
                 raise SceneError("<scene> can only be the root element", where)
-            child = self._object(el, attrs, source, depth)
+            child = self._object(el, attrs, source, depth, level + 1)
             node._add_child(child, attrs.get("name"), where)
+        elif tag == "spectrum":
+            _check_attrs(el, attrs, where, required=("name",), optional=("value", "filename"))
+            _no_children(el, where)
+            node._set(attrs["name"], "spectrum", self._spectrum(attrs, source, where, _varies(el, "filename")), where)
         elif tag in VALUE_TAGS:
             _no_children(el, where)
             kind, value = _value(el, attrs, where)
             node._set(attrs["name"], kind, value, where)
+            if kind == "string" and attrs["name"] == "filename":
+                self.files.append(FileRef("resource", value, where, None, node, _varies(el, "value")))
         elif tag == "transform":
             _check_attrs(el, attrs, where, required=("name",))
             matrix, normal = np.eye(4), np.eye(4)
             for op in el.children:
                 m, n = _transform_op(op, self._substitute(op, source), source.where(op))
-                matrix, normal = m @ matrix, n @ normal
+                with np.errstate(over="ignore", invalid="ignore"):  # checked below
+                    matrix, normal = m @ matrix, n @ normal
+            if not np.all(np.isfinite(matrix)):
+                raise SceneError(f"transform '{attrs['name']}' is not finite (its operations overflow)", where)
             node._set(attrs["name"], "transform", matrix, where)
             node._normal_matrices[attrs["name"]] = normal
         elif tag == "ref":
@@ -533,9 +409,10 @@ class _Parser:
             if not attrs["name"]:
                 raise SceneError("<default>: name must be non-empty", where)
             self.params.setdefault(attrs["name"], attrs["value"])
+            self.defaults.setdefault(attrs["name"], attrs["value"])
         elif tag == "include":
             _check_attrs(el, attrs, where, required=("filename",), optional=("name",))
-            self._include(attrs, source, node, depth, where)
+            self._include(el, attrs, source, node, depth, level, where)
         elif tag == "alias":
             _check_attrs(el, attrs, where, required=("id", "as"))
             if attrs["as"] in self.ids:
@@ -547,42 +424,70 @@ class _Parser:
             _check_attrs(el, attrs, where, required=("value",))
             if node.category != "scene":
                 raise SceneError("<path> can only be a child of <scene>", where)
-            folder = os.path.join(source.directory, attrs["value"])
-            if not os.path.isdir(folder):
+            folder = self._find(attrs["value"], source, os.path.isdir)
+            if folder is None:
                 raise SceneError(f"<path>: folder '{attrs['value']}' not found", where)
             self.search.insert(0, os.path.abspath(folder))
+            self.path_varies |= _varies(el, "value")
         elif tag in TRANSFORM_OPS:
             raise SceneError(f"<{tag}> can only appear inside a <transform>", where)
+        elif tag in _OLD_TAGS:
+            raise SceneError(f"unknown tag <{tag}> (a Mitsuba 0.x tag; Mitsuba 3 reads {_OLD_TAGS[tag]})", where)
         else:
-            raise SceneError(f"unknown tag <{tag}>", where)
+            raise SceneError(f"unknown tag <{_clip(tag)}>", where)
 
-    def _include(self, attrs, source, node, depth, where):
-        filename = attrs["filename"]
-        base = source.directory if source.display == "<string>" else os.path.dirname(source.display)
-        path = filename if os.path.isabs(filename) else os.path.normpath(os.path.join(base, filename))
-        if not os.path.isfile(path):
-            raise SceneError(f"included file '{filename}' not found", where)
+    def _spectrum(self, attrs, source, where, varies):
+        """The ``spectra.Spectrum`` of a ``<spectrum>`` property (a file is read now, as Mitsuba)."""
+        if ("value" in attrs) == ("filename" in attrs):
+            raise SceneError("<spectrum> needs either a 'value' or a 'filename' attribute (not both)", where)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise SceneError(f"cannot read included file '{filename}': {e.strerror}", where) from None
-        el = _read_xml(data, path)
-        included = _File(path, os.path.dirname(os.path.abspath(path)), self.search)
-        root_attrs = self._substitute(el, included)
-        _check_version(el, root_attrs, included.where(el))
-        root_attrs.pop("version")
+            if "value" in attrs:
+                return spectra.parse_spectrum(attrs["value"])
+            path = resolve_path(attrs["filename"], source.search, source.directory, self.top_dir)
+            if not os.path.isfile(path):
+                raise SceneError(f"spectrum file '{attrs['filename']}' not found", where)
+            self.files.append(FileRef("spectrum", attrs["filename"], where, path, varies=varies))
+            return spectra.read_spectrum_file(path)
+        except ValueError as e:
+            what = f"spectrum file '{attrs['filename']}'" if "filename" in attrs else "<spectrum>"
+            raise SceneError(f"{what}: {e}", where) from None
+
+    def _find(self, name, source, exists):
+        """Where Mitsuba's file resolver finds an <include> or <path> ``name`` while ``source`` is
+        read: in the folder of that file, of the files that include it, of <path> tags, of the
+        top file (the first where ``exists``); None if nowhere."""
+        if os.path.isabs(name):
+            return name if exists(name) else None
+        own = source.directory if source.display == "<string>" else os.path.dirname(source.display)
+        for folder in (own, *reversed(self.include_dirs), *self.search, self.top_dir):
+            if exists(os.path.join(folder, name)):
+                return os.path.normpath(os.path.join(folder, name))
+        return None
+
+    def _include(self, el, attrs, source, node, depth, level, where):
+        filename = attrs["filename"]
+        path = self._find(filename, source, os.path.isfile)
+        if path is None:
+            raise SceneError(f"included file '{filename}' not found", where)
         if depth + 1 >= MAX_INCLUDE_DEPTH:
             raise SceneError(f"<include> nested deeper than {MAX_INCLUDE_DEPTH} levels", where)
+        data = _read_file(path, f"included file '{filename}'", where)
+        self.files.append(FileRef("xml", filename, where, os.path.abspath(path), varies=_varies(el, "filename")))
+        el = _read_xml(data, path)
+        root_attrs = self._substitute(el, _File(path, os.path.dirname(os.path.abspath(path)), self.search))
+        version = _version(el, root_attrs, f"{path}:{el.line}")
+        included = _File(path, os.path.dirname(os.path.abspath(path)), self.search, version)
+        self.include_dirs.append(included.directory)
         if el.tag == "scene":
             _check_attrs(el, root_attrs, included.where(el), optional=("id", "name", "type"))
             for child in el.children:
-                self._member(child, included, node, depth + 1)
+                self._member(child, included, node, depth + 1, level)
         elif el.tag in OBJECT_TAGS:
-            child = self._object(el, root_attrs, included, depth + 1)
+            child = self._object(el, root_attrs, included, depth + 1, level + 1)
             node._add_child(child, attrs.get("name"), where)
         else:
             raise SceneError(f"the root of an included file must be an object, got <{el.tag}>", included.where(el))
+        self.include_dirs.pop()
 
     # -- references
     def _resolve_refs(self):
@@ -592,21 +497,37 @@ class _Parser:
                     if child.id not in self.ids:
                         raise SceneError(f"reference to undefined id '{child.id}'", child.where)
                     node.children[i] = self.ids[child.id]
-        state = {}  # id(node) -> 1 while on the DFS stack, 2 when done
+        self._check_graph()
 
-        def visit(node):
-            state[id(node)] = 1
-            for child in node.children:
-                mark = state.get(id(child))
-                if mark == 1:
+    def _check_graph(self):
+        """No circular references, and no chain of nested plugins deeper than ``MAX_NESTING``
+        once refs are followed (iteratively: a chain of 3,000 refs must not exhaust Python's
+        stack here, nor in the builders that recurse through it later)."""
+        height = {}  # id(node) -> plugins on the longest chain from it down, once done
+        for start in self.nodes:
+            if id(start) in height:
+                continue
+            stack, on_stack = [(start, iter(start.children))], {id(start)}
+            while stack:
+                node, pending = stack[-1]
+                child = next(pending, None)
+                if child is None:
+                    stack.pop()
+                    on_stack.discard(id(node))
+                    height[id(node)] = 1 + max((height[id(c)] for c in node.children), default=0)
+                    if height[id(node)] > MAX_NESTING:
+                        raise SceneError(f"plugins nested deeper than {MAX_NESTING} levels (following <ref>s)",
+                                         node.source)
+                elif id(child) in on_stack:
                     raise SceneError(f"circular reference to id '{child.id}'", node.source)
-                if mark is None:
-                    visit(child)
-            state[id(node)] = 2
+                elif id(child) not in height:
+                    stack.append((child, iter(child.children)))
+                    on_stack.add(id(child))
 
-        for node in self.nodes:
-            if id(node) not in state:
-                visit(node)
+
+def _varies(el, key):
+    """Whether attribute ``key`` of ``el`` names a $parameter (before substitution)."""
+    return re.search(r"(?<!\\)\$", el.attrs.get(key, "")) is not None
 
 
 def _no_children(el, where):
@@ -615,32 +536,20 @@ def _no_children(el, where):
 
 
 def _value(el, attrs, where):
-    """(kind, value) of a property tag."""
+    """(kind, value) of a property tag other than ``<spectrum>``."""
     tag = el.tag
     if tag in ("point", "vector"):
         _check_attrs(el, attrs, where, required=("name",), optional=("value", "x", "y", "z"))
         return tag, _xyz(attrs, 0.0, where)
-    if tag == "spectrum":
-        _check_attrs(el, attrs, where, required=("name",), optional=("value", "filename"))
-        if "filename" in attrs or "value" not in attrs:
-            raise SceneError("unsupported <spectrum>: only a single uniform value is supported "
-                             "(this renderer works in RGB)", where)
-        tokens = _tokens(attrs["value"])
-        if len(tokens) != 1 or ":" in tokens[0]:
-            raise SceneError("unsupported <spectrum> with wavelength:value pairs: only a single uniform value "
-                             "is supported (this renderer works in RGB)", where)
-        return "spectrum", np.full(3, _float(tokens[0], where))
     _check_attrs(el, attrs, where, required=("name", "value"))
     value = attrs["value"]
     if tag == "float":
         return "float", _float(value, where)
     if tag == "integer":
-        if not re.fullmatch(r"\s*[+-]?\d+\s*", value):
-            raise SceneError(f"could not parse integer value '{value}'", where)
-        return "integer", int(value)
+        return "integer", _integer(value, where)
     if tag == "boolean":
         if value.strip().lower() not in ("true", "false"):
-            raise SceneError(f"could not parse boolean value '{value}': must be 'true' or 'false'", where)
+            raise SceneError(f"could not parse boolean value '{_clip(value)}': must be 'true' or 'false'", where)
         return "boolean", value.strip().lower() == "true"
     if tag == "rgb":
         return "rgb", np.broadcast_to(_floats(value, (1, 3), where, "<rgb>"), (3,)).copy()
@@ -660,7 +569,7 @@ def _transform_op(el, attrs, where):
         _check_attrs(el, attrs, where, optional=("value", "x", "y", "z"))
         m = np.eye(4)
         m[:3, 3] = _xyz(attrs, 0.0, where)
-        return m, _inverse_transpose(m)
+        return m, inverse_transpose(m)
     if tag == "scale":
         _check_attrs(el, attrs, where, optional=("value", "x", "y", "z"))
         v = _xyz(attrs, 1.0, where)
@@ -682,19 +591,12 @@ def _transform_op(el, attrs, where):
         if not np.all(np.isfinite(m)):
             raise SceneError("invalid lookat transformation (origin equals target, or up is parallel "
                              "to the view direction)", where)
-        return m, _inverse_transpose(m)
+        return m, inverse_transpose(m)
     if tag == "matrix":
         _check_attrs(el, attrs, where, required=("value",))
         values = _floats(attrs["value"], (16, 9), where, "<matrix>")
         m = np.eye(4)
         n = 4 if values.size == 16 else 3
         m[:n, :n] = values.reshape(n, n)
-        return m, _inverse_transpose(m)
+        return m, inverse_transpose(m)
     raise SceneError(f"unexpected <{tag}> inside <transform>", where)
-
-
-def _inverse_transpose(m):
-    try:
-        return np.linalg.inv(m).T
-    except np.linalg.LinAlgError:
-        return np.full((4, 4), np.nan)

@@ -1,0 +1,126 @@
+"""What the driver reads of a scene (farm.spec over tracer.io.scene_info): the store identity's
+scene hash, the film size and the scene's defaults, without JAX, and bad scenes as SpecErrors."""
+import hashlib
+import os
+import pathlib
+import textwrap
+
+import defusedxml.ElementTree as ET
+import pytest
+
+from farm.errors import SpecError
+from farm.spec import JobSpec, film_size, scene_defaults, scene_hash
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).strip() + "\n")
+    return str(path)
+
+
+def _hash_before_scene_info(path):
+    """farm.spec.scene_hash as it was before it read scenes through tracer.io (one ElementTree
+    pass over the top file's <string name="filename"> elements, defaults substituted)."""
+    root = ET.parse(path).getroot()
+    defaults = {d.get("name"): d.get("value") for d in root.iter("default")}
+    digest = hashlib.sha256(open(path, "rb").read())
+    base = os.path.dirname(os.path.abspath(path))
+    for el in root.iter("string"):
+        if el.get("name") != "filename":
+            continue
+        name = el.get("value", "")
+        for k in sorted(defaults, key=len, reverse=True):
+            name = name.replace("$" + k, str(defaults[k]))
+        digest.update(name.encode())
+        full = os.path.join(base, name)
+        if os.path.isfile(full):
+            with open(full, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("name", ["cbox", "dof", "materials", "mesh", "orbit", "textures"])
+def test_stores_made_before_keep_their_identity(name):
+    """Scenes without includes or spectrum files hash as before (their stores stay resumable)."""
+    path = str(ROOT / "examples" / f"{name}.xml")
+    assert scene_hash(path) == _hash_before_scene_info(path)
+    frames = [(("angle", str(10.0 * f)),) for f in range(4)] if name == "orbit" else [()]
+    assert scene_hash(path, frames) == _hash_before_scene_info(path)
+
+
+SCENE = """
+    <scene version="3.0.0">
+        <default name="frame" value="0"/>
+        <include filename="parts/look.xml"/>
+        <sensor type="perspective"><film type="hdrfilm"><integer name="width" value="40"/></film></sensor>
+        <shape type="obj"><string name="filename" value="{mesh}"/><ref id="mat"/></shape>
+    </scene>
+"""
+
+
+@pytest.fixture
+def scene(tmp_path):
+    write(tmp_path, "parts/look.xml", """
+        <scene version="2.1.0">
+            <default name="tint" value="0.5"/>
+            <bsdf type="conductor" id="mat"><spectrum name="eta" filename="eta.spd"/></bsdf>
+        </scene>
+    """)
+    write(tmp_path, "parts/eta.spd", "400 1.5\n700 1.4\n")
+    for frame in range(3):
+        write(tmp_path, f"mesh_{frame}.obj", "v 0 0 0\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("changed", ["parts/look.xml", "parts/eta.spd", "mesh_0.obj"])
+def test_hash_covers_includes_spectra_and_resources(scene, changed):
+    path = write(scene, "s.xml", SCENE.format(mesh="mesh_0.obj"))
+    before = scene_hash(path)
+    with open(scene / changed, "a") as f:
+        f.write("\n")
+    assert scene_hash(path) != before
+
+
+def test_hash_covers_the_files_every_frame_reads(scene):
+    path = write(scene, "s.xml", SCENE.format(mesh="mesh_$frame.obj"))
+    frames = [(("frame", str(f)),) for f in range(3)]
+    before = scene_hash(path, frames)
+    assert scene_hash(path) != before  # frame 0 alone reads fewer files
+    with open(scene / "mesh_2.obj", "a") as f:
+        f.write("\n")
+    assert scene_hash(path, frames) != before
+
+
+def test_defaults_and_film_size(scene):
+    path = write(scene, "s.xml", SCENE.format(mesh="mesh_0.obj"))
+    assert scene_defaults(path) == {"frame": "0", "tint": "0.5"}
+    spec = JobSpec(scene=path, frames=(0, 0), spp=4, store="unused")
+    assert film_size(spec) == (40, 576)  # the film's width, Mitsuba's default height
+    assert film_size(JobSpec(scene=path, frames=(0, 0), spp=4, store="unused", resolution=(8, 6))) == (8, 6)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('<scene version="3.0.0"><sensor type="perspective"><film type="hdrfilm">'
+     '<integer name="width" value="2147483647"/><integer name="height" value="1"/></film></sensor></scene>',
+     "between 1 and 16384"),
+    ('<?xml version="1.0"?>\n<!DOCTYPE s [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]>\n'
+     '<scene version="3.0.0"><sensor type="perspective"/><string name="x" value="&b;"/></scene>', "refused XML entity"),
+    ('<?xml version="1.0"?>\n<!DOCTYPE s [<!ENTITY ext SYSTEM "file:///etc/passwd">]>\n'
+     '<scene version="3.0.0"><sensor type="perspective"/><string name="x" value="&ext;"/></scene>',
+     "refused XML entity"),
+    ('<scene version="3.0.0"><sensor type="perspective"/>\n<include filename="gone.xml"/></scene>',
+     "s.xml:2: included file 'gone.xml' not found"),
+    ('<scene version="3.0.0"><sensor type="perspective"/>\n<shape type="obj">'
+     '<string name="filename" value="gone.obj"/></shape></scene>', "s.xml:2: file 'gone.obj' not found"),
+])
+def test_bad_scenes_are_one_line_spec_errors(tmp_path, text, message):
+    path = tmp_path / "s.xml"
+    path.write_text(text)
+    spec = JobSpec(scene=str(path), frames=(0, 0), spp=4, store="unused")
+    with pytest.raises(SpecError) as info:
+        film_size(spec)
+        scene_hash(str(path))
+    assert message in str(info.value) and "\n" not in str(info.value)
