@@ -6,6 +6,7 @@ by ``PluginNode.check_unused``.
 """
 import dataclasses
 import os
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -17,7 +18,7 @@ from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
 from tracer.io import meshes
-from tracer.io.errors import SceneError
+from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
 from tracer.io.xml import PluginNode, parse_file
 from tracer.scene import Scene, Settings, Shapes
@@ -31,6 +32,10 @@ TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
 MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
 ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
 # Properties that change nothing in what we render (output formats, sampler flavours, ids).
+# Integrators rendered with 'path': without participating media (which the loader refuses) their
+# image is the same in expectation.
+PATH_LIKE = {"volpath", "volpathmis", "prb", "prb_basic"}
+MAX_DIRECT_SAMPLES = 1024  # per camera ray: each sample is unrolled into the compiled program
 HARMLESS = {
     "film": {"pixel_format", "component_format", "file_format", "banner", "sample_border", "compensate", "rfilter"},
     "sampler": {"seed", "jitter", "scramble", "samples_per_pass"},
@@ -129,8 +134,7 @@ class _SceneBuilder:
         shapes = Shapes(bsdf_front=column(rows, "bsdf_front", np.int32), bsdf_back=column(rows, "bsdf_back", np.int32),
                         flip_back=column(rows, "flip_back", bool), emitter=column(rows, "emitter", np.int32),
                         flip_normals=column(rows, "flip_normals", bool))
-        settings = Settings(max_depth=settings.max_depth, rr_depth=settings.rr_depth,
-                            hide_emitters=settings.hide_emitters, spp=spp)
+        settings = dataclasses.replace(settings, spp=spp)
         textures = self.textures.build()
         return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(textures),
                      textures=textures, emitters=emitters, camera=camera, film=film,
@@ -149,20 +153,53 @@ class _SceneBuilder:
         if len(nodes) > 1:
             raise SceneError(f"{nodes[1].source}: more than one <integrator>")
         if not nodes:
-            return Settings()
-        node = nodes[0]
-        if node.type != "path":
-            raise SceneError(f"{node.source}: unsupported integrator '{node.type}' (only 'path')")
+            return Settings(max_depth=-1)  # Mitsuba's default: 'path', unbounded
+        return self._integrator_settings(nodes[0])
+
+    def _integrator_settings(self, node):
+        """Settings of a path, direct or moment integrator; others are refused by name, or
+        stand in for one whose image is the same in expectation (with a notice)."""
+        if node.type == "moment":  # Mitsuba's wrapper: its inner integrator's image, plus moments
+            inner = node.children_of("integrator")
+            if len(inner) != 1:
+                raise SceneError(f"{node.source}: 'moment' takes one nested integrator, got {len(inner)}")
+            node.check_unused()
+            return self._integrator_settings(inner[0])
+        if node.type in PATH_LIKE:
+            warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'path' (without "
+                                      "participating media its image is the same in expectation)"), stacklevel=2)
+        elif node.type not in ("path", "direct"):
+            raise SceneError(f"{node.source}: unsupported integrator '{node.type}' (path, direct, moment, or "
+                             f"{', '.join(sorted(PATH_LIKE))} rendered as path)")
+        hide_emitters = node.get_bool("hide_emitters", False)
+        if node.type == "direct":
+            settings = self._direct_settings(node, hide_emitters)
+        else:
+            settings = self._path_settings(node, hide_emitters)
+        self._ignore(node, "integrator")
+        node.check_unused()
+        return settings
+
+    def _path_settings(self, node, hide_emitters):
         max_depth = node.get_int("max_depth", -1)
         rr_depth = node.get_int("rr_depth", 5)
         if max_depth < -1:
             raise SceneError(f"{node.source}: max_depth must be -1 (unbounded) or >= 0, got {max_depth}")
         if rr_depth < 1:
             raise SceneError(f"{node.source}: rr_depth must be >= 1, got {rr_depth}")
-        settings = Settings(max_depth=max_depth, rr_depth=rr_depth, hide_emitters=node.get_bool("hide_emitters", False))
-        self._ignore(node, "integrator")
-        node.check_unused()
-        return settings
+        return Settings(max_depth=max_depth, rr_depth=rr_depth, hide_emitters=hide_emitters)
+
+    def _direct_settings(self, node, hide_emitters):
+        if node.has("shading_samples") and (node.has("emitter_samples") or node.has("bsdf_samples")):
+            raise SceneError(f"{node.source}: give either 'shading_samples' or 'emitter_samples'/'bsdf_samples'")
+        shading = node.get_int("shading_samples", 1)
+        counts = {name: node.get_int(name, shading) for name in ("emitter_samples", "bsdf_samples")}
+        for name, count in (("shading_samples", shading), *counts.items()):
+            if not 0 <= count <= MAX_DIRECT_SAMPLES:
+                raise SceneError(f"{node.source}: '{name}' must be in [0, {MAX_DIRECT_SAMPLES}], got {count}")
+        if sum(counts.values()) == 0:
+            raise SceneError(f"{node.source}: the direct integrator needs at least 1 BSDF or emitter sample")
+        return Settings(integrator="direct", max_depth=2, hide_emitters=hide_emitters, **counts)
 
     def _ignore(self, node, category):
         node.mark_used(*(name for name in HARMLESS.get(category, ()) if node.has(name)))
