@@ -28,7 +28,7 @@ class Shapes:
     """S shapes: what each primitive's shape is made of."""
 
     bsdf_front: jnp.ndarray   # (S,) int32 material seen from the side the normal points to
-    bsdf_back: jnp.ndarray    # (S,) int32 material seen from the other side (NULL for one-sided)
+    bsdf_back: jnp.ndarray    # (S,) int32 material seen from the other side (BLACK for one-sided)
     flip_back: jnp.ndarray    # (S,) bool: mirror the frame on the back (reflective two-sided BSDFs)
     emitter: jnp.ndarray      # (S,) int32 area emitter index, -1 for none
     flip_normals: jnp.ndarray  # (S,) bool: Mitsuba's ``flip_normals``

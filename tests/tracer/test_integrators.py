@@ -3,19 +3,17 @@
 The scene has every kind of light the direct integrator treats differently (an area light, a
 point light, an environment) over a diffuse floor, a rough and a smooth (delta) conductor. For
 each integrator setting, Mitsuba renders a reference at many samples and an image at the test's
-sample count; ours must have the reference's mean radiance (within 2%, a few times the noise)
-and a relative MSE at most 1.5x Mitsuba's own, as tests/tracer/test_images.py judges.
+sample count (tests/helpers/mitsuba_render.py): ours must have the reference's mean radiance
+(within 2%, a few times the noise) and a relative MSE at most 1.5x Mitsuba's own.
 """
-import functools
 import warnings
 
-import numpy as np
 import pytest
 
-from tests.helpers import image_metrics as im
+from tests.helpers.mitsuba_render import assert_matches_mitsuba
 from tracer.io.errors import SceneError, SceneNotice
 
-mi = pytest.importorskip("mitsuba")
+pytest.importorskip("mitsuba")
 
 RES = (32, 24)
 SPP = 64
@@ -64,26 +62,9 @@ def _scene_file(tmp_path_factory, integrator):
     return path
 
 
-@functools.cache
-def _mitsuba(xml_path, spp, seed):
-    mi.set_variant("scalar_rgb")
-    scene = mi.load_file(str(xml_path))
-    return np.asarray(mi.render(scene, spp=spp, seed=seed), np.float32)[..., :3]
-
-
 @pytest.mark.parametrize("name", DIRECT)
 def test_direct_matches_mitsuba(name, tmp_path_factory):
-    import tracer
-
-    path = _scene_file(tmp_path_factory, DIRECT[name])
-    reference = _mitsuba(path, REFERENCE_SPP, 1000)
-    theirs = [im.relative_mse(_mitsuba(path, SPP, seed), reference) for seed in range(2)]
-    scene = tracer.load_scene(path)
-    ours = [np.asarray(tracer.render(scene, spp=SPP, seed=seed)) for seed in range(2)]
-    mean_error = im.mean_relative_error(np.mean(ours, axis=0), im.channel_means(reference))
-    assert np.all(mean_error < 0.02), f"{name}: mean radiance off by {np.round(100 * mean_error, 2)}%"
-    ratio = np.mean([im.relative_mse(img, reference) for img in ours]) / np.mean(theirs)
-    assert ratio < 1.5, f"{name}: relative MSE {ratio:.2f}x Mitsuba's at {SPP} spp"
+    assert_matches_mitsuba(_scene_file(tmp_path_factory, DIRECT[name]), spp=SPP, reference_spp=REFERENCE_SPP)
 
 
 def test_moment_renders_its_inner_integrator(tmp_path_factory):

@@ -28,7 +28,6 @@ from tracer.textures import TextureTableBuilder
 
 __all__ = ["load_scene"]
 
-TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
 MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
 ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
 # Properties that change nothing in what we render (output formats, sampler flavours, ids).
@@ -98,8 +97,8 @@ class _SceneBuilder:
         self.textures = TextureTableBuilder()
         self.materials = MaterialTableBuilder()
         self.emitters = EmitterTableBuilder()
-        self.null_material = self.materials.add_null()
-        self.material_ids = {}       # id(node) -> ShapeMaterials; ("single", id(node)) -> material id
+        self.materials.add_black()  # (row 0, as it always was)
+        self.material_ids = {}       # id(node) -> ShapeMaterials
         self.bitmap_ids = {}
         self.meshes: list[geometry.MeshShape] = []
         self.analytic: list[geometry.AnalyticShape] = []
@@ -345,30 +344,10 @@ class _SceneBuilder:
         if node is None:
             node = PluginNode.synthetic("bsdf", "diffuse")
         key = id(node)
-        if key in self.material_ids:
-            return self.material_ids[key]
-        if node.type == "twosided":
-            inner = node.children_of("bsdf")
-            if not 1 <= len(inner) <= 2:
-                raise SceneError(f"{node.source}: twosided takes one or two nested bsdfs, got {len(inner)}")
-            if any(b.type in TRANSMISSIVE or b.type == "twosided" for b in inner):
-                raise SceneError(f"{node.source}: twosided cannot wrap '{inner[0].type}'")
-            front = self._single_material(inner[0])
-            back = self._single_material(inner[-1])
-            result = ShapeMaterials(front, back, flip_back=True)
-            node.check_unused()
-        else:
-            front = self._single_material(node)
-            back = front if node.type in TRANSMISSIVE else self.null_material
-            result = ShapeMaterials(front, back, flip_back=False)
-        self.material_ids[key] = result
-        return result
-
-    def _single_material(self, node):
-        key = ("single", id(node))
         if key not in self.material_ids:
-            self.material_ids[key] = self.materials.add(node, self.add_texture)
-            node.check_unused()
+            front, _ = self.materials.add_side(node, False, self.add_texture)
+            back, mirror = self.materials.add_side(node, True, self.add_texture)
+            self.material_ids[key] = ShapeMaterials(front, back, flip_back=mirror)
         return self.material_ids[key]
 
     def add_texture(self, value: PluginNode | ArrayLike | float) -> int:
