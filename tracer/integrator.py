@@ -19,7 +19,8 @@ from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.sampling import power_heuristic
 
-__all__ = ["PathState", "trace_paths"]
+__all__ = ["PathState", "Surface", "trace_paths", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
+           "material_and_frame", "add_next_event"]
 
 # Each stage's results pass an optimization barrier: XLA's CPU fusion otherwise inlines a stage
 # into every consumer of its outputs and recomputes it there (measured 6x slower on a scene with
@@ -83,7 +84,7 @@ def _skip_emitters(scene, origin, direction, t_max, hit, camera_ray):
 
 
 @pytree_dataclass
-class _Surface:
+class Surface:
     """Where a bounce's rays landed, oriented as the shape's ``flip_normals`` says."""
 
     si: geometry.SurfaceInteraction
@@ -97,39 +98,46 @@ class _Surface:
 def _bounce(scene, keys, state):
     """One step of every path: intersect, add emission, sample a light and the BSDF, roulette."""
     settings = scene.settings
-    # This bounce's random numbers, hashed once: consumers fused apart would each rehash them.
-    uniforms = _stage(jnp.stack([rng.uniform(keys, Dims.bounce(state.depth, k)) for k in range(Dims.SPARE)]))
-    surface = _intersect(scene, state)
-    radiance = _add_emission(scene, state, surface, state.radiance)
+    uniforms = bounce_uniforms(keys, state.depth)
+    surface = find_surfaces(scene, state)
+    radiance = add_emission(scene, state, surface, state.radiance)
     more = surface.valid
     if settings.max_depth >= 0:
         more = more & (state.depth + 1 < settings.max_depth)
-    mat, frame = _material_and_frame(scene, surface)
+    mat, frame = material_and_frame(scene, surface)
     wi = vm.to_local(frame, -state.direction)
-    radiance = _add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance)
+    radiance = add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance)
     return _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radiance)
 
 
-def _intersect(scene, state):
+def bounce_uniforms(keys, depth):
+    """(Dims.SPARE, N) random numbers of bounce ``depth`` (Dims' per-bounce block), hashed once:
+    consumers fused apart would each rehash them."""
+    return _stage(jnp.stack([rng.uniform(keys, Dims.bounce(depth, k)) for k in range(Dims.SPARE)]))
+
+
+def find_surfaces(scene, state, skip_hidden_emitters=True):
     """The surfaces the paths' next rays hit (finished paths ask for nothing: t_max = 0, which
-    every backend skips cheaply)."""
+    every backend skips cheaply). With ``hide_emitters``, camera rays pass through area emitters
+    (Mitsuba's path integrator) unless ``skip_hidden_emitters`` is off (its direct integrator)."""
     d = state.direction
     hit = geometry.closest_hit(scene.geometry, state.origin, d, jnp.where(state.active, state.t_max, 0.0))
     origin = state.origin
-    if scene.settings.hide_emitters:
+    if scene.settings.hide_emitters and skip_hidden_emitters:
         origin, hit = _skip_emitters(scene, state.origin, d, state.t_max, hit, state.active & (state.depth == 0))
     si = _stage(geometry.surface_interaction(scene.geometry, origin, d, hit))
     shape = jnp.maximum(si.shape, 0)
     flip = scene.shapes.flip_normals[shape]
     ns = vm.select(flip, -si.ns, si.ns)
     # Mitsuba's BSDFs tell the sides apart in the shading frame.
-    return _Surface(si=si, valid=state.active & si.valid, shape=shape, ng=vm.select(flip, -si.ng, si.ng), ns=ns,
+    return Surface(si=si, valid=state.active & si.valid, shape=shape, ng=vm.select(flip, -si.ng, si.ng), ns=ns,
                     front=vm.dot(ns, d) < 0)
 
 
-def _add_emission(scene, state, surface, radiance):
+def add_emission(scene, state, surface, radiance, light_share=None):
     """Emission seen by this bounce's rays (area lights, or the environment for escaped rays),
-    weighted by the power heuristic against the BSDF sample that made the ray."""
+    weighted by the power heuristic against the BSDF sample that made the ray. ``light_share``
+    scales the light-sampling pdf in that heuristic (the direct integrator's sample counts)."""
     ems, tex, si, d = scene.emitters, scene.textures, surface.si, state.direction
     visible = state.active & ~((state.depth == 0) & scene.settings.hide_emitters)
     emitter = scene.shapes.emitter[surface.shape]
@@ -137,19 +145,24 @@ def _add_emission(scene, state, surface, radiance):
     # Mitsuba orients emission and its pdf by the shading normal.
     le, em_pdf = _stage((emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), surface.ns, d, si.uv),
                          emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, surface.ns, d)))
-    mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
+    mis = _emission_mis(state, em_pdf, light_share)
     radiance = radiance + jnp.where(hit_emitter & visible, state.throughput * le * mis, 0.0)
     if ems.environment >= 0:
         escaped = state.active & ~si.valid
         env = jnp.full_like(emitter, ems.environment)
         le, em_pdf = _stage((emitters.eval_environment(ems, tex, d),
                              emitters.pdf_direction(ems, state.prev_p, env, si.p, surface.ng, d)))
-        mis = jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
+        mis = _emission_mis(state, em_pdf, light_share)
         radiance = radiance + jnp.where(escaped & visible, state.throughput * le * mis, 0.0)
     return radiance
 
 
-def _material_and_frame(scene, surface):
+def _emission_mis(state, em_pdf, light_share):
+    em_pdf = em_pdf if light_share is None else em_pdf * light_share
+    return jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
+
+
+def material_and_frame(scene, surface):
     """The material on the side the ray arrives from, and its shading frame; reflective
     two-sided BSDFs mirror the frame on the back."""
     shapes, shape = scene.shapes, surface.shape
@@ -159,9 +172,11 @@ def _material_and_frame(scene, surface):
     return mat, (*vm.coordinate_system(n_frame), n_frame)
 
 
-def _add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance):
+def add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance, shares=None):
     """Next-event estimation: a light sample, unless blocked, weighted by the power heuristic
-    against the BSDF's pdf (delta lights and delta-only materials: no MIS, no sample)."""
+    against the BSDF's pdf (delta lights and delta-only materials: no MIS, no sample).
+    ``shares`` = (light share, BSDF share, weight): the direct integrator's sample counts, which
+    scale the two pdfs in the heuristic and the weight of a non-delta light sample."""
     ems, tex, si = scene.emitters, scene.textures, surface.si
     do_nee = more & bsdfs.has_nondelta_lobe(scene.materials, mat)
     ds, em_weight = _stage(emitters.sample_direction(ems, tex, si.p, uniforms[Dims.EMITTER_SELECT],
@@ -171,7 +186,11 @@ def _add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radia
     blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
     wo = vm.to_local(frame, ds.d)
     bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(scene.materials, tex, mat, si.uv, wi, wo))
-    mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
+    if shares is None:
+        mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
+    else:  # as Mitsuba's direct.cpp, a delta light's sample is not averaged over the count
+        light_share, bsdf_share, weight = shares
+        mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf * light_share, bsdf_pdf * bsdf_share) * weight)
     lit = do_nee & ~blocked
     return radiance + jnp.where(lit, state.throughput * bsdf_value * em_weight * mis_em, 0.0)
 
@@ -202,7 +221,7 @@ def _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radian
     )
 
 
-def _fresh(keys, origin, direction, t_max, active):
+def fresh_paths(keys, origin, direction, t_max, active):
     """Paths at their camera rays; *_like: inside shard_map the carry varies over the ray axis."""
     ones = jnp.ones_like(keys, jnp.float32)
     return PathState(
@@ -252,7 +271,7 @@ def trace_paths(scene, keys, origin, direction, t_max, active):
         index = jnp.where(take, queue[jnp.minimum(position, n - 1)], none)
         j = jnp.minimum(index, n - 1)
         k = keys[j]
-        return index, k, _fresh(k, origin[:, j], direction[:, j], t_max[j], take)
+        return index, k, fresh_paths(k, origin[:, j], direction[:, j], t_max[j], take)
 
     lane = jnp.arange(pool, dtype=jnp.int32)
     index, lane_keys, state = pull(lane, lane >= 0)

@@ -37,12 +37,14 @@ class WrapMode:
 
 
 class BsdfKind:
-    """Mitsuba's BSDF plugins (NULL: the back of a one-sided material, which absorbs)."""
+    """Mitsuba's BSDF plugins that are leaves of a material (BLACK: the back of a one-sided
+    material, which reflects nothing; NULL: Mitsuba's ``null``, which lets rays pass), and
+    COMPOSITE: the root of a material made of leaves (``blendbsdf``, ``mask``; tracer.bsdfs.layers)."""
 
-    NULL, DIFFUSE, CONDUCTOR, ROUGHCONDUCTOR, DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC, PLASTIC, \
-        ROUGHPLASTIC = range(9)
-    NAMES = ("null", "diffuse", "conductor", "roughconductor", "dielectric", "roughdielectric",
-             "thindielectric", "plastic", "roughplastic")
+    BLACK, DIFFUSE, CONDUCTOR, ROUGHCONDUCTOR, DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC, PLASTIC, \
+        ROUGHPLASTIC, NULL, COMPOSITE = range(11)
+    NAMES = ("black", "diffuse", "conductor", "roughconductor", "dielectric", "roughdielectric",
+             "thindielectric", "plastic", "roughplastic", "null", "composite")
     # Kinds with a lobe that is not a Dirac delta (Mitsuba's BSDFFlags::Smooth): next-event
     # estimation applies to them. (The 'smooth' conductor and dielectric plugins are delta-only.)
     WITH_NONDELTA_LOBE = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC)

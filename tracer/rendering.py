@@ -21,6 +21,7 @@ from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
 from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE
+from tracer.direct import trace_direct
 from tracer.integrator import trace_paths
 from tracer.reduction import resolve
 from tracer.rng import Dims
@@ -67,7 +68,8 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
                              (py.astype(jnp.float32) + offset[1]) / film.height])
         origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
         # Each device's path loop ends when its own paths do.
-        radiance = trace_paths(scene, keys, origin, direction, t_max, valid)
+        integrate = trace_direct if scene.settings.integrator == "direct" else trace_paths
+        radiance = integrate(scene, keys, origin, direction, t_max, valid)
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
 
         # Each device splats its own band of output rows from every device's samples, then the

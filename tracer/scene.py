@@ -28,7 +28,7 @@ class Shapes:
     """S shapes: what each primitive's shape is made of."""
 
     bsdf_front: jnp.ndarray   # (S,) int32 material seen from the side the normal points to
-    bsdf_back: jnp.ndarray    # (S,) int32 material seen from the other side (NULL for one-sided)
+    bsdf_back: jnp.ndarray    # (S,) int32 material seen from the other side (BLACK for one-sided)
     flip_back: jnp.ndarray    # (S,) bool: mirror the frame on the back (reflective two-sided BSDFs)
     emitter: jnp.ndarray      # (S,) int32 area emitter index, -1 for none
     flip_normals: jnp.ndarray  # (S,) bool: Mitsuba's ``flip_normals``
@@ -38,10 +38,13 @@ class Shapes:
 class Settings:
     """Integrator and sampler settings that shape the compiled program."""
 
+    integrator: str = static("path")  # 'path' or 'direct' (tracer.integrator, tracer.direct)
     max_depth: int = static(8)      # longest path, in segments; -1 for unbounded
     rr_depth: int = static(5)       # depth from which Russian roulette applies
     hide_emitters: bool = static(False)
     spp: int = static(16)           # the scene's default samples per pixel
+    emitter_samples: int = static(1)  # direct: light samples per camera ray
+    bsdf_samples: int = static(1)     # direct: BSDF samples per camera ray
 
 
 @pytree_dataclass

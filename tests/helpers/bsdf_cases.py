@@ -19,6 +19,9 @@ from tracer.textures import TextureTableBuilder
 LLVM_PATH = "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1"
 
 
+TEXTURES = ("checkerboard", "bitmap", "rgb")
+
+
 class FakeNode:
     """The ``PluginNode`` accessors the material builder uses, over a ``mi.load_dict``-style dict."""
 
@@ -52,6 +55,18 @@ class FakeNode:
 
     def get_bool(self, name, default=None):
         return bool(self._get(name, default, (bool,)))
+
+    def check_unused(self):
+        """(A fake reads only what a case gives it: nothing to report.)"""
+
+    def children_of(self, category):
+        """Nested plugins of ``category`` ('bsdf': dicts whose type is not a texture's); the same
+        objects on every call, as a parsed tree's (builders cache materials by node identity)."""
+        assert category == "bsdf"
+        if not hasattr(self, "_children"):
+            self._children = [FakeNode(v) for v in self.props.values()
+                              if isinstance(v, dict) and v["type"] not in TEXTURES]
+        return self._children
 
 
 def build_tables(param_dicts):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from tracer import textures as tx
 from tracer import vecmath as vm
-from tracer.bsdfs import conductor, dielectric, diffuse, microfacet, plastic
+from tracer.bsdfs import conductor, dielectric, diffuse, layers, microfacet, plastic
 from tracer.bsdfs.table import Materials
 from tracer.kinds import BsdfKind, Microfacet
 from tracer.pytree import pytree_dataclass
@@ -49,7 +49,7 @@ class _Params:
         value = lambda field: tx.eval_float(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
         if present & set(BsdfKind.WITH_DIFFUSE):
             self.reflectance = rgb("reflectance")
-        if present - {BsdfKind.NULL, BsdfKind.DIFFUSE}:
+        if present - {BsdfKind.BLACK, BsdfKind.DIFFUSE, BsdfKind.NULL, BsdfKind.COMPOSITE}:
             self.specular = rgb("specular_reflectance")
         if present & set(BsdfKind.DIELECTRICS):
             self.transmittance = rgb("specular_transmittance")
@@ -87,8 +87,27 @@ def sample(materials, textures, mat, uv, wi, u1, u2):
     """Sample Mitsuba's BSDFs: u1 (N,) picks the lobe, u2 (2, N) the direction.
 
     Returns (BsdfSample, weight (3, N)) with weight = f(wi, wo) |cos theta_o| / pdf (for a delta
-    lobe, its weight); zero weight marks a failed sample.
+    lobe, its weight); zero weight marks a failed sample. A composite material samples one of
+    its leaves and reports the mixture at the sampled direction (tracer.bsdfs.layers).
     """
+    if materials.layers is None:
+        return _sample_leaf(materials, textures, mat, uv, wi, u1, u2)
+    weight = layers.weights(materials.layers, textures, mat, uv)
+    chosen, u1 = layers.choose(weight, u1)
+    slot_leaf = jnp.maximum(materials.layers.leaf[:, mat], 0)
+    leaf = jnp.sum(jnp.where(chosen, slot_leaf, 0), axis=0)
+    bs, bsdf_weight = _sample_leaf(materials, textures, leaf, uv, wi, u1, u2)
+    value, pdf = jnp.zeros_like(wi), jnp.zeros_like(wi[0])
+    for slot in range(weight.shape[0]):
+        slot_value, slot_pdf = _eval_pdf_leaf(materials, textures, slot_leaf[slot], uv, wi, bs.wo)
+        own = chosen[slot]
+        value = value + weight[slot] * vm.select(own, bsdf_weight * bs.pdf, slot_value)
+        pdf = pdf + weight[slot] * jnp.where(own, bs.pdf, slot_pdf)
+    mixture = vm.select(pdf > 0, value / jnp.where(pdf > 0, pdf, 1.0), 0.0)
+    return dataclasses.replace(bs, pdf=pdf), mixture
+
+
+def _sample_leaf(materials, textures, mat, uv, wi, u1, u2):
     params = _Params(materials, textures, mat, uv)
     zero = jnp.zeros_like(wi[0])  # *_like: varying over shard_map's ray axis as wi is
     out = _Select(params.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0,
@@ -108,6 +127,8 @@ def sample(materials, textures, mat, uv, wi, u1, u2):
     if params.has(BsdfKind.PLASTIC):
         wo, pdf, weight, specular = plastic.smooth_sample(wi, u1, u2, params.coating)
         out.put(BsdfKind.PLASTIC, wo=wo, pdf=pdf, weight=weight, delta=specular)
+    if params.has(BsdfKind.NULL):  # Mitsuba's null: the ray goes on (its BSDFFlags::Delta includes Null)
+        out.put(BsdfKind.NULL, wo=-wi, pdf=zero + 1.0, weight=jnp.ones_like(wi), delta=True)
     if params.kinds & set(BsdfKind.ROUGH):
         _sample_rough(materials, params, wi, u1, u2, out)
     f = out.fields
@@ -146,7 +167,20 @@ def _sample_rough(materials, params, wi, u1, u2, out):
 
 
 def eval_pdf(materials, textures, mat, uv, wi, wo):
-    """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of the non-delta lobes; zero for delta-only kinds."""
+    """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of the non-delta lobes; zero for delta-only kinds.
+    A composite material's are its leaves' weighted sums."""
+    if materials.layers is None:
+        return _eval_pdf_leaf(materials, textures, mat, uv, wi, wo)
+    weight = layers.weights(materials.layers, textures, mat, uv)
+    value, pdf = jnp.zeros_like(wi), jnp.zeros_like(wi[0])
+    for slot in range(weight.shape[0]):
+        leaf = jnp.maximum(materials.layers.leaf[slot, mat], 0)
+        slot_value, slot_pdf = _eval_pdf_leaf(materials, textures, leaf, uv, wi, wo)
+        value, pdf = value + weight[slot] * slot_value, pdf + weight[slot] * slot_pdf
+    return value, pdf
+
+
+def _eval_pdf_leaf(materials, textures, mat, uv, wi, wo):
     params = _Params(materials, textures, mat, uv)
     out = _Select(params.kind, dict(value=jnp.zeros_like(wi), pdf=jnp.zeros_like(wi[0])))
     if params.has(BsdfKind.DIFFUSE):
@@ -177,5 +211,7 @@ def eval_pdf(materials, textures, mat, uv, wi, wo):
 
 def has_nondelta_lobe(materials, mat):
     """(N,) bool: the material has a non-delta lobe, so that next-event estimation applies."""
+    if materials.layers is not None:
+        return materials.layers.nondelta[mat]
     table = jnp.asarray([k in BsdfKind.WITH_NONDELTA_LOBE for k in range(len(BsdfKind.NAMES))])
     return table[materials.kind[mat]]

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
 from tracer.bsdfs import precompute
 from tracer.bsdfs.fresnel import diffuse_reflectance
+from tracer.bsdfs.layers import Layers
 from tracer.bsdfs.table import TRANSMITTANCE_RES, Materials
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.constants import LUMINANCE_WEIGHTS
@@ -245,23 +247,103 @@ def texture_mean(textures: Textures, tid: int) -> float:
     return float(c0.mean())
 
 
+class Slot(NamedTuple):
+    """One leaf of a material seen from one side (tracer.bsdfs.layers)."""
+
+    leaf: int                               # material id of a leaf row
+    factors: tuple[tuple[int, bool], ...]   # (float texture id, take 1 - value)
+
+
 class MaterialTableBuilder:
-    """Host-side accumulator: ``add`` / ``add_null`` return a material id; ``build()`` makes the table."""
+    """Host-side accumulator: ``add_side`` returns a material id; ``build()`` makes the table."""
 
     def __init__(self):
         self._rows: list[MaterialRow] = []
         self._known_means: dict[int, float] = {}  # texture id -> mean, for the constants added here
+        self._leaves: dict[int, int] = {}  # id(node) -> its leaf row
+        self._slots: dict[int, tuple[Slot, ...]] = {}  # composite row -> its slots
+        self._black = self._null = None
 
-    def add_null(self) -> int:
+    def add_black(self) -> int:
         """The material of the back of one-sided BSDFs: black everywhere."""
-        return self._append(MaterialRow(BsdfKind.NULL))
+        if self._black is None:
+            self._black = self._append(MaterialRow(BsdfKind.BLACK))
+        return self._black
 
     def add(self, node: PluginNode, add_texture: AddTexture) -> int:
-        """Material id of a ``<bsdf>`` node (not ``twosided``); nested textures go to ``add_texture``."""
+        """Material id of a leaf ``<bsdf>`` node; nested textures go to ``add_texture``."""
+        if id(node) in self._leaves:
+            return self._leaves[id(node)]
         adder = _ADDERS.get(node.type)
         if adder is None:
-            raise SceneError(f"unsupported bsdf type '{node.type}' (supported: {', '.join(_ADDERS)})", node.source)
-        return self._append(adder(_Reader(node, add_texture, self._known_means)))
+            raise SceneError(f"unsupported bsdf type '{node.type}' (supported: "
+                             f"{', '.join([*_ADDERS, *_COMPOSITES, 'null'])})", node.source)
+        self._leaves[id(node)] = self._append(adder(_Reader(node, add_texture, self._known_means)))
+        node.check_unused()
+        return self._leaves[id(node)]
+
+    def add_side(self, node: PluginNode, back: bool, add_texture: AddTexture) -> tuple[int, bool]:
+        """(material id, mirror) of what a ray arriving on the front (or ``back``) of a surface
+        with the bsdf ``node`` meets; mirror: the frame is mirrored there (a twosided material's
+        back). Composite materials get a COMPOSITE row and their slots."""
+        slots, mirror = self._resolve(node, back, add_texture)
+        if len(slots) == 1 and not slots[0].factors:
+            return slots[0].leaf, bool(mirror)
+        row = self._append(MaterialRow(BsdfKind.COMPOSITE))
+        self._slots[row] = slots
+        return row, bool(mirror)
+
+    def _resolve(self, node, back, add_texture):
+        """(slots, mirror) of one side of ``node``; mirror None where no leaf depends on it."""
+        reader = _Reader(node, add_texture, self._known_means)
+        if node.type == "twosided":
+            inner = node.children_of("bsdf")
+            if not 1 <= len(inner) <= 2:
+                raise reader.error(f"takes one or two nested bsdfs, got {len(inner)}")
+            child = inner[-1] if back else inner[0]
+            slots, _ = self._resolve(child, False, add_texture)
+            if any(self._rows[s.leaf].kind in _PASSING for s in slots):
+                raise reader.error(f"cannot wrap '{child.type}': only materials without transmission can be nested")
+            node.check_unused()
+            return slots, True if back else None
+        if node.type == "null":
+            node.check_unused()
+            if self._null is None:
+                self._null = self._append(MaterialRow(BsdfKind.NULL))
+            return (Slot(self._null, ()),), None
+        if node.type in _COMPOSITES:
+            return self._composite(node, reader, back, add_texture)
+        leaf = self.add(node, add_texture)
+        if back and self._rows[leaf].kind not in BsdfKind.DIELECTRICS:
+            return (Slot(self.add_black(), ()),), None
+        return (Slot(leaf, ()),), False
+
+    def _composite(self, node, reader, back, add_texture):
+        children = node.children_of("bsdf")
+        if node.type == "blendbsdf":
+            if len(children) != 2:
+                raise reader.error(f"needs two nested bsdfs, got {len(children)}")
+            if not node.has("weight"):
+                raise reader.error("needs a 'weight'")
+            weight = reader.scalar("weight", 0.5)
+            # The second child first: Mitsuba picks it for u <= weight, the first for u > weight.
+            parts = [(self._resolve(child, back, add_texture), (weight, complement))
+                     for child, complement in ((children[1], False), (children[0], True))]
+            slots = [s._replace(factors=(factor, *s.factors)) for (child_slots, _), factor in parts for s in child_slots]
+            mirror = _combined_mirror(reader, [m for (_, m), _ in parts])
+        else:  # mask
+            if len(children) != 1:
+                raise reader.error(f"needs one nested bsdf, got {len(children)}")
+            opacity = reader.scalar("opacity", 0.5)
+            child_slots, mirror = self._resolve(children[0], back, add_texture)
+            if self._null is None:
+                self._null = self._append(MaterialRow(BsdfKind.NULL))
+            slots = [s._replace(factors=((opacity, False), *s.factors)) for s in child_slots]
+            slots.append(Slot(self._null, ((opacity, True),)))
+        if len(slots) > MAX_SLOTS:
+            raise reader.error(f"the material has more than {MAX_SLOTS} leaves")
+        node.check_unused()
+        return tuple(slots), mirror
 
     def _append(self, row):
         self._rows.append(row)
@@ -285,8 +367,9 @@ class MaterialTableBuilder:
     def build(self, textures: Textures | None = None) -> Materials:
         """The ``Materials`` table. ``textures`` (the scene's built ``tracer.textures.Textures``) is
         needed only when a plastic's reflectance is a nested texture (for its sampling weight)."""
-        rows = [self._weighted(row, textures) for row in self._rows or [MaterialRow(BsdfKind.NULL)]]
+        rows = [self._weighted(row, textures) for row in self._rows or [MaterialRow(BsdfKind.BLACK)]]
         rough = [r for r in rows if r.kind in BsdfKind.ROUGH]
+        layers = self._layers(rows) if self._slots else None
         return Materials(
             kind=column(rows, "kind", np.int32), reflectance=column(rows, "reflectance", np.int32),
             specular_reflectance=column(rows, "specular_reflectance", np.int32),
@@ -300,8 +383,40 @@ class MaterialTableBuilder:
             kinds_present=tuple(sorted({r.kind for r in rows})),
             distributions_present=tuple(sorted({r.distribution for r in rough})),
             all_normals=any(not r.sample_visible for r in rough),
-            textured=_textured_fields(rows, textures),
+            layers=layers, textured=_textured_fields(rows, textures),
         )
+
+    def _layers(self, rows):
+        """The ``Layers`` table: composite rows' slots; a leaf row is its own single slot."""
+        slots = [self._slots.get(m, (Slot(m, ()),)) for m in range(len(rows))]
+        n_slots = max(len(s) for s in slots)
+        n_factors = max(1, max(len(slot.factors) for s in slots for slot in s))
+        leaf = np.full((n_slots, len(rows)), -1, np.int32)
+        factor = np.full((n_slots, n_factors, len(rows)), -1, np.int32)
+        complement = np.zeros((n_slots, n_factors, len(rows)), bool)
+        for m, material in enumerate(slots):
+            for i, slot in enumerate(material):
+                leaf[i, m] = slot.leaf
+                for d, (tid, take_complement) in enumerate(slot.factors):
+                    factor[i, d, m], complement[i, d, m] = tid, take_complement
+        nondelta = [any(rows[s.leaf].kind in BsdfKind.WITH_NONDELTA_LOBE for s in material) for material in slots]
+        j = jnp.asarray
+        return Layers(leaf=j(leaf), factor=j(factor), complement=j(complement), nondelta=j(np.array(nondelta, bool)))
+
+
+def _combined_mirror(reader, mirrors):
+    """One mirror flag for a side whose leaves have ``mirrors`` (None: any)."""
+    known = {m for m in mirrors if m is not None}
+    if len(known) > 1:
+        raise reader.error("mixes a twosided material's back with a one-sided transmissive one on one side; "
+                           "this combination is not supported")
+    return known.pop() if known else None
+
+
+_COMPOSITES = ("blendbsdf", "mask")
+# Leaves a ray may pass through: a twosided material cannot wrap them (as in Mitsuba).
+_PASSING = (*BsdfKind.DIELECTRICS, BsdfKind.NULL)
+MAX_SLOTS = 64  # leaves of one composite material: each is evaluated for every light sample
 
 
 _TEXTURE_FIELDS = ("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v")

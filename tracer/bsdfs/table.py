@@ -7,6 +7,7 @@ that code for absent ones is never traced.
 """
 import jax.numpy as jnp
 
+from tracer.bsdfs.layers import Layers
 from tracer.kinds import BsdfKind
 from tracer.pytree import pytree_dataclass, static
 
@@ -33,6 +34,7 @@ class Materials:
     specular_weight: jnp.ndarray         # (M,) plastics' specular sampling weight
     internal_reflectance: jnp.ndarray    # (M,) plastic: Fdr(1 / eta); roughplastic: integrated
     transmittance: jnp.ndarray           # (TRANSMITTANCE_RES, M) roughplastic: t(cos theta)
+    layers: Layers | None = None         # composite materials' leaves (None: the scene has none)
     kinds_present: tuple = static((BsdfKind.DIFFUSE,))
     distributions_present: tuple = static(())   # microfacet distributions of the rough kinds
     all_normals: bool = static(False)           # some rough material samples all normals

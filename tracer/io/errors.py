@@ -1,6 +1,7 @@
-"""The one error type of scene loading: a bad or unsupported scene, named by file and line."""
+"""The one error type of scene loading (a bad or unsupported scene, named by file and line), and
+the one warning (a scene rendered with a stand-in that gives the same image in expectation)."""
 
-__all__ = ["SceneError"]
+__all__ = ["SceneError", "SceneNotice"]
 
 
 class SceneError(ValueError):
@@ -17,3 +18,9 @@ class SceneError(ValueError):
             message = f"{where}: {message}"
         super().__init__(message)
         self.where = where
+
+
+class SceneNotice(UserWarning):
+    """A scene loads, but not exactly as written: e.g. an integrator we do not implement is
+    rendered with one whose image is the same in expectation for this scene. One line, naming
+    file and line."""

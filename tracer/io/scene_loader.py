@@ -7,6 +7,7 @@ by ``PluginNode.check_unused``.
 import dataclasses
 import math
 import os
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -18,7 +19,7 @@ from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
 from tracer.io import meshes
-from tracer.io.errors import SceneError
+from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
 from tracer.io.scene_info import DEFAULT_FILM_SIZE, film_size, sample_count, the_sensor
 from tracer.io.xml import PluginNode, parse_file
@@ -29,9 +30,12 @@ from tracer.textures import TextureTableBuilder
 
 __all__ = ["load_scene"]
 
-TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
 MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
 ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
+# Integrators rendered with 'path': without participating media (which the loader refuses) their
+# image is the same in expectation.
+PATH_LIKE = {"volpath", "volpathmis", "prb", "prb_basic"}
+MAX_DIRECT_SAMPLES = 1024  # per camera ray: each sample is unrolled into the compiled program
 # Properties that change nothing in what we render (output formats, how work is split, shutter
 # times without motion, a perspective camera's focus distance, what only differentiable
 # rendering uses); samplers are described in ``scene_info.SAMPLER_HARMLESS``.
@@ -133,8 +137,8 @@ class _SceneBuilder:
         self.textures = TextureTableBuilder()
         self.materials = MaterialTableBuilder()
         self.emitters = EmitterTableBuilder()
-        self.null_material = self.materials.add_null()
-        self.material_ids = {}       # id(node) -> ShapeMaterials; ("single", id(node)) -> material id
+        self.materials.add_black()  # (row 0, as it always was)
+        self.material_ids = {}       # id(node) -> ShapeMaterials
         self.bitmap_ids = {}
         self.meshes: list[geometry.MeshShape] = []
         self.analytic: list[geometry.AnalyticShape] = []
@@ -169,8 +173,7 @@ class _SceneBuilder:
         shapes = Shapes(bsdf_front=column(rows, "bsdf_front", np.int32), bsdf_back=column(rows, "bsdf_back", np.int32),
                         flip_back=column(rows, "flip_back", bool), emitter=column(rows, "emitter", np.int32),
                         flip_normals=column(rows, "flip_normals", bool))
-        settings = Settings(max_depth=settings.max_depth, rr_depth=settings.rr_depth,
-                            hide_emitters=settings.hide_emitters, spp=spp)
+        settings = dataclasses.replace(settings, spp=spp)
         textures = self.textures.build()
         return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(textures),
                      textures=textures, emitters=emitters, camera=camera, film=film,
@@ -189,20 +192,53 @@ class _SceneBuilder:
         if len(nodes) > 1:
             raise SceneError(f"{nodes[1].source}: more than one <integrator>")
         if not nodes:
-            return Settings()
-        node = nodes[0]
-        if node.type != "path":
-            raise SceneError(f"{node.source}: unsupported integrator '{node.type}' (only 'path')")
+            return Settings(max_depth=-1)  # Mitsuba's default: 'path', unbounded
+        return self._integrator_settings(nodes[0])
+
+    def _integrator_settings(self, node):
+        """Settings of a path, direct or moment integrator; others are refused by name, or
+        stand in for one whose image is the same in expectation (with a notice)."""
+        if node.type == "moment":  # Mitsuba's wrapper: its inner integrator's image, plus moments
+            inner = node.children_of("integrator")
+            if len(inner) != 1:
+                raise SceneError(f"{node.source}: 'moment' takes one nested integrator, got {len(inner)}")
+            node.check_unused()
+            return self._integrator_settings(inner[0])
+        if node.type in PATH_LIKE:
+            warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'path' (without "
+                                      "participating media its image is the same in expectation)"), stacklevel=2)
+        elif node.type not in ("path", "direct"):
+            raise SceneError(f"{node.source}: unsupported integrator '{node.type}' (path, direct, moment, or "
+                             f"{', '.join(sorted(PATH_LIKE))} rendered as path)")
+        hide_emitters = node.get_bool("hide_emitters", False)
+        if node.type == "direct":
+            settings = self._direct_settings(node, hide_emitters)
+        else:
+            settings = self._path_settings(node, hide_emitters)
+        self._ignore(node, "integrator")
+        node.check_unused()
+        return settings
+
+    def _path_settings(self, node, hide_emitters):
         max_depth = node.get_int("max_depth", -1)
         rr_depth = node.get_int("rr_depth", 5)
         if max_depth < -1:
             raise SceneError(f"{node.source}: max_depth must be -1 (unbounded) or >= 0, got {max_depth}")
         if rr_depth < 1:
             raise SceneError(f"{node.source}: rr_depth must be >= 1, got {rr_depth}")
-        settings = Settings(max_depth=max_depth, rr_depth=rr_depth, hide_emitters=node.get_bool("hide_emitters", False))
-        self._ignore(node, "integrator")
-        node.check_unused()
-        return settings
+        return Settings(max_depth=max_depth, rr_depth=rr_depth, hide_emitters=hide_emitters)
+
+    def _direct_settings(self, node, hide_emitters):
+        if node.has("shading_samples") and (node.has("emitter_samples") or node.has("bsdf_samples")):
+            raise SceneError(f"{node.source}: give either 'shading_samples' or 'emitter_samples'/'bsdf_samples'")
+        shading = node.get_int("shading_samples", 1)
+        counts = {name: node.get_int(name, shading) for name in ("emitter_samples", "bsdf_samples")}
+        for name, count in (("shading_samples", shading), *counts.items()):
+            if not 0 <= count <= MAX_DIRECT_SAMPLES:
+                raise SceneError(f"{node.source}: '{name}' must be in [0, {MAX_DIRECT_SAMPLES}], got {count}")
+        if sum(counts.values()) == 0:
+            raise SceneError(f"{node.source}: the direct integrator needs at least 1 BSDF or emitter sample")
+        return Settings(integrator="direct", max_depth=2, hide_emitters=hide_emitters, **counts)
 
     def _ignore(self, node, category):
         node.mark_used(*(name for name in HARMLESS.get(category, ()) if node.has(name)))
@@ -342,30 +378,10 @@ class _SceneBuilder:
         if node is None:
             node = PluginNode.synthetic("bsdf", "diffuse")
         key = id(node)
-        if key in self.material_ids:
-            return self.material_ids[key]
-        if node.type == "twosided":
-            inner = node.children_of("bsdf")
-            if not 1 <= len(inner) <= 2:
-                raise SceneError(f"{node.source}: twosided takes one or two nested bsdfs, got {len(inner)}")
-            if any(b.type in TRANSMISSIVE or b.type == "twosided" for b in inner):
-                raise SceneError(f"{node.source}: twosided cannot wrap '{inner[0].type}'")
-            front = self._single_material(inner[0])
-            back = self._single_material(inner[-1])
-            result = ShapeMaterials(front, back, flip_back=True)
-            node.check_unused()
-        else:
-            front = self._single_material(node)
-            back = front if node.type in TRANSMISSIVE else self.null_material
-            result = ShapeMaterials(front, back, flip_back=False)
-        self.material_ids[key] = result
-        return result
-
-    def _single_material(self, node):
-        key = ("single", id(node))
         if key not in self.material_ids:
-            self.material_ids[key] = self.materials.add(node, self.add_texture)
-            node.check_unused()
+            front, _ = self.materials.add_side(node, False, self.add_texture)
+            back, mirror = self.materials.add_side(node, True, self.add_texture)
+            self.material_ids[key] = ShapeMaterials(front, back, flip_back=mirror)
         return self.material_ids[key]
 
     def add_texture(self, value: PluginNode | ArrayLike | float) -> int:

@@ -34,12 +34,12 @@ def test_mixed_batch_equals_homogeneous_batches():
         np.testing.assert_array_equal(np.asarray(bs.is_delta)[sel], ref["delta"])
 
 
-def test_null_material_is_black():
+def test_black_material_is_black():
     builder = MaterialTableBuilder()
-    null = builder.add_null()
+    null = builder.add_black()
     builder.add(bc.FakeNode({"type": "diffuse"}), lambda value: 0)
     materials, textures = builder.build(), TextureTableBuilder().build()
-    assert materials.kinds_present == (BsdfKind.NULL, BsdfKind.DIFFUSE)
+    assert materials.kinds_present == (BsdfKind.BLACK, BsdfKind.DIFFUSE)
     rng = np.random.default_rng(1)
     wi, wo = bc.random_directions(rng, 64, upper=True), bc.random_directions(rng, 64, upper=True)
     mat = jnp.full(64, null, jnp.int32)
