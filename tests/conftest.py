@@ -33,3 +33,17 @@ def local_ray():
     ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def mitsuba_scalar_variant():
+    """Every test starts with Mitsuba's scalar RGB variant: modules that set a variant when they
+    are imported (collection) would otherwise leave the last one imported in force, and the
+    vectorized variant (where libLLVM 19 is installed) answers in other shapes. Tests that want
+    another variant select it themselves, as tests/helpers/bsdf_cases.py does on every call."""
+    import sys
+
+    mi = sys.modules.get("mitsuba")
+    if mi is not None:
+        mi.set_variant("scalar_rgb")
+    yield

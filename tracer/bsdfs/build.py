@@ -260,7 +260,7 @@ class MaterialTableBuilder:
     def __init__(self):
         self._rows: list[MaterialRow] = []
         self._known_means: dict[int, float] = {}  # texture id -> mean, for the constants added here
-        self._leaves: dict[int, int] = {}  # id(node) -> its leaf row
+        self._leaves: dict[int, tuple[PluginNode, int]] = {}  # id(node) -> (node, kept so the id stays its, leaf row)
         self._slots: dict[int, tuple[Slot, ...]] = {}  # composite row -> its slots
         self._black = self._null = None
 
@@ -273,14 +273,15 @@ class MaterialTableBuilder:
     def add(self, node: PluginNode, add_texture: AddTexture) -> int:
         """Material id of a leaf ``<bsdf>`` node; nested textures go to ``add_texture``."""
         if id(node) in self._leaves:
-            return self._leaves[id(node)]
+            return self._leaves[id(node)][1]
         adder = _ADDERS.get(node.type)
         if adder is None:
             raise SceneError(f"unsupported bsdf type '{node.type}' (supported: "
                              f"{', '.join([*_ADDERS, *_COMPOSITES, 'null'])})", node.source)
-        self._leaves[id(node)] = self._append(adder(_Reader(node, add_texture, self._known_means)))
+        row = self._append(adder(_Reader(node, add_texture, self._known_means)))
+        self._leaves[id(node)] = (node, row)
         node.check_unused()
-        return self._leaves[id(node)]
+        return row
 
     def add_side(self, node: PluginNode, back: bool, add_texture: AddTexture) -> tuple[int, bool]:
         """(material id, mirror) of what a ray arriving on the front (or ``back``) of a surface
