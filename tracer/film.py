@@ -1,4 +1,4 @@
-"""Image reconstruction: Mitsuba's ``hdrfilm`` with box, tent and gaussian filters.
+"""Image reconstruction: Mitsuba's ``hdrfilm`` and its reconstruction filters.
 
 Each sample at continuous film position x (pixel units) in pixel q is splatted, like Mitsuba's
 ``ImageBlock::put``, into every pixel p with |x - (p + 1/2)| < radius, weighted by the
@@ -13,60 +13,72 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tracer import filters
+from tracer.kinds import FilterKind
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["Film", "make_film", "filter_weights", "splat_tile"]
+__all__ = ["Film", "make_film", "filter_weights", "splat_tile", "FILTER_RESOLUTION"]
 
-BOX, TENT, GAUSSIAN = 0, 1, 2
+BOX, TENT, GAUSSIAN = FilterKind.BOX, FilterKind.TENT, FilterKind.GAUSSIAN
 
 
 @pytree_dataclass
 class Film:
     width: int = static()
     height: int = static()
-    filter: int = static()          # BOX, TENT or GAUSSIAN
-    radius: float = static()
-    stddev: float = static()
+    rfilter: filters.Filter = static()
+
+    @property
+    def filter(self):
+        return self.rfilter.kind
+
+    @property
+    def radius(self):
+        return self.rfilter.radius
 
     @property
     def margin(self):
         """Pixels on each side of a pixel reached by its samples' splats."""
-        return max(0, math.ceil(self.radius - 0.5))
+        return self.rfilter.margin
 
 
-def make_film(width, height, filter="gaussian", radius=None, stddev=0.5):
+def make_film(width, height, filter="gaussian", **params):
+    """A ``width`` x ``height`` film; ``filter`` is a ``tracer.filters.Filter`` or a name with its
+    ``params``. Raises ValueError for filter parameters out of their limits (``tracer.filters``)."""
     if width < 1 or height < 1:
         raise ValueError(f"film size must be positive, got {width}x{height}")
-    if filter == "box":
-        return Film(width, height, BOX, 0.5 if radius is None else float(radius), 0.0)
-    if filter == "tent":
-        return Film(width, height, TENT, 1.0 if radius is None else float(radius), 0.0)
-    if filter == "gaussian":
-        return Film(width, height, GAUSSIAN, 4.0 * stddev, float(stddev))
-    raise ValueError(f"unknown reconstruction filter {filter!r} (expected box, tent or gaussian)")
+    rfilter = filter if isinstance(filter, filters.Filter) else filters.make_filter(filter, **params)
+    return Film(width=width, height=height, rfilter=rfilter)
 
 
 # Mitsuba splats with ``eval_discretized``: the filter read from a table of this many bins over
 # [0, radius), each holding the value at its left end.
-FILTER_RESOLUTION = 31
+FILTER_RESOLUTION = filters.RESOLUTION
 
 
 def filter_weights(film, x, discretized=True):
     """Filter value f(x) for offsets x (any shape) in pixels, as Mitsuba's ImageBlock splats it."""
+    f = film.rfilter
     ax = jnp.abs(x)
-    if film.filter == BOX:
-        return jnp.where(ax <= film.radius, 1.0, 0.0)
+    if f.kind == BOX:
+        return jnp.where(ax <= f.radius, 1.0, 0.0)
+    if f.kind in FilterKind.TABULATED:
+        if not discretized:
+            raise ValueError("a tabulated filter is splatted from its table; tracer.filters.evaluate gives its curve")
+        scale = np.float32(FILTER_RESOLUTION) / np.float32(f.radius)
+        index = jnp.minimum(jnp.floor(ax * scale), FILTER_RESOLUTION).astype(jnp.int32)
+        return jnp.asarray(np.array(f.table, np.float32))[index]
     if discretized:
-        bins = jnp.floor(ax * (FILTER_RESOLUTION / film.radius))
+        bins = jnp.floor(ax * (FILTER_RESOLUTION / f.radius))
         inside = bins < FILTER_RESOLUTION
-        ax = bins * np.float32(film.radius / FILTER_RESOLUTION)
+        ax = bins * np.float32(f.radius / FILTER_RESOLUTION)
     else:
         inside = True
-    if film.filter == TENT:
-        value = jnp.maximum(0.0, 1.0 - ax / film.radius)
+    if f.kind == TENT:
+        value = jnp.maximum(0.0, 1.0 - ax / f.radius)
     else:
-        alpha = -1.0 / (2.0 * film.stddev * film.stddev)
-        bias = np.float32(math.exp(alpha * film.radius * film.radius))
+        alpha = -1.0 / (2.0 * f.stddev * f.stddev)
+        bias = np.float32(math.exp(alpha * f.radius * f.radius))
         value = jnp.maximum(0.0, jnp.exp(alpha * ax * ax) - bias)
     return jnp.where(inside, value, 0.0)
 

@@ -1,4 +1,5 @@
 """load_scene end to end: what it builds, and the one-line errors it gives."""
+import numpy as np
 import pytest
 
 import tracer
@@ -68,3 +69,54 @@ def test_bad_settings_and_malformed_xml(tmp_path):
     bad.write_text('<scene version="3.0.0"><shape type="cube">\n</scene>')
     with pytest.raises(SceneError, match="bad.xml:2"):
         tracer.load_scene(bad)
+
+
+SENSOR = """<scene version="3.0.0">
+  <sensor type="{sensor}">
+    {params}
+    <transform name="to_world">{transform}</transform>
+    <film type="hdrfilm"><integer name="width" value="{width}"/><integer name="height" value="20"/>
+      <rfilter type="{rfilter}">{rparams}</rfilter></film>
+  </sensor>
+  <emitter type="constant"/>
+  <shape type="rectangle"/>
+</scene>"""
+
+
+def _sensor_scene(tmp_path, sensor="perspective", params="", transform='<lookat origin="0, 0, 3" target="0, 0, 0"/>',
+                  width=30, rfilter="gaussian", rparams=""):
+    path = tmp_path / "scene.xml"
+    path.write_text(SENSOR.format(sensor=sensor, params=params, transform=transform, width=width, rfilter=rfilter,
+                                  rparams=rparams))
+    return path
+
+
+def test_new_filters_load(tmp_path):
+    scene = tracer.load_scene(_sensor_scene(tmp_path, rfilter="lanczos", rparams='<integer name="lobes" value="2"/>'))
+    assert scene.film.radius == 2.0 and scene.film.margin == 2
+    mitchell = tracer.load_scene(_sensor_scene(tmp_path, rfilter="mitchell",
+                                               rparams='<float name="B" value="0.2"/><float name="C" value="0.4"/>'))
+    assert mitchell.film.rfilter.b == pytest.approx(0.2)
+    image = tracer.render(mitchell, spp=4)
+    assert image.shape == (20, 30, 3) and np.all(np.isfinite(image)) and image.mean() > 0
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    # Filters: a radius past 8 pixels would unroll a huge splat loop (gaussian stddev 1000 hung).
+    (dict(rparams='<float name="stddev" value="1000"/>'), "'stddev' must be a finite number in [0.00025, 2]"),
+    (dict(rparams='<float name="stddev" value="0"/>'), "'stddev'"),
+    (dict(rparams='<float name="stddev" value="nan"/>'), "'stddev'"),
+    (dict(rparams='<float name="stddev" value="1e38"/>'), "'stddev'"),
+    (dict(rfilter="tent", rparams='<float name="radius" value="0"/>'), "'radius'"),
+    (dict(rfilter="tent", rparams='<float name="radius" value="300"/>'), "'radius'"),
+    (dict(rfilter="lanczos", rparams='<integer name="lobes" value="0"/>'), "'lobes'"),
+    (dict(rfilter="mitchell", rparams='<float name="B" value="nan"/>'), "'B'"),
+    (dict(rfilter="box", rparams='<float name="radius" value="2"/>'), "'radius'"),
+    (dict(rfilter="sinc"), "unsupported rfilter 'sinc'"),
+])
+def test_hostile_films_and_cameras_are_one_line_scene_errors(tmp_path, kwargs, needle):
+    path = _sensor_scene(tmp_path, **kwargs)
+    with pytest.raises(SceneError) as info:
+        tracer.load_scene(path)
+    message = str(info.value)
+    assert needle in message and "\n" not in message and "scene.xml:" in message, message

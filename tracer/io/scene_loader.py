@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike
 
 from tracer import camera as cameras
 from tracer import film as films
+from tracer import filters
 from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
@@ -223,18 +224,17 @@ class _SceneBuilder:
     def _film(self, width, height, rfilter):
         if rfilter is None:
             return films.make_film(width, height, "gaussian")
-        try:
-            if rfilter.type == "gaussian":
-                film = films.make_film(width, height, "gaussian", stddev=rfilter.get_float("stddev", 0.5))
-            elif rfilter.type in ("box", "tent"):
-                radius = rfilter.get_float("radius", 0.5 if rfilter.type == "box" else 1.0)
-                film = films.make_film(width, height, rfilter.type, radius=radius)
-            else:
-                raise SceneError(f"{rfilter.source}: unsupported rfilter '{rfilter.type}' (box, tent or gaussian)")
-        except ValueError as e:
-            raise SceneError(f"{rfilter.source}: {e}") from None
+        readers = {"tent": [("radius", rfilter.get_float)], "gaussian": [("stddev", rfilter.get_float)],
+                   "mitchell": [("B", rfilter.get_float), ("C", rfilter.get_float)],
+                   "lanczos": [("lobes", rfilter.get_int)], "box": [], "catmullrom": []}
+        if rfilter.type not in readers:
+            raise SceneError(f"{rfilter.source}: unsupported rfilter '{rfilter.type}' ({', '.join(filters.NAMES)})")
+        params = {name: read(name) for name, read in readers[rfilter.type] if rfilter.has(name)}
         rfilter.check_unused()
-        return film
+        try:
+            return films.make_film(width, height, rfilter.type, **params)
+        except ValueError as e:
+            raise SceneError(f"{rfilter.source}: rfilter '{rfilter.type}': {e}") from None
 
     # ------------------------------------------------------------------ shapes
     def _shape(self, node):
