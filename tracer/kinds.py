@@ -6,8 +6,8 @@ absent kinds are never traced). Each family is a namespace of plain ints: JAX tr
 weakly typed Python scalars, which an ``enum.IntEnum`` would not be.
 """
 
-__all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMode", "FilterKind", "BsdfKind",
-           "Microfacet"]
+__all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMode", "FilterKind", "Projection",
+           "BsdfKind", "Microfacet"]
 
 
 class SurfaceKind:
@@ -43,6 +43,12 @@ class FilterKind:
 
     BOX, TENT, GAUSSIAN, MITCHELL, CATMULLROM, LANCZOS = range(6)
     TABULATED = (MITCHELL, CATMULLROM, LANCZOS)
+
+
+class Projection:
+    """Mitsuba's sensors: perspective (thinlens is perspective with an aperture) and orthographic."""
+
+    PERSPECTIVE, ORTHOGRAPHIC = range(2)
 
 
 class BsdfKind:

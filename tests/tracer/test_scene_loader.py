@@ -91,14 +91,18 @@ def _sensor_scene(tmp_path, sensor="perspective", params="", transform='<lookat 
     return path
 
 
-def test_new_filters_load(tmp_path):
+def test_orthographic_and_filters(tmp_path):
     scene = tracer.load_scene(_sensor_scene(tmp_path, rfilter="lanczos", rparams='<integer name="lobes" value="2"/>'))
     assert scene.film.radius == 2.0 and scene.film.margin == 2
-    mitchell = tracer.load_scene(_sensor_scene(tmp_path, rfilter="mitchell",
-                                               rparams='<float name="B" value="0.2"/><float name="C" value="0.4"/>'))
-    assert mitchell.film.rfilter.b == pytest.approx(0.2)
-    image = tracer.render(mitchell, spp=4)
+    ortho = tracer.load_scene(_sensor_scene(tmp_path, sensor="orthographic", rfilter="mitchell",
+                                            params='<float name="near_clip" value="0.5"/>',
+                                            rparams='<float name="B" value="0.2"/><float name="C" value="0.4"/>'))
+    assert ortho.film.rfilter.b == pytest.approx(0.2) and float(ortho.camera.near_clip) == 0.5
+    image = tracer.render(ortho, spp=4)
     assert image.shape == (20, 30, 3) and np.all(np.isfinite(image)) and image.mean() > 0
+
+
+NAN = '<matrix value="1 0 0 0 0 1 0 0 0 0 1 nan 0 0 0 1"/>'
 
 
 @pytest.mark.parametrize("kwargs,needle", [
@@ -113,6 +117,24 @@ def test_new_filters_load(tmp_path):
     (dict(rfilter="mitchell", rparams='<float name="B" value="nan"/>'), "'B'"),
     (dict(rfilter="box", rparams='<float name="radius" value="2"/>'), "'radius'"),
     (dict(rfilter="sinc"), "unsupported rfilter 'sinc'"),
+    # Cameras.
+    (dict(transform=NAN), "to_world is not finite"),
+    (dict(transform='<scale value="0"/>'), "to_world is singular"),
+    (dict(sensor="orthographic", transform='<scale x="1" y="1" z="0"/>'), "to_world is singular"),
+    (dict(params='<float name="fov" value="180"/>'), "'fov' must be in degrees, strictly between 0 and 180"),
+    (dict(params='<float name="fov" value="0"/>'), "'fov'"),
+    (dict(params='<float name="fov" value="nan"/>'), "'fov'"),
+    (dict(params='<float name="near_clip" value="nan"/>'), "'near_clip' must be a finite number > 0"),
+    (dict(params='<float name="near_clip" value="0"/>'), "'near_clip'"),
+    (dict(params='<float name="far_clip" value="nan"/>'), "'far_clip'"),
+    (dict(params='<float name="near_clip" value="5"/><float name="far_clip" value="1"/>'), "'far_clip'"),
+    (dict(sensor="orthographic", params='<float name="far_clip" value="inf"/>'), "'far_clip'"),
+    (dict(sensor="thinlens", params='<float name="aperture_radius" value="nan"/><float name="focus_distance" '
+                                    'value="2"/>'), "'aperture_radius' must be a finite number >= 0"),
+    (dict(sensor="thinlens", params='<float name="aperture_radius" value="-1"/><float name="focus_distance" '
+                                    'value="2"/>'), "'aperture_radius'"),
+    (dict(sensor="thinlens", params='<float name="focus_distance" value="nan"/>'), "'focus_distance'"),
+    (dict(sensor="orthographic", params='<float name="fov" value="40"/>'), "'fov'"),
 ])
 def test_hostile_films_and_cameras_are_one_line_scene_errors(tmp_path, kwargs, needle):
     path = _sensor_scene(tmp_path, **kwargs)

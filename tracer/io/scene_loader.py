@@ -11,15 +11,13 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tracer import camera as cameras
-from tracer import film as films
-from tracer import filters
 from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
 from tracer.io import meshes
 from tracer.io.errors import SceneError
 from tracer.io.images import load_image
+from tracer.io.sensors import load_sensor
 from tracer.io.xml import PluginNode, parse_file
 from tracer.scene import Scene, Settings, Shapes
 from tracer.kinds import BitmapFilter, SurfaceKind, WrapMode
@@ -32,10 +30,8 @@ TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
 MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
 ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
 # Properties that change nothing in what we render (output formats, sampler flavours, ids).
+# (Sensors, films and samplers: tracer.io.sensors and tracer.io.films.)
 HARMLESS = {
-    "film": {"pixel_format", "component_format", "file_format", "banner", "sample_border", "compensate", "rfilter"},
-    "sampler": {"seed", "jitter", "scramble", "samples_per_pass"},
-    "sensor": {"shutter_open", "shutter_close", "srf"},
     "integrator": {"samples_per_pass", "timeout"},
 }
 
@@ -108,7 +104,7 @@ class _SceneBuilder:
         sensors = root.children_of("sensor")
         if len(sensors) != 1:
             raise SceneError(f"{root.source}: expected exactly one <sensor>, found {len(sensors)}")
-        camera, film, spp = self._sensor(sensors[0])
+        camera, film, spp = load_sensor(sensors[0], self.resolution)
         for node in root.children:
             if node.category == "shape":
                 self._shape(node)
@@ -167,74 +163,6 @@ class _SceneBuilder:
 
     def _ignore(self, node, category):
         node.mark_used(*(name for name in HARMLESS.get(category, ()) if node.has(name)))
-
-    # ------------------------------------------------------------------ sensor
-    def _sensor(self, node):
-        if node.type not in ("perspective", "thinlens"):
-            raise SceneError(f"{node.source}: unsupported sensor '{node.type}' (perspective or thinlens)")
-        film_node = _first(node, "film")
-        width, height = self.resolution or (768, 576)
-        film = films.make_film(width, height)
-        if film_node is not None:
-            if film_node.type != "hdrfilm":
-                raise SceneError(f"{film_node.source}: unsupported film '{film_node.type}' (only hdrfilm)")
-            width, height = film_node.get_int("width", 768), film_node.get_int("height", 576)
-            if self.resolution is not None:
-                width, height = self.resolution
-            if width < 1 or height < 1:
-                raise SceneError(f"{film_node.source}: film size must be positive, got {width}x{height}")
-            rfilter = _first(film_node, "rfilter")
-            film = self._film(width, height, rfilter)
-            for name in ("crop_offset_x", "crop_offset_y", "crop_width", "crop_height"):
-                if film_node.has(name):
-                    raise SceneError(f"{film_node.source}: film cropping ('{name}') is not supported")
-            self._ignore(film_node, "film")
-            film_node.check_unused()
-        spp = 4
-        sampler = _first(node, "sampler")
-        if sampler is not None:
-            spp = sampler.get_int("sample_count", 4)
-            if spp < 1:
-                raise SceneError(f"{sampler.source}: sample_count must be at least 1, got {spp}")
-            self._ignore(sampler, "sampler")
-            sampler.check_unused()
-        if node.has("fov") and node.has("focal_length"):
-            raise SceneError(f"{node.source}: give either fov or focal_length, not both")
-        if node.has("focal_length"):
-            raise SceneError(f"{node.source}: 'focal_length' is not supported; give 'fov'")
-        fov = node.get_float("fov", 90.0) if node.has("fov") else 90.0
-        fov_axis = node.get_string("fov_axis", "x")
-        try:
-            x_fov = cameras.x_fov_from(fov, fov_axis, width, height)
-        except ValueError as e:
-            raise SceneError(f"{node.source}: {e}") from None
-        kwargs = {}
-        if node.type == "thinlens":
-            kwargs = dict(aperture_radius=node.get_float("aperture_radius", 0.03),
-                          focus_distance=node.get_float("focus_distance", 0.0))
-            if kwargs["focus_distance"] <= 0:
-                raise SceneError(f"{node.source}: thinlens needs a positive focus_distance")
-        camera = cameras.make_camera(node.get_transform("to_world"), x_fov, width, height,
-                                     near_clip=node.get_float("near_clip", 1e-2),
-                                     far_clip=node.get_float("far_clip", 1e4), **kwargs)
-        self._ignore(node, "sensor")
-        node.check_unused()
-        return camera, film, spp
-
-    def _film(self, width, height, rfilter):
-        if rfilter is None:
-            return films.make_film(width, height, "gaussian")
-        readers = {"tent": [("radius", rfilter.get_float)], "gaussian": [("stddev", rfilter.get_float)],
-                   "mitchell": [("B", rfilter.get_float), ("C", rfilter.get_float)],
-                   "lanczos": [("lobes", rfilter.get_int)], "box": [], "catmullrom": []}
-        if rfilter.type not in readers:
-            raise SceneError(f"{rfilter.source}: unsupported rfilter '{rfilter.type}' ({', '.join(filters.NAMES)})")
-        params = {name: read(name) for name, read in readers[rfilter.type] if rfilter.has(name)}
-        rfilter.check_unused()
-        try:
-            return films.make_film(width, height, rfilter.type, **params)
-        except ValueError as e:
-            raise SceneError(f"{rfilter.source}: rfilter '{rfilter.type}': {e}") from None
 
     # ------------------------------------------------------------------ shapes
     def _shape(self, node):
