@@ -10,7 +10,7 @@ Job file (paths relative to the file)::
     scene = "orbit.xml"
     frames = "0-23"               # or [0, 23]
     spp = 64
-    resolution = [320, 240]       # optional: overrides the film
+    resolution = [320, 240]       # optional: overrides the film (a crop window with it)
     store = "renders/orbit.zarr"
     seed = 0
     tile = 128                    # optional
@@ -35,7 +35,7 @@ import defusedxml.ElementTree as ET
 
 from farm.curves import INTERPOLATIONS, Curve
 from farm.errors import SpecError
-from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, PLATFORMS
+from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, PLATFORMS
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_res", "scene_defaults", "scene_hash", "film_size",
            "MAX_CHUNKS"]
@@ -76,8 +76,8 @@ def parse_res(text):
 
 def _check_res(res, text):
     w, h = res
-    if not (1 <= w <= 16384 and 1 <= h <= 16384):
-        raise SpecError(f"resolution '{text}': width and height must be between 1 and 16384")
+    if not (1 <= w <= MAX_FILM_SIZE and 1 <= h <= MAX_FILM_SIZE):
+        raise SpecError(f"resolution '{text}': width and height must be between 1 and {MAX_FILM_SIZE}")
     return int(w), int(h)
 
 
@@ -283,17 +283,18 @@ def scene_hash(path):
 
 
 def film_size(spec):
-    """(width, height) of the frames: the override, or the scene's film at the first frame."""
+    """(width, height) of the frames: the override, or the size of the scene's film's crop window
+    (the whole film unless cropped) at the first frame, with the loader's limits."""
     if spec.resolution:
         return spec.resolution
     from tracer.io.errors import SceneError
+    from tracer.io.films import read_film
     from tracer.io.xml import parse_file
     try:
         root = parse_file(spec.scene, **dict(spec.params_at(spec.frames[0])))
         sensors = root.children_of("sensor")
-        films = sensors[0].children_of("film") if sensors else []
-        if not films:
-            return 768, 576  # Mitsuba's hdrfilm defaults
-        return films[0].get_int("width", 768), films[0].get_int("height", 576)
+        if len(sensors) != 1:
+            raise SceneError(f"{root.source}: expected exactly one <sensor>, found {len(sensors)}")
+        return read_film(sensors[0]).image_size
     except SceneError as e:
         raise SpecError(str(e)) from None

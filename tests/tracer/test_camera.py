@@ -73,3 +73,25 @@ def test_orthographic_matches_mitsuba(size):
     np.testing.assert_allclose(np.asarray(o), o_ref, atol=2e-5)
     np.testing.assert_allclose(np.asarray(t_max), maxt_ref, rtol=1e-6)
 
+
+@pytest.mark.parametrize("sensor", ["perspective", "orthographic"])
+def test_a_crop_window_keeps_the_rays_of_the_whole_film(sensor):
+    """Mitsuba's cropped sensor maps positions in the window to the rays of those pixels of the
+    whole film: the rays we trace for the window's pixels (film positions in the whole film)."""
+    w, h, (cx, cy, cw, ch) = 64, 48, (10, 7, 20, 30)
+    rng = np.random.default_rng(4)
+    window_uv = rng.random((2, 50)).astype(np.float32)
+    aperture = rng.random((2, 50)).astype(np.float32)
+    to_world = mi.ScalarTransform4f().look_at(origin=[1, 2, 3], target=[0, 0.5, -1], up=[0, 1, 0])
+    film = {"type": "hdrfilm", "width": w, "height": h, "crop_offset_x": cx, "crop_offset_y": cy,
+            "crop_width": cw, "crop_height": ch}
+    params = {"fov": 50.0} if sensor == "perspective" else {}
+    o_ref, d_ref = _mitsuba_rays({"type": sensor, "to_world": to_world, "film": film, **params}, window_uv, aperture)
+    film_uv = np.stack([(cx + window_uv[0] * cw) / w, (cy + window_uv[1] * ch) / h]).astype(np.float32)
+    if sensor == "perspective":
+        cam = cameras.make_camera(np.array(to_world.matrix), 50.0, w, h)
+    else:
+        cam = cameras.make_orthographic(np.array(to_world.matrix), w, h)
+    o, d, _ = cameras.generate_rays(cam, film_uv, aperture)
+    np.testing.assert_allclose(np.asarray(d), d_ref, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(o), o_ref, atol=2e-5)

@@ -76,7 +76,7 @@ SENSOR = """<scene version="3.0.0">
     {params}
     <transform name="to_world">{transform}</transform>
     <film type="hdrfilm"><integer name="width" value="{width}"/><integer name="height" value="20"/>
-      <rfilter type="{rfilter}">{rparams}</rfilter></film>
+      {film}<rfilter type="{rfilter}">{rparams}</rfilter></film>
   </sensor>
   <emitter type="constant"/>
   <shape type="rectangle"/>
@@ -84,16 +84,24 @@ SENSOR = """<scene version="3.0.0">
 
 
 def _sensor_scene(tmp_path, sensor="perspective", params="", transform='<lookat origin="0, 0, 3" target="0, 0, 0"/>',
-                  width=30, rfilter="gaussian", rparams=""):
+                  width=30, film="", rfilter="gaussian", rparams=""):
     path = tmp_path / "scene.xml"
-    path.write_text(SENSOR.format(sensor=sensor, params=params, transform=transform, width=width, rfilter=rfilter,
-                                  rparams=rparams))
+    path.write_text(SENSOR.format(sensor=sensor, params=params, transform=transform, width=width, film=film,
+                                  rfilter=rfilter, rparams=rparams))
     return path
 
 
-def test_orthographic_and_filters(tmp_path):
-    scene = tracer.load_scene(_sensor_scene(tmp_path, rfilter="lanczos", rparams='<integer name="lobes" value="2"/>'))
-    assert scene.film.radius == 2.0 and scene.film.margin == 2
+def test_crop_window_orthographic_and_filters(tmp_path):
+    crop = ('<integer name="crop_offset_x" value="4"/><integer name="crop_offset_y" value="3"/>'
+            '<integer name="crop_width" value="10"/><integer name="crop_height" value="12"/>')
+    scene = tracer.load_scene(_sensor_scene(tmp_path, film=crop, rfilter="lanczos",
+                                            rparams='<integer name="lobes" value="2"/>'))
+    f = scene.film
+    assert (f.width, f.height, f.crop_x, f.crop_y, f.crop_width, f.crop_height) == (30, 20, 4, 3, 10, 12)
+    assert f.radius == 2.0 and f.margin == 2
+    # A resolution override is a new film, window included (Mitsuba's Film::set_size).
+    f = tracer.load_scene(_sensor_scene(tmp_path, film=crop), resolution=(16, 8)).film
+    assert (f.width, f.height, f.crop_x, f.crop_y, f.crop_width, f.crop_height) == (16, 8, 0, 0, 16, 8)
     ortho = tracer.load_scene(_sensor_scene(tmp_path, sensor="orthographic", rfilter="mitchell",
                                             params='<float name="near_clip" value="0.5"/>',
                                             rparams='<float name="B" value="0.2"/><float name="C" value="0.4"/>'))
@@ -117,6 +125,14 @@ NAN = '<matrix value="1 0 0 0 0 1 0 0 0 0 1 nan 0 0 0 1"/>'
     (dict(rfilter="mitchell", rparams='<float name="B" value="nan"/>'), "'B'"),
     (dict(rfilter="box", rparams='<float name="radius" value="2"/>'), "'radius'"),
     (dict(rfilter="sinc"), "unsupported rfilter 'sinc'"),
+    # Films.
+    (dict(width=100000), "film width must be between 1 and 16384 pixels, got 100000"),
+    (dict(width=2147483647), "film width must be between 1 and 16384"),
+    (dict(width=100000000000000000000), "film width must be between 1 and 16384"),
+    (dict(width=0), "film width"),
+    (dict(film='<integer name="crop_offset_x" value="25"/><integer name="crop_width" value="10"/>'), "crop window"),
+    (dict(film='<integer name="crop_offset_y" value="-1"/>'), "crop window"),
+    (dict(film='<integer name="crop_offset_x" value="3"/>'), "crop window"),  # crop_width is the film's
     # Cameras.
     (dict(transform=NAN), "to_world is not finite"),
     (dict(transform='<scale value="0"/>'), "to_world is singular"),
@@ -142,3 +158,9 @@ def test_hostile_films_and_cameras_are_one_line_scene_errors(tmp_path, kwargs, n
         tracer.load_scene(path)
     message = str(info.value)
     assert needle in message and "\n" not in message and "scene.xml:" in message, message
+
+
+@pytest.mark.parametrize("resolution", [(100000, 100000), (1e20, 10), (10.5, 10), (0, 10)])
+def test_a_resolution_override_has_the_film_limits(tmp_path, resolution):
+    with pytest.raises(SceneError, match="resolution override width must be between 1 and 16384"):
+        tracer.load_scene(_sensor_scene(tmp_path), resolution=resolution)

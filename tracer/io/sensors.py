@@ -38,7 +38,7 @@ def load_sensor(node, resolution=None):
     if node.type not in SENSORS:
         raise SceneError(f"{node.source}: unsupported sensor '{node.type}' ({', '.join(SENSORS)})")
     spec = read_film(node, resolution)
-    film = films.make_film(spec.width, spec.height, spec.rfilter)
+    film = films.make_film(spec.width, spec.height, spec.rfilter, crop=spec.crop)
     spp = _sample_count(node)
     to_world = _to_world(node)
     near, far = _clip(node)
