@@ -10,7 +10,7 @@ Job file (paths relative to the file)::
     scene = "orbit.xml"
     frames = "0-23"               # or [0, 23]
     spp = 64
-    resolution = [320, 240]       # optional: overrides the film
+    resolution = [320, 240]       # optional: overrides the film (a crop window with it)
     store = "renders/orbit.zarr"
     seed = 0
     tile = 128                    # optional
@@ -33,7 +33,7 @@ import tomllib
 
 from farm.curves import INTERPOLATIONS, Curve
 from farm.errors import SpecError
-from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, PLATFORMS
+from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, PLATFORMS
 from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
 
@@ -76,8 +76,8 @@ def parse_res(text):
 
 def _check_res(res, text):
     w, h = res
-    if not (1 <= w <= 16384 and 1 <= h <= 16384):
-        raise SpecError(f"resolution '{text}': width and height must be between 1 and 16384")
+    if not (1 <= w <= MAX_FILM_SIZE and 1 <= h <= MAX_FILM_SIZE):
+        raise SpecError(f"resolution '{text}': width and height must be between 1 and {MAX_FILM_SIZE}")
     return int(w), int(h)
 
 
@@ -295,7 +295,8 @@ def _file_sha256(path):
 
 
 def film_size(spec):
-    """(width, height) of the frames: the override, or the scene's film at the first frame."""
+    """(width, height) of the frames: the override, or the size of the scene's film's crop window
+    (the whole film unless cropped) at the first frame, with the loader's limits."""
     if spec.resolution:
         return spec.resolution
     size = scene_info(spec.scene, spec.params_at(spec.frames[0])).film_size

@@ -25,5 +25,5 @@ def test_tracer_imports_no_ray_and_no_zarr():
 
 def test_host_only_tracer_io_does_not_import_jax():
     loaded = _loaded_after("import tracer.io.images, tracer.io.xml, tracer.io.meshes, tracer.io.scene_info, "
-                           "tracer.io.spectra")
+                           "tracer.io.spectra, tracer.io.films, tracer.filters")
     assert "jax" not in loaded

@@ -1,16 +1,21 @@
-"""Perspective and thin-lens cameras, as Mitsuba 3's ``perspective`` and ``thinlens`` sensors.
+"""Perspective, thin-lens and orthographic cameras, as Mitsuba 3's ``perspective``, ``thinlens``
+and ``orthographic`` sensors.
 
 Camera space looks down +z with +x to the left and +y up (Mitsuba's convention, which its
-``lookat`` builds); film position (0, 0) is the top-left corner of the image.
+``lookat`` builds); film position (0, 0) is the top-left corner of the whole film (a crop window
+is only which pixels are rendered: ``tracer.film``).
 """
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 
 from tracer import sampling
 from tracer import vecmath as vm
-from tracer.pytree import pytree_dataclass
+from tracer.kinds import Projection
+from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["Camera", "make_camera", "x_fov_from", "generate_rays"]
+__all__ = ["Camera", "make_camera", "make_orthographic", "x_fov_from", "generate_rays"]
 
 
 @pytree_dataclass
@@ -22,6 +27,7 @@ class Camera:
     far_clip: jnp.ndarray        # ()
     aperture_radius: jnp.ndarray  # () zero for a pinhole
     focus_distance: jnp.ndarray  # ()
+    projection: int = static(Projection.PERSPECTIVE)  # ORTHOGRAPHIC: tan_half_fov is 1, no aperture
 
 
 def x_fov_from(fov, fov_axis, width, height):
@@ -50,12 +56,21 @@ def make_camera(to_world, x_fov, width, height, near_clip=1e-2, far_clip=1e4, ap
                   aperture_radius=f32(aperture_radius), focus_distance=f32(focus_distance))
 
 
+def make_orthographic(to_world, width, height, near_clip=1e-2, far_clip=1e4):
+    """Mitsuba's ``orthographic`` sensor: the film spans [-1, 1] x [-1/aspect, 1/aspect] of the
+    camera's xy plane (``to_world`` scales it), rays run along the camera's +z."""
+    camera = make_camera(to_world, 90.0, width, height, near_clip=near_clip, far_clip=far_clip)
+    return dataclasses.replace(camera, tan_half_fov=jnp.float32(1.0), projection=Projection.ORTHOGRAPHIC)
+
+
 def generate_rays(camera, film_uv, aperture_u):
     """Primary rays for film positions ``film_uv`` (2, N) in [0, 1]^2 and aperture uniforms (2, N).
 
     Returns (origin (3, N), unit direction (3, N), t_max (N,)). With a zero aperture radius the
     thin lens degenerates to Mitsuba's pinhole exactly.
     """
+    if camera.projection == Projection.ORTHOGRAPHIC:
+        return _orthographic_rays(camera, film_uv)
     near = jnp.stack([(1.0 - 2.0 * film_uv[0]) * camera.tan_half_fov,
                       (1.0 - 2.0 * film_uv[1]) * camera.tan_half_fov / camera.aspect,
                       jnp.ones_like(film_uv[0])])
@@ -68,3 +83,13 @@ def generate_rays(camera, film_uv, aperture_u):
     d = vm.normalize(vm.transform_vector(camera.to_world, d_local))
     near_t = camera.near_clip * inv_z
     return o + d * near_t, d, camera.far_clip * inv_z - near_t
+
+
+def _orthographic_rays(camera, film_uv):
+    """Mitsuba's ``OrthographicCamera::sample_ray``: from the film's point on the near plane
+    (camera z = near_clip), along to_world's +z, for far_clip - near_clip."""
+    near = jnp.stack([1.0 - 2.0 * film_uv[0], (1.0 - 2.0 * film_uv[1]) / camera.aspect,
+                      jnp.broadcast_to(camera.near_clip, film_uv[0].shape)])
+    o = vm.transform_point(camera.to_world, near)
+    d = jnp.broadcast_to(vm.normalize(camera.to_world[:, 2:3]), near.shape)
+    return o, d, jnp.broadcast_to(camera.far_clip - camera.near_clip, film_uv[0].shape)

@@ -6,8 +6,9 @@ tree (see ``tracer.rendering``): ``tracer.render`` with these defaults gives the
 made with them.
 """
 
-__all__ = ["DEFAULT_TILE", "DEFAULT_PASS_SIZE", "PLATFORMS"]
+__all__ = ["DEFAULT_TILE", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE"]
 
 DEFAULT_TILE = 128       # output tile edge, pixels: one work unit renders one tile
 DEFAULT_PASS_SIZE = 16   # samples per pixel in one pass, the unit passes are summed in
 PLATFORMS = ("cpu", "gpu", "tpu")  # device platforms a worker group may run on
+MAX_FILM_SIZE = 16384    # pixels, a film's width and height at most (a scene's own film and --res alike)

@@ -1,4 +1,4 @@
-"""Image reconstruction: Mitsuba's ``hdrfilm`` with box, tent and gaussian filters.
+"""Image reconstruction: Mitsuba's ``hdrfilm``, its crop window and reconstruction filters.
 
 Each sample at continuous film position x (pixel units) in pixel q is splatted, like Mitsuba's
 ``ImageBlock::put``, into every pixel p with |x - (p + 1/2)| < radius, weighted by the
@@ -6,6 +6,13 @@ separable filter f(x - (p + 1/2)); a pixel's value is sum(f L) / sum(f). A work 
 an output tile therefore renders the samples of the tile grown by ``margin`` pixels on each side
 (clipped to the film): overlapping neighbours recompute those samples bit for bit (they are
 addressed by pixel and sample index), so tiles never write into each other.
+
+A crop window (``crop_offset_x/y``, ``crop_width/height``) renders part of the film: the image is
+the window's pixels, at their positions in the whole film (camera rays and random numbers are
+those of the full film's pixels), and its border pixels take the splats of the film's samples
+just outside the window, so a cropped render is, bit for bit, that window of the full render.
+(Mitsuba without ``sample_border`` samples only the window's own pixels, so its pixels within
+the filter's radius of a window edge that is not a film edge weigh a truncated footprint.)
 """
 import math
 
@@ -13,60 +20,85 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tracer import filters
+from tracer.defaults import MAX_FILM_SIZE
+from tracer.kinds import FilterKind
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["Film", "make_film", "filter_weights", "splat_tile"]
+__all__ = ["Film", "make_film", "filter_weights", "splat_tile", "FILTER_RESOLUTION"]
 
-BOX, TENT, GAUSSIAN = 0, 1, 2
+BOX, TENT, GAUSSIAN = FilterKind.BOX, FilterKind.TENT, FilterKind.GAUSSIAN
 
 
 @pytree_dataclass
 class Film:
-    width: int = static()
+    width: int = static()              # the whole film, pixels: rays and pixel addresses span it
     height: int = static()
-    filter: int = static()          # BOX, TENT or GAUSSIAN
-    radius: float = static()
-    stddev: float = static()
+    rfilter: filters.Filter = static()
+    crop_x: int = static(0)            # the rendered window: its top-left pixel in the film...
+    crop_y: int = static(0)
+    crop_width: int = static(0)        # ...and its size, the rendered image's (H, W) = (crop_height, crop_width)
+    crop_height: int = static(0)
+
+    @property
+    def filter(self):
+        return self.rfilter.kind
+
+    @property
+    def radius(self):
+        return self.rfilter.radius
 
     @property
     def margin(self):
         """Pixels on each side of a pixel reached by its samples' splats."""
-        return max(0, math.ceil(self.radius - 0.5))
+        return self.rfilter.margin
 
 
-def make_film(width, height, filter="gaussian", radius=None, stddev=0.5):
-    if width < 1 or height < 1:
-        raise ValueError(f"film size must be positive, got {width}x{height}")
-    if filter == "box":
-        return Film(width, height, BOX, 0.5 if radius is None else float(radius), 0.0)
-    if filter == "tent":
-        return Film(width, height, TENT, 1.0 if radius is None else float(radius), 0.0)
-    if filter == "gaussian":
-        return Film(width, height, GAUSSIAN, 4.0 * stddev, float(stddev))
-    raise ValueError(f"unknown reconstruction filter {filter!r} (expected box, tent or gaussian)")
+def make_film(width, height, filter="gaussian", crop=None, **params):
+    """A ``width`` x ``height`` film; ``crop`` (x, y, width, height) is the rendered window (default
+    the whole film); ``filter`` is a ``tracer.filters.Filter`` or a name with its ``params``.
+
+    Raises ValueError for a size past ``MAX_FILM_SIZE``, a window outside the film, or filter
+    parameters out of their limits (``tracer.filters``).
+    """
+    for name, value in (("width", width), ("height", height)):
+        if not 1 <= value <= MAX_FILM_SIZE:
+            raise ValueError(f"film {name} must be between 1 and {MAX_FILM_SIZE}, got {value}")
+    x, y, w, h = (0, 0, width, height) if crop is None else crop
+    if not (x >= 0 and y >= 0 and w >= 1 and h >= 1 and x + w <= width and y + h <= height):
+        raise ValueError(f"crop window ({x}, {y}) + {w}x{h} is not inside the {width}x{height} film")
+    rfilter = filter if isinstance(filter, filters.Filter) else filters.make_filter(filter, **params)
+    return Film(width=width, height=height, rfilter=rfilter, crop_x=x, crop_y=y, crop_width=w, crop_height=h)
 
 
 # Mitsuba splats with ``eval_discretized``: the filter read from a table of this many bins over
 # [0, radius), each holding the value at its left end.
-FILTER_RESOLUTION = 31
+FILTER_RESOLUTION = filters.RESOLUTION
 
 
 def filter_weights(film, x, discretized=True):
     """Filter value f(x) for offsets x (any shape) in pixels, as Mitsuba's ImageBlock splats it."""
+    f = film.rfilter
     ax = jnp.abs(x)
-    if film.filter == BOX:
-        return jnp.where(ax <= film.radius, 1.0, 0.0)
+    if f.kind == BOX:
+        return jnp.where(ax <= f.radius, 1.0, 0.0)
+    if f.kind in FilterKind.TABULATED:
+        if not discretized:
+            raise ValueError("a tabulated filter is splatted from its table; tracer.filters.evaluate gives its curve")
+        scale = np.float32(FILTER_RESOLUTION) / np.float32(f.radius)
+        index = jnp.minimum(jnp.floor(ax * scale), FILTER_RESOLUTION).astype(jnp.int32)
+        return jnp.asarray(np.array(f.table, np.float32))[index]
     if discretized:
-        bins = jnp.floor(ax * (FILTER_RESOLUTION / film.radius))
+        bins = jnp.floor(ax * (FILTER_RESOLUTION / f.radius))
         inside = bins < FILTER_RESOLUTION
-        ax = bins * np.float32(film.radius / FILTER_RESOLUTION)
+        ax = bins * np.float32(f.radius / FILTER_RESOLUTION)
     else:
         inside = True
-    if film.filter == TENT:
-        value = jnp.maximum(0.0, 1.0 - ax / film.radius)
+    if f.kind == TENT:
+        value = jnp.maximum(0.0, 1.0 - ax / f.radius)
     else:
-        alpha = -1.0 / (2.0 * film.stddev * film.stddev)
-        bias = np.float32(math.exp(alpha * film.radius * film.radius))
+        alpha = -1.0 / (2.0 * f.stddev * f.stddev)
+        bias = np.float32(math.exp(alpha * f.radius * f.radius))
         value = jnp.maximum(0.0, jnp.exp(alpha * ax * ax) - bias)
     return jnp.where(inside, value, 0.0)
 

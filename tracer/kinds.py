@@ -6,7 +6,8 @@ absent kinds are never traced). Each family is a namespace of plain ints: JAX tr
 weakly typed Python scalars, which an ``enum.IntEnum`` would not be.
 """
 
-__all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMode", "BsdfKind", "Microfacet"]
+__all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMode", "FilterKind", "Projection",
+           "BsdfKind", "Microfacet"]
 
 
 class SurfaceKind:
@@ -34,6 +35,20 @@ class BitmapFilter:
 
 class WrapMode:
     REPEAT, MIRROR, CLAMP = range(3)
+
+
+class FilterKind:
+    """Mitsuba's reconstruction filters as the film splats them: box, tent and gaussian in closed
+    form; mitchell, catmullrom (mitchell's B = 0, C = 1/2) and lanczos from their table."""
+
+    BOX, TENT, GAUSSIAN, MITCHELL, CATMULLROM, LANCZOS = range(6)
+    TABULATED = (MITCHELL, CATMULLROM, LANCZOS)
+
+
+class Projection:
+    """Mitsuba's sensors: perspective (thinlens is perspective with an aperture) and orthographic."""
+
+    PERSPECTIVE, ORTHOGRAPHIC = range(2)
 
 
 class BsdfKind:

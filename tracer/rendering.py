@@ -52,7 +52,7 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     def pass_on_device(scene, frame, seed, tile_y, tile_x, first_sample, spp):
         def samples(s, gy, gx):
             """Pixel, validity and key of pass sample s at source grid (gy, gx) (broadcast)."""
-            py, px = tile_y - m + gy, tile_x - m + gx
+            py, px = film.crop_y + tile_y - m + gy, film.crop_x + tile_x - m + gx
             sample = first_sample + s
             valid = (gy < gh) & (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
             keys = rng.sample_key(seed, frame, (py * film.width + px).astype(jnp.uint32), sample.astype(jnp.uint32))
@@ -101,9 +101,11 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
     """Add passes [first_pass, first_pass + n_passes) of one tile to the accumulator (value, weight).
 
     scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
-    scalars (traced); value (tile_h, tile_w, 3) and weight (tile_h, tile_w) float32: the sums of
-    filter-weighted radiance and of filter weights so far. Pixels of the tile outside the film
-    get zeros. Returns the new (value, weight).
+    scalars (traced); (tile_y, tile_x) is the tile's top-left pixel in the image, the film's crop
+    window (the whole film unless it is cropped). value (tile_h, tile_w, 3) and weight (tile_h,
+    tile_w) float32: the sums of filter-weighted radiance and of filter weights so far. Pixels of
+    the tile outside the film get zeros; those outside the window but inside the film are
+    rendered, and left out of the image by whoever assembles it. Returns the new (value, weight).
     """
     def one_pass(k, acc):
         first_sample = (first_pass + k) * pass_size
@@ -116,7 +118,7 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
 
 def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAULT_PASS_SIZE, mesh=None,
            chunk_passes=None):
-    """Render the whole image: linear radiance, numpy float32 (H, W, 3).
+    """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3).
 
     ``spp`` defaults to the scene's sampler ``sample_count``. ``chunk_passes`` splits the passes
     into chunks, each summed from zero and the chunks added in order (in float32 numpy): the
@@ -129,12 +131,13 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAUL
     mesh = local_mesh() if mesh is None else mesh
     pass_size = min(pass_size, spp)
     n_passes = -(-spp // pass_size)
-    th, tw = min(tile, film.height), min(tile, film.width)
-    image = np.zeros((film.height, film.width, 3), np.float32)
+    height, width = film.crop_height, film.crop_width
+    th, tw = min(tile, height), min(tile, width)
+    image = np.zeros((height, width, 3), np.float32)
     i32 = jnp.int32
     chunk = n_passes if chunk_passes is None else chunk_passes
-    for y in range(0, film.height, th):
-        for x in range(0, film.width, tw):
+    for y in range(0, height, th):
+        for x in range(0, width, tw):
             value, weight = np.zeros((th, tw, 3), np.float32), np.zeros((th, tw), np.float32)
             for first in range(0, n_passes, chunk):
                 v, w = render_tile(
@@ -142,6 +145,6 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAUL
                     i32(spp), jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32),
                     tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh)
                 value, weight = value + np.asarray(v), weight + np.asarray(w)
-            h, w = min(th, film.height - y), min(tw, film.width - x)
+            h, w = min(th, height - y), min(tw, width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])
     return image

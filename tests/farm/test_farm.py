@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from farm import job
+from farm.curves import Curve
 from farm.errors import SpecError
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec, JobSpec
@@ -256,3 +257,35 @@ def test_local_groups_share_the_cores_one_device_each(tmp_path):
     assert [s.devices_per_host for s in job.group_shapes(two, local=True)] == [max(1, cores // 2)] * 2
     named = dataclasses.replace(spec, groups=GroupsSpec(devices_per_host=3))
     assert [s.devices_per_host for s in job.group_shapes(named, local=True)] == [3]
+
+
+def _cropped_cbox(tmp_path, crop=(9, 5, 20, 18)):
+    """The Cornell box on a film of its own size ($res, no --res), cropped to a window."""
+    names = ("crop_offset_x", "crop_offset_y", "crop_width", "crop_height")
+    window = "".join(f'<integer name="{n}" value="{v}"/>' for n, v in zip(names, crop))
+    text = (ROOT / "examples" / "cbox.xml").read_text()
+    path = tmp_path / "cropped.xml"
+    path.write_text(text.replace('<rfilter type="gaussian"/>', window + '<rfilter type="gaussian"/>'))
+    return str(path)
+
+
+def test_a_cropped_scene_is_stored_at_its_window_and_rendered_as_the_tracer_does(local_ray, tmp_path):
+    spec = dataclasses.replace(orbit_spec(tmp_path / "crop.zarr", frames=(1, 1), spp=4), scene=_cropped_cbox(tmp_path),
+                               resolution=None, curves=(Curve("res", ((0, "36"),)),))
+    spec, store = job.prepare(spec)
+    assert (store.width, store.height, store.tiles_y, store.tiles_x) == (20, 18, 2, 2)
+    run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
+    got, = exported(store.url, tmp_path)
+    want, = reference(spec)
+    assert got.shape == (18, 20, 3) and got.mean() > 0.01
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_scene_film_past_the_limits_is_refused_before_a_store_exists(tmp_path):
+    spec = dataclasses.replace(orbit_spec(tmp_path / "huge.zarr", frames=(0, 0)), scene=_cropped_cbox(tmp_path),
+                               resolution=None, curves=(Curve("res", ((0, "2147483647"),)),))
+    with pytest.raises(SpecError) as failure:
+        job.prepare(spec)
+    assert "film width must be between 1 and 16384 pixels, got 2147483647" in str(failure.value)
+    assert "cropped.xml:" in str(failure.value) and "\n" not in str(failure.value)
+    assert not (tmp_path / "huge.zarr").exists()

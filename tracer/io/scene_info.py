@@ -13,12 +13,12 @@ import os
 import numpy as np
 
 from tracer.io.errors import SceneError
+from tracer.io.films import read_film
 from tracer.io.xml import parse_file
 
 __all__ = ["SceneInfo", "SceneFile", "describe", "the_sensor", "film_size", "sample_count",
-           "DEFAULT_FILM_SIZE", "DEFAULT_SPP", "SAMPLERS"]
+           "DEFAULT_SPP", "SAMPLERS"]
 
-DEFAULT_FILM_SIZE = (768, 576)  # Mitsuba's hdrfilm
 DEFAULT_SPP = 4                 # Mitsuba's default sampler
 # Mitsuba's samplers, and what each does with ``sample_count`` (its set_sample_count): ours
 # differs but converges to the same image, so only the count they take matters.
@@ -88,14 +88,9 @@ def _one(node, category):
 
 
 def film_size(sensor):
-    """(width, height) of the sensor's film (Mitsuba's 768x576 when it has none)."""
-    film = _one(sensor, "film")
-    if film is None:
-        return DEFAULT_FILM_SIZE
-    width, height = film.get_int("width", DEFAULT_FILM_SIZE[0]), film.get_int("height", DEFAULT_FILM_SIZE[1])
-    if width < 1 or height < 1:
-        raise SceneError(f"{film.source}: film size must be positive, got {width}x{height}")
-    return width, height
+    """(width, height) of the image the sensor's film makes: its crop window (the whole film,
+    Mitsuba's 768x576 when it has none), as the loader reads it (``tracer.io.films``)."""
+    return read_film(sensor).image_size
 
 
 def sample_count(sensor):

@@ -5,7 +5,6 @@ plugin is given must be understood: whatever no builder read is reported, with f
 by ``PluginNode.check_unused``.
 """
 import dataclasses
-import math
 import os
 import warnings
 from typing import NamedTuple
@@ -13,15 +12,14 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tracer import camera as cameras
-from tracer import film as films
 from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
 from tracer.io import meshes
 from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
-from tracer.io.scene_info import DEFAULT_FILM_SIZE, film_size, sample_count, the_sensor
+from tracer.io.scene_info import the_sensor
+from tracer.io.sensors import load_sensor
 from tracer.io.xml import PluginNode, parse_file
 from tracer.scene import Scene, Settings, Shapes
 from tracer.kinds import BitmapFilter, SurfaceKind, WrapMode
@@ -36,19 +34,14 @@ ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
 # image is the same in expectation.
 PATH_LIKE = {"volpath", "volpathmis", "prb", "prb_basic"}
 MAX_DIRECT_SAMPLES = 1024  # per camera ray: each sample is unrolled into the compiled program
-# Properties that change nothing in what we render (output formats, how work is split, shutter
-# times without motion, a perspective camera's focus distance, what only differentiable
-# rendering uses); samplers are described in ``scene_info.SAMPLER_HARMLESS``.
+# Properties that change nothing in what we render (how work is split, what only differentiable
+# rendering uses); sensors, films and samplers: tracer.io.sensors, tracer.io.films, scene_info.
 HARMLESS = {
-    "film": {"pixel_format", "component_format", "file_format", "banner", "sample_border", "compensate", "rfilter"},
-    "sensor": {"shutter_open", "shutter_close", "srf", "focus_distance"},
     "integrator": {"samples_per_pass", "timeout", "block_size"},
     "shape": {"silhouette_sampling_weight"},
 }
 # A bitmap's storage precision and GPU texture use ('format', 'accel'): texels are float32 here.
 BITMAP_FORMATS = ("auto", "variant", "float16", "fp16", "uint8")
-# A 35 mm film's diagonal (mm): Mitsuba's 'focal_length' is a full-frame lens.
-FULL_FRAME_DIAGONAL = (36.0 ** 2 + 24.0 ** 2) ** 0.5
 
 
 def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = None, accel: str = "auto",
@@ -80,26 +73,6 @@ def _nested(root):
                 nested.add(id(child))
                 stack.append(child)
     return nested
-
-
-def _field_of_view(node):
-    """(fov in degrees, fov_axis) of a sensor, as Mitsuba's ``parse_fov``: ``fov`` along
-    ``fov_axis``, or else a full-frame lens of ``focal_length`` (default "50mm") on the diagonal."""
-    if node.has("fov") and node.has("focal_length"):
-        raise SceneError(f"{node.source}: give either fov or focal_length, not both")
-    if node.has("fov"):
-        return node.get_float("fov"), node.get_string("fov_axis", "x").lower()
-    try:
-        text = node.get_string("focal_length", "50mm").strip()
-    except SceneError:
-        text = str(node.get_float("focal_length"))
-    try:
-        focal = float(text[:-2] if text.endswith("mm") else text)
-    except ValueError:
-        focal = float("nan")
-    if not (focal > 0 and math.isfinite(focal)):
-        raise SceneError(f"{node.source}: could not parse the focal length '{text[:40]}' (expected <x>mm, x > 0)")
-    return math.degrees(2.0 * math.atan(FULL_FRAME_DIAGONAL / (2.0 * focal))), "diagonal"
 
 
 def _load(node, loader, *args, **kwargs):
@@ -148,7 +121,7 @@ class _SceneBuilder:
     def build(self) -> Scene:
         root = self.root
         settings = self._integrator()
-        camera, film, spp = self._sensor(the_sensor(root))
+        camera, film, spp = load_sensor(the_sensor(root), self.resolution)
         nested = _nested(root)
         for node in root.children:
             if id(node) in nested:
@@ -242,62 +215,6 @@ class _SceneBuilder:
 
     def _ignore(self, node, category):
         node.mark_used(*(name for name in HARMLESS.get(category, ()) if node.has(name)))
-
-    # ------------------------------------------------------------------ sensor
-    def _sensor(self, node):
-        if node.type not in ("perspective", "thinlens"):
-            raise SceneError(f"{node.source}: unsupported sensor '{node.type}' (perspective or thinlens)")
-        film_node = _first(node, "film")
-        width, height = self.resolution or DEFAULT_FILM_SIZE
-        film = films.make_film(width, height)
-        if film_node is not None:
-            if film_node.type != "hdrfilm":
-                raise SceneError(f"{film_node.source}: unsupported film '{film_node.type}' (only hdrfilm)")
-            size = film_size(node)
-            width, height = self.resolution or size
-            rfilter = _first(film_node, "rfilter")
-            film = self._film(width, height, rfilter)
-            for name in ("crop_offset_x", "crop_offset_y", "crop_width", "crop_height"):
-                if film_node.has(name):
-                    raise SceneError(f"{film_node.source}: film cropping ('{name}') is not supported")
-            self._ignore(film_node, "film")
-            film_node.check_unused()
-        spp = sample_count(node)
-        fov, fov_axis = _field_of_view(node)
-        try:
-            x_fov = cameras.x_fov_from(fov, fov_axis, width, height)
-        except ValueError as e:
-            raise SceneError(f"{node.source}: {e}") from None
-        if not 0 < x_fov < 180:
-            raise SceneError(f"{node.source}: the horizontal field of view must be in (0, 180) degrees, got {x_fov:g}")
-        kwargs = {}
-        if node.type == "thinlens":
-            kwargs = dict(aperture_radius=node.get_float("aperture_radius", 0.03),
-                          focus_distance=node.get_float("focus_distance", 0.0))
-            if kwargs["focus_distance"] <= 0:
-                raise SceneError(f"{node.source}: thinlens needs a positive focus_distance")
-        camera = cameras.make_camera(node.get_transform("to_world"), x_fov, width, height,
-                                     near_clip=node.get_float("near_clip", 1e-2),
-                                     far_clip=node.get_float("far_clip", 1e4), **kwargs)
-        self._ignore(node, "sensor")
-        node.check_unused()
-        return camera, film, spp
-
-    def _film(self, width, height, rfilter):
-        if rfilter is None:
-            return films.make_film(width, height, "gaussian")
-        try:
-            if rfilter.type == "gaussian":
-                film = films.make_film(width, height, "gaussian", stddev=rfilter.get_float("stddev", 0.5))
-            elif rfilter.type in ("box", "tent"):
-                radius = rfilter.get_float("radius", 0.5 if rfilter.type == "box" else 1.0)
-                film = films.make_film(width, height, rfilter.type, radius=radius)
-            else:
-                raise SceneError(f"{rfilter.source}: unsupported rfilter '{rfilter.type}' (box, tent or gaussian)")
-        except ValueError as e:
-            raise SceneError(f"{rfilter.source}: {e}") from None
-        rfilter.check_unused()
-        return film
 
     # ------------------------------------------------------------------ shapes
     def _shape(self, node):

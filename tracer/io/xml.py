@@ -168,21 +168,24 @@ def _clip(text, size=40):
     return text if len(text) <= size else f"{text[:size]}... ({len(text)} characters)"
 
 
-def _float(value, where):
+def _float(value, where, name=None):
+    """A finite float; ``name``, the parameter's, goes into the message."""
+    what = f"'{name}': " if name else ""
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise SceneError(f"could not parse floating point value '{_clip(value)}'", where) from None
+        raise SceneError(f"{what}could not parse floating point value '{_clip(value)}'", where) from None
     if not math.isfinite(number):
-        raise SceneError(f"value '{_clip(value)}' is not a finite number", where)
+        raise SceneError(f"{what}value '{_clip(value)}' is not a finite number", where)
     return number
 
 
-def _integer(value, where):
+def _integer(value, where, name=None):
     """Mitsuba's ``<integer>``: a signed 64-bit integer, surrounded by white space or not."""
     text = value.strip()
     if not re.fullmatch(r"[+-]?\d{1,19}", text) or not -2**63 <= int(text) < 2**63:
-        raise SceneError(f"could not parse integer value '{_clip(value)}' (a 64-bit integer)", where)
+        what = f"'{name}': " if name else ""
+        raise SceneError(f"{what}could not parse integer value '{_clip(value)}' (a 64-bit integer)", where)
     return int(text)
 
 
@@ -544,9 +547,9 @@ def _value(el, attrs, where):
     _check_attrs(el, attrs, where, required=("name", "value"))
     value = attrs["value"]
     if tag == "float":
-        return "float", _float(value, where)
+        return "float", _float(value, where, attrs["name"])
     if tag == "integer":
-        return "integer", _integer(value, where)
+        return "integer", _integer(value, where, attrs["name"])
     if tag == "boolean":
         if value.strip().lower() not in ("true", "false"):
             raise SceneError(f"could not parse boolean value '{_clip(value)}': must be 'true' or 'false'", where)

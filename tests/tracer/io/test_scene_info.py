@@ -107,7 +107,7 @@ def test_sampler_parameters_that_change_nothing_are_taken(tmp_path):
     ('<sensor type="perspective"><sampler type="independent"><float name="gamma" value="1"/></sampler></sensor>',
      "unsupported parameter 'gamma'"),
     ('<sensor type="perspective"><film type="hdrfilm"><integer name="width" value="0"/></film></sensor>',
-     "film size must be positive"),
+     "film width must be between 1 and 16384"),
     ('<sensor type="perspective"/><sensor type="perspective"/>', "exactly one <sensor>, found 2"),
     ('<sensor type="perspective"/><shape type="obj"><string name="filename" value="gone.obj"/></shape>',
      r"s\.xml:2: file 'gone.obj' not found"),
