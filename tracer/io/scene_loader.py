@@ -55,14 +55,6 @@ def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = Non
     return _SceneBuilder(root, accel, resolution).build()
 
 
-def _first(node, category):
-    """The single nested plugin of a category, or None; two are an error."""
-    found = node.children_of(category)
-    if len(found) > 1:
-        raise SceneError(f"{found[1].source}: more than one <{category}> in {node.category} '{node.type}'")
-    return found[0] if found else None
-
-
 def _nested(root):
     """id() of every plugin nested in another plugin than ``root`` (directly or by a <ref>)."""
     nested, stack = set(), [c for c in root.children]
