@@ -16,7 +16,7 @@ from tracer import film as films
 from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
-from tracer.io import meshes
+from tracer.io import meshes, ply
 from tracer.io.errors import SceneError
 from tracer.io.images import load_image
 from tracer.io.xml import PluginNode, parse_file
@@ -293,10 +293,14 @@ class _SceneBuilder:
         if node.type == "cube":
             return meshes.transform_mesh(meshes.cube_mesh(), to_world, normal_matrix)
         path = node.get_path("filename")
-        mesh = _load(node, meshes.load_obj if node.type == "obj" else meshes.load_ply, path)
         face_normals = node.get_bool("face_normals", False)
-        if face_normals:
-            mesh = meshes.Mesh(mesh.positions, mesh.faces, None, mesh.uvs)
+        if node.type == "obj":
+            mesh = _load(node, meshes.load_obj, path, flip_tex_coords=node.get_bool("flip_tex_coords", True))
+            if face_normals:
+                mesh.normals = None
+        else:
+            mesh = _load(node, ply.load_ply, path, face_normals=face_normals,
+                         flip_tex_coords=node.get_bool("flip_tex_coords", False))
         mesh = meshes.transform_mesh(mesh, to_world, normal_matrix)
         if not face_normals and mesh.normals is None:
             mesh = meshes.recompute_vertex_normals(mesh)  # from world-space positions, as Mitsuba
