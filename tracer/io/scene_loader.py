@@ -16,7 +16,7 @@ from tracer import film as films
 from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
-from tracer.io import meshes, ply
+from tracer.io import meshes, ply, serialized
 from tracer.io.errors import SceneError
 from tracer.io.images import load_image
 from tracer.io.xml import PluginNode, parse_file
@@ -28,7 +28,7 @@ from tracer.textures import TextureTableBuilder
 __all__ = ["load_scene"]
 
 TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
-MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
+MESH_TYPES = {"obj", "ply", "serialized", "rectangle", "cube"}
 ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
 # Properties that change nothing in what we render (output formats, sampler flavours, ids).
 HARMLESS = {
@@ -298,9 +298,12 @@ class _SceneBuilder:
             mesh = _load(node, meshes.load_obj, path, flip_tex_coords=node.get_bool("flip_tex_coords", True))
             if face_normals:
                 mesh.normals = None
-        else:
+        elif node.type == "ply":
             mesh = _load(node, ply.load_ply, path, face_normals=face_normals,
                          flip_tex_coords=node.get_bool("flip_tex_coords", False))
+        else:
+            mesh = _load(node, serialized.load_serialized, path, shape_index=node.get_int("shape_index", 0),
+                         face_normals=face_normals)
         mesh = meshes.transform_mesh(mesh, to_world, normal_matrix)
         if not face_normals and mesh.normals is None:
             mesh = meshes.recompute_vertex_normals(mesh)  # from world-space positions, as Mitsuba
