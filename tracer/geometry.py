@@ -24,8 +24,8 @@ from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
 
 __all__ = [
-    "Hit", "Geometry", "MeshShape", "AnalyticShape", "SurfaceInteraction", "build_geometry", "closest_hit",
-    "occluded", "surface_interaction", "primitive_shape", "spawn_ray", "spawn_ray_to",
+    "Hit", "Geometry", "MeshShape", "AnalyticShape", "AttributeSlot", "SurfaceInteraction", "build_geometry",
+    "closest_hit", "occluded", "surface_interaction", "primitive_shape", "spawn_ray", "spawn_ray_to",
 ]
 
 # Below this many primitives brute force beats the BVH: on 2 cores, 65k incoherent rays at a
@@ -51,6 +51,8 @@ class Geometry:
     uv1: jnp.ndarray         # (2, T)
     uv2: jnp.ndarray         # (2, T)
     tri_shape: jnp.ndarray   # (T,) int32 shape index of each triangle
+    attr_corner: jnp.ndarray  # (3, Cv, T) vertex-attribute channels at each corner (Cv = 0 without any)
+    attr_face: jnp.ndarray    # (Cf, T) face-attribute channels
     analytic_kind: jnp.ndarray      # (A,) int32 SurfaceKind.SPHERE or DISK
     analytic_to_world: jnp.ndarray  # (3, 4, A) affine object-to-world
     analytic_to_local: jnp.ndarray  # (3, 4, A) its inverse
@@ -61,6 +63,8 @@ class Geometry:
     n_triangles: int = static(0)
     n_analytic: int = static(0)
     analytic_kinds: tuple = static(())  # the kinds present: surface data is computed for those only
+    # The mesh attributes kept (those textures read), as AttributeSlots: vertex ones first.
+    attribute_slots: tuple = static(())
     accel: str = static("brute")  # 'brute' or 'bvh' (the pure-JAX backend), 'embree' or 'warp'
 
     @property
@@ -89,6 +93,7 @@ class SurfaceInteraction:
     valid: jnp.ndarray  # (N,) bool: the ray hit something
     prim: jnp.ndarray = None  # (N,) int32 primitive id, -1 where not valid
     t: jnp.ndarray = None     # (N,) distance along the ray
+    attributes: jnp.ndarray = None  # (C, N) the geometry's attribute channels at the hit; None without any
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,6 +107,15 @@ class MeshShape(NamedTuple):
     normals: np.ndarray | None   # (V, 3) shading normals, or None (the face normal shades)
     uvs: np.ndarray | None       # (V, 2), or None (Mitsuba's default per-triangle uvs)
     shape: int                   # the scene's shape index
+    attributes: dict | None = None  # Mitsuba's mesh attributes: 'vertex_*' (V, dim), 'face_*' (F, dim)
+
+
+class AttributeSlot(NamedTuple):
+    """Where a mesh attribute lives among the channels of ``SurfaceInteraction.attributes``."""
+
+    name: str    # 'vertex_...' (interpolated over the triangle) or 'face_...' (constant on it)
+    first: int   # its first channel
+    width: int   # 1, or 3 (RGB; an attribute of width 1 on some meshes is repeated there)
 
 
 class AnalyticShape(NamedTuple):
@@ -148,6 +162,42 @@ def _triangle_columns(meshes):
     corners = lambda field: tuple(cat(lambda part: getattr(part, field)[k]) for k in range(3))
     return _TriangleColumns(corners("p"), corners("n"), cat(lambda part: part.has_normals), corners("uv"),
                             cat(lambda part: part.shape))
+
+
+def _attribute_columns(meshes, names):
+    """Host: (slots, per-corner vertex channels (3, Cv, T), face channels (Cf, T)) of the named
+    attributes over the meshes' triangles, in ``_triangle_columns`` order; meshes without an
+    attribute hold zeros. Widths other than 1 and 3 are refused (Mitsuba cannot evaluate them)."""
+    meshes = [MeshShape(*m) for m in meshes]
+    slots, first = [], 0
+    for name in sorted(names, key=lambda n: (n.startswith("face_"), n)):
+        widths = {np.shape(m.attributes[name])[1] for m in meshes if m.attributes and name in m.attributes}
+        if not widths or not widths <= {1, 3}:
+            raise ValueError(f"attribute {name!r} has widths {sorted(widths)} (1 or 3 are evaluated)")
+        width = 1 if widths == {1} else 3
+        slots.append(AttributeSlot(name, first, width))
+        first += width
+    vertex_slots = [s for s in slots if not s.name.startswith("face_")]
+    face_slots = [s for s in slots if s.name.startswith("face_")]
+    corner = [np.zeros((3, sum(s.width for s in vertex_slots), 0), np.float32)]
+    face = [np.zeros((sum(s.width for s in face_slots), 0), np.float32)]
+    for mesh in meshes:
+        faces = np.asarray(mesh.faces, np.int64).reshape(-1, 3)
+        table = _attribute_table(mesh, vertex_slots, len(mesh.positions))
+        corner.append(np.stack([table[faces[:, k]].T for k in range(3)]))
+        face.append(_attribute_table(mesh, face_slots, len(faces)).T)
+    return tuple(slots), np.concatenate(corner, axis=-1), np.concatenate(face, axis=-1)
+
+
+def _attribute_table(mesh, slots, rows):
+    """(rows, channels) float32: the mesh's values of the attributes in ``slots``, an attribute of
+    width 1 repeated over a slot of 3, zeros for one the mesh lacks."""
+    parts = [np.zeros((rows, 0), np.float32)]
+    for slot in slots:
+        values = (mesh.attributes or {}).get(slot.name)
+        values = np.zeros((rows, 1), np.float32) if values is None else np.asarray(values, np.float32)
+        parts.append(np.broadcast_to(values, (rows, slot.width)))
+    return np.concatenate(parts, axis=1)
 
 
 def _analytic_arrays(analytic):
@@ -199,13 +249,16 @@ def resolve_accel(accel, n_primitives):
 
 
 def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape], accel: str = "auto",
-                   leaf_size: int = bvh_traversal.LEAF_SIZE) -> "Geometry":
+                   leaf_size: int = bvh_traversal.LEAF_SIZE, attributes: Sequence[str] = ()) -> "Geometry":
     """Host: the scene's geometry from world-space meshes and analytic shapes.
 
     accel: see ``resolve_accel``. With Embree or Warp, spheres and disks are tested in JAX by
-    brute force. The Geometry owns what a host engine built: ``close()`` frees it.
+    brute force. ``attributes``: the names of the mesh attributes to keep (what the scene's
+    ``mesh_attribute`` textures read); ``surface_interaction`` then evaluates them at every hit.
+    The Geometry owns what a host engine built: ``close()`` frees it.
     """
     tri = _triangle_columns(meshes)
+    slots, attr_corner, attr_face = _attribute_columns(meshes, attributes)
     kind, to_world, to_local, analytic_shape = _analytic_arrays(analytic)
     n_tri, n_analytic = tri.shape.size, kind.size
     accel = resolve_accel(accel, n_tri + n_analytic)
@@ -226,6 +279,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     return Geometry(
         v0=j(p0), e1=j(p1 - p0), e2=j(p2 - p0), v1=j(p1), v2=j(p2), n0=j(n0), n1=j(n1), n2=j(n2),
         has_normals=j(tri.has_normals), uv0=j(uv0), uv1=j(uv1), uv2=j(uv2), tri_shape=j(tri.shape),
+        attr_corner=j(attr_corner), attr_face=j(attr_face), attribute_slots=slots,
         analytic_kind=j(kind), analytic_to_world=j(to_world), analytic_to_local=j(to_local),
         analytic_shape=j(analytic_shape), bvh=bvh, host_handle=jnp.int32(host_scene.handle if host_scene else 0),
         host_scene=host_scene, n_triangles=int(n_tri), n_analytic=int(n_analytic),
@@ -310,6 +364,20 @@ def _triangle_surface(geo, hit):
     return p, ng, ns, uv
 
 
+def _attributes(geo, hit):
+    """(C, N) attribute channels at triangle hits, as Mitsuba's ``Mesh::interpolate_attribute``:
+    vertex attributes v0 w + (v1 u + v2 v) (barycentrics), face attributes as they are."""
+    i = jnp.clip(hit.prim, 0, geo.n_triangles - 1)
+    parts = []
+    if geo.attr_corner.shape[1]:
+        a = geo.attr_corner[:, :, i]
+        parts.append(a[0] * (1.0 - hit.u - hit.v) + (a[1] * hit.u + a[2] * hit.v))
+    if geo.attr_face.shape[0]:
+        parts.append(geo.attr_face[:, i])
+    values = jnp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+    return jnp.where((hit.prim >= 0) & (hit.prim < geo.n_triangles), values, 0.0)
+
+
 def _unit_angle_z(v):
     """Drjit's ``unit_angle_z``: the polar angle of v, accurate near the poles."""
     s = jnp.where(v[2] >= 0, 1.0, -1.0)
@@ -384,8 +452,9 @@ def surface_interaction(geometry, o, d, hit):
         is_analytic = hit.prim >= geo.n_triangles
         fields = _analytic_surface(geo, o, d, hit)
         p, ng, ns, uv = (vm.select(is_analytic, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
+    attributes = _attributes(geo, hit) if geo.attribute_slots and geo.n_triangles else None
     return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, shape=primitive_shape(geo, hit.prim), valid=valid,
-                              prim=hit.prim, t=hit.t)
+                              prim=hit.prim, t=hit.t, attributes=attributes)
 
 
 # ---------------------------------------------------------------------------------------------

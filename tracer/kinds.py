@@ -25,7 +25,7 @@ class EmitterKind:
 
 
 class TextureKind:
-    CONSTANT, CHECKERBOARD, BITMAP = range(3)
+    CONSTANT, CHECKERBOARD, BITMAP, MESH_ATTRIBUTE = range(4)
 
 
 class BitmapFilter:

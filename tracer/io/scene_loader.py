@@ -96,9 +96,12 @@ class _SceneBuilder:
         self.null_material = self.materials.add_null()
         self.material_ids = {}       # id(node) -> ShapeMaterials; ("single", id(node)) -> material id
         self.bitmap_ids = {}
+        self.attribute_ids = {}  # (attribute name, scale) -> mesh_attribute texture id
         self.meshes: list[geometry.MeshShape] = []
         self.analytic: list[geometry.AnalyticShape] = []
         self.shape_rows: list[ShapeRow] = []
+        self.attribute_requests: list[str] = []  # mesh attributes read by textures, in order of request
+        self.material_attributes: dict[int, set] = {}  # material id -> the mesh attributes it reads
 
     # ------------------------------------------------------------------ top level
     def build(self) -> Scene:
@@ -114,7 +117,10 @@ class _SceneBuilder:
             elif node.category == "emitter":
                 if node.type == "area":
                     raise SceneError(f"{node.source}: an area emitter must be nested in a shape")
+                requested = len(self.attribute_requests)
                 self.emitters.add(node, self.add_texture)
+                if len(self.attribute_requests) > requested:
+                    raise SceneError(f"{node.source}: a mesh_attribute texture can only be used by a shape's bsdf")
                 node.check_unused()
             elif node.category in ("bsdf", "texture", "sensor", "integrator"):
                 continue  # referenced by shapes, or handled above
@@ -122,7 +128,8 @@ class _SceneBuilder:
                 raise SceneError(f"{node.source}: unsupported <{node.category}> plugin '{node.type}'")
         if not self.shape_rows:
             raise SceneError(f"{root.source}: the scene has no shapes")
-        geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel)
+        geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel,
+                                      attributes=self.textures.attribute_names)
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
         rows = self.shape_rows
@@ -131,7 +138,7 @@ class _SceneBuilder:
                         flip_normals=column(rows, "flip_normals", bool))
         settings = Settings(max_depth=settings.max_depth, rr_depth=settings.rr_depth,
                             hide_emitters=settings.hide_emitters, spp=spp)
-        textures = self.textures.build()
+        textures = self.textures.build(geo.attribute_slots)
         return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(textures),
                      textures=textures, emitters=emitters, camera=camera, film=film,
                      settings=settings)
@@ -241,10 +248,11 @@ class _SceneBuilder:
         index = len(self.shape_rows)
         to_world = node.get_transform("to_world")
         flip_normals = node.get_bool("flip_normals", False)
-        triangles, analytic, vertex_normals = None, None, None
+        triangles, analytic, vertex_normals, mesh = None, None, None, None
         if node.type in MESH_TYPES:
             mesh = self._mesh(node, to_world)
-            self.meshes.append(geometry.MeshShape(mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index))
+            self.meshes.append(geometry.MeshShape(mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index,
+                                                  mesh.attributes))
             p = mesh.positions[mesh.faces]
             triangles = (p[:, 0], p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
             if mesh.normals is not None:
@@ -268,6 +276,7 @@ class _SceneBuilder:
         if len(bsdf_nodes) > 1:
             raise SceneError(f"{node.source}: a shape takes one bsdf, got {len(bsdf_nodes)}")
         sides = self._material(bsdf_nodes[0] if bsdf_nodes else None)
+        self._check_attributes(node, mesh, sides)
         emitter = -1
         for em in node.children_of("emitter"):
             if em.type != "area":
@@ -284,6 +293,23 @@ class _SceneBuilder:
         self.shape_rows.append(ShapeRow(bsdf_front=sides.front, bsdf_back=sides.back, flip_back=sides.flip_back,
                                         emitter=emitter, flip_normals=flip_normals))
         node.check_unused()
+
+    def _check_attributes(self, node, mesh, sides):
+        """The mesh attributes the shape's materials read exist on it, with a width Mitsuba can
+        evaluate (1 or 3)."""
+        read = self.material_attributes.get(sides.front, set()) | self.material_attributes.get(sides.back, set())
+        for name in sorted(read):
+            if mesh is None:
+                raise SceneError(f"{node.source}: a mesh_attribute texture reads '{name}', but a '{node.type}' "
+                                 "has no mesh attributes")
+            if name not in mesh.attributes:
+                have = ", ".join(sorted(mesh.attributes)) or "none"
+                raise SceneError(f"{node.source}: a mesh_attribute texture reads '{name}', which this shape does not "
+                                 f"have (its attributes: {have})")
+            width = mesh.attributes[name].shape[1]
+            if width not in (1, 3):
+                raise SceneError(f"{node.source}: mesh attribute '{name}' has {width} values per entry; a "
+                                 "mesh_attribute texture evaluates 1 or 3")
 
     def _mesh(self, node, to_world):
         """The shape's triangles in world space, with normals as Mitsuba computes them."""
@@ -337,7 +363,9 @@ class _SceneBuilder:
     def _single_material(self, node):
         key = ("single", id(node))
         if key not in self.material_ids:
+            requested = len(self.attribute_requests)
             self.material_ids[key] = self.materials.add(node, self.add_texture)
+            self.material_attributes[self.material_ids[key]] = set(self.attribute_requests[requested:])
             node.check_unused()
         return self.material_ids[key]
 
@@ -346,6 +374,19 @@ class _SceneBuilder:
         if not isinstance(value, PluginNode):
             return self.textures.add_constant(np.broadcast_to(np.asarray(value, np.float64), (3,)))
         node = value
+        if node.type == "mesh_attribute":
+            name = node.get_string("name")
+            if not name.startswith(("vertex_", "face_")):
+                raise SceneError(f"{node.source}: invalid mesh attribute name '{name}' (it starts with 'vertex_' "
+                                 "or 'face_')")
+            scale = node.get_float("scale", 1.0)
+            if not np.isfinite(scale):
+                raise SceneError(f"{node.source}: mesh_attribute 'scale' must be finite, got {scale}")
+            self.attribute_requests.append(name)
+            if (name, scale) not in self.attribute_ids:
+                self.attribute_ids[name, scale] = self.textures.add_mesh_attribute(name, scale)
+            node.check_unused()
+            return self.attribute_ids[name, scale]
         to_uv = node.get_transform("to_uv")
         if node.type == "checkerboard":
             c0 = node.get_rgb("color0", np.full(3, 0.4))
