@@ -1,10 +1,11 @@
 """The scene's geometry: triangles and analytic shapes, their intersection and surface data.
 
 ``Geometry`` is a pytree of structure-of-arrays tables. Primitive ids are [0, T) for triangles
-and [T, T + A) for spheres and disks. ``closest_hit`` and ``occluded`` are the one seam behind
-which the acceleration structure lives (brute force for small scenes, a BVH otherwise);
-``surface_interaction`` turns any backend's ``Hit`` into positions, normals and uvs the way
-Mitsuba 3 computes them (``Mesh``, ``Sphere`` and ``Disk`` ``compute_surface_interaction``), and
+and [T, T + A) for spheres, disks and cylinders. ``closest_hit`` and ``occluded`` are the one
+seam behind which the acceleration structure lives (brute force for small scenes, a BVH
+otherwise); ``surface_interaction`` turns any backend's ``Hit`` into positions, normals and uvs
+the way Mitsuba 3 computes them (``Mesh``, ``Sphere``, ``Disk`` and ``Cylinder``
+``compute_surface_interaction``), and
 ``spawn_ray``/``spawn_ray_to`` offset new rays as Mitsuba's ``Interaction::offset_p``.
 """
 from typing import NamedTuple, Sequence
@@ -24,8 +25,9 @@ from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
 
 __all__ = [
-    "Hit", "Geometry", "MeshShape", "AnalyticShape", "AttributeSlot", "SurfaceInteraction", "build_geometry",
-    "closest_hit", "occluded", "surface_interaction", "primitive_shape", "spawn_ray", "spawn_ray_to",
+    "Hit", "Geometry", "MeshShape", "AnalyticShape", "AttributeSlot", "SurfaceInteraction", "cylinder_to_world",
+    "analytic_bounds", "build_geometry", "closest_hit", "occluded", "surface_interaction", "primitive_shape",
+    "spawn_ray", "spawn_ray_to",
 ]
 
 # Below this many primitives brute force beats the BVH: on 2 cores, 65k incoherent rays at a
@@ -53,7 +55,7 @@ class Geometry:
     tri_shape: jnp.ndarray   # (T,) int32 shape index of each triangle
     attr_corner: jnp.ndarray  # (3, Cv, T) vertex-attribute channels at each corner (Cv = 0 without any)
     attr_face: jnp.ndarray    # (Cf, T) face-attribute channels
-    analytic_kind: jnp.ndarray      # (A,) int32 SurfaceKind.SPHERE or DISK
+    analytic_kind: jnp.ndarray      # (A,) int32 SurfaceKind.SPHERE, DISK or CYLINDER
     analytic_to_world: jnp.ndarray  # (3, 4, A) affine object-to-world
     analytic_to_local: jnp.ndarray  # (3, 4, A) its inverse
     analytic_shape: jnp.ndarray     # (A,) int32 shape index
@@ -119,12 +121,31 @@ class AttributeSlot(NamedTuple):
 
 
 class AnalyticShape(NamedTuple):
-    """A sphere or a disk: ``to_world`` maps the unit sphere, or the unit disk in z = 0 (as
-    Mitsuba's plugins)."""
+    """A sphere, a disk or a cylinder: ``to_world`` maps the unit sphere, the unit disk in z = 0,
+    or the unit-radius tube 0 <= z <= 1 (as Mitsuba's plugins)."""
 
-    kind: int                    # SurfaceKind.SPHERE or SurfaceKind.DISK
+    kind: int                    # SurfaceKind.SPHERE, DISK or CYLINDER
     to_world: np.ndarray         # (4, 4)
     shape: int                   # the scene's shape index
+
+
+def cylinder_to_world(p0, p1, radius):
+    """Host: Mitsuba's cylinder frame (4, 4): translate(p0) to_frame(Frame(d / |d|)) scale(r, r, |d|)
+    with d = p1 - p0, the frame's tangents from Duff et al.'s ``coordinate_system`` (as Mitsuba).
+    Compose ``to_world @ cylinder_to_world(...)`` for a shape's own transform."""
+    p0, p1 = np.asarray(p0, np.float64), np.asarray(p1, np.float64)
+    d = p1 - p0
+    length = np.linalg.norm(d)
+    n = d / length
+    sign = np.copysign(1.0, n[2])
+    a = -1.0 / (sign + n[2])
+    b = n[0] * n[1] * a
+    s = np.array([1.0 + sign * n[0] * n[0] * a, sign * b, -sign * n[0]])
+    t = np.array([b, sign + n[1] * n[1] * a, -n[1]])
+    m = np.eye(4)
+    m[:3, :3] = np.stack([s * radius, t * radius, d], axis=1)
+    m[:3, 3] = p0
+    return m
 
 
 class _TriangleColumns(NamedTuple):
@@ -211,13 +232,19 @@ def _analytic_arrays(analytic):
     return kind, cols(to_world), cols(to_local), shape
 
 
-def _analytic_bounds(kind, to_world):
-    """World boxes (3, A): spheres from center and radius, disks from their corners (Mitsuba)."""
+def analytic_bounds(kind, to_world):
+    """World boxes (3, A) as Mitsuba's ``bbox()``: spheres from center and radius, disks from their
+    corners, cylinders from the circles at their two ends; to_world (3, 4, A) float32."""
     center = to_world[:, 3]
     radius = np.sqrt(np.sum(to_world[:, 0].astype(np.float64) ** 2, axis=0))
     corners = [to_world[:, 3] + sx * to_world[:, 0] + sy * to_world[:, 1] for sx in (-1, 1) for sy in (-1, 1)]
     lo = np.where(kind == SurfaceKind.SPHERE, center - radius, np.minimum.reduce(corners))
     hi = np.where(kind == SurfaceKind.SPHERE, center + radius, np.maximum.reduce(corners))
+    # Cylinder: the ends' circles reach sqrt(x1^2 + x2^2) along each axis around their centers.
+    m = to_world.astype(np.float64)
+    reach = np.sqrt(m[:, 0] ** 2 + m[:, 1] ** 2)
+    lo = np.where(kind == SurfaceKind.CYLINDER, np.minimum(m[:, 3], m[:, 3] + m[:, 2]) - reach, lo)
+    hi = np.where(kind == SurfaceKind.CYLINDER, np.maximum(m[:, 3], m[:, 3] + m[:, 2]) + reach, hi)
     # Round outward so the float32 box contains the float64 one.
     return (np.nextafter(lo.astype(np.float32), -np.inf), np.nextafter(hi.astype(np.float32), np.inf))
 
@@ -252,7 +279,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
                    leaf_size: int = bvh_traversal.LEAF_SIZE, attributes: Sequence[str] = ()) -> "Geometry":
     """Host: the scene's geometry from world-space meshes and analytic shapes.
 
-    accel: see ``resolve_accel``. With Embree or Warp, spheres and disks are tested in JAX by
+    accel: see ``resolve_accel``. With Embree or Warp, the analytic shapes are tested in JAX by
     brute force. ``attributes``: the names of the mesh attributes to keep (what the scene's
     ``mesh_attribute`` textures read); ``surface_interaction`` then evaluates them at every hit.
     The Geometry owns what a host engine built: ``close()`` frees it.
@@ -268,7 +295,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     if accel == "bvh":
         lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
         hi = np.maximum(np.maximum(tri.p[0], tri.p[1]), tri.p[2])
-        a_lo, a_hi = _analytic_bounds(kind, to_world)
+        a_lo, a_hi = analytic_bounds(kind, to_world)
         tree = bvh_build.thread(bvh_build.build_bvh(np.concatenate([lo, a_lo], axis=1),
                                                     np.concatenate([hi, a_hi], axis=1), max_leaf=leaf_size))
         bvh = bvh_traversal.make_arrays(tree, tri.p, (kind, to_world, to_local), leaf_size=leaf_size)
@@ -397,10 +424,14 @@ def _analytic_surface(geo, o, d, hit):
         fields[SurfaceKind.SPHERE] = _sphere_surface(p_ray, to_world, to_local)
     if SurfaceKind.DISK in geo.analytic_kinds:
         fields[SurfaceKind.DISK] = _disk_surface(p_ray, to_local, hit)
-    if len(fields) == 1:
-        return next(iter(fields.values()))
-    is_disk = geo.analytic_kind[q] == SurfaceKind.DISK
-    return tuple(vm.select(is_disk, a, b) for a, b in zip(fields[SurfaceKind.DISK], fields[SurfaceKind.SPHERE]))
+    if SurfaceKind.CYLINDER in geo.analytic_kinds:
+        fields[SurfaceKind.CYLINDER] = _cylinder_surface(p_ray, to_world, to_local)
+    kinds = sorted(fields)
+    out = fields[kinds[0]]
+    for kind in kinds[1:]:
+        mine = geo.analytic_kind[q] == kind
+        out = tuple(vm.select(mine, a, b) for a, b in zip(fields[kind], out))
+    return out
 
 
 def _sphere_surface(p_ray, to_world, to_local):
@@ -430,6 +461,21 @@ def _disk_surface(p_ray, to_local, hit):
     ang = elementary.atan2(hit.v, hit.u) * INV_TWO_PI
     uv_disk = jnp.stack([r, jnp.where(ang < 0, ang + 1.0, ang)])
     return p_ray, n_disk, n_disk, uv_disk
+
+
+def _cylinder_surface(p_ray, to_world, to_local):
+    """(p, ng, ns, uv) of cylinder hits (cylinder.cpp): uv = (phi / 2 pi, z) of the local hit,
+    n = normalize(dp/du x dp/dv) in world space, p pushed along n by 1 - r_local (Mitsuba's
+    round-off correction, in local units as there). A mirroring to_world turns n inward; the
+    loader folds that into the shape's flip_normals, as Mitsuba flips a negative scale."""
+    local = vm.transform_point(to_local, p_ray)
+    phi = elementary.atan2(local[1], local[0])
+    phi = jnp.where(phi < 0, phi + TWO_PI, phi)
+    uv = jnp.stack([phi * INV_TWO_PI, local[2]])
+    dp_du = TWO_PI * (to_world[:, 1] * local[0] - to_world[:, 0] * local[1])
+    n = vm.normalize(vm.cross(dp_du, jnp.broadcast_to(to_world[:, 2], dp_du.shape)))
+    p = p_ray + n * (1.0 - jnp.sqrt(local[0] * local[0] + local[1] * local[1]))
+    return p, n, n, uv
 
 
 def surface_interaction(geometry, o, d, hit):

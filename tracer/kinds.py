@@ -12,8 +12,8 @@ __all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMod
 class SurfaceKind:
     """What a primitive, or the shape an area emitter is attached to, is."""
 
-    MESH, SPHERE, DISK = 0, 1, 2
-    ANALYTIC = (SPHERE, DISK)  # intersected in closed form, not as triangles
+    MESH, SPHERE, DISK, CYLINDER = 0, 1, 2, 3
+    ANALYTIC = (SPHERE, DISK, CYLINDER)  # intersected in closed form, not as triangles
 
 
 class EmitterKind:

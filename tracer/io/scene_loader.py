@@ -29,7 +29,7 @@ __all__ = ["load_scene"]
 
 TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
 MESH_TYPES = {"obj", "ply", "serialized", "rectangle", "cube"}
-ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
+ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK, "cylinder": SurfaceKind.CYLINDER}
 # Properties that change nothing in what we render (output formats, sampler flavours, ids).
 HARMLESS = {
     "film": {"pixel_format", "component_format", "file_format", "banner", "sample_border", "compensate", "rfilter"},
@@ -267,6 +267,9 @@ class _SceneBuilder:
                 local = np.diag([radius, radius, radius, 1.0])
                 local[:3, 3] = center
                 to_world = to_world @ local
+            elif node.type == "cylinder":
+                to_world, mirrored = self._cylinder(node, to_world)
+                flip_normals = flip_normals != mirrored
             analytic = (ANALYTIC_TYPES[node.type], to_world)
             self.analytic.append(geometry.AnalyticShape(*analytic, index))
         else:
@@ -293,6 +296,22 @@ class _SceneBuilder:
         self.shape_rows.append(ShapeRow(bsdf_front=sides.front, bsdf_back=sides.back, flip_back=sides.flip_back,
                                         emitter=emitter, flip_normals=flip_normals))
         node.check_unused()
+
+    def _cylinder(self, node, to_world):
+        """(to_world of the unit tube, flip_normals) of a ``cylinder``: p0, p1 and radius folded in
+        (Mitsuba's cylinder.cpp); a mirroring transform flips the normals, as Mitsuba flips them
+        for a negative scale."""
+        p0, p1 = node.get_point("p0", np.zeros(3)), node.get_point("p1", np.array([0.0, 0.0, 1.0]))
+        radius = node.get_float("radius", 1.0)
+        if not (np.all(np.isfinite(p0)) and np.all(np.isfinite(p1)) and np.isfinite(radius)):
+            raise SceneError(f"{node.source}: cylinder p0, p1 and radius must be finite")
+        if radius == 0 or np.array_equal(p0, p1):
+            raise SceneError(f"{node.source}: a cylinder needs a nonzero radius and p0 != p1")
+        to_world = to_world @ geometry.cylinder_to_world(p0, p1, radius)
+        det = np.linalg.det(to_world[:3, :3])
+        if not np.isfinite(det) or det == 0:
+            raise SceneError(f"{node.source}: the cylinder's 'to_world' is singular")
+        return to_world, bool(det < 0)
 
     def _check_attributes(self, node, mesh, sides):
         """The mesh attributes the shape's materials read exist on it, with a width Mitsuba can
