@@ -46,7 +46,18 @@ _TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2
           "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
 _UV_NAMES = (("u", "v"), ("texture_u", "texture_v"), ("s", "t"))
 _WINDOW = 1 << 20  # units (bytes or ascii values) searched at once for mixed-size records
-_SPACE = b" \t\n\r\v\f"
+
+
+def _byte_table(chars):
+    table = np.zeros(256, bool)
+    table[np.frombuffer(chars, np.uint8)] = True
+    return table
+
+
+_BYTES_SPACE = _byte_table(b" \t\n\r\v\f")
+_BYTES_NUMBER = _byte_table(b"0123456789+-.eE")
+_BYTES_DIGIT = _byte_table(b"0123456789")
+_BYTES_SIGN = _byte_table(b"+-")
 
 
 class _Property(NamedTuple):
@@ -143,22 +154,22 @@ class _Ascii:
     def __init__(self, body, path):
         self.path = path
         text = np.frombuffer(body, np.uint8)
-        space = np.isin(text, np.frombuffer(_SPACE, np.uint8))
-        before = np.concatenate([[True], space[:-1]])
-        after = np.concatenate([space[1:], [True]])
-        self.first = np.flatnonzero(~space & before)    # each value's first byte
-        self.stop = np.flatnonzero(~space & after) + 1  # one past its last byte
-        # Digits, signs, '.', 'e', 'E' only: no nan, inf or hex, which Mitsuba's stream parse refuses.
-        allowed = np.zeros(256, bool)
-        allowed[np.frombuffer(b"0123456789+-.eE", np.uint8)] = True
-        odd = np.concatenate([[0], np.cumsum(~allowed[text] & ~space)])
+        space = _BYTES_SPACE[text]
+        self.first = np.flatnonzero(~space & np.concatenate([[True], space[:-1]]))  # each value's first byte
+        self.stop = np.flatnonzero(~space & np.concatenate([space[1:], [True]])) + 1  # one past its last
+        # Per value (bytes counted up to the next value: the spaces between add nothing): bytes
+        # that are not digits, signs, '.', 'e' or 'E' (nan, inf and hex, which Mitsuba's stream
+        # parse refuses), and bytes that are not digits (integer properties).
+        per_value = lambda mask: (np.add.reduceat(mask, self.first, dtype=np.int32) if self.first.size
+                                  else np.zeros(0, np.int32))
         values = None
-        if not np.any(odd[self.stop] - odd[self.first]):
+        if not np.any(per_value(~_BYTES_NUMBER[text] & ~space)):
             values = _parse_numbers(body)
         if values is None or values.size != self.first.size:
             raise SceneError("malformed ascii PLY body (a value is not a number)", path)
         self.values, self.body, self.size = values, body, values.size
-        self.nondigit = np.concatenate([[0], np.cumsum((text < 48) | (text > 57))])
+        self.nondigit = per_value(~_BYTES_DIGIT[text] & ~space)
+        self.signed = _BYTES_SIGN[text[self.first]]
 
     def unit(self, code):
         return 1
@@ -185,8 +196,8 @@ class _Ascii:
 
     def _integers(self, positions, values, code, name):
         first, stop = self.first[positions], self.stop[positions]
-        signed = np.isin(np.frombuffer(self.body, np.uint8)[first], np.frombuffer(b"+-", np.uint8))
-        not_digits = self.nondigit[stop] - self.nondigit[first] - signed
+        signed = self.signed[positions]
+        not_digits = self.nondigit[positions] - signed
         info = np.iinfo(code)
         bad = (not_digits != 0) | (stop - first == signed) | (values < info.min) | (values > info.max)
         if np.any(bad):
