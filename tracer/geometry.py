@@ -1,10 +1,11 @@
 """The scene's geometry: triangles and analytic shapes, their intersection and surface data.
 
 ``Geometry`` is a pytree of structure-of-arrays tables. Primitive ids are [0, T) for triangles
-and [T, T + A) for spheres and disks. ``closest_hit`` and ``occluded`` are the one seam behind
-which the acceleration structure lives (brute force for small scenes, a BVH otherwise);
-``surface_interaction`` turns any backend's ``Hit`` into positions, normals and uvs the way
-Mitsuba 3 computes them (``Mesh``, ``Sphere`` and ``Disk`` ``compute_surface_interaction``), and
+and [T, T + A) for spheres, disks and cylinders. ``closest_hit`` and ``occluded`` are the one
+seam behind which the acceleration structure lives (brute force for small scenes, a BVH
+otherwise); ``surface_interaction`` turns any backend's ``Hit`` into positions, normals and uvs
+the way Mitsuba 3 computes them (``Mesh``, ``Sphere``, ``Disk`` and ``Cylinder``
+``compute_surface_interaction``), and
 ``spawn_ray``/``spawn_ray_to`` offset new rays as Mitsuba's ``Interaction::offset_p``.
 """
 from typing import NamedTuple, Sequence
@@ -24,8 +25,9 @@ from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
 
 __all__ = [
-    "Hit", "Geometry", "MeshShape", "AnalyticShape", "SurfaceInteraction", "build_geometry", "closest_hit",
-    "occluded", "surface_interaction", "primitive_shape", "spawn_ray", "spawn_ray_to",
+    "Hit", "Geometry", "MeshShape", "AnalyticShape", "AttributeSlot", "SurfaceInteraction", "cylinder_to_world",
+    "analytic_bounds", "build_geometry", "closest_hit", "occluded", "surface_interaction", "primitive_shape",
+    "spawn_ray", "spawn_ray_to",
 ]
 
 # Below this many primitives brute force beats the BVH: on 2 cores, 65k incoherent rays at a
@@ -51,7 +53,9 @@ class Geometry:
     uv1: jnp.ndarray         # (2, T)
     uv2: jnp.ndarray         # (2, T)
     tri_shape: jnp.ndarray   # (T,) int32 shape index of each triangle
-    analytic_kind: jnp.ndarray      # (A,) int32 SurfaceKind.SPHERE or DISK
+    attr_corner: jnp.ndarray  # (3, Cv, T) vertex-attribute channels at each corner (Cv = 0 without any)
+    attr_face: jnp.ndarray    # (Cf, T) face-attribute channels
+    analytic_kind: jnp.ndarray      # (A,) int32 SurfaceKind.SPHERE, DISK or CYLINDER
     analytic_to_world: jnp.ndarray  # (3, 4, A) affine object-to-world
     analytic_to_local: jnp.ndarray  # (3, 4, A) its inverse
     analytic_shape: jnp.ndarray     # (A,) int32 shape index
@@ -61,6 +65,8 @@ class Geometry:
     n_triangles: int = static(0)
     n_analytic: int = static(0)
     analytic_kinds: tuple = static(())  # the kinds present: surface data is computed for those only
+    # The mesh attributes kept (those textures read), as AttributeSlots: vertex ones first.
+    attribute_slots: tuple = static(())
     accel: str = static("brute")  # 'brute' or 'bvh' (the pure-JAX backend), 'embree' or 'warp'
 
     @property
@@ -89,6 +95,7 @@ class SurfaceInteraction:
     valid: jnp.ndarray  # (N,) bool: the ray hit something
     prim: jnp.ndarray = None  # (N,) int32 primitive id, -1 where not valid
     t: jnp.ndarray = None     # (N,) distance along the ray
+    attributes: jnp.ndarray = None  # (C, N) the geometry's attribute channels at the hit; None without any
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,15 +109,43 @@ class MeshShape(NamedTuple):
     normals: np.ndarray | None   # (V, 3) shading normals, or None (the face normal shades)
     uvs: np.ndarray | None       # (V, 2), or None (Mitsuba's default per-triangle uvs)
     shape: int                   # the scene's shape index
+    attributes: dict | None = None  # Mitsuba's mesh attributes: 'vertex_*' (V, dim), 'face_*' (F, dim)
+
+
+class AttributeSlot(NamedTuple):
+    """Where a mesh attribute lives among the channels of ``SurfaceInteraction.attributes``."""
+
+    name: str    # 'vertex_...' (interpolated over the triangle) or 'face_...' (constant on it)
+    first: int   # its first channel
+    width: int   # 1, or 3 (RGB; an attribute of width 1 on some meshes is repeated there)
 
 
 class AnalyticShape(NamedTuple):
-    """A sphere or a disk: ``to_world`` maps the unit sphere, or the unit disk in z = 0 (as
-    Mitsuba's plugins)."""
+    """A sphere, a disk or a cylinder: ``to_world`` maps the unit sphere, the unit disk in z = 0,
+    or the unit-radius tube 0 <= z <= 1 (as Mitsuba's plugins)."""
 
-    kind: int                    # SurfaceKind.SPHERE or SurfaceKind.DISK
+    kind: int                    # SurfaceKind.SPHERE, DISK or CYLINDER
     to_world: np.ndarray         # (4, 4)
     shape: int                   # the scene's shape index
+
+
+def cylinder_to_world(p0, p1, radius):
+    """Host: Mitsuba's cylinder frame (4, 4): translate(p0) to_frame(Frame(d / |d|)) scale(r, r, |d|)
+    with d = p1 - p0, the frame's tangents from Duff et al.'s ``coordinate_system`` (as Mitsuba).
+    Compose ``to_world @ cylinder_to_world(...)`` for a shape's own transform."""
+    p0, p1 = np.asarray(p0, np.float64), np.asarray(p1, np.float64)
+    d = p1 - p0
+    length = np.linalg.norm(d)
+    n = d / length
+    sign = np.copysign(1.0, n[2])
+    a = -1.0 / (sign + n[2])
+    b = n[0] * n[1] * a
+    s = np.array([1.0 + sign * n[0] * n[0] * a, sign * b, -sign * n[0]])
+    t = np.array([b, sign + n[1] * n[1] * a, -n[1]])
+    m = np.eye(4)
+    m[:3, :3] = np.stack([s * radius, t * radius, d], axis=1)
+    m[:3, 3] = p0
+    return m
 
 
 class _TriangleColumns(NamedTuple):
@@ -150,6 +185,42 @@ def _triangle_columns(meshes):
                             cat(lambda part: part.shape))
 
 
+def _attribute_columns(meshes, names):
+    """Host: (slots, per-corner vertex channels (3, Cv, T), face channels (Cf, T)) of the named
+    attributes over the meshes' triangles, in ``_triangle_columns`` order; meshes without an
+    attribute hold zeros. Widths other than 1 and 3 are refused (Mitsuba cannot evaluate them)."""
+    meshes = [MeshShape(*m) for m in meshes]
+    slots, first = [], 0
+    for name in sorted(names, key=lambda n: (n.startswith("face_"), n)):
+        widths = {np.shape(m.attributes[name])[1] for m in meshes if m.attributes and name in m.attributes}
+        if not widths or not widths <= {1, 3}:
+            raise ValueError(f"attribute {name!r} has widths {sorted(widths)} (1 or 3 are evaluated)")
+        width = 1 if widths == {1} else 3
+        slots.append(AttributeSlot(name, first, width))
+        first += width
+    vertex_slots = [s for s in slots if not s.name.startswith("face_")]
+    face_slots = [s for s in slots if s.name.startswith("face_")]
+    corner = [np.zeros((3, sum(s.width for s in vertex_slots), 0), np.float32)]
+    face = [np.zeros((sum(s.width for s in face_slots), 0), np.float32)]
+    for mesh in meshes:
+        faces = np.asarray(mesh.faces, np.int64).reshape(-1, 3)
+        table = _attribute_table(mesh, vertex_slots, len(mesh.positions))
+        corner.append(np.stack([table[faces[:, k]].T for k in range(3)]))
+        face.append(_attribute_table(mesh, face_slots, len(faces)).T)
+    return tuple(slots), np.concatenate(corner, axis=-1), np.concatenate(face, axis=-1)
+
+
+def _attribute_table(mesh, slots, rows):
+    """(rows, channels) float32: the mesh's values of the attributes in ``slots``, an attribute of
+    width 1 repeated over a slot of 3, zeros for one the mesh lacks."""
+    parts = [np.zeros((rows, 0), np.float32)]
+    for slot in slots:
+        values = (mesh.attributes or {}).get(slot.name)
+        values = np.zeros((rows, 1), np.float32) if values is None else np.asarray(values, np.float32)
+        parts.append(np.broadcast_to(values, (rows, slot.width)))
+    return np.concatenate(parts, axis=1)
+
+
 def _analytic_arrays(analytic):
     """(kind (A,), to_world (3, 4, A), to_local (3, 4, A), shape (A,)) of AnalyticShapes."""
     analytic = [AnalyticShape(*a) for a in analytic]
@@ -161,13 +232,19 @@ def _analytic_arrays(analytic):
     return kind, cols(to_world), cols(to_local), shape
 
 
-def _analytic_bounds(kind, to_world):
-    """World boxes (3, A): spheres from center and radius, disks from their corners (Mitsuba)."""
+def analytic_bounds(kind, to_world):
+    """World boxes (3, A) as Mitsuba's ``bbox()``: spheres from center and radius, disks from their
+    corners, cylinders from the circles at their two ends; to_world (3, 4, A) float32."""
     center = to_world[:, 3]
     radius = np.sqrt(np.sum(to_world[:, 0].astype(np.float64) ** 2, axis=0))
     corners = [to_world[:, 3] + sx * to_world[:, 0] + sy * to_world[:, 1] for sx in (-1, 1) for sy in (-1, 1)]
     lo = np.where(kind == SurfaceKind.SPHERE, center - radius, np.minimum.reduce(corners))
     hi = np.where(kind == SurfaceKind.SPHERE, center + radius, np.maximum.reduce(corners))
+    # Cylinder: the ends' circles reach sqrt(x1^2 + x2^2) along each axis around their centers.
+    m = to_world.astype(np.float64)
+    reach = np.sqrt(m[:, 0] ** 2 + m[:, 1] ** 2)
+    lo = np.where(kind == SurfaceKind.CYLINDER, np.minimum(m[:, 3], m[:, 3] + m[:, 2]) - reach, lo)
+    hi = np.where(kind == SurfaceKind.CYLINDER, np.maximum(m[:, 3], m[:, 3] + m[:, 2]) + reach, hi)
     # Round outward so the float32 box contains the float64 one.
     return (np.nextafter(lo.astype(np.float32), -np.inf), np.nextafter(hi.astype(np.float32), np.inf))
 
@@ -199,13 +276,16 @@ def resolve_accel(accel, n_primitives):
 
 
 def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape], accel: str = "auto",
-                   leaf_size: int = bvh_traversal.LEAF_SIZE) -> "Geometry":
+                   leaf_size: int = bvh_traversal.LEAF_SIZE, attributes: Sequence[str] = ()) -> "Geometry":
     """Host: the scene's geometry from world-space meshes and analytic shapes.
 
-    accel: see ``resolve_accel``. With Embree or Warp, spheres and disks are tested in JAX by
-    brute force. The Geometry owns what a host engine built: ``close()`` frees it.
+    accel: see ``resolve_accel``. With Embree or Warp, the analytic shapes are tested in JAX by
+    brute force. ``attributes``: the names of the mesh attributes to keep (what the scene's
+    ``mesh_attribute`` textures read); ``surface_interaction`` then evaluates them at every hit.
+    The Geometry owns what a host engine built: ``close()`` frees it.
     """
     tri = _triangle_columns(meshes)
+    slots, attr_corner, attr_face = _attribute_columns(meshes, attributes)
     kind, to_world, to_local, analytic_shape = _analytic_arrays(analytic)
     n_tri, n_analytic = tri.shape.size, kind.size
     accel = resolve_accel(accel, n_tri + n_analytic)
@@ -215,7 +295,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     if accel == "bvh":
         lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
         hi = np.maximum(np.maximum(tri.p[0], tri.p[1]), tri.p[2])
-        a_lo, a_hi = _analytic_bounds(kind, to_world)
+        a_lo, a_hi = analytic_bounds(kind, to_world)
         tree = bvh_build.thread(bvh_build.build_bvh(np.concatenate([lo, a_lo], axis=1),
                                                     np.concatenate([hi, a_hi], axis=1), max_leaf=leaf_size))
         bvh = bvh_traversal.make_arrays(tree, tri.p, (kind, to_world, to_local), leaf_size=leaf_size)
@@ -226,6 +306,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     return Geometry(
         v0=j(p0), e1=j(p1 - p0), e2=j(p2 - p0), v1=j(p1), v2=j(p2), n0=j(n0), n1=j(n1), n2=j(n2),
         has_normals=j(tri.has_normals), uv0=j(uv0), uv1=j(uv1), uv2=j(uv2), tri_shape=j(tri.shape),
+        attr_corner=j(attr_corner), attr_face=j(attr_face), attribute_slots=slots,
         analytic_kind=j(kind), analytic_to_world=j(to_world), analytic_to_local=j(to_local),
         analytic_shape=j(analytic_shape), bvh=bvh, host_handle=jnp.int32(host_scene.handle if host_scene else 0),
         host_scene=host_scene, n_triangles=int(n_tri), n_analytic=int(n_analytic),
@@ -310,6 +391,20 @@ def _triangle_surface(geo, hit):
     return p, ng, ns, uv
 
 
+def _attributes(geo, hit):
+    """(C, N) attribute channels at triangle hits, as Mitsuba's ``Mesh::interpolate_attribute``:
+    vertex attributes v0 w + (v1 u + v2 v) (barycentrics), face attributes as they are."""
+    i = jnp.clip(hit.prim, 0, geo.n_triangles - 1)
+    parts = []
+    if geo.attr_corner.shape[1]:
+        a = geo.attr_corner[:, :, i]
+        parts.append(a[0] * (1.0 - hit.u - hit.v) + (a[1] * hit.u + a[2] * hit.v))
+    if geo.attr_face.shape[0]:
+        parts.append(geo.attr_face[:, i])
+    values = jnp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+    return jnp.where((hit.prim >= 0) & (hit.prim < geo.n_triangles), values, 0.0)
+
+
 def _unit_angle_z(v):
     """Drjit's ``unit_angle_z``: the polar angle of v, accurate near the poles."""
     s = jnp.where(v[2] >= 0, 1.0, -1.0)
@@ -329,10 +424,14 @@ def _analytic_surface(geo, o, d, hit):
         fields[SurfaceKind.SPHERE] = _sphere_surface(p_ray, to_world, to_local)
     if SurfaceKind.DISK in geo.analytic_kinds:
         fields[SurfaceKind.DISK] = _disk_surface(p_ray, to_local, hit)
-    if len(fields) == 1:
-        return next(iter(fields.values()))
-    is_disk = geo.analytic_kind[q] == SurfaceKind.DISK
-    return tuple(vm.select(is_disk, a, b) for a, b in zip(fields[SurfaceKind.DISK], fields[SurfaceKind.SPHERE]))
+    if SurfaceKind.CYLINDER in geo.analytic_kinds:
+        fields[SurfaceKind.CYLINDER] = _cylinder_surface(p_ray, to_world, to_local)
+    kinds = sorted(fields)
+    out = fields[kinds[0]]
+    for kind in kinds[1:]:
+        mine = geo.analytic_kind[q] == kind
+        out = tuple(vm.select(mine, a, b) for a, b in zip(fields[kind], out))
+    return out
 
 
 def _sphere_surface(p_ray, to_world, to_local):
@@ -364,6 +463,21 @@ def _disk_surface(p_ray, to_local, hit):
     return p_ray, n_disk, n_disk, uv_disk
 
 
+def _cylinder_surface(p_ray, to_world, to_local):
+    """(p, ng, ns, uv) of cylinder hits (cylinder.cpp): uv = (phi / 2 pi, z) of the local hit,
+    n = normalize(dp/du x dp/dv) in world space, p pushed along n by 1 - r_local (Mitsuba's
+    round-off correction, in local units as there). A mirroring to_world turns n inward; the
+    loader folds that into the shape's flip_normals, as Mitsuba flips a negative scale."""
+    local = vm.transform_point(to_local, p_ray)
+    phi = elementary.atan2(local[1], local[0])
+    phi = jnp.where(phi < 0, phi + TWO_PI, phi)
+    uv = jnp.stack([phi * INV_TWO_PI, local[2]])
+    dp_du = TWO_PI * (to_world[:, 1] * local[0] - to_world[:, 0] * local[1])
+    n = vm.normalize(vm.cross(dp_du, jnp.broadcast_to(to_world[:, 2], dp_du.shape)))
+    p = p_ray + n * (1.0 - jnp.sqrt(local[0] * local[0] + local[1] * local[1]))
+    return p, n, n, uv
+
+
 def surface_interaction(geometry, o, d, hit):
     """Positions, normals and uvs of the hits (computed from ids, so any backend's Hit works).
 
@@ -384,8 +498,9 @@ def surface_interaction(geometry, o, d, hit):
         is_analytic = hit.prim >= geo.n_triangles
         fields = _analytic_surface(geo, o, d, hit)
         p, ng, ns, uv = (vm.select(is_analytic, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
+    attributes = _attributes(geo, hit) if geo.attribute_slots and geo.n_triangles else None
     return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, shape=primitive_shape(geo, hit.prim), valid=valid,
-                              prim=hit.prim, t=hit.t)
+                              prim=hit.prim, t=hit.t, attributes=attributes)
 
 
 # ---------------------------------------------------------------------------------------------

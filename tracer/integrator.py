@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bsdfs, cpu, emitters, geometry, lanes, rng
+from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
@@ -185,7 +186,8 @@ def add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radian
     shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, surface.ng, ds.d, ds.dist)
     blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
     wo = vm.to_local(frame, ds.d)
-    bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(scene.materials, tex, mat, si.uv, wi, wo))
+    bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(scene.materials, tex, mat, tx.texture_point(si.uv, si.attributes),
+                                                 wi, wo))
     if shares is None:
         mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
     else:  # as Mitsuba's direct.cpp, a delta light's sample is not averaged over the count
@@ -199,7 +201,8 @@ def _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radian
     """The next ray, from a BSDF sample; Russian roulette as Mitsuba: from rr_depth on, a path
     survives with probability min(max(throughput) eta^2, 0.95)."""
     si = surface.si
-    bs, bsdf_weight = _stage(bsdfs.sample(scene.materials, scene.textures, mat, si.uv, wi,
+    at = tx.texture_point(si.uv, si.attributes)  # what the textures read (uv, mesh attributes)
+    bs, bsdf_weight = _stage(bsdfs.sample(scene.materials, scene.textures, mat, at, wi,
                                           uniforms[Dims.BSDF_COMPONENT],
                                           uniforms[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2]))
     wo_world = vm.to_world(frame, bs.wo)

@@ -10,7 +10,8 @@ through the same expression, which is all that watertightness asks of it.
 
 Spheres follow Mitsuba 3's ``sphere.cpp`` (the origin is first moved to the plane through the
 center, then a stable quadratic), disks ``disk.cpp`` (the plane z = 0 of the local frame, inside
-the unit circle). Every kernel broadcasts: primitive data of shape (P, 1) against rays (N,) gives
+the unit circle), cylinders ``cylinder.cpp`` (the unit-radius tube 0 <= z <= 1 of the local
+frame, no caps). Every kernel broadcasts: primitive data of shape (P, 1) against rays (N,) gives
 (P, N) answers. Misses have t = inf; hits have 0 < t < t_max.
 """
 
@@ -24,7 +25,7 @@ from tracer.pytree import pytree_dataclass
 
 __all__ = [
     "Hit", "RayShear", "ray_shear", "intersect_triangles", "intersect_sphere",
-    "intersect_disk", "intersect_analytic", "closest_hit", "occluded", "exact_hit", "miss",
+    "intersect_disk", "intersect_cylinder", "intersect_analytic", "closest_hit", "occluded", "exact_hit", "miss",
 ]
 
 INF = np.float32(np.inf)
@@ -35,7 +36,7 @@ class Hit:
     """Closest hits of N rays. ``prim`` indexes the geometry's primitives, -1 for a miss.
 
     For triangles (u, v) are the barycentrics of p1 and p2 (hit = p0 + u e1 + v e2); for a disk
-    they are the local (x, y) of the hit; for a sphere they are unused (zero).
+    they are the local (x, y) of the hit; for a sphere or a cylinder they are unused (zero).
     """
 
     t: jnp.ndarray     # (N,) distance along d, inf for a miss
@@ -160,8 +161,38 @@ def intersect_disk(to_local, o, d, t_max):
     return jnp.where(hit, t, INF), x, y
 
 
+def intersect_cylinder(to_local, o, d, t_max):
+    """Mitsuba's cylinder: the local tube x^2 + y^2 = 1, 0 <= z <= 1, open at both ends.
+
+    Mitsuba solves the quadratic in float64; in float32 the ray is first moved to its point
+    closest to the axis (in xy), as Mitsuba's sphere test does, so that the roots keep their
+    digits for rays from far away: with A = dx^2 + dy^2 and that point q, the roots are
+    t_c -+ sqrt((1 - qx^2 - qy^2) / A). Which root counts follows cylinder.cpp: the near one if
+    it lies on the tube at t >= 0, else the far one if it does at t <= t_max; none when the
+    segment [0, t_max] lies inside the infinite tube. Returns t.
+    """
+    row = lambda k, v, w: to_local[k, 0] * v[0] + to_local[k, 1] * v[1] + to_local[k, 2] * v[2] + w
+    ox, oy, oz = (row(k, o, to_local[k, 3]) for k in range(3))
+    dx, dy, dz = (row(k, d, 0.0) for k in range(3))
+    a = dx * dx + dy * dy
+    safe_a = jnp.where(a > 0, a, 1.0)
+    t_c = -(dx * ox + dy * oy) / safe_a
+    qx, qy = ox + t_c * dx, oy + t_c * dy
+    h2 = (1.0 - (qx * qx + qy * qy)) / safe_a
+    found = (a > 0) & (h2 >= 0)
+    h = jnp.sqrt(jnp.maximum(h2, 0.0))
+    near, far = t_c - h, t_c + h
+    z_near, z_far = oz + dz * near, oz + dz * far
+    inside = (near < 0) & (far > t_max)  # the segment never meets the tube
+    on_near = (z_near >= 0) & (z_near <= 1) & (near >= 0)
+    on_far = (z_far >= 0) & (z_far <= 1) & (far <= t_max)
+    t = jnp.where(on_near, near, far)
+    hit = found & (near <= t_max) & (far >= 0) & ~inside & (on_near | on_far) & (t > 0) & (t < t_max)
+    return jnp.where(hit, t, INF)
+
+
 def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
-    """Spheres and disks by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
+    """Spheres, disks and cylinders by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
 
     ``kinds`` (static): the kinds that may occur; the others' tests are left out.
     """
@@ -173,6 +204,8 @@ def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=SurfaceKind.
         t_disk, x, y = intersect_disk(to_local, o, d, t_max)
         is_disk = kind == SurfaceKind.DISK
         t, u, v = jnp.where(is_disk, t_disk, t), jnp.where(is_disk, x, u), jnp.where(is_disk, y, v)
+    if SurfaceKind.CYLINDER in kinds:
+        t = jnp.where(kind == SurfaceKind.CYLINDER, intersect_cylinder(to_local, o, d, t_max), t)
     shape = jnp.broadcast_shapes(jnp.shape(kind), jnp.shape(o[0]), jnp.shape(t_max))
     return tuple(jnp.broadcast_to(a, shape) for a in (t, u, v))
 

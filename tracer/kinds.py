@@ -13,8 +13,8 @@ __all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMod
 class SurfaceKind:
     """What a primitive, or the shape an area emitter is attached to, is."""
 
-    MESH, SPHERE, DISK = 0, 1, 2
-    ANALYTIC = (SPHERE, DISK)  # intersected in closed form, not as triangles
+    MESH, SPHERE, DISK, CYLINDER = 0, 1, 2, 3
+    ANALYTIC = (SPHERE, DISK, CYLINDER)  # intersected in closed form, not as triangles
 
 
 class EmitterKind:
@@ -26,7 +26,7 @@ class EmitterKind:
 
 
 class TextureKind:
-    CONSTANT, CHECKERBOARD, BITMAP = range(3)
+    CONSTANT, CHECKERBOARD, BITMAP, MESH_ATTRIBUTE = range(4)
 
 
 class BitmapFilter:

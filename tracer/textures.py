@@ -1,10 +1,13 @@
-"""Textures: constant RGB, checkerboard and bitmap, evaluated for batches of UVs.
+"""Textures: constant RGB, checkerboard, bitmap and mesh attribute, evaluated for batches of points.
 
 All textures of a scene live in one ``Textures`` table; a material or emitter refers to a
 texture by its integer id. Bitmaps are packed into one flat texel array so that any number of
 images costs the same compiled program shape. Evaluation follows Mitsuba 3's ``bitmap`` and
 ``checkerboard`` plugins: uv is mapped by ``to_uv`` first, bitmaps are sampled at texel centers
 ``uv * res - 0.5`` (v = 0 is the first row), nearest or bilinear, with repeat, mirror or clamp.
+A ``mesh_attribute`` texture (Mitsuba's ``mesh_attribute.cpp``) reads an attribute of the hit
+mesh, interpolated by ``geometry.surface_interaction`` (``TexturePoint.attributes``), times its
+``scale``; an attribute of width 1 is gray.
 """
 import dataclasses
 
@@ -19,7 +22,7 @@ from tracer.pytree import pytree_dataclass, static
 from tracer.table_rows import column, stacked
 
 __all__ = [
-    "Textures", "TextureRow", "TextureTableBuilder", "eval_rgb", "eval_float",
+    "Textures", "TextureRow", "TextureTableBuilder", "TexturePoint", "texture_point", "eval_rgb", "eval_float",
 ]
 
 
@@ -37,6 +40,7 @@ class Textures:
     filter: jnp.ndarray        # (K,) int32 a BitmapFilter
     wrap: jnp.ndarray          # (K,) int32 a WrapMode
     texels: jnp.ndarray        # (3, M) linear RGB of all bitmaps, row-major, rows top to bottom
+    channels: jnp.ndarray      # (3, K) int32 mesh attributes: the attribute channels of R, G, B
     kinds_present: tuple = static(())  # which kinds occur, so absent ones cost nothing
     # The bitmaps' wrap modes and filters that occur: a lookup computes only those.
     wraps_present: tuple = static((WrapMode.REPEAT, WrapMode.MIRROR, WrapMode.CLAMP))
@@ -49,6 +53,24 @@ def _black():
 
 def _identity_uv():
     return np.array([[1, 0, 0], [0, 1, 0]], np.float32)
+
+
+def _no_channels():
+    return np.zeros(3, np.int32)
+
+
+@pytree_dataclass
+class TexturePoint:
+    """Where N textures are evaluated, when the scene has mesh attributes (else uv alone)."""
+
+    uv: jnp.ndarray          # (2, N) surface uv
+    attributes: jnp.ndarray  # (C, N) the geometry's attribute channels at the hits
+
+
+def texture_point(uv, attributes=None):
+    """What the textures of a surface read: uv (2, N), or a ``TexturePoint`` with the hits'
+    attribute channels (C, N) when there are any (``SurfaceInteraction.attributes``)."""
+    return uv if attributes is None else TexturePoint(uv=uv, attributes=attributes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +87,7 @@ class TextureRow:
     height: int = 1
     filter: int = BitmapFilter.NEAREST
     wrap: int = WrapMode.REPEAT
+    channels: np.ndarray = dataclasses.field(default_factory=_no_channels)  # (3,) int32 mesh attributes
 
 
 class TextureTableBuilder:
@@ -72,6 +95,7 @@ class TextureTableBuilder:
 
     def __init__(self):
         self._rows: list[TextureRow] = []
+        self._attributes: dict[int, str] = {}  # mesh_attribute texture id -> attribute name
         self._texels: list[np.ndarray] = []
         self._n_texels = 0
         self._constants: dict[tuple[float, float, float], int] = {}
@@ -101,6 +125,18 @@ class TextureTableBuilder:
         self._n_texels += h * w
         return tid
 
+    def add_mesh_attribute(self, name: str, scale: float = 1.0) -> int:
+        """Mitsuba's ``mesh_attribute``: attribute ``name`` ('vertex_*' or 'face_*') of the hit mesh,
+        times ``scale``; its channels are assigned by ``build``."""
+        tid = self._add(TextureKind.MESH_ATTRIBUTE, color0=(scale, scale, scale))
+        self._attributes[tid] = name
+        return tid
+
+    @property
+    def attribute_names(self) -> tuple[str, ...]:
+        """The mesh attributes that textures read (for ``geometry.build_geometry``)."""
+        return tuple(sorted(set(self._attributes.values())))
+
     def _add(self, kind, color0=(0, 0, 0), color1=(0, 0, 0), to_uv=None, **bitmap):
         """Append a row; ``to_uv`` may be a (2, 3), (3, 3) or (4, 4) affine map of uv, or None."""
         if to_uv is None:
@@ -113,10 +149,17 @@ class TextureTableBuilder:
                                      to_uv=to_uv, **bitmap))
         return len(self._rows) - 1
 
-    def build(self) -> Textures:
+    def build(self, attribute_slots=()) -> Textures:
+        """The table; ``attribute_slots``: the geometry's ``AttributeSlot``s, which hold every
+        attribute a mesh_attribute texture reads."""
         if not self._rows:
             self.add_constant((0.0, 0.0, 0.0))
-        rows = self._rows
+        slots = {slot.name: slot for slot in attribute_slots}
+        rows = list(self._rows)
+        for tid, name in self._attributes.items():
+            first, width = slots[name].first, slots[name].width
+            channels = first + np.arange(3, dtype=np.int32) * (width > 1)  # R, G, B; one channel thrice
+            rows[tid] = dataclasses.replace(rows[tid], channels=channels.astype(np.int32))
         texels = np.concatenate(self._texels, axis=0) if self._texels else np.zeros((1, 3), np.float32)
         bitmaps = [r for r in rows if r.kind == TextureKind.BITMAP]
         return Textures(
@@ -126,6 +169,7 @@ class TextureTableBuilder:
             height=column(rows, "height", np.int32), filter=column(rows, "filter", np.int32),
             wrap=column(rows, "wrap", np.int32),
             texels=jnp.asarray(texels.T.copy()),
+            channels=jnp.asarray(np.stack([r.channels for r in rows], axis=1).astype(np.int32)),
             kinds_present=tuple(sorted({r.kind for r in rows})),
             wraps_present=tuple(sorted({r.wrap for r in bitmaps})),
             filters_present=tuple(sorted({r.filter for r in bitmaps})),
@@ -182,9 +226,10 @@ def _bitmap(textures, tid, uv):
     return jnp.where(textures.filter[tid] == BitmapFilter.BILINEAR, bilinear, nearest())
 
 
-def _eval(textures, tid, uv, checker_swapped, constant):
+def _eval(textures, tid, at, checker_swapped, constant):
     if constant:
         return textures.color0[:, tid]
+    uv, attributes = (at.uv, at.attributes) if isinstance(at, TexturePoint) else (at, None)
     kind = textures.kind[tid]
     m = textures.to_uv[:, :, tid]
     uv = jnp.stack([m[0, 0] * uv[0] + m[0, 1] * uv[1] + m[0, 2], m[1, 0] * uv[0] + m[1, 1] * uv[1] + m[1, 2]])
@@ -201,16 +246,21 @@ def _eval(textures, tid, uv, checker_swapped, constant):
         # Materialize the lookup: fused into each consumer, XLA would redo its gathers and index
         # arithmetic per use (a textured roughplastic's eval ran 20x slower).
         result = jax.lax.optimization_barrier(result)
+    if TextureKind.MESH_ATTRIBUTE in textures.kinds_present and attributes is not None:
+        value = jnp.take_along_axis(attributes, textures.channels[:, tid], axis=0) * c0
+        result = vm.select(kind == TextureKind.MESH_ATTRIBUTE, value, result)
     return result
 
 
-def eval_rgb(textures: Textures, tid: jnp.ndarray, uv: jnp.ndarray, constant: bool = False) -> jnp.ndarray:
-    """RGB (3, N) of textures ``tid`` (N,) at surface uv (2, N). ``constant`` (static): the caller
-    knows every id is a constant texture, so only its value is read."""
-    return _eval(textures, tid, uv, checker_swapped=False, constant=constant)
+def eval_rgb(textures: Textures, tid: jnp.ndarray, at, constant: bool = False) -> jnp.ndarray:
+    """RGB (3, N) of textures ``tid`` (N,) at surface uv (2, N), or at a ``TexturePoint`` (the
+    only way to reach mesh attributes). ``constant`` (static): the caller knows every id is a
+    constant texture, so only its value is read."""
+    return _eval(textures, tid, at, checker_swapped=False, constant=constant)
 
 
-def eval_float(textures: Textures, tid: jnp.ndarray, uv: jnp.ndarray, constant: bool = False) -> jnp.ndarray:
+def eval_float(textures: Textures, tid: jnp.ndarray, at, constant: bool = False) -> jnp.ndarray:
     """Scalar (N,) texture values as Mitsuba's ``Texture::eval_1``: the luminance of the RGB value
-    (exact for gray constants), except that its checkerboard swaps the two colors."""
-    return vm.luminance(_eval(textures, tid, uv, checker_swapped=True, constant=constant))
+    (exact for gray constants), except that its checkerboard swaps the two colors. (A mesh
+    attribute of width 3 read as a float is its luminance here; Mitsuba refuses it.)"""
+    return vm.luminance(_eval(textures, tid, at, checker_swapped=True, constant=constant))

@@ -2,6 +2,7 @@
 import jax
 import numpy as np
 
+from tests.helpers.rays import cylinder64
 from tracer import emitters as E
 from tracer.io.xml import parse_string
 from tracer.textures import TextureTableBuilder
@@ -94,6 +95,17 @@ def hit_disk(o, d, to_world):
     n = inv[2, :3] / np.linalg.norm(inv[2, :3])
     p = np.asarray(o)[:, None] + d * np.where(np.isfinite(t), t, 0.0)
     return t, p, np.broadcast_to(n[:, None], d.shape).copy()
+
+
+def hit_cylinder(o, d, to_world, flip=False):
+    """First hit (t, p, normal) of rays o (3,) + t d (3, N) with the unit tube mapped by to_world
+    (4x4, not mirroring); the normal is the outward one, inward with ``flip``."""
+    o = np.asarray(o, np.float64)
+    t, local, _ = cylinder64(to_world, np.broadcast_to(o[:, None], d.shape), d)
+    p = o[:, None] + d * np.where(np.isfinite(t), t, 0.0)
+    n = np.linalg.inv(to_world)[:3, :3].T @ np.stack([local[0], local[1], np.zeros_like(t)])
+    n = n / np.linalg.norm(n, axis=0)
+    return t, p, -n if flip else n
 
 
 # ---------------------------------------------------------------- analytic irradiance

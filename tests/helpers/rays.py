@@ -44,6 +44,36 @@ def moller_trumbore64(p0, p1, p2, o, d):
     return t_min, np.where(np.isfinite(t_min), prim, -1)
 
 
+def cylinder64(to_world, o, d, t_max=np.inf):
+    """float64 reference of Mitsuba's cylinder test (cylinder.cpp solves it in double precision on
+    the CPU) for the unit tube mapped by ``to_world`` (4x4): (t (N,), local hit (3, N), margin (N,)),
+    t = inf for a miss; ``margin`` is small where float32 may rightly decide otherwise (a ray
+    grazing the tube, a root at one of the rims or at t = 0 or t_max)."""
+    inv = np.linalg.inv(np.asarray(to_world, np.float64))
+    o, d = np.asarray(o, np.float64), np.asarray(d, np.float64)
+    lo, ld = inv[:3, :3] @ o + inv[:3, 3:], inv[:3, :3] @ d
+    a = ld[0] ** 2 + ld[1] ** 2
+    b = 2.0 * (ld[0] * lo[0] + ld[1] * lo[1])
+    c = lo[0] ** 2 + lo[1] ** 2 - 1.0
+    disc = b * b - 4.0 * a * c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        temp = -0.5 * (b + np.copysign(np.sqrt(np.maximum(disc, 0.0)), b))
+        x0, x1 = temp / a, c / temp
+    near, far = np.minimum(x0, x1), np.maximum(x0, x1)
+    z_near, z_far = lo[2] + ld[2] * near, lo[2] + ld[2] * far
+    on_near = (z_near >= 0) & (z_near <= 1) & (near >= 0)
+    on_far = (z_far >= 0) & (z_far <= 1) & (far <= t_max)
+    ok = (a > 0) & (disc >= 0) & (near <= t_max) & (far >= 0) & ~((near < 0) & (far > t_max)) & (on_near | on_far)
+    t = np.where(on_near, near, far)
+    ok &= (t > 0) & (t < t_max)
+    t = np.where(ok, t, np.inf)
+    local = lo + ld * np.where(ok, t, 0.0)
+    with np.errstate(invalid="ignore"):
+        margin = np.nanmin(np.abs(np.stack([disc / np.maximum(b * b, 1e-30), z_near, z_near - 1, z_far, z_far - 1,
+                                            near, far, near - t_max, far - t_max])), axis=0)
+    return t, local, margin
+
+
 def fan(n_tri=64, seed=0):
     """A non-planar fan of slivers around one vertex: (p0, p1, p2) (3, T) float32."""
     rng = np.random.default_rng(seed)
@@ -118,8 +148,8 @@ def assert_same_hits(h, ref, rtol=1e-5, excused=None):
     np.testing.assert_allclose(np.asarray(h.u)[both], np.asarray(ref.u)[both], atol=1e-5)
 
 
-def spheres_disks_and_meshes(rng, count, size):
-    """Two small icospheres and ``count`` spheres and disks (alternating) of random size in
+def spheres_disks_and_meshes(rng, count, size, kinds=(SurfaceKind.DISK, SurfaceKind.SPHERE)):
+    """Two small icospheres and ``count`` analytic shapes of ``kinds`` (in turn) of random size in
     ``size``, orientation and place: (meshes, analytic) for ``geometry.build_geometry``."""
     mesh = trimesh.creation.icosphere(1)
     meshes = [(mesh.vertices * 0.5 + [x, 0, 0], mesh.faces, None, None, i) for i, x in enumerate((-2.0, 2.0))]
@@ -128,5 +158,5 @@ def spheres_disks_and_meshes(rng, count, size):
         m = np.eye(4)
         m[:3, :3] = trimesh.transformations.random_rotation_matrix(rng.random(3))[:3, :3] * rng.uniform(*size)
         m[:3, 3] = rng.uniform(-2.5, 2.5, 3)
-        analytic.append((SurfaceKind.SPHERE if i % 2 else SurfaceKind.DISK, m, 2 + i))
+        analytic.append((kinds[i % len(kinds)], m, 2 + i))
     return meshes, analytic

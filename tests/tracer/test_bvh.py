@@ -4,12 +4,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.rays import assert_same_hits, fan, fan_rays, moller_trumbore64, soups, spheres_disks_and_meshes, unit
 from tracer import bvh, bvh_build, geometry
 from tracer import intersect as isect
+from tracer.kinds import SurfaceKind
 
 N_RAYS = 1024  # two traversal phases (1024 -> 256)
 N_TRIS = 48
@@ -99,9 +101,14 @@ def test_watertight_through_the_bvh():
         assert np.all(prim[crossing] >= 0)
 
 
-def test_analytic_primitives_inside_the_bvh():
+@pytest.mark.parametrize("kinds", [(SurfaceKind.DISK, SurfaceKind.SPHERE), (SurfaceKind.CYLINDER,),
+                                   (SurfaceKind.DISK, SurfaceKind.SPHERE, SurfaceKind.CYLINDER)],
+                         ids=["spheres+disks", "cylinders", "all"])
+def test_analytic_primitives_inside_the_bvh(kinds):
+    """Leaf rows of every analytic kind, their boxes (a cylinder's from its end circles), and
+    surface data from either backend."""
     rng = np.random.default_rng(6)
-    meshes, analytic = spheres_disks_and_meshes(rng, 40, (0.05, 0.3))
+    meshes, analytic = spheres_disks_and_meshes(rng, 40, (0.05, 0.3), kinds)
     g_bvh = geometry.build_geometry(meshes, analytic, accel="bvh")
     g_brute = geometry.build_geometry(meshes, analytic, accel="brute")
     assert g_bvh.bvh.leaf_analytic.shape[0] > 0
@@ -110,7 +117,34 @@ def test_analytic_primitives_inside_the_bvh():
     h, ref = geo_closest(g_bvh, o, d, jnp.inf), geo_closest(g_brute, o, d, jnp.inf)
     assert_same_hits(h, ref)
     assert np.sum(np.asarray(ref.prim) >= g_brute.n_triangles) > 20
+    assert g_bvh.bvh.analytic_kinds == g_brute.analytic_kinds == tuple(sorted(kinds))
     np.testing.assert_array_equal(np.asarray(geo_occluded(g_bvh, o, d, 1.5)), np.asarray(geo_occluded(g_brute, o, d, 1.5)))
+    a, b = geo_surface(g_bvh, o, d, h), geo_surface(g_brute, o, d, ref)
+    same = np.asarray(h.prim) == np.asarray(ref.prim)
+    np.testing.assert_allclose(np.asarray(a.ng)[:, same], np.asarray(b.ng)[:, same], atol=1e-5)
+
+
+def test_cylinder_boxes_hold_their_tubes():
+    """Mitsuba's cylinder box (the end circles' boxes) contains points all over the tube."""
+    rng = np.random.default_rng(9)
+    ms = []
+    for _ in range(20):
+        m = np.eye(4)
+        m[:3, :3] = rng.normal(size=(3, 3))
+        m[:3, 3] = rng.normal(size=3)
+        ms.append(m)
+    to_world = np.stack(ms)[:, :3, :4].transpose(1, 2, 0).astype(np.float32)
+    lo, hi = geometry.analytic_bounds(np.full(20, SurfaceKind.CYLINDER), to_world)
+    phi, z = rng.uniform(0, 2 * np.pi, 500), rng.uniform(0, 1, 500)
+    for k, m in enumerate(ms):
+        p = m[:3, :3] @ np.stack([np.cos(phi), np.sin(phi), z]) + m[:3, 3:]
+        assert np.all(p >= lo[:, k:k + 1] - 1e-6) and np.all(p <= hi[:, k:k + 1] + 1e-6)
+        # Tight: the end circles touch the box.
+        ring = np.linspace(0, 2 * np.pi, 4096)
+        ends = np.concatenate([m[:3, :3] @ np.stack([np.cos(ring), np.sin(ring), np.full(4096, z)]) + m[:3, 3:]
+                               for z in (0.0, 1.0)], axis=1)
+        np.testing.assert_allclose(lo[:, k], ends.min(axis=1), atol=1e-5 * np.abs(m).max())
+        np.testing.assert_allclose(hi[:, k], ends.max(axis=1), atol=1e-5 * np.abs(m).max())
 
 
 def test_build_invariants():

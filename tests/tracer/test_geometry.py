@@ -146,6 +146,73 @@ def test_disk_matches_mitsuba(to_world):
     np.testing.assert_allclose(np.asarray(si.uv)[:, ok], ref["uv"][:, ok], atol=1e-5)
 
 
+def _cylinder_node(to_world, p0, p1, radius, flip):
+    from tracer.io.xml import parse_string
+    matrix = " ".join(repr(float(x)) for x in np.asarray(to_world).ravel())
+    return parse_string(f"""<scene version="3.0.0"><shape type="cylinder">
+        <point name="p0" value="{', '.join(map(repr, p0))}"/><point name="p1" value="{', '.join(map(repr, p1))}"/>
+        <float name="radius" value="{radius!r}"/><boolean name="flip_normals" value="{str(flip).lower()}"/>
+        <transform name="to_world"><matrix value="{matrix}"/></transform></shape></scene>""").children[0]
+
+
+@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize("to_world", [
+    transform([0.8] * 3, 0.9, [1, 2, 3], [0.3, -0.2, 1.0]),
+    transform([1.0, -1.0, 1.0], 0.4, [0, 1, 0], [0.1, 0.4, -0.3]),  # mirrored: Mitsuba flips the normals back
+], ids=["rotated", "mirrored"])
+def test_cylinder_matches_mitsuba(to_world, flip):
+    """The loader's frame (p0, p1, radius folded into to_world), hits, p, normals and uv against
+    Mitsuba's cylinder, from outside and from inside the tube."""
+    from tracer.io.scene_loader import _SceneBuilder
+    p0, p1, radius = (0.1, 0.2, -0.5), (0.3, -0.1, 1.2), 0.6
+    node = _cylinder_node(to_world, p0, p1, radius, flip)
+    m, mirrored = _SceneBuilder(None, "auto", None)._cylinder(node, node.get_transform("to_world"))
+    assert mirrored == (np.linalg.det(to_world[:3, :3]) < 0)
+    geo = geometry.build_geometry([], [(SurfaceKind.CYLINDER, m, 0)], accel="brute")
+    rng = np.random.default_rng(3)
+    phi, z = rng.uniform(0, 2 * np.pi, 64), rng.uniform(-0.1, 1.1, 64)
+    on_tube = m[:3, :3] @ np.stack([np.cos(phi), np.sin(phi), z]) + m[:3, 3:]
+    o, d = _rays_at(on_tube, rng, spread=0.02)
+    o[:, :32] = (m[:3, :3] @ np.stack([rng.uniform(-0.5, 0.5, 32), rng.uniform(-0.5, 0.5, 32),
+                                       rng.uniform(0.2, 0.8, 32)]) + m[:3, 3:]).astype(np.float32)  # inside
+    h, si = _ours(geo, o, d)
+    mi.set_variant("scalar_rgb")
+    spec = {"type": "cylinder", "p0": list(p0), "p1": list(p1), "radius": radius, "flip_normals": flip,
+            "to_world": mi.ScalarTransform4f(to_world.tolist())}
+    ref = _mitsuba_hits(mi.load_dict({"type": "scene", "s": spec}), o, d)
+    hit = np.isfinite(ref["t"])
+    rim = np.minimum(np.abs(np.asarray(si.uv)[1]), np.abs(np.asarray(si.uv)[1] - 1)) < 1e-4
+    assert hit.mean() > 0.5
+    np.testing.assert_array_equal((np.asarray(h.prim) >= 0)[~rim], hit[~rim])
+    ok = hit & (np.asarray(h.prim) >= 0)
+    np.testing.assert_allclose(np.asarray(h.t)[ok], ref["t"][ok], rtol=1e-5, atol=1e-6)
+    # Grazing hits (|cos| < 0.05) have the least accurate float32 t: their points may differ more.
+    ok &= np.abs(np.sum(ref["n"] * d, axis=0)) > 0.05
+    np.testing.assert_allclose(np.asarray(si.p)[:, ok], ref["p"][:, ok], atol=1e-5)
+    # The integrator applies the shape's flip_normals, which holds the mirror: as Mitsuba's si.n.
+    sign = -1.0 if flip != mirrored else 1.0
+    np.testing.assert_allclose(sign * np.asarray(si.ng)[:, ok], ref["n"][:, ok], atol=1e-5)
+    np.testing.assert_allclose(sign * np.asarray(si.ns)[:, ok], ref["ns"][:, ok], atol=1e-5)
+    du = np.asarray(si.uv)[0, ok] - ref["uv"][0, ok]
+    np.testing.assert_allclose(np.abs(du - np.round(du)), 0, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(si.uv)[1, ok], ref["uv"][1, ok], atol=1e-5)
+
+
+@pytest.mark.parametrize("xml, message", [
+    ('<float name="radius" value="0"/>', "nonzero radius and p0 != p1"),
+    ('<point name="p1" value="0, 0, 0"/>', "nonzero radius and p0 != p1"),
+    ('<float name="radius" value="nan"/>', "must be finite"),
+    ('<transform name="to_world"><scale x="0"/></transform>', "singular"),
+])
+def test_cylinder_errors(xml, message):
+    from tracer.io.scene_loader import _SceneBuilder
+    from tracer.io.xml import parse_string
+    from tracer.io.errors import SceneError
+    node = parse_string(f'<scene version="3.0.0"><shape type="cylinder">{xml}</shape></scene>').children[0]
+    with pytest.raises(SceneError, match=message):
+        _SceneBuilder(None, "auto", None)._cylinder(node, node.get_transform("to_world"))
+
+
 def test_spawn_rays_match_mitsuba():
     mi.set_variant("scalar_rgb")
     rng = np.random.default_rng(3)

@@ -52,7 +52,7 @@ def test_one_sided_diffuse_is_black_from_behind_and_twosided_is_not(tmp_path):
     (QUAD.format(bsdf='<bsdf type="hair"/>'), "hair"),
     (QUAD.format(bsdf='<bsdf type="diffuse"><float name="shininess" value="2"/></bsdf>'), "shininess"),
     ('<shape type="obj"><string name="filename" value="missing.obj"/></shape>', "missing.obj"),
-    ('<shape type="cylinder"/>', "cylinder"),
+    ('<shape type="bsplinecurve"/>', "bsplinecurve"),
     ('<shape type="rectangle"><emitter type="point"/></shape>', "point"),
 ])
 def test_unsupported_or_missing_is_a_scene_error_with_file_and_line(tmp_path, shapes, needle):

@@ -1,8 +1,9 @@
-"""Area lights: diffuse emission from the front side of a triangle mesh, sphere or disk.
+"""Area lights: diffuse emission from the front side of a triangle mesh, sphere, disk or cylinder.
 
 Sampling follows Mitsuba 3: a mesh picks a triangle by area with ``sample_reuse`` on u.y and a
 point with the square-root triangle warp (``Mesh::sample_position``), a disk maps u with the
-concentric map (``Disk::sample_position``); both convert the area density to solid angle
+concentric map (``Disk::sample_position``), a cylinder takes phi = 2 pi u.y and z = u.x
+(``Cylinder::sample_position``: uniform in area); all convert the area density to solid angle
 (``Shape::sample_direction``). A sphere seen from outside samples the cone it subtends
 uniformly (``Sphere::sample_direction``, after Akalin's "sampling the visible sphere"), from
 inside it samples its area. A sample is valid when it sees the emitting side:
@@ -55,6 +56,19 @@ def _sample_disk(em, e, ref, u):
     return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
 
 
+def _sample_cylinder(em, e, ref, u):
+    """Mitsuba's ``Cylinder::sample_position``: the point to_world (cos, sin, u.x), the normal
+    to_world's inverse transpose applied to (cos, sin, 0), flipped with ``flip`` -- which holds
+    Mitsuba's flip for a mirroring to_world: there, unlike the normal at a ray hit, this one then
+    points inward (Mitsuba's behaviour, kept)."""
+    m = em.to_world[:, :, e]
+    sin_phi, cos_phi = elementary.sincos(TWO_PI * u[1])
+    p = m[:, 0] * cos_phi + m[:, 1] * sin_phi + m[:, 2] * u[0] + m[:, 3]
+    n = vm.normalize(em.to_local[0][:3, e] * cos_phi + em.to_local[1][:3, e] * sin_phi)
+    n = vm.select(em.flip[e], -n, n)
+    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
+
+
 def _sphere(em, e):
     return em.to_world[:, 3, e], vm.norm(em.to_world[:, 0, e])
 
@@ -96,7 +110,8 @@ def _sample_sphere(em, e, ref, u):
     return p, n, d, dist, pdf
 
 
-_SAMPLERS = {SurfaceKind.MESH: _sample_mesh, SurfaceKind.SPHERE: _sample_sphere, SurfaceKind.DISK: _sample_disk}
+_SAMPLERS = {SurfaceKind.MESH: _sample_mesh, SurfaceKind.SPHERE: _sample_sphere, SurfaceKind.DISK: _sample_disk,
+             SurfaceKind.CYLINDER: _sample_cylinder}
 
 
 def sample(em, e, ref, u):

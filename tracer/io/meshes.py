@@ -1,4 +1,5 @@
-"""Triangle meshes as Mitsuba 3 builds them: OBJ and PLY loaders, ``rectangle`` and ``cube``.
+"""Triangle meshes as Mitsuba 3 builds them: the ``Mesh`` record, the OBJ loader, ``rectangle`` and
+``cube`` (PLY: ``tracer.io.ply``, Mitsuba's serialized format: ``tracer.io.serialized``).
 
 Host only (numpy). Loaders return object-space meshes; ``transform_mesh`` applies ``to_world``
 the way Mitsuba bakes it into the vertex buffers. Conventions checked against Mitsuba 3.9:
@@ -7,9 +8,6 @@ the way Mitsuba bakes it into the vertex buffers. Conventions checked against Mi
   becomes one vertex, numbered in order of first use; polygons are fans (0, i, i+1); texture
   coordinates are flipped (v -> 1 - v, ``flip_tex_coords``); normals are normalized; negative
   (relative) indices are an error, as in Mitsuba.
-* PLY (``src/shapes/ply.h``/``ply.cpp``): x/y/z, nx/ny/nz (normalized), u/v, texture_u/texture_v
-  or s/t; uvs are NOT flipped; ascii, binary little and big endian. Mitsuba only reads
-  triangles; polygons are fans here.
 * Vertex normals of meshes without them: Mitsuba's ``Mesh::recompute_vertex_normals``, face
   normals weighted by the corner angle (Thuermer and Wuethrich 1998); Mitsuba computes them from
   the world-space positions, so call it after ``transform_mesh``.
@@ -27,8 +25,8 @@ import numpy as np
 
 from tracer.io.errors import SceneError
 
-__all__ = ["Mesh", "load_obj", "load_ply", "recompute_vertex_normals", "transform_mesh", "rectangle_mesh",
-           "cube_mesh"]
+__all__ = ["Mesh", "load_obj", "recompute_vertex_normals", "transform_mesh", "rectangle_mesh", "cube_mesh",
+           "check_faces", "unit_normals", "fans"]
 
 
 @dataclasses.dataclass
@@ -37,9 +35,11 @@ class Mesh:
     faces: np.ndarray                  # (F, 3) int32 vertex indices, counter-clockwise = front
     normals: np.ndarray | None = None  # (V, 3) float32 unit shading normals
     uvs: np.ndarray | None = None      # (V, 2) float32 texture coordinates
+    # Mitsuba's mesh attributes: 'vertex_<name>' (V, dim) or 'face_<name>' (F, dim) float32, dim 1 to 4.
+    attributes: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
-def _read_bytes(path):
+def read_bytes(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise SceneError("mesh file not found", path)
@@ -67,7 +67,7 @@ _OBJ_KINDS = {b"v": 1, b"vt": 2, b"vn": 3, b"f": 4}
 def load_obj(path, flip_tex_coords=True):
     """Mesh of a Wavefront OBJ file, vertex for vertex as Mitsuba's ``obj`` plugin builds it."""
     path = os.fspath(path)
-    blocks = _obj_blocks(_read_bytes(path))
+    blocks = _obj_blocks(read_bytes(path))
     positions = _obj_vectors(blocks[1], 3, "v", path)
     texcoords = _obj_vectors(blocks[2], 2, "vt", path)
     normals = _obj_vectors(blocks[3], 3, "vn", path)
@@ -82,7 +82,7 @@ def load_obj(path, flip_tex_coords=True):
 
     corner_ids, first = _first_use_ids(keys, (len(positions), len(texcoords), len(normals)))
     vkeys = keys[first]
-    faces = _fans(counts, corner_ids)
+    faces = fans(counts, corner_ids)
     if len(faces) == 0:
         raise SceneError("mesh has no faces", path)
     mesh = Mesh(positions[vkeys[:, 0] - 1], faces)
@@ -91,16 +91,36 @@ def load_obj(path, flip_tex_coords=True):
             texcoords[:, 1] = np.float32(1.0) - texcoords[:, 1]
         mesh.uvs = np.where(vkeys[:, 1:2] > 0, texcoords[np.maximum(vkeys[:, 1] - 1, 0)], np.float32(0))
     if len(normals):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            unit = normals / np.linalg.norm(normals, axis=1, keepdims=True)
-        if not np.all(np.isfinite(unit)):
-            raise SceneError("mesh contains invalid vertex normal data", path)
+        unit = unit_normals(normals, path)
         has = vkeys[:, 2] > 0
         mesh.normals = unit[np.maximum(vkeys[:, 2] - 1, 0)]
         if not np.all(has):
             # Mitsuba leaves these uninitialized; the angle-weighted normal is a sane stand-in.
             mesh.normals[~has] = recompute_vertex_normals(mesh).normals[~has]
     return mesh
+
+
+def unit_normals(normals, path):
+    """(V, 3) float32 unit normals; a zero or non-finite one is an error (Mitsuba's OBJ loader)."""
+    normals = np.asarray(normals, np.float32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        unit = normals / np.linalg.norm(normals, axis=1, keepdims=True)
+    if not np.all(np.isfinite(unit)):
+        raise SceneError("mesh contains invalid vertex normal data", path)
+    return unit
+
+
+def check_faces(faces, n_vertices, path):
+    """(F, 3) int32 vertex indices; no faces, or an index outside [0, n_vertices), is an error."""
+    faces = np.asarray(faces).reshape(-1, 3)
+    if len(faces) == 0:
+        raise SceneError("mesh has no faces", path)
+    if n_vertices >= 2**31:
+        raise SceneError(f"mesh has {n_vertices} vertices, more than 2^31 - 1", path)
+    bad = (faces < 0) | (faces >= n_vertices)
+    if np.any(bad):
+        raise SceneError(f"face refers to vertex {faces[bad][0]} of {n_vertices}", path)
+    return faces.astype(np.int32)
 
 
 def _obj_blocks(data):
@@ -210,8 +230,9 @@ def _first_use_ids(keys, sizes):
     return rank[inverse.reshape(-1)], first[order]
 
 
-def _fans(counts, corner_ids):
-    """Triangles (0, i, i+1) of every polygon; polygons of fewer than 3 corners give none."""
+def fans(counts, corner_ids):
+    """Triangles (0, i, i+1) of every polygon, in polygon order: polygon p has ``counts[p]``
+    consecutive entries of ``corner_ids``; polygons of fewer than 3 corners give none."""
     starts = np.cumsum(counts) - counts
     ntri = np.maximum(counts - 2, 0)
     polygon = np.repeat(np.arange(len(counts)), ntri)
@@ -219,148 +240,6 @@ def _fans(counts, corner_ids):
     a = starts[polygon]
     corners = np.stack([a, a + j + 1, a + j + 2], axis=1)
     return corner_ids[corners].astype(np.int32).reshape(-1, 3)
-
-
-# ---------------------------------------------------------------------------------- PLY
-_PLY_TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
-              "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
-              "long": "i8", "int64": "i8", "ulong": "u8", "uint64": "u8", "half": "f2", "float16": "f2",
-              "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
-_UV_NAMES = (("u", "v"), ("texture_u", "texture_v"), ("s", "t"), ("texture_s", "texture_t"))
-
-
-def load_ply(path):
-    """Mesh of a PLY file (ascii or binary), as Mitsuba's ``ply`` plugin reads it."""
-    path = os.fspath(path)
-    data = _read_bytes(path)
-    fmt, elements, body = _ply_header(data, path)
-    if fmt == "ascii":
-        tokens = _parse_numbers(data[body:], np.float64)
-        if tokens is None:
-            raise SceneError("malformed ascii PLY body (a value is not a number)", path)
-        buffer, endian, offset = tokens.tobytes(), "<", 0
-    else:
-        buffer, endian, offset = data, "<" if fmt == "binary_little_endian" else ">", body
-    values = {}
-    for name, count, props in elements:
-        if fmt == "ascii":
-            props = [(p[0], "f8") if len(p) == 2 else (p[0], "f8", "f8") for p in props]
-        values[name], offset = _ply_element(buffer, offset, count, props, endian, path)
-    if fmt == "ascii" and offset != len(buffer):
-        raise SceneError("trailing values after the last PLY element", path)
-    return _ply_mesh(values, path)
-
-
-def _ply_header(data, path):
-    end = re.search(rb"end_header[ \t]*\r?\n", data)
-    if not data.startswith(b"ply") or end is None:
-        raise SceneError("not a PLY file (no 'ply' ... 'end_header' header)", path)
-    fmt, elements = None, []
-    for line in data[:end.start()].decode("ascii", errors="replace").splitlines()[1:]:
-        words = line.split()
-        if not words or words[0] in ("comment", "obj_info"):
-            continue
-        if words[0] == "format" and len(words) == 3 and words[2] == "1.0":
-            fmt = words[1]
-        elif words[0] == "element" and len(words) == 3 and words[2].isdigit():
-            elements.append((words[1], int(words[2]), []))
-        elif words[0] == "property" and elements and len(words) == 3 and words[1] in _PLY_TYPES:
-            elements[-1][2].append((words[2], _PLY_TYPES[words[1]]))
-        elif (words[0] == "property" and elements and len(words) == 5 and words[1] == "list"
-              and words[2] in _PLY_TYPES and words[3] in _PLY_TYPES):
-            elements[-1][2].append((words[4], _PLY_TYPES[words[2]], _PLY_TYPES[words[3]]))
-        else:
-            raise SceneError(f"invalid PLY header line '{line.strip()}'", path)
-    if fmt not in ("ascii", "binary_little_endian", "binary_big_endian"):
-        raise SceneError("PLY header has no valid 'format' line", path)
-    return fmt, elements, end.end()
-
-
-def _ply_element(buffer, offset, count, props, endian, path):
-    """Read ``count`` records; returns ({property: array}, end offset).
-
-    A list property becomes an (n, k) array when all its lists have length k, else a list of
-    arrays. Runs of records with equal list lengths are read as one structured array each.
-    """
-    columns = {p[0]: [] for p in props}
-    fixed = all(len(p) == 2 for p in props)
-    done, chunk = 0, (count if fixed else 1024)
-    while done < count:
-        fields, pos = [], offset
-        for p in props:
-            if len(p) == 2:
-                fields.append((p[0], endian + p[1]))
-                pos += np.dtype(p[1]).itemsize
-            else:
-                if pos + np.dtype(p[1]).itemsize > len(buffer):
-                    raise SceneError("PLY file is truncated", path)
-                k = int(np.frombuffer(buffer, endian + p[1], 1, pos)[0])
-                fields += [(p[0] + ".count", endian + p[1]), (p[0], endian + p[2], (k,))]
-                pos += np.dtype(p[1]).itemsize + k * np.dtype(p[2]).itemsize
-        dtype = np.dtype(fields)
-        n = min(chunk, count - done, (len(buffer) - offset) // dtype.itemsize)
-        if n <= 0:
-            raise SceneError("PLY file is truncated", path)
-        block = np.frombuffer(buffer, dtype, n, offset)
-        same = np.ones(n, bool)
-        for p in props:
-            if len(p) == 3:
-                same &= block[p[0] + ".count"] == dtype[p[0]].shape[0]
-        m = n if same.all() else int(np.argmin(same))
-        for p in props:
-            columns[p[0]].append(block[p[0]][:m])
-        offset += m * dtype.itemsize
-        done += m
-        chunk = min(2 * chunk, 1 << 20) if m == n else 1024
-    out = {}
-    for p in props:
-        parts = columns[p[0]]
-        if len(p) == 3 and len({a.shape[1] for a in parts}) > 1:
-            out[p[0]] = parts
-        else:
-            out[p[0]] = np.concatenate(parts) if parts else np.zeros((0,) if len(p) == 2 else (0, 3))
-    return out, offset
-
-
-def _ply_mesh(values, path):
-    vertex, face = values.get("vertex"), values.get("face")
-    if vertex is None or not all(k in vertex for k in "xyz"):
-        raise SceneError("PLY file has no vertex element with x, y, z", path)
-    positions = np.stack([vertex[k] for k in "xyz"], axis=1).astype(np.float32)
-    if not np.all(np.isfinite(positions)):
-        raise SceneError("mesh contains invalid vertex position data", path)
-    if face is None:
-        raise SceneError("mesh has no faces", path)
-    lists = face.get("vertex_indices", face.get("vertex_index"))
-    if lists is None:
-        raise SceneError("PLY face element has no vertex_indices/vertex_index list", path)
-    faces = np.concatenate([_fan_block(np.asarray(block)) for block in
-                            (lists if isinstance(lists, list) else [lists])])
-    if len(faces) == 0:
-        raise SceneError("mesh has no faces", path)
-    if faces.min() < 0 or faces.max() >= len(positions):
-        raise SceneError(f"face refers to vertex {faces.max() if faces.max() >= len(positions) else faces.min()}"
-                         f" of {len(positions)}", path)
-    mesh = Mesh(positions, faces.astype(np.int32))
-    if all(k in vertex for k in ("nx", "ny", "nz")):
-        n = np.stack([vertex[k] for k in ("nx", "ny", "nz")], axis=1).astype(np.float32)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mesh.normals = n / np.linalg.norm(n, axis=1, keepdims=True)
-    for u, v in _UV_NAMES:
-        if u in vertex and v in vertex:
-            mesh.uvs = np.stack([vertex[u], vertex[v]], axis=1).astype(np.float32)
-            break
-    return mesh
-
-
-def _fan_block(indices):
-    """Fans of an (n, k) block of polygons with k corners each."""
-    n, k = indices.shape
-    if k < 3:
-        return np.zeros((0, 3), np.int64)
-    j = np.arange(1, k - 1)
-    tri = np.stack([np.broadcast_to(indices[:, :1], (n, k - 2)), indices[:, j], indices[:, j + 1]], axis=2)
-    return tri.reshape(-1, 3).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------- processing

@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
-from tracer.io import meshes
+from tracer.io import meshes, ply, serialized
 from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
 from tracer.io.scene_info import the_sensor
@@ -28,8 +28,8 @@ from tracer.textures import TextureTableBuilder
 
 __all__ = ["load_scene"]
 
-MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
-ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
+MESH_TYPES = {"obj", "ply", "serialized", "rectangle", "cube"}
+ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK, "cylinder": SurfaceKind.CYLINDER}
 # Integrators rendered with 'path': without participating media (which the loader refuses) their
 # image is the same in expectation.
 PATH_LIKE = {"volpath", "volpathmis", "prb", "prb_basic"}
@@ -105,9 +105,12 @@ class _SceneBuilder:
         self.materials.add_black()  # (row 0, as it always was)
         self.material_ids = {}       # id(node) -> ShapeMaterials
         self.bitmap_ids = {}
+        self.attribute_ids = {}  # (attribute name, scale) -> mesh_attribute texture id
         self.meshes: list[geometry.MeshShape] = []
         self.analytic: list[geometry.AnalyticShape] = []
         self.shape_rows: list[ShapeRow] = []
+        self.attribute_requests: list[str] = []  # mesh attributes read by textures, in order of request
+        self.material_attributes: dict[int, set] = {}  # material id -> the mesh attributes it reads
 
     # ------------------------------------------------------------------ top level
     def build(self) -> Scene:
@@ -123,7 +126,10 @@ class _SceneBuilder:
             elif node.category == "emitter":
                 if node.type == "area":
                     raise SceneError(f"{node.source}: an area emitter must be nested in a shape")
+                requested = len(self.attribute_requests)
                 self.emitters.add(node, self.add_texture)
+                if len(self.attribute_requests) > requested:
+                    raise SceneError(f"{node.source}: a mesh_attribute texture can only be used by a shape's bsdf")
                 node.check_unused()
             elif node.category in ("bsdf", "texture", "sensor", "integrator", "sampler", "film", "rfilter"):
                 continue  # referenced by shapes, handled above, or (sampler, film, rfilter) unused as in Mitsuba
@@ -131,7 +137,8 @@ class _SceneBuilder:
                 raise SceneError(f"{node.source}: unsupported <{node.category}> plugin '{node.type}'")
         if not self.shape_rows:
             raise SceneError(f"{root.source}: the scene has no shapes")
-        geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel)
+        geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel,
+                                      attributes=self.textures.attribute_names)
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
         rows = self.shape_rows
@@ -139,7 +146,7 @@ class _SceneBuilder:
                         flip_back=column(rows, "flip_back", bool), emitter=column(rows, "emitter", np.int32),
                         flip_normals=column(rows, "flip_normals", bool))
         settings = dataclasses.replace(settings, spp=spp)
-        textures = self.textures.build()
+        textures = self.textures.build(geo.attribute_slots)
         return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(textures),
                      textures=textures, emitters=emitters, camera=camera, film=film,
                      settings=settings)
@@ -213,10 +220,11 @@ class _SceneBuilder:
         index = len(self.shape_rows)
         to_world = node.get_transform("to_world")
         flip_normals = node.get_bool("flip_normals", False)
-        triangles, analytic, vertex_normals = None, None, None
+        triangles, analytic, vertex_normals, mesh = None, None, None, None
         if node.type in MESH_TYPES:
             mesh = self._mesh(node, to_world)
-            self.meshes.append(geometry.MeshShape(mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index))
+            self.meshes.append(geometry.MeshShape(mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index,
+                                                  mesh.attributes))
             p = mesh.positions[mesh.faces]
             triangles = (p[:, 0], p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
             if mesh.normals is not None:
@@ -231,6 +239,9 @@ class _SceneBuilder:
                 local = np.diag([radius, radius, radius, 1.0])
                 local[:3, 3] = center
                 to_world = to_world @ local
+            elif node.type == "cylinder":
+                to_world, mirrored = self._cylinder(node, to_world)
+                flip_normals = flip_normals != mirrored
             analytic = (ANALYTIC_TYPES[node.type], to_world)
             self.analytic.append(geometry.AnalyticShape(*analytic, index))
         else:
@@ -240,6 +251,7 @@ class _SceneBuilder:
         if len(bsdf_nodes) > 1:
             raise SceneError(f"{node.source}: a shape takes one bsdf, got {len(bsdf_nodes)}")
         sides = self._material(bsdf_nodes[0] if bsdf_nodes else None)
+        self._check_attributes(node, mesh, sides)
         emitter = -1
         for em in node.children_of("emitter"):
             if em.type != "area":
@@ -258,6 +270,39 @@ class _SceneBuilder:
         self._ignore(node, "shape")
         node.check_unused()
 
+    def _cylinder(self, node, to_world):
+        """(to_world of the unit tube, flip_normals) of a ``cylinder``: p0, p1 and radius folded in
+        (Mitsuba's cylinder.cpp); a mirroring transform flips the normals, as Mitsuba flips them
+        for a negative scale."""
+        p0, p1 = node.get_point("p0", np.zeros(3)), node.get_point("p1", np.array([0.0, 0.0, 1.0]))
+        radius = node.get_float("radius", 1.0)
+        if not (np.all(np.isfinite(p0)) and np.all(np.isfinite(p1)) and np.isfinite(radius)):
+            raise SceneError(f"{node.source}: cylinder p0, p1 and radius must be finite")
+        if radius == 0 or np.array_equal(p0, p1):
+            raise SceneError(f"{node.source}: a cylinder needs a nonzero radius and p0 != p1")
+        to_world = to_world @ geometry.cylinder_to_world(p0, p1, radius)
+        det = np.linalg.det(to_world[:3, :3])
+        if not np.isfinite(det) or det == 0:
+            raise SceneError(f"{node.source}: the cylinder's 'to_world' is singular")
+        return to_world, bool(det < 0)
+
+    def _check_attributes(self, node, mesh, sides):
+        """The mesh attributes the shape's materials read exist on it, with a width Mitsuba can
+        evaluate (1 or 3)."""
+        read = self.material_attributes.get(sides.front, set()) | self.material_attributes.get(sides.back, set())
+        for name in sorted(read):
+            if mesh is None:
+                raise SceneError(f"{node.source}: a mesh_attribute texture reads '{name}', but a '{node.type}' "
+                                 "has no mesh attributes")
+            if name not in mesh.attributes:
+                have = ", ".join(sorted(mesh.attributes)) or "none"
+                raise SceneError(f"{node.source}: a mesh_attribute texture reads '{name}', which this shape does not "
+                                 f"have (its attributes: {have})")
+            width = mesh.attributes[name].shape[1]
+            if width not in (1, 3):
+                raise SceneError(f"{node.source}: mesh attribute '{name}' has {width} values per entry; a "
+                                 "mesh_attribute texture evaluates 1 or 3")
+
     def _mesh(self, node, to_world):
         """The shape's triangles in world space, with normals as Mitsuba computes them."""
         normal_matrix = node.get_normal_transform("to_world")
@@ -266,16 +311,17 @@ class _SceneBuilder:
         if node.type == "cube":
             return meshes.transform_mesh(meshes.cube_mesh(), to_world, normal_matrix)
         path = node.get_path("filename")
+        face_normals = node.get_bool("face_normals", False)
         if node.type == "obj":
             mesh = _load(node, meshes.load_obj, path, flip_tex_coords=node.get_bool("flip_tex_coords", True))
+            if face_normals:
+                mesh.normals = None
+        elif node.type == "ply":
+            mesh = _load(node, ply.load_ply, path, face_normals=face_normals,
+                         flip_tex_coords=node.get_bool("flip_tex_coords", False))
         else:
-            mesh = _load(node, meshes.load_ply, path)
-            if node.get_bool("flip_tex_coords", False) and mesh.uvs is not None:  # Mitsuba's PLY default: no flip
-                mesh = meshes.Mesh(mesh.positions, mesh.faces, mesh.normals,
-                                   np.stack([mesh.uvs[:, 0], np.float32(1) - mesh.uvs[:, 1]], axis=1))
-        face_normals = node.get_bool("face_normals", False)
-        if face_normals:
-            mesh = meshes.Mesh(mesh.positions, mesh.faces, None, mesh.uvs)
+            mesh = _load(node, serialized.load_serialized, path, shape_index=node.get_int("shape_index", 0),
+                         face_normals=face_normals)
         mesh = meshes.transform_mesh(mesh, to_world, normal_matrix)
         if not face_normals and mesh.normals is None:
             mesh = meshes.recompute_vertex_normals(mesh)  # from world-space positions, as Mitsuba
@@ -288,9 +334,13 @@ class _SceneBuilder:
             node = PluginNode.synthetic("bsdf", "diffuse")
         key = id(node)
         if key not in self.material_ids:
+            requested = len(self.attribute_requests)
             front, _ = self.materials.add_side(node, False, self.add_texture)
             back, mirror = self.materials.add_side(node, True, self.add_texture)
             self.material_ids[key] = ShapeMaterials(front, back, flip_back=mirror)
+            read = set(self.attribute_requests[requested:])  # the mesh attributes its textures read
+            for material in (front, back):
+                self.material_attributes[material] = self.material_attributes.get(material, set()) | read
         return self.material_ids[key]
 
     def add_texture(self, value: PluginNode | ArrayLike | float) -> int:
@@ -298,6 +348,19 @@ class _SceneBuilder:
         if not isinstance(value, PluginNode):
             return self.textures.add_constant(np.broadcast_to(np.asarray(value, np.float64), (3,)))
         node = value
+        if node.type == "mesh_attribute":
+            name = node.get_string("name")
+            if not name.startswith(("vertex_", "face_")):
+                raise SceneError(f"{node.source}: invalid mesh attribute name '{name}' (it starts with 'vertex_' "
+                                 "or 'face_')")
+            scale = node.get_float("scale", 1.0)
+            if not np.isfinite(scale):
+                raise SceneError(f"{node.source}: mesh_attribute 'scale' must be finite, got {scale}")
+            self.attribute_requests.append(name)
+            if (name, scale) not in self.attribute_ids:
+                self.attribute_ids[name, scale] = self.textures.add_mesh_attribute(name, scale)
+            node.check_unused()
+            return self.attribute_ids[name, scale]
         to_uv = node.get_transform("to_uv")
         if node.type == "checkerboard":
             c0 = node.get_rgb("color0", np.full(3, 0.4))

@@ -136,6 +136,16 @@ def _area_case(name, flip, tmp_path):
              @ mi.ScalarTransform4f().scale([1.5, 0.7, 1]))
         spec = {"type": "disk", "to_world": t}
         add = dict(analytic=(SurfaceKind.DISK, np.array(t.matrix)))
+    elif name.startswith("cylinder"):
+        from tracer import geometry
+        t = mi.ScalarTransform4f().translate([0.1, 0.2, 0.3]) @ mi.ScalarTransform4f().rotate([0.6, 0.8, 0], 30)
+        if name == "cylinder_mirrored":  # Mitsuba then flips the sampled normals inward
+            t = t @ mi.ScalarTransform4f().scale([1, -1, 1])
+        p0, p1, radius = [0.2, -0.3, -0.4], [-0.1, 0.4, 0.9], 0.8
+        spec = {"type": "cylinder", "p0": p0, "p1": p1, "radius": radius, "to_world": t}
+        m = np.array(t.matrix, np.float64) @ geometry.cylinder_to_world(p0, p1, radius)
+        # The loader folds a mirroring transform into the cylinder's flip_normals, as Mitsuba.
+        add = dict(analytic=(SurfaceKind.CYLINDER, m), flip_normals=flip != (np.linalg.det(m[:3, :3]) < 0))
     elif name == "mesh":
         text = "".join(f"v {x} {y} {z}\n" for x, y, z in TRI_V) + "f 1 2 3\nf 1 3 4\nf 1 2 5\n"
         spec = {"type": "obj", "filename": _obj(tmp_path, "m.obj", text), "face_normals": True}
@@ -148,12 +158,14 @@ def _area_case(name, flip, tmp_path):
         p, n = TRI_V[TRI_F[:2]], SMOOTH_N[TRI_F[:2]]
         add = dict(triangles=(p[:, 0], p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]), normals=(n[:, 0], n[:, 1], n[:, 2]))
     spec.update(flip_normals=flip, emitter=RAD)
-    emitters = C.table(lambda b: b.add_area(C.area_node(), 0, flip_normals=flip, **add), bounds=(-5 * np.ones(3), 5 * np.ones(3)))
+    add = {"flip_normals": flip, **add}
+    emitters = C.table(lambda b: b.add_area(C.area_node(), 0, **add), bounds=(-5 * np.ones(3), 5 * np.ones(3)))
     return emitters, spec, refs
 
 
 @pytest.mark.parametrize("flip", [False, True])
-@pytest.mark.parametrize("name", ["sphere", "sphere_inside", "disk", "mesh", "smooth_mesh"])
+@pytest.mark.parametrize("name", ["sphere", "sphere_inside", "disk", "cylinder", "cylinder_mirrored", "mesh",
+                                  "smooth_mesh"])
 def test_area_samples_match_mitsuba(name, flip, tmp_path):
     emitters, spec, refs = _area_case(name, flip, tmp_path)
     u = np.random.default_rng(4).random((2, N), np.float32)

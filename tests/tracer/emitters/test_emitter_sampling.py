@@ -7,6 +7,7 @@ import pytest
 
 from tests.helpers import chi2
 from tests.helpers import emitter_cases as C
+from tracer import geometry
 from tracer.kinds import SurfaceKind
 
 SAMPLES = 100_000  # one batch size for every test, so that tests of one table share a compilation
@@ -26,6 +27,10 @@ def _disk_to_world():
 
 
 DISK_TO_WORLD = _disk_to_world()
+# A tilted tube of radius 0.6 and length 1.8 (p0 = (0.2, -0.1, 1.2), p1 = (0.5, 0.3, 2.9)), seen
+# from outside; and a wide one around the reference point, emitting inward.
+CYLINDER_TO_WORLD = geometry.cylinder_to_world((0.2, -0.1, 1.2), (0.5, 0.3, 2.9), 0.6)
+TUBE_TO_WORLD = geometry.cylinder_to_world((0.1, 0.0, -1.0), (0.0, 0.2, 1.5), 1.3)
 
 
 def _envmap_image():
@@ -56,6 +61,13 @@ CASES = {
     "disk": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.DISK, DISK_TO_WORLD))),
              np.array([0.0, 0.0, 0.0]),
              lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_disk(o, d, DISK_TO_WORLD))),
+    "cylinder": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.CYLINDER, CYLINDER_TO_WORLD))),
+                 np.array([1.5, -0.5, 1.6]),  # beside the tube: its outside and, through its ends, its inside
+                 lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_cylinder(o, d, CYLINDER_TO_WORLD))),
+    "cylinder_inside": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, flip_normals=True,
+                                                             analytic=(SurfaceKind.CYLINDER, TUBE_TO_WORLD))),
+                        np.array([0.2, 0.1, 0.0]),
+                        lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_cylinder(o, d, TUBE_TO_WORLD, True))),
     "constant": (lambda: C.table(lambda b: b.add(C.node('<emitter type="constant"/>'), None)),
                  np.array([0.2, 0.3, 0.1]),
                  lambda o, d: (np.ones(d.shape[1], bool), o[:, None] + d, -d)),
