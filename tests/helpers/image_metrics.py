@@ -16,6 +16,11 @@ import numpy as np
 import OpenEXR
 
 EPSILON = 1e-2
+# What "agrees with Mitsuba" means for an image at a given sample count (the image tests and
+# scripts/mitsuba_gallery.py): the per-channel mean within MEAN_TOLERANCE of the reference's, and a
+# relative MSE at most REL_MSE_FACTOR times Mitsuba's own at the same sample count.
+MEAN_TOLERANCE = 0.01
+REL_MSE_FACTOR = 1.5
 MANIFEST = pathlib.Path(__file__).resolve().parents[1] / "data" / "references" / "manifest.json"
 
 

@@ -27,8 +27,8 @@ from tests.helpers import image_metrics as im
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCENES = {e["name"]: e for e in json.loads(im.MANIFEST.read_text())["scenes"]}
-MEAN_TOLERANCE = 0.01
-REL_MSE_FACTOR = 1.5
+MEAN_TOLERANCE = im.MEAN_TOLERANCE
+REL_MSE_FACTOR = im.REL_MSE_FACTOR
 
 
 @functools.cache
