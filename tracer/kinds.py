@@ -40,16 +40,18 @@ class BsdfKind:
     """Mitsuba's BSDF plugins (NULL: the back of a one-sided material, which absorbs)."""
 
     NULL, DIFFUSE, CONDUCTOR, ROUGHCONDUCTOR, DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC, PLASTIC, \
-        ROUGHPLASTIC = range(9)
+        ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN = range(11)
     NAMES = ("null", "diffuse", "conductor", "roughconductor", "dielectric", "roughdielectric",
-             "thindielectric", "plastic", "roughplastic")
+             "thindielectric", "plastic", "roughplastic", "principled", "principledthin")
     # Kinds with a lobe that is not a Dirac delta (Mitsuba's BSDFFlags::Smooth): next-event
     # estimation applies to them. (The 'smooth' conductor and dielectric plugins are delta-only.)
-    WITH_NONDELTA_LOBE = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC)
+    WITH_NONDELTA_LOBE = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN)
     ROUGH = (ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC)  # with a microfacet distribution
     DIELECTRICS = (DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC)  # transmissive: the same on both sides
     PLASTICS = (PLASTIC, ROUGHPLASTIC)
-    WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC)  # with a diffuse 'reflectance'
+    # With a diffuse 'reflectance' (the principled kinds' base_color: Mitsuba's diffuse reflectance).
+    WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN)
+    PRINCIPLEDS = (PRINCIPLED, PRINCIPLEDTHIN)  # Burley's model: parameters in ``Materials.principled``
 
 
 class Microfacet:
