@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 from tracer import camera as cameras
 from tracer import film as films
 from tracer import geometry
-from tracer.bsdfs.build import MaterialTableBuilder
+from tracer.bsdfs.build import MaterialTableBuilder, has_transmission
 from tracer.emitters.build import EmitterTableBuilder
 from tracer.io import meshes
 from tracer.io.errors import SceneError, SceneNotice
@@ -28,7 +28,8 @@ from tracer.textures import TextureTableBuilder
 
 __all__ = ["load_scene"]
 
-TRANSMISSIVE = {"dielectric", "roughdielectric", "thindielectric"}
+# BSDFs that see both sides themselves (wi below the surface is inside): the same material on the back.
+BOTH_SIDES = {"dielectric", "roughdielectric", "thindielectric", "principled", "principledthin"}
 MESH_TYPES = {"obj", "ply", "rectangle", "cube"}
 ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK}
 # Properties that change nothing in what we render (output formats, sampler flavours, ids).
@@ -351,15 +352,16 @@ class _SceneBuilder:
             inner = node.children_of("bsdf")
             if not 1 <= len(inner) <= 2:
                 raise SceneError(f"{node.source}: twosided takes one or two nested bsdfs, got {len(inner)}")
-            if any(b.type in TRANSMISSIVE or b.type == "twosided" for b in inner):
-                raise SceneError(f"{node.source}: twosided cannot wrap '{inner[0].type}'")
+            if any(has_transmission(b) or b.type == "twosided" for b in inner):
+                raise SceneError(f"{node.source}: twosided cannot wrap '{inner[0].type}' (as Mitsuba: only "
+                                 "materials without a transmission component)")
             front = self._single_material(inner[0])
             back = self._single_material(inner[-1])
             result = ShapeMaterials(front, back, flip_back=True)
             node.check_unused()
         else:
             front = self._single_material(node)
-            back = front if node.type in TRANSMISSIVE else self.null_material
+            back = front if node.type in BOTH_SIDES else self.null_material
             result = ShapeMaterials(front, back, flip_back=False)
         self.material_ids[key] = result
         return result
