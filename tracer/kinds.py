@@ -57,16 +57,18 @@ class BsdfKind:
     COMPOSITE: the root of a material made of leaves (``blendbsdf``, ``mask``; tracer.bsdfs.layers)."""
 
     BLACK, DIFFUSE, CONDUCTOR, ROUGHCONDUCTOR, DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC, PLASTIC, \
-        ROUGHPLASTIC, NULL, COMPOSITE = range(11)
+        ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN, NULL, COMPOSITE = range(13)
     NAMES = ("black", "diffuse", "conductor", "roughconductor", "dielectric", "roughdielectric",
-             "thindielectric", "plastic", "roughplastic", "null", "composite")
+             "thindielectric", "plastic", "roughplastic", "principled", "principledthin", "null", "composite")
     # Kinds with a lobe that is not a Dirac delta (Mitsuba's BSDFFlags::Smooth): next-event
     # estimation applies to them. (The 'smooth' conductor and dielectric plugins are delta-only.)
-    WITH_NONDELTA_LOBE = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC)
+    WITH_NONDELTA_LOBE = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN)
     ROUGH = (ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC)  # with a microfacet distribution
     DIELECTRICS = (DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC)  # transmissive: the same on both sides
     PLASTICS = (PLASTIC, ROUGHPLASTIC)
-    WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC)  # with a diffuse 'reflectance'
+    # With a diffuse 'reflectance' (the principled kinds' base_color: Mitsuba's diffuse reflectance).
+    WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN)
+    PRINCIPLEDS = (PRINCIPLED, PRINCIPLEDTHIN)  # Burley's model: parameters in ``Materials.principled``
 
 
 class Microfacet:

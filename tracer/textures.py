@@ -259,8 +259,16 @@ def eval_rgb(textures: Textures, tid: jnp.ndarray, at, constant: bool = False) -
     return _eval(textures, tid, at, checker_swapped=False, constant=constant)
 
 
-def eval_float(textures: Textures, tid: jnp.ndarray, at, constant: bool = False) -> jnp.ndarray:
+def eval_float(textures: Textures, tid: jnp.ndarray, at, constant: bool = False,
+               checker_mean: bool = False) -> jnp.ndarray:
     """Scalar (N,) texture values as Mitsuba's ``Texture::eval_1``: the luminance of the RGB value
-    (exact for gray constants), except that its checkerboard swaps the two colors. (A mesh
-    attribute of width 3 read as a float is its luminance here; Mitsuba refuses it.)"""
-    return vm.luminance(_eval(textures, tid, at, checker_swapped=True, constant=constant))
+    (a bitmap's, and a constant's: the value itself, to rounding, for the gray ones that float
+    parameters give), except that its checkerboard swaps the two colors. ``checker_mean`` (static):
+    a checkerboard gives its colors' channel mean, as Mitsuba's does (the colors' ``eval_1``); the
+    principled kinds ask for it, the older ones read its luminance (the same for gray colors).
+    (A mesh attribute of width 3 read as a float is its luminance here; Mitsuba refuses it.)"""
+    rgb = _eval(textures, tid, at, checker_swapped=True, constant=constant)
+    value = vm.luminance(rgb)
+    if checker_mean and not constant and TextureKind.CHECKERBOARD in textures.kinds_present:
+        value = jnp.where(textures.kind[tid] == TextureKind.CHECKERBOARD, (rgb[0] + rgb[1] + rgb[2]) / 3.0, value)
+    return value

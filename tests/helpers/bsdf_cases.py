@@ -188,6 +188,51 @@ class MitsubaBsdf:
 CHECKER = {"type": "checkerboard", "color0": [0.9, 0.6, 0.2], "color1": [0.1, 0.3, 0.7]}
 ROUGHNESS_CHECKER = {"type": "checkerboard", "color0": 0.05, "color1": 0.4}
 
+# The principled kinds: every lobe and parameter, textured, Mitsuba's sampling rates, and the IOR
+# adjustments it makes for transmission (eta 1, specular 0). Queried from both sides.
+PRINCIPLED_CASES = {
+    "principled": {"type": "principled"},
+    "principled_metal": {"type": "principled", "base_color": [0.9, 0.6, 0.3], "metallic": 0.8, "roughness": 0.3,
+                         "anisotropic": 0.6, "spec_tint": [0.2, 0.6, 0.9]},  # RGB: its mean
+    "principled_glass": {"type": "principled", "base_color": [0.9, 0.95, 1.0], "spec_trans": 0.9,
+                         "roughness": 0.2, "eta": 1.5},
+    "principled_full": {"type": "principled", "base_color": [0.2, 0.5, 0.8], "metallic": 0.3, "specular": 0.6,
+                        "roughness": 0.4, "spec_tint": 0.4, "anisotropic": 0.5, "sheen": 0.7, "sheen_tint": 0.5,
+                        "clearcoat": 0.8, "clearcoat_gloss": 0.6, "spec_trans": 0.4, "flatness": 0.5},
+    "principled_textured": {"type": "principled", "base_color": CHECKER, "roughness": ROUGHNESS_CHECKER,
+                            "metallic": {"type": "checkerboard", "color0": 0.0, "color1": 0.7},
+                            "spec_trans": {"type": "checkerboard", "color0": 0.6, "color1": 0.0},
+                            "clearcoat": {"type": "checkerboard", "color0": 1.0, "color1": 0.3},
+                            "clearcoat_gloss": {"type": "checkerboard", "color0": 0.2, "color1": 0.9},
+                            "sheen": {"type": "checkerboard", "color0": 0.5, "color1": 0.0},
+                            "sheen_tint": CHECKER, "spec_tint": CHECKER, "flatness": ROUGHNESS_CHECKER,
+                            "anisotropic": {"type": "checkerboard", "color0": 0.8, "color1": 0.1}},
+    "principled_rates": {"type": "principled", "base_color": [0.7, 0.3, 0.2], "clearcoat": 0.5, "spec_trans": 0.5,
+                         "roughness": 0.6, "main_specular_sampling_rate": 0.5, "clearcoat_sampling_rate": 2.0,
+                         "diffuse_reflectance_sampling_rate": 3.0},
+    "principled_inverted": {"type": "principled", "spec_trans": 0.7, "eta": 0.8, "roughness": 0.3,
+                            "metallic": 0.2, "spec_tint": 0.3},
+    "principled_index_matched": {"type": "principled", "spec_trans": 0.5, "eta": 1.0, "roughness": 0.5},
+    "principled_specular0": {"type": "principled", "spec_trans": 0.3, "specular": 0.0, "sheen": 0.4},
+    "principled_clear": {"type": "principled", "spec_trans": 1.0, "roughness": 0.1, "clearcoat": 1.0,
+                         "clearcoat_gloss": 0.9},
+    "principledthin": {"type": "principledthin"},
+    "principledthin_full": {"type": "principledthin", "base_color": [0.8, 0.4, 0.2], "spec_trans": 0.5,
+                            "diff_trans": 0.7, "sheen": 0.6, "sheen_tint": 0.4, "flatness": 0.6, "spec_tint": 0.5,
+                            "anisotropic": 0.4, "roughness": 0.3, "eta": 1.33},
+    "principledthin_textured": {"type": "principledthin", "base_color": CHECKER, "roughness": ROUGHNESS_CHECKER,
+                                "spec_trans": {"type": "checkerboard", "color0": 0.7, "color1": 0.2},
+                                "diff_trans": {"type": "checkerboard", "color0": 0.4, "color1": 1.6},
+                                "eta": {"type": "checkerboard", "color0": 1.2, "color1": 1.8},
+                                "sheen": {"type": "checkerboard", "color0": 0.0, "color1": 0.8},
+                                "flatness": {"type": "checkerboard", "color0": 0.9, "color1": 0.1}},
+    "principledthin_rates": {"type": "principledthin", "spec_trans": 0.6, "diff_trans": 1.0, "roughness": 0.2,
+                             "specular_reflectance_sampling_rate": 2.0, "specular_transmittance_sampling_rate": 0.5,
+                             "diffuse_reflectance_sampling_rate": 0.3, "diffuse_transmittance_sampling_rate": 4.0},
+    "principledthin_glass": {"type": "principledthin", "base_color": 1.0, "spec_trans": 1.0, "roughness": 0.1,
+                             "eta": 1.5},
+}
+
 # name -> Mitsuba parameters. "Transmissive" kinds are two-sided; the others are queried from above.
 CASES = {
     "diffuse": {"type": "diffuse", "reflectance": [0.2, 0.5, 0.8]},
@@ -233,8 +278,9 @@ CASES = {
     "rough_plastic_textured": {"type": "roughplastic", "diffuse_reflectance": CHECKER, "alpha": 0.2,
                                "ext_ior": "water", "int_ior": 1.7, "distribution": "ggx"},
     "rough_plastic_white": {"type": "roughplastic", "diffuse_reflectance": 1.0, "alpha": 0.3},
+    **PRINCIPLED_CASES,
 }
-TRANSMISSIVE = ("dielectric", "roughdielectric", "thindielectric")
+TRANSMISSIVE = ("dielectric", "roughdielectric", "thindielectric", "principled", "principledthin")  # both sides
 CHUNK = 8192  # the one batch size of the jitted calls
 
 

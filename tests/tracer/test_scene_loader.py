@@ -298,3 +298,15 @@ def test_hostile_films_and_cameras_are_one_line_scene_errors(tmp_path, kwargs, n
 def test_a_resolution_override_has_the_film_limits(tmp_path, resolution):
     with pytest.raises(SceneError, match="resolution override width must be between 1 and 16384"):
         tracer.load_scene(_sensor_scene(tmp_path), resolution=resolution)
+
+
+def test_a_shape_without_a_bsdf_is_diffuse_and_black_if_it_emits(tmp_path):
+    """Mitsuba's Shape: no BSDF given means a diffuse one, of reflectance 0 on an area light."""
+    lit = '<shape type="rectangle"><emitter type="area"><rgb name="radiance" value="1"/></emitter></shape>'
+    path = _write(tmp_path, shapes=QUAD.format(bsdf="") + lit)
+    scene = tracer.load_scene(path)
+    textures = scene.textures
+    reflectance = [np.asarray(textures.color0)[:, int(scene.materials.reflectance[int(m)])]
+                   for m in np.asarray(scene.shapes.bsdf_front)]
+    np.testing.assert_array_equal(reflectance[0], [0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(reflectance[1], [0.0, 0.0, 0.0])

@@ -10,7 +10,8 @@ per-ray data (material ids (N,), uv (2, N), local directions (3, N) with z the s
 Each kind present in the table is evaluated for the whole batch and the results selected by
 kind (a ``lax.switch`` on batched indices would run every branch as well); absent kinds are
 never traced. Textures are evaluated once per call, and the rough kinds share one microfacet
-normal sample and one evaluation of D and G.
+normal sample and one evaluation of D and G. The principled kinds draw their own (Burley's
+parameters map to a GGX roughness per lobe); lobes no principled material has are not traced.
 """
 import dataclasses
 
@@ -18,7 +19,8 @@ import jax.numpy as jnp
 
 from tracer import textures as tx
 from tracer import vecmath as vm
-from tracer.bsdfs import conductor, dielectric, diffuse, layers, microfacet, plastic
+from tracer.bsdfs import (conductor, dielectric, diffuse, disney, layers, microfacet, plastic, principled,
+                          principledthin)
 from tracer.bsdfs.table import Materials
 from tracer.kinds import BsdfKind, Microfacet
 from tracer.pytree import pytree_dataclass
@@ -49,7 +51,7 @@ class _Params:
         value = lambda field: tx.eval_float(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
         if present & set(BsdfKind.WITH_DIFFUSE):
             self.reflectance = rgb("reflectance")
-        if present - {BsdfKind.BLACK, BsdfKind.DIFFUSE, BsdfKind.NULL, BsdfKind.COMPOSITE}:
+        if present - {BsdfKind.BLACK, BsdfKind.DIFFUSE, BsdfKind.NULL, BsdfKind.COMPOSITE, *BsdfKind.PRINCIPLEDS}:
             self.specular = rgb("specular_reflectance")
         if present & set(BsdfKind.DIELECTRICS):
             self.transmittance = rgb("specular_transmittance")
@@ -66,6 +68,8 @@ class _Params:
                 value("alpha_u"), value("alpha_v"),
                 materials.distribution[mat] == Microfacet.GGX, materials.sample_visible[mat],
                 present=materials.distributions_present, all_normals=materials.all_normals)
+        if present & set(BsdfKind.PRINCIPLEDS):
+            self.disney = disney.gather(materials, textures, mat, uv, self.reflectance)
 
     def has(self, kind):
         return kind in self.kinds
@@ -131,6 +135,12 @@ def _sample_leaf(materials, textures, mat, uv, wi, u1, u2):
         out.put(BsdfKind.NULL, wo=-wi, pdf=zero + 1.0, weight=jnp.ones_like(wi), delta=True)
     if params.kinds & set(BsdfKind.ROUGH):
         _sample_rough(materials, params, wi, u1, u2, out)
+    if params.has(BsdfKind.PRINCIPLED):
+        wo, pdf, weight, eta = principled.sample(wi, u1, u2, params.disney)
+        out.put(BsdfKind.PRINCIPLED, wo=wo, pdf=pdf, weight=weight, eta=eta)
+    if params.has(BsdfKind.PRINCIPLEDTHIN):
+        wo, pdf, weight = principledthin.sample(wi, u1, u2, params.disney)
+        out.put(BsdfKind.PRINCIPLEDTHIN, wo=wo, pdf=pdf, weight=weight)
     f = out.fields
     # Failed samples of degenerate inputs (grazing wi) may carry non-finite directions: give them a
     # harmless one, as the integrator still spawns a (dead) ray along it.
@@ -206,6 +216,12 @@ def _eval_pdf_leaf(materials, textures, mat, uv, wi, wo):
         if params.has(BsdfKind.ROUGHPLASTIC):
             value, pdf = plastic.rough_eval_pdf(wi, wo, terms, params.coating, materials.transmittance, params.mat, distr)
             out.put(BsdfKind.ROUGHPLASTIC, value=value, pdf=pdf)
+    if params.has(BsdfKind.PRINCIPLED):
+        value, pdf = principled.eval_pdf(wi, wo, params.disney)
+        out.put(BsdfKind.PRINCIPLED, value=value, pdf=pdf)
+    if params.has(BsdfKind.PRINCIPLEDTHIN):
+        value, pdf = principledthin.eval_pdf(wi, wo, params.disney)
+        out.put(BsdfKind.PRINCIPLEDTHIN, value=value, pdf=pdf)
     return out.fields["value"], out.fields["pdf"]
 
 

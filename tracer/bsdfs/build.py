@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike
 from tracer.bsdfs import precompute
 from tracer.bsdfs.fresnel import diffuse_reflectance
 from tracer.bsdfs.layers import Layers
-from tracer.bsdfs.table import TRANSMITTANCE_RES, Materials
+from tracer.bsdfs.table import PRINCIPLED_FEATURES, PRINCIPLED_TEXTURES, TRANSMITTANCE_RES, Materials, Principled, Rate
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.constants import LUMINANCE_WEIGHTS
 from tracer.io.errors import SceneError
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tracer.io.xml import PluginNode
     from tracer.textures import Textures
 
-__all__ = ["MaterialTableBuilder", "MaterialRow", "lookup_ior", "conductor_ior"]
+__all__ = ["MaterialTableBuilder", "MaterialRow", "PrincipledRow", "lookup_ior", "conductor_ior", "has_transmission"]
 
 # add_texture(value): the texture id of a nested texture plugin, an RGB triple or a float.
 AddTexture = Callable[["PluginNode | ArrayLike | float"], int]
@@ -62,6 +62,35 @@ def _no_transmittance():
     return np.zeros(TRANSMITTANCE_RES, np.float32)
 
 
+def _no_rates():
+    return np.zeros(Rate.COUNT, np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrincipledRow:
+    """The ``Principled`` entries of one principled or principledthin material: texture ids (0 where
+    the kind reads none), the sampling rates and Mitsuba's ``m_has_*`` flags."""
+
+    roughness: int = 0
+    anisotropic: int = 0
+    metallic: int = 0
+    spec_trans: int = 0
+    spec_tint: int = 0
+    sheen: int = 0
+    sheen_tint: int = 0
+    flatness: int = 0
+    clearcoat: int = 0
+    clearcoat_gloss: int = 0
+    diff_trans: int = 0
+    eta: int = 0
+    rates: np.ndarray = dataclasses.field(default_factory=_no_rates)  # (Rate.COUNT,) float32
+    features: frozenset[str] = frozenset()  # the PRINCIPLED_FEATURES whose flag is set
+
+    @property
+    def has_spec_trans(self):
+        return "spec_trans" in self.features
+
+
 @dataclasses.dataclass(frozen=True)
 class MaterialRow:
     """One material, a column entry of each ``Materials`` field; texture fields hold texture ids
@@ -82,6 +111,7 @@ class MaterialRow:
     internal_reflectance: float = 0.0
     transmittance: np.ndarray = dataclasses.field(default_factory=_no_transmittance)  # (TRANSMITTANCE_RES,)
     means: tuple[int, int] | None = None  # plastics: the (diffuse, specular) texture ids to weight by
+    principled: PrincipledRow | None = None  # the principled kinds' other parameters
 
 
 class _Reader:
@@ -103,11 +133,32 @@ class _Reader:
         self.known_means[tid] = float(np.mean(value))
         return tid
 
+    def float_texture(self, name, default):
+        """Texture id of a float-valued parameter (Mitsuba's ``eval_1``): a nested texture, a float, or
+        an RGB value as the gray of its mean (what Mitsuba's rgb texture gives)."""
+        child = self.node.child(name)
+        if child is not None:
+            return self.add_texture(child)
+        value = self.node.get_rgb(name, np.full(3, default))
+        return self.add_texture(float(value[0] if np.all(value == value[0]) else np.mean(value)))
+
     def scalar(self, name, default):
         child = self.node.child(name)
         if child is not None:
             return self.add_texture(child)
         return self.add_texture(float(self.node.get_float(name, default)))
+
+    def flag(self, name):
+        """Mitsuba's ``get_flag`` of the principled BSDFs: the parameter is given, and not as a float
+        equal to zero (a texture or an RGB value sets it, whatever its value)."""
+        if not self.node.has(name):
+            return False
+        if self.node.child(name) is not None:
+            return True
+        try:
+            return self.node.get_float(name, 0.0) != 0.0
+        except (SceneError, TypeError, ValueError):
+            return True
 
     def rgb(self, name, default):
         if self.node.child(name) is not None:
@@ -220,6 +271,56 @@ def _plastic(r, rough=False):
                                internal_reflectance=internal, transmittance=table.astype(np.float32))
 
 
+def _principled_row(r, names, rates):
+    """The ``PrincipledRow`` of a principled kind: its float textures ``names`` (0 by default) and
+    roughness, the sampling rates named by ``rates`` (in ``Rate`` order, 1 by default), its flags."""
+    features = frozenset(f for f in PRINCIPLED_FEATURES if f in names and r.flag(f))
+    row = {name: r.float_texture(name, 0.0) for name in names}
+    values = np.zeros(Rate.COUNT, np.float32)
+    values[:len(rates)] = [r.node.get_float(name, 1.0) for name in rates]
+    return PrincipledRow(roughness=r.float_texture("roughness", 0.5), **row, rates=values, features=features)
+
+
+def _principled(r):
+    """Mitsuba's ``principled``: its IOR from 'eta' or from 'specular' (not both)."""
+    if r.node.has("eta") and r.node.has("specular"):
+        raise r.error("specify either 'eta' or 'specular' (the same index of refraction), not both")
+    extra = _principled_row(r, ("anisotropic", "metallic", "spec_trans", "spec_tint", "sheen", "sheen_tint",
+                                "flatness", "clearcoat", "clearcoat_gloss"),
+                            ("main_specular_sampling_rate", "clearcoat_sampling_rate",
+                             "diffuse_reflectance_sampling_rate"))
+    one = np.float32(1.0)
+    if r.node.has("eta"):
+        eta = np.float32(r.node.get_float("eta"))
+        if extra.has_spec_trans and eta == one:
+            eta = np.float32(1.001)  # as Mitsuba: no transmission through an index-matched boundary
+    else:
+        specular = np.float32(r.node.get_float("specular", 0.5))
+        if extra.has_spec_trans and specular == 0:
+            specular = np.float32(1e-3)
+        eta = np.float32(2.0) * (one / (one - np.sqrt(np.float32(0.08) * specular))) - one
+    return MaterialRow(BsdfKind.PRINCIPLED, reflectance=r.spectrum("base_color", 0.5), eta=np.full(3, eta, np.float32),
+                       principled=extra)
+
+
+def _principledthin(r):
+    """Mitsuba's ``principledthin``: a two-sided sheet, its IOR a texture."""
+    extra = _principled_row(r, ("anisotropic", "spec_trans", "spec_tint", "sheen", "sheen_tint", "flatness",
+                                "diff_trans"),
+                            ("specular_reflectance_sampling_rate", "specular_transmittance_sampling_rate",
+                             "diffuse_reflectance_sampling_rate", "diffuse_transmittance_sampling_rate"))
+    extra = dataclasses.replace(extra, eta=r.float_texture("eta", 1.5))
+    return MaterialRow(BsdfKind.PRINCIPLEDTHIN, reflectance=r.spectrum("base_color", 0.5), principled=extra)
+
+
+def has_transmission(node: PluginNode) -> bool:
+    """Whether Mitsuba's BSDF for the ``<bsdf>`` node has a transmission lobe (its ``twosided``
+    refuses those): the dielectrics, principledthin, and principled with 'spec_trans'."""
+    if node.type == "principled":
+        return _Reader(node, lambda value: 0, {}).flag("spec_trans")
+    return node.type in ("dielectric", "roughdielectric", "thindielectric", "principledthin")
+
+
 _ADDERS = {
     "diffuse": _diffuse,
     "conductor": _conductor,
@@ -229,6 +330,8 @@ _ADDERS = {
     "thindielectric": lambda r: _dielectric(r, BsdfKind.THINDIELECTRIC),
     "plastic": _plastic,
     "roughplastic": lambda r: _plastic(r, rough=True),
+    "principled": _principled,
+    "principledthin": _principledthin,
 }
 
 
@@ -303,7 +406,7 @@ class MaterialTableBuilder:
                 raise reader.error(f"takes one or two nested bsdfs, got {len(inner)}")
             child = inner[-1] if back else inner[0]
             slots, _ = self._resolve(child, False, add_texture)
-            if any(self._rows[s.leaf].kind in _PASSING for s in slots):
+            if has_transmission(child) or any(self._rows[s.leaf].kind in _PASSING for s in slots):
                 raise reader.error(f"cannot wrap '{child.type}': only materials without transmission can be nested")
             node.check_unused()
             return slots, True if back else None
@@ -315,7 +418,7 @@ class MaterialTableBuilder:
         if node.type in _COMPOSITES:
             return self._composite(node, reader, back, add_texture)
         leaf = self.add(node, add_texture)
-        if back and self._rows[leaf].kind not in BsdfKind.DIELECTRICS:
+        if back and self._rows[leaf].kind not in _BOTH_SIDES:
             return (Slot(self.add_black(), ()),), None
         return (Slot(leaf, ()),), False
 
@@ -385,6 +488,7 @@ class MaterialTableBuilder:
             distributions_present=tuple(sorted({r.distribution for r in rough})),
             all_normals=any(not r.sample_visible for r in rough),
             layers=layers, textured=_textured_fields(rows, textures),
+            principled=_principled_table(rows, textures),
         )
 
     def _layers(self, rows):
@@ -417,6 +521,8 @@ def _combined_mirror(reader, mirrors):
 _COMPOSITES = ("blendbsdf", "mask")
 # Leaves a ray may pass through: a twosided material cannot wrap them (as in Mitsuba).
 _PASSING = (*BsdfKind.DIELECTRICS, BsdfKind.NULL)
+# Leaves that see both sides themselves (wi below the surface is inside): the same on the back.
+_BOTH_SIDES = (*BsdfKind.DIELECTRICS, *BsdfKind.PRINCIPLEDS)
 MAX_SLOTS = 64  # leaves of one composite material: each is evaluated for every light sample
 
 
@@ -429,3 +535,20 @@ def _textured_fields(rows, textures):
         return _TEXTURE_FIELDS
     kinds = np.asarray(textures.kind)
     return tuple(f for f in _TEXTURE_FIELDS if any(kinds[getattr(r, f)] != TextureKind.CONSTANT for r in rows))
+
+
+def _principled_table(rows, textures):
+    """The ``Principled`` table, or None when no material is a principled kind."""
+    own = [r.principled for r in rows if r.principled is not None]
+    if not own:
+        return None
+    extras = [r.principled or PrincipledRow() for r in rows]
+    ids = {name: column(extras, name, np.int32) for name in PRINCIPLED_TEXTURES}
+    if textures is None:
+        textured = PRINCIPLED_TEXTURES
+    else:
+        kinds = np.asarray(textures.kind)
+        textured = tuple(f for f in PRINCIPLED_TEXTURES if any(kinds[getattr(p, f)] != TextureKind.CONSTANT for p in own))
+    return Principled(**ids, rates=stacked(extras, "rates"), has_spec_trans=column(extras, "has_spec_trans", bool),
+                      features=tuple(f for f in PRINCIPLED_FEATURES if any(f in p.features for p in own)),
+                      textured=textured)

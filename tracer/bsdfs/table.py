@@ -11,9 +11,52 @@ from tracer.bsdfs.layers import Layers
 from tracer.kinds import BsdfKind
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["TRANSMITTANCE_RES", "Materials"]
+__all__ = ["TRANSMITTANCE_RES", "PRINCIPLED_FEATURES", "PRINCIPLED_TEXTURES", "Rate", "Principled", "Materials"]
 
 TRANSMITTANCE_RES = 64  # Mitsuba's MI_ROUGH_TRANSMITTANCE_RES
+# The optional parameters of Mitsuba's principled BSDFs, each with its ``m_has_*`` flag: a lobe or
+# term that no material of the table has is never traced.
+PRINCIPLED_FEATURES = ("anisotropic", "metallic", "spec_trans", "spec_tint", "sheen", "sheen_tint", "flatness",
+                       "clearcoat", "diff_trans")
+# ``Principled``'s texture-id fields (float textures: Mitsuba's ``eval_1``).
+PRINCIPLED_TEXTURES = ("roughness", "anisotropic", "metallic", "spec_trans", "spec_tint", "sheen", "sheen_tint",
+                       "flatness", "clearcoat", "clearcoat_gloss", "diff_trans", "eta")
+
+
+class Rate:
+    """Rows of ``Principled.rates``: the sampling rates of the lobes (Mitsuba's ``*_sampling_rate``).
+    principled: main specular, clearcoat, diffuse reflectance; principledthin: specular reflectance,
+    specular transmittance, diffuse reflectance, diffuse transmittance."""
+
+    SPECULAR, CLEARCOAT, DIFFUSE = 0, 1, 2                       # principled
+    SPEC_REFLECT, SPEC_TRANS, DIFF_REFLECT, DIFF_TRANS = range(4)  # principledthin
+    COUNT = 4
+
+
+@pytree_dataclass
+class Principled:
+    """The parameters of the principled and principledthin materials among M (neutral elsewhere).
+
+    Their ``base_color`` is the ``reflectance`` column and principled's ``eta`` (a float) the ``eta``
+    column of ``Materials``; the fields here are float texture ids, but for the rates and flags.
+    """
+
+    roughness: jnp.ndarray        # (M,) int32 float texture
+    anisotropic: jnp.ndarray      # (M,) int32
+    metallic: jnp.ndarray         # (M,) int32 (principled)
+    spec_trans: jnp.ndarray       # (M,) int32
+    spec_tint: jnp.ndarray        # (M,) int32
+    sheen: jnp.ndarray            # (M,) int32
+    sheen_tint: jnp.ndarray       # (M,) int32
+    flatness: jnp.ndarray         # (M,) int32
+    clearcoat: jnp.ndarray        # (M,) int32 (principled)
+    clearcoat_gloss: jnp.ndarray  # (M,) int32 (principled)
+    diff_trans: jnp.ndarray       # (M,) int32 (principledthin; Mitsuba's range 0-2)
+    eta: jnp.ndarray              # (M,) int32 (principledthin: the sheet's IOR, a texture)
+    rates: jnp.ndarray            # (Rate.COUNT, M) float32 lobe sampling rates
+    has_spec_trans: jnp.ndarray   # (M,) bool principled's m_has_spec_trans (its pdf from inside depends on it)
+    features: tuple = static(())  # the PRINCIPLED_FEATURES whose flag some material sets
+    textured: tuple = static(PRINCIPLED_TEXTURES)  # fields with a non-constant texture somewhere
 
 
 @pytree_dataclass
@@ -41,3 +84,5 @@ class Materials:
     # Texture-id fields above that refer to a non-constant texture somewhere; the others are
     # read as constants (a bitmap lookup for every field of every ray is what this saves).
     textured: tuple = static(("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v"))
+    # The principled kinds' parameters; None (no leaves: the same compiled program) without them.
+    principled: Principled | None = None

@@ -104,6 +104,9 @@ class _SceneBuilder:
         self.emitters = EmitterTableBuilder()
         self.materials.add_black()  # (row 0, as it always was)
         self.material_ids = {}       # id(node) -> ShapeMaterials
+        # The BSDF of a shape that names none (a node each, kept, so the cache's ids stay theirs).
+        self.default_bsdfs = (PluginNode.synthetic("bsdf", "diffuse"),
+                              PluginNode.synthetic("bsdf", "diffuse", reflectance=0.0))
         self.bitmap_ids = {}
         self.attribute_ids = {}  # (attribute name, scale) -> mesh_attribute texture id
         self.meshes: list[geometry.MeshShape] = []
@@ -250,7 +253,10 @@ class _SceneBuilder:
         bsdf_nodes = node.children_of("bsdf")
         if len(bsdf_nodes) > 1:
             raise SceneError(f"{node.source}: a shape takes one bsdf, got {len(bsdf_nodes)}")
-        sides = self._material(bsdf_nodes[0] if bsdf_nodes else None)
+        if bsdf_nodes:
+            sides = self._material(bsdf_nodes[0])
+        else:  # Mitsuba's default: a diffuse BSDF, black on an emitter
+            sides = self._material(self.default_bsdfs[bool(node.children_of("emitter"))])
         self._check_attributes(node, mesh, sides)
         emitter = -1
         for em in node.children_of("emitter"):
@@ -329,9 +335,7 @@ class _SceneBuilder:
 
     # ------------------------------------------------------------------ materials and textures
     def _material(self, node):
-        """The front and back materials of a shape's bsdf ``node`` (None: the default diffuse)."""
-        if node is None:
-            node = PluginNode.synthetic("bsdf", "diffuse")
+        """The front and back materials of a shape's bsdf ``node``."""
         key = id(node)
         if key not in self.material_ids:
             requested = len(self.attribute_requests)

@@ -81,6 +81,9 @@ BAD = [
     ({"type": "roughplastic", "alpha_u": 0.1, "alpha_v": 0.3}, "anisotropic"),
     ({"type": "roughplastic", "alpha": {"type": "checkerboard"}}, "must be a float"),
     ({"type": "conductor", "eta": {"type": "checkerboard"}}, "cannot be a texture"),
+    ({"type": "principled", "eta": 1.5, "specular": 0.3}, "either 'eta' or 'specular'"),
+    ({"type": "principled", "eta": [1.5, 1.5, 1.5]}, "wrong type"),        # a float, as in Mitsuba
+    ({"type": "principled", "clearcoat_sampling_rate": [1, 2, 3]}, "wrong type"),
 ]
 
 
@@ -127,6 +130,23 @@ def test_reads_parsed_xml_nodes():
         <float name="color0" value="0.1"/><float name="color1" value="0.5"/></texture></bsdf>
       <bsdf type="thindielectric"><float name="int_ior" value="1.7"/></bsdf>
       <bsdf type="diffuse"/>
+      <bsdf type="principled"><rgb name="base_color" value="0.2, 0.3, 0.4"/><float name="roughness" value="0.3"/>
+        <float name="anisotropic" value="0.2"/><float name="metallic" value="0.1"/><float name="spec_trans" value="0.4"/>
+        <float name="specular" value="0.6"/><float name="spec_tint" value="0.1"/><float name="sheen" value="0.2"/>
+        <rgb name="sheen_tint" value="0.3"/><float name="flatness" value="0.5"/><float name="clearcoat" value="0.6"/>
+        <texture type="checkerboard" name="clearcoat_gloss"><float name="color0" value="0.1"/>
+          <float name="color1" value="0.9"/></texture><float name="main_specular_sampling_rate" value="2"/>
+        <float name="clearcoat_sampling_rate" value="3"/><float name="diffuse_reflectance_sampling_rate" value="4"/>
+      </bsdf>
+      <bsdf type="principledthin"><texture type="checkerboard" name="eta"><float name="color0" value="1.2"/>
+          <float name="color1" value="1.6"/></texture><float name="diff_trans" value="1.5"/>
+        <float name="spec_trans" value="0.3"/><float name="anisotropic" value="0.2"/><float name="roughness" value="0.3"/>
+        <float name="spec_tint" value="0.1"/><float name="sheen" value="0.2"/><float name="sheen_tint" value="0.3"/>
+        <float name="flatness" value="0.5"/><rgb name="base_color" value="0.5"/>
+        <float name="specular_reflectance_sampling_rate" value="2"/>
+        <float name="specular_transmittance_sampling_rate" value="3"/>
+        <float name="diffuse_reflectance_sampling_rate" value="4"/>
+        <float name="diffuse_transmittance_sampling_rate" value="5"/></bsdf>
     </scene>""")
     textures = TextureTableBuilder()
 
@@ -141,6 +161,8 @@ def test_reads_parsed_xml_nodes():
         node.check_unused()
     m = builder.build(textures.build())
     assert [BsdfKind.NAMES[k] for k in np.asarray(m.kind)] == [n.type for n in root.children_of("bsdf")]
+    np.testing.assert_array_equal(np.asarray(m.principled.rates[:, 8:]), [[2, 2], [3, 3], [4, 4], [0, 5]])
+    assert m.principled.textured == ("clearcoat_gloss", "eta")
     assert int(m.distribution[0]) == Microfacet.GGX and not bool(m.sample_visible[0])
     assert float(m.eta[0, 1]) == np.float32(np.float32(1.333) / np.float32(1.1))
     assert float(m.specular_weight[3]) == pytest.approx(1 / 1.3)
@@ -162,3 +184,69 @@ def test_texture_means_match_mitsuba():
                                             "color1": [0.9, 0.1, 0.1]})).mean(),
               mi.load_dict({"type": "bitmap", "bitmap": mi.Bitmap(image)}).mean()]
     np.testing.assert_allclose(ours, [float(np.ravel(t)[0]) for t in theirs], rtol=1e-6)
+
+
+def _principled(params):
+    materials = _one(params)
+    return materials, materials.principled
+
+
+def test_principled_follows_mitsuba():
+    """IOR from 'specular' (0.5 gives 1.5) or 'eta', adjusted when transmitting; flags as Mitsuba's
+    get_flag: given, and not as a float zero."""
+    m, p = _principled({"type": "principled"})
+    assert float(m.eta[0, 0]) == 1.5 and p.features == () and not bool(p.has_spec_trans[0])
+    np.testing.assert_array_equal(np.asarray(p.rates[:, 0]), [1, 1, 1, 0])
+    assert _one({"type": "diffuse"}).principled is None  # no leaves: the same compiled program as before
+    m, p = _principled({"type": "principled", "specular": 0.0})
+    assert float(m.eta[0, 0]) == 1.0
+    m, p = _principled({"type": "principled", "specular": 0.0, "spec_trans": 0.5})
+    s = np.float32(1e-3)
+    assert float(m.eta[0, 0]) == np.float32(2) * (np.float32(1) / (np.float32(1) - np.sqrt(np.float32(0.08) * s))) - 1
+    m, p = _principled({"type": "principled", "eta": 1.0, "spec_trans": 0.5})
+    assert float(m.eta[0, 0]) == np.float32(1.001) and bool(p.has_spec_trans[0])
+    m, p = _principled({"type": "principled", "eta": 1.0, "metallic": 0.0, "sheen": {"type": "checkerboard"},
+                        "clearcoat": [0.0, 0.0, 0.0], "spec_trans": 0.0})
+    assert float(m.eta[0, 0]) == 1.0 and p.features == ("sheen", "clearcoat") and p.textured == ("sheen",)
+    materials, _ = bc.build_tables([{"type": "principledthin", "diff_trans": 0.5}, {"type": "principled",
+                                                                                    "metallic": 0.2}])
+    assert materials.kinds_present == (BsdfKind.PRINCIPLED, BsdfKind.PRINCIPLEDTHIN)
+    assert materials.principled.features == ("metallic", "diff_trans")
+
+
+def test_float_parameters_are_mitsubas_eval_1():
+    """The principled kinds' float textures as Mitsuba's ``eval_1``: an RGB value's channel mean, a
+    checkerboard's channel means (its colors swapped), a bitmap's luminance; a float itself."""
+    import jax.numpy as jnp
+
+    from tracer import textures as tx
+    mi, variant = bc.import_mitsuba()
+    mi.set_variant(variant)
+    import drjit as dr
+    image = np.random.default_rng(0).random((4, 5, 3)).astype(np.float32)
+    checker = {"type": "checkerboard", "color0": [0.2, 0.5, 0.8], "color1": [0.9, 0.1, 0.1]}
+    textures = TextureTableBuilder()
+
+    def add_texture(value):
+        if isinstance(value, bc.FakeNode):
+            return textures.add_bitmap(image) if value.type == "bitmap" else textures.add_checkerboard(
+                value.get_rgb("color0"), value.get_rgb("color1"))
+        return textures.add_constant(value)
+
+    builder = build.MaterialTableBuilder()
+    params = [{"type": "principled", "metallic": [0.2, 0.5, 0.9]}, {"type": "principled", "metallic": checker},
+              {"type": "principled", "metallic": {"type": "bitmap"}}, {"type": "principled", "metallic": 0.37}]
+    for p in params:
+        builder.add(bc.FakeNode(p), add_texture)
+    table = textures.build()
+    materials = builder.build(table)
+    uv = np.float32([[0.1, 0.3, 0.6, 0.8, 0.45], [0.2, 0.7, 0.3, 0.9, 0.55]])
+    refs = [mi.load_dict({"type": "rgb", "value": [0.2, 0.5, 0.9]}), mi.load_dict(bc.mitsuba_dict(checker)),
+            mi.load_dict({"type": "bitmap", "bitmap": mi.Bitmap(image)}), mi.load_dict({"type": "uniform", "value": 0.37})]
+    for k, ref in enumerate(refs):
+        tid = jnp.full(uv.shape[1], materials.principled.metallic[k])
+        ours = np.asarray(tx.eval_float(table, tid, jnp.asarray(uv), checker_mean=True))  # as disney.gather
+        si = dr.zeros(mi.SurfaceInteraction3f, uv.shape[1])
+        si.uv = mi.Point2f(uv[0], uv[1])
+        theirs = np.broadcast_to(np.array(ref.eval_1(si)), ours.shape)  # a constant comes back as one value
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, err_msg=str(params[k]["metallic"]))

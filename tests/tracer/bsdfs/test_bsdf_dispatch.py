@@ -79,6 +79,23 @@ def test_absent_kinds_are_not_traced():
         _primitives([{"type": "diffuse"}, {"type": "roughplastic"}], bsdfs.eval_pdf))
 
 
+def test_absent_principled_features_are_not_traced():
+    """Lobes no principled material has (Mitsuba's m_has_* flags, over the table) cost nothing: the
+    clearcoat's GTR1 (log, pow), the transmission's square roots of the base color."""
+    plain = _primitives([{"type": "principled"}])
+    assert not plain & {"log", "pow"}
+    assert {"log", "pow"} <= _primitives([{"type": "principled", "clearcoat": 0.5}])
+    assert not _primitives([{"type": "principled"}], bsdfs.eval_pdf) & {"log"}
+    count = lambda params: len(jax.make_jaxpr(bsdfs.eval_pdf)(*_args(params)).jaxpr.eqns)
+    assert count([{"type": "principled"}]) < count([{"type": "principled", "spec_trans": 0.3, "sheen": 0.2}])
+    assert count([{"type": "principledthin"}]) < count([{"type": "principledthin", "diff_trans": 0.3}])
+
+
+def _args(params, n=8):
+    materials, textures = bc.build_tables(params)
+    return materials, textures, jnp.zeros(n, jnp.int32), jnp.zeros((2, n)), jnp.ones((3, n)), jnp.ones((3, n))
+
+
 def test_changing_values_does_not_retrace():
     traces = []
 

