@@ -41,16 +41,14 @@ def prepare(spec, create=True):
             raise SpecError(f"{spec.store} already holds {stored.spp} spp; asking for {spec.spp} is not supported "
                             f"(export fewer samples is not possible from summed passes)")
         if spec.spp > stored.spp or spec.groups != stored.groups or spec.accel != stored.accel:
-            n_passes = -(-spec.spp // spec.pass_size)
-            store.set_spp(spec.to_json(), -(-n_passes // spec.chunk_passes))
+            store.set_spp(spec.to_json(), spec.n_chunks)
         return spec, store
     if not create:
         raise StoreError(f"{spec.store}: no frame store here")
     spec = spec.planned()
     film = film_size(spec)
-    n_passes = -(-spec.spp // spec.pass_size)
     store = FrameStore.create(spec.store, spec.identity(_scene_hash(spec)), spec.to_json(), film,
-                              spec.n_frames, -(-n_passes // spec.chunk_passes))
+                              spec.n_frames, spec.n_chunks)
     return spec, store
 
 
