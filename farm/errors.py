@@ -1,6 +1,6 @@
 """Errors the farm reports to users as one line."""
 
-__all__ = ["FarmError", "SpecError", "shown"]
+__all__ = ["FarmError", "SpecError", "Interrupted", "shown"]
 
 
 class FarmError(Exception):
@@ -22,3 +22,9 @@ def shown(value, limit=60):
     except ValueError:  # an int past Python's digit limit for str()
         return "a number too long to show"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class Interrupted(FarmError):
+    """Ctrl-C (SIGINT); the message says how to go on."""
+
+    exit_code = 130
