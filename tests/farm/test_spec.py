@@ -142,7 +142,8 @@ JOB = 'scene = "scene.xml"\nstore = "s.zarr"\nspp = 4\n'
     (JOB + "[params.angle]\nvalue = 1979-05-27\n", "a value must be a finite number or a string"),
     (JOB + "[params.angle]\nkeys = [[0.5, 1.0]]\n", "a key's frame must be a whole number, got 0.5"),
     (JOB + "[params.angle]\nkeys = 7\n", "keys must be [[FRAME, VALUE], ...], got 7"),
-    (JOB + "[params.angle]\nvalue = 1\ninterpolation = 3\n", "interpolation must be one of linear, step, smooth, got 3"),
+    (JOB + "[params.angle]\nvalue = 1\ninterpolation = 3\n", "interpolation must be one of linear, step, smooth, "
+                                                               "got 3"),
     (JOB + "groups = 5\n", "[groups] must be a table, got 5"),
     (JOB + "[groups]\nbogus = 1\n", "[groups]: unknown key 'bogus'"),
     (JOB + "[groups]\ngpus_per_host = 'a'\n", "groups.gpus_per_host must be a whole number >= 0, got 'a'"),
