@@ -44,8 +44,8 @@ class StoreError(FarmError):
 
 
 # Nothing there: not a store (to create one, or to say so).
-_ABSENT = (FileNotFoundError, zarr.errors.GroupNotFoundError, zarr.errors.NodeTypeValidationError,
-           zarr.errors.ContainsArrayError)
+_ABSENT = (FileNotFoundError, NotADirectoryError, FileExistsError,  # a file where the store would be
+           zarr.errors.GroupNotFoundError, zarr.errors.NodeTypeValidationError, zarr.errors.ContainsArrayError)
 
 
 def _why(error):
@@ -145,6 +145,8 @@ class FrameStore:
             group = zarr.open_group(url, mode="w-")
         except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
             raise StoreError(f"{url}: already exists and is not a frame store of this job") from None
+        except (OSError, ValueError) as e:  # a file on the way, no permission, an unknown URL scheme
+            raise StoreError(f"{url}: cannot make a store here ({_why(e)})") from None
         width, height = film
         tile = identity["tile"]
         ty, tx = -(-height // tile), -(-width // tile)
