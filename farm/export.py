@@ -61,5 +61,6 @@ def _write(path, image, fmt):
             write_exr(path, image)
         else:
             write_png(path, image)
-    except OSError as e:
-        raise FarmError(f"{path}: cannot write: {e.strerror or e}") from None
+    except (OSError, RuntimeError) as e:  # OpenEXR raises RuntimeError
+        text = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise FarmError(f"{path}: cannot write: {text}") from None

@@ -25,6 +25,8 @@ def places(tmp_path_factory):
     job.prepare(orbit_spec(root / "empty.zarr", frames=(0, 1)))
     (root / "file").write_text("not a store")
     (root / "folder").mkdir()
+    for fmt in ("exr", "png", "npy"):  # where export would write its first frame
+        (root / "blocked" / f"frame_0000.{fmt}").mkdir(parents=True)
     jobs = {"latin1.toml": b'scene = "caf\xe9.xml"\nstore = "s.zarr"\nspp = 4\n',
             "params.toml": f'scene = "{ORBIT}"\nstore = "s.zarr"\nspp = 4\nparams = 5\n'.encode(),
             "scene.toml": b'scene = 5\nstore = "s.zarr"\nspp = 4\n',
@@ -102,6 +104,8 @@ CASES = [
     (["export", "{root}/done.zarr", "--out", "{root}/file/x"], 1, "cannot make the folder: Not a directory"),
     (["export", "{root}/done.zarr", "--out", "{root}/file"], 2, "Directory '{root}/file' is a file"),
     (["export", "{root}/done.zarr"], 2, "Missing option '--out'"),
+    *[(["export", "{root}/done.zarr", "--out", "{root}/blocked", "--format", fmt], 1,
+       f"frame_0000.{fmt}: cannot write: ") for fmt in ("exr", "png", "npy")],
     # submit: refused before the cluster is asked, or the cluster is not there
     (["submit", ORBIT, "--address", "http://127.0.0.1:1", "--out", "{root}/s.zarr", "--tile", "0"], 2, "tile must be"),
     (["submit", "{root}/latin1.toml", "--address", "http://127.0.0.1:1"], 2, "not UTF-8 text"),
