@@ -1,17 +1,21 @@
 """The ``farm`` command line: parses, calls, and maps errors to one line and an exit code.
 
-Exit codes: 0 done, 1 user error (FarmError), 2 invalid job spec, 3 store problem,
-4 the job failed, 5 cancelled, 130 interrupted.
+Exit codes: 0 done, 1 user error (FarmError), 2 invalid job spec or command line, 3 store
+problem, 4 the job failed, 5 cancelled, 70 a bug (an unexpected exception, reported in one line
+with where it was raised), 130 interrupted. No command prints a traceback.
 """
 import hashlib
+import math
 import os
+import re
 import sys
 import time
+import traceback
 
 import click
 
-from farm.errors import FarmError, SpecError
-from tracer.defaults import DEFAULT_TILE, PLATFORMS
+from farm.errors import FarmError, Interrupted, SpecError
+from tracer.defaults import DEFAULT_TILE, MAX_FRAME, MAX_SPP, PLATFORMS
 
 __all__ = ["main"]
 
@@ -34,9 +38,13 @@ def _with_groups(spec, groups, hosts, devices, platform):
 
     from farm.spec import GroupsSpec
     g = spec.groups
-    new = GroupsSpec(count=groups or g.count, hosts=hosts or g.hosts, devices_per_host=devices or g.devices_per_host,
-                     platform=platform or g.platform,
-                     gpus_per_host=g.gpus_per_host or (1 if (platform or g.platform) == "gpu" else 0),
+
+    def given(value, default):  # a flag's 0 is refused by GroupsSpec, not taken for "not given"
+        return default if value is None else value
+    platform = given(platform, g.platform)
+    new = GroupsSpec(count=given(groups, g.count), hosts=given(hosts, g.hosts),
+                     devices_per_host=given(devices, g.devices_per_host), platform=platform,
+                     gpus_per_host=g.gpus_per_host or (1 if platform == "gpu" else 0),
                      tpu_topology=g.tpu_topology, tpu_version=g.tpu_version)
     return dataclasses.replace(spec, groups=new)
 
@@ -75,7 +83,8 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out):
     if spp is None:
         spp = _scene_spp(source, sets)
     return JobSpec(scene=os.path.abspath(source), frames=parse_frames(frames or "0"), spp=spp, store=out,
-                   resolution=parse_res(res), seed=seed or 0, tile=tile or DEFAULT_TILE, accel=accel or "auto",
+                   resolution=parse_res(res), seed=seed or 0, tile=DEFAULT_TILE if tile is None else tile,
+                   accel=accel or "auto",
                    curves=tuple(parse_set(s) for s in sets))
 
 
@@ -89,7 +98,11 @@ def _render(spec, address, no_progress):
     from farm import job, session
     spec, store = job.prepare(spec)
     click.echo(f"{spec.n_frames} frame(s) x {spec.spp} spp at {store.width}x{store.height} -> {store.url}", err=True)
-    session.run(spec, store, address=address, show_progress=not no_progress, log=lambda m: click.echo(m, err=True))
+    try:
+        session.run(spec, store, address=address, show_progress=not no_progress,
+                    log=lambda m: click.echo(m, err=True))
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; `farm resume {store.url}` goes on from here") from None
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
 
 
@@ -100,12 +113,14 @@ def cli():
 
 @cli.command()
 @click.argument("source", type=click.Path(dir_okay=False))
-@click.option("--frames", default=None, help="Frame range FIRST-LAST (inclusive); default 0.")
-@click.option("--spp", type=int, default=None, help="Samples per pixel (default: the scene's sample_count).")
-@click.option("--res", default=None, help="Override the film size, WIDTHxHEIGHT.")
+@click.option("--frames", default=None,
+              help=f"Frame range FIRST-LAST (inclusive, 0 to {MAX_FRAME}, at most 100000 frames); default 0.")
+@click.option("--spp", type=int, default=None,
+              help=f"Samples per pixel, 1 to {MAX_SPP} (default: the scene's sample_count).")
+@click.option("--res", default=None, help="Override the film size, WIDTHxHEIGHT (each 1 to 16384).")
 @click.option("--set", "sets", multiple=True, help="NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,... (linear).")
-@click.option("--seed", type=int, default=None, help="Job seed (default 0).")
-@click.option("--tile", type=int, default=None, help=f"Tile size in pixels (default {DEFAULT_TILE}).")
+@click.option("--seed", type=int, default=None, help="Job seed, 0 to 2147483647 (default 0).")
+@click.option("--tile", type=int, default=None, help=f"Tile size in pixels, 8 to 4096 (default {DEFAULT_TILE}).")
 @click.option("--accel", type=click.Choice(["auto", "embree", "warp", "jax"]), default=None,
               help="Intersection backend (default auto: Embree on CPUs).")
 @click.option("--out", default=None, help="The job's Zarr store (a path, or a URL zarr accepts).")
@@ -126,10 +141,9 @@ def render(source, frames, spp, res, sets, seed, tile, accel, out, address, no_p
 @click.argument("store")
 @_group_options
 def resume(store, address, no_progress, groups, hosts_per_group, devices_per_host, platform):
-    """Render what STORE's job still lacks."""
-    from farm.spec import JobSpec
-    from farm.store import FrameStore
-    spec = JobSpec.from_json(FrameStore.open(store).spec_json)
+    """Render what the store at STORE still lacks (there, wherever it was made)."""
+    from farm.job import open_store
+    spec, _ = open_store(store)
     spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform)
     _render(spec, address, no_progress)
 
@@ -137,35 +151,52 @@ def resume(store, address, no_progress, groups, hosts_per_group, devices_per_hos
 @cli.command()
 @click.argument("store")
 def status(store):
-    """Show STORE's job: frames, samples done, rate, ETA."""
-    from farm.job import frame_status
-    from farm.spec import JobSpec
-    from farm.store import FrameStore
-    fs = FrameStore.open(store, mode="r")
-    spec = JobSpec.from_json(fs.spec_json)
-    done = frame_status(fs)
-    progress = fs.progress()
+    """Show STORE's job: frames, samples done (tasks that do not read back count as not done), rate, ETA."""
+    from farm.job import frame_status, open_store
+    spec, fs = open_store(store)
+    records, damaged = fs.verified_records(spec.n_chunks)
+    done = frame_status(fs, spec, records)
     finished = sum(1 for d in done if d >= 1.0)
     click.echo(f"store:   {store}")
     click.echo(f"scene:   {spec.scene}")
     click.echo(f"frames:  {spec.frames[0]}-{spec.frames[1]} ({finished}/{len(done)} finished)")
     click.echo(f"film:    {fs.width}x{fs.height}, {spec.spp} spp, tile {spec.tile}, pass {spec.pass_size}, "
                f"chunk {spec.chunk_passes} passes")
-    total = sum(done) / len(done)
-    click.echo(f"samples: {100 * total:.1f}% done")
-    if progress:
-        age = time.time() - progress.get("updated", time.time())
-        line = f"last run: {progress.get('state', '?')} ({age:.0f} s ago)"
-        if progress.get("rate"):
-            line += f", {progress['rate'] / 1e6:.2f} M pixel-samples/s"
-        if progress.get("state") == "running" and progress.get("eta_s") is not None:
-            line += f", ETA {progress['eta_s']:.0f} s"
-        if progress.get("error"):
-            line += f"; {progress['error']}"
+    click.echo(f"samples: {100 * sum(done) / len(done):.1f}% done")
+    if damaged:
+        frames = sorted({spec.frames[0] + key[0] for key in damaged})
+        shown = ", ".join(map(str, frames[:10])) + (", ..." if len(frames) > 10 else "")
+        click.echo(f"damaged: {len(damaged)} recorded task(s) do not read back (frames {shown}); "
+                   f"`farm resume {store}` renders them again")
+    line = _last_run(fs.progress())
+    if line:
         click.echo(line)
     for f, d in enumerate(done):
         if 0 < d < 1:
             click.echo(f"  frame {spec.frames[0] + f}: {100 * d:.0f}%")
+
+
+def _last_run(progress):
+    """The status line of the last run's progress notes (None before any run); any field may be
+    missing or of the wrong type (they are notes, not the job)."""
+    if progress is None:
+        return "last run: unknown (its progress notes do not read back; the next run writes them again)"
+    if not progress:
+        return None
+
+    def number(key):
+        value = progress.get(key)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return value if ok else None
+    state, updated, rate, eta = str(progress.get("state", "?")), number("updated"), number("rate"), number("eta_s")
+    line = f"last run: {state}" + (f" ({time.time() - updated:.0f} s ago)" if updated is not None else "")
+    if rate:
+        line += f", {rate / 1e6:.2f} M pixel-samples/s"
+    if state == "running" and eta is not None:
+        line += f", ETA {eta:.0f} s"
+    if progress.get("error"):
+        line += f"; {progress['error']}"
+    return line
 
 
 @cli.command()
@@ -173,14 +204,14 @@ def status(store):
 @click.option("--format", "fmt", type=click.Choice(["png", "exr", "npy"]), default="png", show_default=True)
 @click.option("--frames", default=None, help="FIRST-LAST (default: all).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for frame_NNNN.<format>.")
-@click.option("--partial", is_flag=True, help="Also export frames that are not finished.")
+@click.option("--partial", is_flag=True, help="Also export frames that are not finished (the tasks that read back).")
 def export(store, fmt, frames, out, partial):
     """Write STORE's frames as PNG (sRGB), EXR or npy (linear float32 (H, W, 3))."""
     from farm.export import export_frames
+    from farm.job import open_store
     from farm.spec import parse_frames
-    from farm.store import FrameStore
-    paths = export_frames(FrameStore.open(store, mode="r"), parse_frames(frames) if frames else None, fmt, out,
-                          partial=partial)
+    spec, fs = open_store(store)
+    paths = export_frames(spec, fs, parse_frames(frames) if frames else None, fmt, out, partial=partial)
     click.echo(f"wrote {len(paths)} frame(s) to {out}", err=True)
 
 
@@ -202,7 +233,6 @@ def submit(source, address, frames, spp, res, sets, seed, tile, out):
     """Submit SOURCE to a Ray cluster through the Jobs API; prints the job id and returns."""
     import shlex
 
-    from ray.job_submission import JobSubmissionClient
     spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, None, out)
     args = ["farm", "render", source, "--address", "auto", "--no-progress"]
     for flag, value in (("--frames", frames), ("--spp", spp), ("--res", res), ("--seed", seed), ("--tile", tile),
@@ -212,13 +242,21 @@ def submit(source, address, frames, spp, res, sets, seed, tile, out):
     for s in sets:
         args += ["--set", s]
     sid = _submission_id(spec)
-    client = JobSubmissionClient(address)
+    client = _jobs_client(address)
     try:
         client.submit_job(entrypoint=" ".join(shlex.quote(a) for a in args), submission_id=sid)
     except RuntimeError as e:
         if "already exists" not in str(e):
-            raise FarmError(f"submit failed: {str(e).splitlines()[0]}") from None
+            raise FarmError(f"submit failed: {_first_line(e)}") from None
     click.echo(sid)
+
+
+def _jobs_client(address):
+    from ray.job_submission import JobSubmissionClient
+    try:
+        return JobSubmissionClient(address)
+    except (OSError, RuntimeError, ValueError) as e:  # unreachable, refused, not a Ray dashboard
+        raise FarmError(f"cannot reach the Ray cluster at {address}: {_first_line(e)}") from None
 
 
 @cli.command()
@@ -226,32 +264,56 @@ def submit(source, address, frames, spp, res, sets, seed, tile, out):
 @click.option("--address", default=None, help="Also stop the job submitted for STORE on this cluster.")
 def cancel(store, address):
     """Ask the driver rendering STORE to stop (it stops within seconds; the store stays resumable)."""
-    from farm.store import FrameStore
-    fs = FrameStore.open(store)
+    from farm.job import open_store
+    spec, fs = open_store(store, mode="r+")
     fs.request_cancel()
     if address:
-        from ray.job_submission import JobSubmissionClient
-
-        from farm.spec import JobSpec
-        JobSubmissionClient(address).stop_job(_submission_id(JobSpec.from_json(fs.spec_json)))
+        try:
+            _jobs_client(address).stop_job(_submission_id(spec))
+        except RuntimeError as e:
+            raise FarmError(f"cancel requested in {store}, but stopping its Ray job failed: {_first_line(e)}") from None
     click.echo(f"cancel requested for {store}", err=True)
 
 
+def _first_line(error):
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _one_line(text):
+    """``text`` with its control characters escaped (a message is one line whatever it quotes)."""
+    return re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+
+
+def _fail(message, code):
+    click.echo(f"error: {_one_line(message)}", err=True)
+    sys.exit(code)
+
+
 def main(argv=None):
+    """Run the ``farm`` command line on ``argv`` (default: the process's arguments); exits."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli.main(args=argv, standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("interrupted; `farm resume STORE` goes on from here", err=True)
-        sys.exit(130)
-    except click.ClickException as e:
+        with cli.make_context("farm", args) as ctx:
+            cli.invoke(ctx)
+    except click.exceptions.Exit as e:  # --help
+        sys.exit(e.exit_code)
+    except click.exceptions.NoArgsIsHelpError as e:  # `farm` alone: the help text
         e.show()
         sys.exit(e.exit_code)
+    except click.UsageError as e:
+        where = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        _fail(e.format_message() + where, e.exit_code)
+    except click.ClickException as e:
+        _fail(e.format_message(), e.exit_code)
     except FarmError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
+        _fail(str(e), e.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        _fail("interrupted", Interrupted.exit_code)
+    except Exception as e:  # a bug: one line that says where, never a traceback
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        _fail(f"unexpected {type(e).__name__}: {_first_line(e)} (at {os.path.basename(frame.filename)}:"
+              f"{frame.lineno}; please report it)", 70)
     return 0
 
 

@@ -7,7 +7,7 @@ before the first key and after the last the end values hold.
 import dataclasses
 import math
 
-from farm.errors import SpecError
+from farm.errors import SpecError, shown
 
 __all__ = ["Curve", "parse_set", "INTERPOLATIONS"]
 
@@ -21,14 +21,26 @@ class Curve:
     interpolation: str = "linear"
 
     def __post_init__(self):
-        if self.interpolation not in INTERPOLATIONS:
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"a parameter name must be a non-empty string, got {shown(self.name)}")
+        if not isinstance(self.keys, tuple) or not all(isinstance(k, tuple) and len(k) == 2 for k in self.keys):
+            raise SpecError(f"parameter '{self.name}': keys must be (frame, value) pairs")
+        for frame, value in self.keys:
+            if not _whole(frame):
+                raise SpecError(f"parameter '{self.name}': a key's frame must be a whole number, got {shown(frame)}")
+            if not (isinstance(value, str) or _finite(value)):
+                raise SpecError(f"parameter '{self.name}': a value must be a finite number or a string, "
+                                f"got {shown(value)}")
+        if not isinstance(self.interpolation, str) or self.interpolation not in INTERPOLATIONS:
             raise SpecError(f"parameter '{self.name}': interpolation must be one of {', '.join(INTERPOLATIONS)}, "
-                            f"got '{self.interpolation}'")
+                            f"got {shown(self.interpolation)}")
         if not self.keys:
             raise SpecError(f"parameter '{self.name}': no value given")
         frames = [f for f, _ in self.keys]
         if len(set(frames)) != len(frames):
             raise SpecError(f"parameter '{self.name}': a frame has two keys")
+        if frames != sorted(frames):
+            raise SpecError(f"parameter '{self.name}': keys must be in frame order")
         numeric = all(isinstance(v, (int, float)) for _, v in self.keys)
         if len(self.keys) > 1 and not numeric and self.interpolation != "step":
             raise SpecError(f"parameter '{self.name}': non-numeric keys need 'step' interpolation")
@@ -48,6 +60,20 @@ class Curve:
                     t = t * t * (3.0 - 2.0 * t)
                 return v0 + (v1 - v0) * t
         return keys[-1][1]
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value):
+    """A number (not a bool) that is a finite float, so that curves can interpolate it."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past float range
+        return False
 
 
 def _number_or_string(text):

@@ -1,6 +1,6 @@
 """Errors the farm reports to users as one line."""
 
-__all__ = ["FarmError", "SpecError"]
+__all__ = ["FarmError", "SpecError", "Interrupted", "shown"]
 
 
 class FarmError(Exception):
@@ -13,3 +13,18 @@ class SpecError(FarmError):
     """An invalid job specification; the message names the field and what is valid."""
 
     exit_code = 2
+
+
+def shown(value, limit=60):
+    """``repr(value)`` for a one-line message: newlines escaped, cut at ``limit`` characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        return "a number too long to show"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class Interrupted(FarmError):
+    """Ctrl-C (SIGINT); the message says how to go on."""
+
+    exit_code = 130

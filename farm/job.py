@@ -9,7 +9,7 @@ from farm.errors import SpecError
 from farm.spec import GroupsSpec, JobSpec, film_size, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
-__all__ = ["prepare", "group_shapes", "frame_status"]
+__all__ = ["prepare", "open_store", "group_shapes", "frame_status"]
 
 
 def _check_params(spec):
@@ -32,8 +32,7 @@ def prepare(spec, create=True):
     """
     _check_params(spec)
     if FrameStore.exists(spec.store):
-        store = FrameStore.open(spec.store)
-        stored = JobSpec.from_json(store.spec_json)
+        stored, store = open_store(spec.store, mode="r+")
         spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size,
                                    chunk_passes=stored.chunk_passes).planned()
         store.check_identity(spec.identity(_scene_hash(spec)))
@@ -41,16 +40,35 @@ def prepare(spec, create=True):
             raise SpecError(f"{spec.store} already holds {stored.spp} spp; asking for {spec.spp} is not supported "
                             f"(export fewer samples is not possible from summed passes)")
         if spec.spp > stored.spp or spec.groups != stored.groups or spec.accel != stored.accel:
-            n_passes = -(-spec.spp // spec.pass_size)
-            store.set_spp(spec.to_json(), -(-n_passes // spec.chunk_passes))
+            store.set_spp(spec.to_json(), spec.n_chunks)
         return spec, store
     if not create:
         raise StoreError(f"{spec.store}: no frame store here")
     spec = spec.planned()
     film = film_size(spec)
-    n_passes = -(-spec.spp // spec.pass_size)
     store = FrameStore.create(spec.store, spec.identity(_scene_hash(spec)), spec.to_json(), film,
-                              spec.n_frames, -(-n_passes // spec.chunk_passes))
+                              spec.n_frames, spec.n_chunks)
+    return spec, store
+
+
+def open_store(url, mode="r"):
+    """(the job, the FrameStore) of the store at ``url``, both checked; the job's store is
+    ``url``, wherever the store was made (the path it records is history). A store whose recorded
+    job is malformed or does not match its identity or arrays is a StoreError."""
+    store = FrameStore.open(url, mode)
+    try:
+        spec = JobSpec.from_json({**store.spec_json, "store": url})
+    except SpecError as e:
+        raise StoreError(f"{url}: damaged store: its recorded job: {e}") from None
+    identity = store.meta["identity"]
+    if spec.pass_size is None or spec.chunk_passes is None or spec.identity(identity.get("scene_hash")) != identity:
+        raise StoreError(f"{url}: damaged store: its recorded job does not match its identity")
+    if (store.n_frames, store.tile) != (spec.n_frames, spec.tile) or store.n_chunks < spec.n_chunks:
+        raise StoreError(f"{url}: damaged store: its arrays hold {store.n_frames} frame(s) x {store.n_chunks} "
+                         f"chunk(s), its job {spec.n_frames} x {spec.n_chunks}")
+    if spec.resolution and tuple(spec.resolution) != (store.width, store.height):
+        raise StoreError(f"{url}: damaged store: its film is {store.width}x{store.height}, its job's "
+                         f"{spec.resolution[0]}x{spec.resolution[1]}")
     return spec, store
 
 
@@ -72,16 +90,13 @@ def group_shapes(spec, local):
     return [shape] * g.count
 
 
-def frame_status(store):
-    """Per frame index: the fraction of its tasks' passes done at the job's spp."""
+def frame_status(store, spec, records):
+    """Per frame index: the fraction of its tasks' passes done at the job's spp, as ``records``
+    (``FrameStore.verified_records``) have them."""
     from farm.planner import plan
-    spec = JobSpec.from_json(store.spec_json)
-    records = store.all_records()
     out = []
     for f in range(store.n_frames):
-        sub = records[f:f + 1]
         one = dataclasses.replace(spec, frames=(spec.frames[0] + f, spec.frames[0] + f))
-        p = plan(one, sub, store.tiles_y, store.tiles_x, store.tile_pixels)
+        p = plan(one, records[f:f + 1], store.tiles_y, store.tiles_x, store.tile_pixels)
         out.append(p.done_units / p.total_units if p.total_units else 1.0)
     return out
-

@@ -62,18 +62,13 @@ class _JobRun:
     # -- checking what the store has ---------------------------------------------------------
 
     def verify_store(self):
-        """Forget recorded tasks whose sums do not read back intact.
+        """Forget recorded tasks whose records or sums do not read back intact.
 
         Returns (the store's records as they now are, how many were forgotten)."""
-        records = self.store.all_records()
-        bad = 0
-        for key in zip(*np.nonzero(records[..., 0])):
-            key = tuple(int(k) for k in key)
-            if not self.store.verify_task(key, records[key]):
-                self.store.forget_task(key)
-                records[key] = 0
-                bad += 1
-        return records, bad
+        records, damaged = self.store.verified_records(self.spec.n_chunks)
+        for key in damaged:
+            self.store.forget_task(key)
+        return records, len(damaged)
 
     # -- tasks -------------------------------------------------------------------------------
 

@@ -25,20 +25,26 @@ Job file (paths relative to the file)::
     interpolation = "linear"      # linear, step, smooth
     [params.height]
     value = 1.5
+
+Limits (each refused by name, before a store exists): spp 1 to 2^30 (``MAX_SPP``); frame numbers
+0 to 2^31 - 1 (``MAX_FRAME``: the traced program takes both as int32), at most 100,000 frames a
+job (``MAX_FRAMES``); tile 8 to 4096 pixels; pass_size 1 to 1024; seed 0 to 2^31 - 1; film
+width and height 1 to 16384 (``MAX_FILM_SIZE``); a job file at most 1 MiB of UTF-8 TOML. A value
+of the wrong type (``scene = 5``, ``params = 5``) is a ``SpecError`` naming the field.
 """
 import dataclasses
 import hashlib
 import os
 import tomllib
 
-from farm.curves import INTERPOLATIONS, Curve
-from farm.errors import SpecError
-from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, PLATFORMS
+from farm.curves import Curve
+from farm.errors import SpecError, shown
+from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_SPP, PLATFORMS
 from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_res", "scene_info", "scene_defaults", "scene_hash",
-           "film_size", "MAX_CHUNKS"]
+           "film_size", "MAX_CHUNKS", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
 
 # A frame's samples are split into at most this many chunks (each is one task per tile, and
 # its sums are kept in the store until export): it bounds the store at MAX_CHUNKS images.
@@ -46,6 +52,12 @@ MAX_CHUNKS = 64
 # A chunk should be at least this many samples per pixel: fewer, larger tasks for animations.
 MIN_CHUNK_SPP = 256
 ACCELS = ("auto", "embree", "warp", "jax")
+# A job's frames are planned, hashed and recorded one by one on the driver: longer films are
+# several jobs.
+MAX_FRAMES = 100_000
+MIN_TILE, MAX_TILE = 8, 4096
+MAX_PASS_SIZE = 1024     # samples per pixel in one pass (a static shape of the compiled program)
+MAX_JOB_FILE = 1 << 20   # bytes
 
 
 def parse_frames(text):
@@ -59,8 +71,17 @@ def parse_frames(text):
             first = last = int(text)
     except ValueError:
         raise SpecError(f"frames '{text}': expected FIRST-LAST or one frame number") from None
+    return _check_frames((first, last), text)
+
+
+def _check_frames(frames, text):
+    first, last = frames
     if first < 0 or last < first:
         raise SpecError(f"frames '{text}': need 0 <= FIRST <= LAST")
+    if last > MAX_FRAME:
+        raise SpecError(f"frames '{text}': frame numbers go up to {MAX_FRAME}")
+    if last - first >= MAX_FRAMES:
+        raise SpecError(f"frames '{text}': at most {MAX_FRAMES} frames a job (split longer films into jobs)")
     return first, last
 
 
@@ -86,6 +107,11 @@ def _whole(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_count(name, value, low, high, unit=""):
+    if not _whole(value) or not low <= value <= high:
+        raise SpecError(f"{name} must be a whole number{unit} from {low} to {high}, got {shown(value)}")
+
+
 @dataclasses.dataclass(frozen=True)
 class GroupsSpec:
     count: int = 1
@@ -101,9 +127,14 @@ class GroupsSpec:
         for name in counts:
             value = getattr(self, name)
             if not _whole(value) or value < 1:
-                raise SpecError(f"groups.{name} must be a whole number >= 1, got {value!r}")
-        if self.platform not in PLATFORMS:
-            raise SpecError(f"groups.platform must be one of {', '.join(PLATFORMS)}, got {self.platform!r}")
+                raise SpecError(f"groups.{name} must be a whole number >= 1, got {shown(value)}")
+        if not isinstance(self.platform, str) or self.platform not in PLATFORMS:
+            raise SpecError(f"groups.platform must be one of {', '.join(PLATFORMS)}, got {shown(self.platform)}")
+        if not _whole(self.gpus_per_host) or self.gpus_per_host < 0:
+            raise SpecError(f"groups.gpus_per_host must be a whole number >= 0, got {shown(self.gpus_per_host)}")
+        for name in ("tpu_topology", "tpu_version"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise SpecError(f"groups.{name} must be a string, got {shown(getattr(self, name))}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,19 +153,35 @@ class JobSpec:
     groups: GroupsSpec = GroupsSpec()
 
     def __post_init__(self):
-        if not _whole(self.spp) or self.spp < 1:
-            raise SpecError(f"spp must be a whole number >= 1, got {self.spp!r}")
-        if not _whole(self.tile) or not 8 <= self.tile <= 4096:
-            raise SpecError(f"tile must be a whole number of pixels between 8 and 4096, got {self.tile!r}")
-        if not _whole(self.seed) or not 0 <= self.seed < 2**31:
-            raise SpecError(f"seed must be a whole number in [0, 2^31), got {self.seed!r}")
-        if self.accel not in ACCELS:
-            raise SpecError(f"accel must be one of {', '.join(ACCELS)}, got {self.accel!r}")
-        if self.pass_size is not None and (not _whole(self.pass_size) or self.pass_size < 1):
-            raise SpecError(f"pass_size must be a whole number >= 1, got {self.pass_size!r}")
+        for name in ("scene", "store"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value or "\0" in value:
+                raise SpecError(f"{name} must be a path (a non-empty string), got {shown(value)}")
+        if not (isinstance(self.frames, tuple) and len(self.frames) == 2 and all(map(_whole, self.frames))):
+            raise SpecError(f"frames must be two whole numbers (first, last), got {shown(self.frames)}")
+        _check_frames(self.frames, shown(list(self.frames)))
+        if self.resolution is not None:
+            if not (isinstance(self.resolution, tuple) and len(self.resolution) == 2
+                    and all(map(_whole, self.resolution))):
+                raise SpecError(f"resolution must be two whole numbers (width, height), "
+                                f"got {shown(self.resolution)}")
+            _check_res(self.resolution, shown(list(self.resolution)))
+        _check_count("spp", self.spp, 1, MAX_SPP)
+        _check_count("tile", self.tile, MIN_TILE, MAX_TILE, " of pixels")
+        _check_count("seed", self.seed, 0, 2**31 - 1)
+        if self.pass_size is not None:
+            _check_count("pass_size", self.pass_size, 1, MAX_PASS_SIZE)
+        if self.chunk_passes is not None:
+            _check_count("chunk_passes", self.chunk_passes, 1, MAX_SPP)
+        if not isinstance(self.accel, str) or self.accel not in ACCELS:
+            raise SpecError(f"accel must be one of {', '.join(ACCELS)}, got {shown(self.accel)}")
+        if not (isinstance(self.curves, tuple) and all(isinstance(c, Curve) for c in self.curves)):
+            raise SpecError(f"curves must be a tuple of farm.curves.Curve, got {shown(self.curves)}")
         names = [c.name for c in self.curves]
         if len(set(names)) != len(names):
             raise SpecError("a parameter is set twice")
+        if not isinstance(self.groups, GroupsSpec):
+            raise SpecError(f"groups must be a GroupsSpec, got {shown(self.groups)}")
 
     # -- derived -------------------------------------------------------------------------------
 
@@ -150,6 +197,12 @@ class JobSpec:
     @property
     def n_frames(self):
         return self.frames[1] - self.frames[0] + 1
+
+    @property
+    def n_chunks(self):
+        """Chunks of sample passes in a frame (of a planned spec)."""
+        n_passes = -(-self.spp // self.pass_size)
+        return -(-n_passes // self.chunk_passes)
 
     def params_at(self, frame):
         """The scene's ``$name`` values at ``frame``, as sorted (name, value) pairs."""
@@ -171,75 +224,143 @@ class JobSpec:
 
     @classmethod
     def from_json(cls, d):
+        """The spec ``to_json`` gave (a store records it); a malformed one is a SpecError."""
+        if not isinstance(d, dict):
+            raise SpecError(f"a job spec must be a JSON object, got {shown(d)}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - fields)
+        if unknown:
+            raise SpecError(f"unknown field '{unknown[0]}'")
         d = dict(d)
-        d["frames"] = tuple(d["frames"])
-        d["resolution"] = tuple(d["resolution"]) if d.get("resolution") else None
-        d["curves"] = tuple(Curve(n, tuple(tuple(k) for k in keys), interp) for n, interp, keys in d["curves"])
-        d["groups"] = GroupsSpec(**d["groups"])
-        return cls(**d)
+        for name in ("frames", "resolution"):
+            if isinstance(d.get(name), list):
+                d[name] = tuple(d[name])
+        curves = d.get("curves", [])
+        if not (isinstance(curves, list) and all(isinstance(c, list) and len(c) == 3 for c in curves)):
+            raise SpecError(f"curves must be [[NAME, INTERPOLATION, KEYS], ...], got {shown(curves)}")
+        d["curves"] = tuple(Curve(n, _pairs(keys), interp) for n, interp, keys in curves)
+        d["groups"] = _groups(d.get("groups", {}))
+        try:
+            return cls(**d)
+        except TypeError:  # a required field is missing
+            raise SpecError(f"a job spec needs {', '.join(sorted(fields - set(d)))}") from None
 
     @classmethod
     def from_toml(cls, path):
+        """The job file at ``path`` (format in this module's docstring); errors are one-line
+        SpecErrors that start with the path and name the field."""
+        doc = _read_toml(path)
         try:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
-        except FileNotFoundError:
-            raise SpecError(f"job file not found: {path}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise SpecError(f"{path}: not valid TOML: {e}") from None
-        base = os.path.dirname(os.path.abspath(path))
-        known = {"scene", "frames", "spp", "resolution", "store", "seed", "tile", "pass_size", "accel", "groups", "params"}
+            return cls._from_toml_doc(doc, os.path.dirname(os.path.abspath(path)))
+        except SpecError as e:
+            raise SpecError(f"{path}: {e}") from None
+
+    @classmethod
+    def _from_toml_doc(cls, doc, base):
+        known = {"scene", "frames", "spp", "resolution", "store", "seed", "tile", "pass_size", "accel", "groups",
+                 "params"}
         unknown = sorted(set(doc) - known)
         if unknown:
-            raise SpecError(f"{path}: unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
+            raise SpecError(f"unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
         for key in ("scene", "store", "spp"):
             if key not in doc:
-                raise SpecError(f"{path}: '{key}' is required")
+                raise SpecError(f"'{key}' is required")
+        for key in ("scene", "store"):
+            if not isinstance(doc[key], str) or not doc[key]:
+                raise SpecError(f"{key} must be a path (a non-empty string), got {shown(doc[key])}")
         frames = doc.get("frames", "0")
         if isinstance(frames, list):
             if len(frames) != 2 or not all(_whole(f) for f in frames):
-                raise SpecError(f"{path}: frames must be \"A-B\" or [A, B]")
-            frames = f"{frames[0]}-{frames[1]}"
+                raise SpecError(f"frames must be \"A-B\" or [A, B], got {shown(frames)}")
+            frames = _check_frames(frames, shown(frames))
+        elif isinstance(frames, str) or _whole(frames):
+            frames = parse_frames(frames)
+        else:
+            raise SpecError(f"frames must be \"A-B\" or [A, B], got {shown(frames)}")
         res = doc.get("resolution")
         if res is not None:
             if not (isinstance(res, list) and len(res) == 2 and all(_whole(v) for v in res)):
-                raise SpecError(f"{path}: resolution must be [WIDTH, HEIGHT]")
-            res = _check_res(res, res)
-        groups = doc.get("groups", {})
-        try:
-            groups = GroupsSpec(**groups)
-        except TypeError as e:
-            raise SpecError(f"{path}: [groups]: {e}") from None
+                raise SpecError(f"resolution must be [WIDTH, HEIGHT], got {shown(res)}")
+            res = _check_res(res, shown(res))
         store = doc["store"]
         if "://" not in store:
             store = os.path.join(base, store)
-        return cls(scene=os.path.join(base, doc["scene"]), frames=parse_frames(frames), spp=doc["spp"],
-                   store=store, resolution=res, seed=doc.get("seed", 0), tile=doc.get("tile", DEFAULT_TILE),
-                   pass_size=doc.get("pass_size"), curves=_curves(doc.get("params", {}), path),
-                   accel=doc.get("accel", "auto"), groups=groups)
+        return cls(scene=os.path.join(base, doc["scene"]), frames=frames, spp=doc["spp"], store=store,
+                   resolution=res, seed=doc.get("seed", 0), tile=doc.get("tile", DEFAULT_TILE),
+                   pass_size=doc.get("pass_size"), curves=_curves(doc.get("params", {})),
+                   accel=doc.get("accel", "auto"), groups=_groups(doc.get("groups", {})))
+
+
+def _read_toml(path):
+    """The TOML document at ``path``, read whole (at most ``MAX_JOB_FILE`` bytes of UTF-8)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_JOB_FILE + 1)
+    except FileNotFoundError:
+        raise SpecError(f"job file not found: {path}") from None
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the job file: {e.strerror or e}") from None
+    if len(data) > MAX_JOB_FILE:
+        raise SpecError(f"{path}: a job file is at most {MAX_JOB_FILE >> 20} MiB")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start} is {data[e.start]:#04x})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not a job file: TOML nested too deeply") from None
+    except ValueError as e:  # e.g. an integer past Python's digit limit
+        raise SpecError(f"{path}: not valid TOML: {e}") from None
+
+
+def _pairs(items):
+    """[[A, B], ...] -> ((A, B), ...) (two-element lists only; anything else is left for checks)."""
+    if not isinstance(items, list):
+        return items
+    return tuple(tuple(k) if isinstance(k, list) else k for k in items)
+
+
+def _groups(table):
+    """A [groups] table (or the groups of a recorded spec) as a GroupsSpec."""
+    if not isinstance(table, dict):
+        raise SpecError(f"[groups] must be a table, got {shown(table)}")
+    known = {f.name for f in dataclasses.fields(GroupsSpec)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise SpecError(f"[groups]: unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
+    return GroupsSpec(**table)
 
 
 def _param_text(value):
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
-def _curves(params, path):
+def _curves(params):
+    """[params.NAME] tables (``value = V``, or ``keys = [[FRAME, V], ...]`` and ``interpolation``) as Curves."""
+    if not isinstance(params, dict):
+        raise SpecError(f"params must be [params.NAME] tables, got {shown(params)}")
     curves = []
     for name, p in params.items():
         if not isinstance(p, dict) or not ({"value"} <= set(p) or {"keys"} <= set(p)):
-            raise SpecError(f"{path}: [params.{name}] needs 'value' or 'keys'")
-        interp = p.get("interpolation", "linear")
-        if interp not in INTERPOLATIONS:
-            raise SpecError(f"{path}: [params.{name}] interpolation must be one of {', '.join(INTERPOLATIONS)}")
+            raise SpecError(f"[params.{name}] needs 'value' or 'keys'")
+        unknown = sorted(set(p) - {"value", "keys", "interpolation"})
+        if unknown or {"value", "keys"} <= set(p):
+            raise SpecError(f"[params.{name}]: one of 'value' or 'keys', and 'interpolation' (got {', '.join(p)})")
         if "value" in p:
             keys = ((0, p["value"]),)
         else:
-            try:
-                keys = tuple(sorted((int(f), v) for f, v in p["keys"]))
-            except (TypeError, ValueError):
-                raise SpecError(f"{path}: [params.{name}] keys must be [[FRAME, VALUE], ...]") from None
-        curves.append(Curve(name, keys, interp))
+            keys = p["keys"]
+            if not (isinstance(keys, list) and all(isinstance(k, list) and len(k) == 2 for k in keys)):
+                raise SpecError(f"[params.{name}] keys must be [[FRAME, VALUE], ...], got {shown(keys)}")
+            keys = tuple(sorted((tuple(k) for k in keys), key=lambda k: _frame_order(k[0])))
+        curves.append(Curve(name, keys, p.get("interpolation", "linear")))
     return tuple(curves)
+
+
+def _frame_order(frame):
+    """Sort key of a key's frame: whole numbers first in order, anything else (refused by Curve) after."""
+    return (0, frame) if _whole(frame) else (1, 0)
 
 
 # -- the scene, read on the driver without JAX ------------------------------------------------

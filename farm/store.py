@@ -14,6 +14,13 @@ Writes: only the driver writes, and a task's ``sums`` chunk is written before it
 entry, so a record never points at data that is not there. Every chunk has one writer. On resume
 each recorded task's sums are read back and checked against the CRC: a torn or corrupted chunk
 is re-rendered. A frame's image is the sum of its chunks in chunk order, divided by the weights.
+
+Reads: a store is checked when it is opened: metadata that does not parse (``zarr.json`` of the
+group, ``sums`` or ``records``), attributes of the wrong shape, or arrays that do not match the
+film and tiles are a ``StoreError`` before anything is written. A record that does not decode
+counts as not done, like a task whose sums fail their CRC (``verified_records``). The progress
+and cancel nodes are the driver's notes, not the job's data: unreadable, they are reported and
+written afresh by the next run.
 """
 import json
 import time
@@ -22,7 +29,8 @@ import zlib
 import numpy as np
 import zarr
 
-from farm.errors import FarmError
+from farm.errors import FarmError, shown
+from tracer.defaults import MAX_FILM_SIZE
 
 __all__ = ["FrameStore", "StoreError", "FORMAT"]
 
@@ -35,6 +43,63 @@ class StoreError(FarmError):
     exit_code = 3
 
 
+# Nothing there: not a store (to create one, or to say so).
+_ABSENT = (FileNotFoundError, NotADirectoryError, FileExistsError,  # a file where the store would be
+           zarr.errors.GroupNotFoundError, zarr.errors.NodeTypeValidationError, zarr.errors.ContainsArrayError)
+
+
+def _why(error):
+    """One line for an error zarr or fsspec raised (they raise many types for bad metadata or URLs)."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _open_group(url, mode):
+    """The Zarr group at ``url``, None where there is none, or a StoreError if it does not read."""
+    try:
+        return zarr.open_group(url, mode=mode)
+    except _ABSENT:
+        return None
+    except Exception as e:  # JSON, UTF-8, zarr's metadata validation, fsspec protocols and I/O
+        raise StoreError(f"{url}: cannot read the store (zarr.json: {_why(e)})") from None
+
+
+def _node(group, name, url):
+    """``group[name]``, or a StoreError naming the node's metadata that does not read."""
+    try:
+        return group[name]
+    except KeyError as e:
+        if e.args != (name,):  # a key missing from the node's metadata
+            raise StoreError(f"{url}: damaged store: {name}/zarr.json does not read ({_why(e)})") from None
+        raise StoreError(f"{url}: damaged store: '{name}' is missing") from None
+    except Exception as e:
+        raise StoreError(f"{url}: damaged store: {name}/zarr.json does not read ({_why(e)})") from None
+
+
+def _layout(meta, url):
+    """(width, height, tile) from the group's ``farm`` attributes, checked."""
+    film, identity, spec = meta.get("film"), meta.get("identity"), meta.get("spec")
+    if not (isinstance(identity, dict) and isinstance(spec, dict)):
+        raise StoreError(f"{url}: damaged store: zarr.json has no job identity and spec")
+    if not (isinstance(film, list) and len(film) == 2 and all(_whole(v, MAX_FILM_SIZE) for v in film)):
+        raise StoreError(f"{url}: damaged store: zarr.json's film is {shown(film)}, not [WIDTH, HEIGHT]")
+    if not _whole(identity.get("tile"), MAX_FILM_SIZE):
+        raise StoreError(f"{url}: damaged store: zarr.json's tile is {shown(identity.get('tile'))}")
+    return film[0], film[1], identity["tile"]
+
+
+def _whole(value, high):
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high
+
+
+def _has(group, name):
+    """Whether ``group`` has a node ``name``, readable or not."""
+    try:
+        return name in group
+    except Exception:  # there, but its metadata does not read
+        return True
+
+
 def _crc(block):
     return zlib.crc32(np.ascontiguousarray(block, np.float32).tobytes()) & 0xFFFFFFFF
 
@@ -44,23 +109,34 @@ class FrameStore:
 
     def __init__(self, group, url):
         self.group, self.url = group, url
-        meta = group.attrs.get("farm")
-        self.meta = meta
-        self.width, self.height = meta["film"]
-        self.tile = meta["identity"]["tile"]
+        self.meta = group.attrs.get("farm")
+        self.width, self.height, self.tile = _layout(self.meta, url)
         self.tiles_y, self.tiles_x = -(-self.height // self.tile), -(-self.width // self.tile)
-        self.sums = group["sums"]
-        self.records = group["records"]
+        self.sums = _node(group, "sums", url)
+        self.records = _node(group, "records", url)
+        self._check_arrays()
+
+    def _check_arrays(self):
+        """The arrays are the film's, in its tiles, with as many frames and chunks as each other."""
+        for name, array in (("sums", self.sums), ("records", self.records)):
+            if not isinstance(array, zarr.Array) or array.ndim != 5:
+                raise StoreError(f"{self.url}: damaged store: '{name}' is not a 5-dimensional array")
+        frames, chunks = self.sums.shape[:2]
+        want = {"sums": (np.float32, (frames, chunks, self.height, self.width, 4), (1, 1, self.tile, self.tile, 4)),
+                "records": (np.uint32, (frames, chunks, self.tiles_y, self.tiles_x, 3), (1, 1, 1, 1, 3))}
+        for name, array in (("sums", self.sums), ("records", self.records)):
+            dtype, shape, chunk_shape = want[name]
+            if array.dtype != dtype or array.shape != shape or array.chunks != chunk_shape or 0 in shape:
+                raise StoreError(f"{self.url}: damaged store: '{name}' is {array.dtype} {array.shape} in chunks of "
+                                 f"{array.chunks}, not {np.dtype(dtype)} {shape} in chunks of {chunk_shape}")
 
     # -- opening ---------------------------------------------------------------------------------
 
     @classmethod
     def exists(cls, url):
-        try:
-            group = zarr.open_group(url, mode="r")
-        except (FileNotFoundError, zarr.errors.GroupNotFoundError, zarr.errors.NodeTypeValidationError):
-            return False
-        return "farm" in group.attrs
+        """Whether a frame store is at ``url`` (metadata there that does not read is a StoreError)."""
+        group = _open_group(url, mode="r")
+        return group is not None and "farm" in group.attrs
 
     @classmethod
     def create(cls, url, identity, spec_json, film, n_frames, n_chunks):
@@ -69,6 +145,8 @@ class FrameStore:
             group = zarr.open_group(url, mode="w-")
         except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
             raise StoreError(f"{url}: already exists and is not a frame store of this job") from None
+        except (OSError, ValueError) as e:  # a file on the way, no permission, an unknown URL scheme
+            raise StoreError(f"{url}: cannot make a store here ({_why(e)})") from None
         width, height = film
         tile = identity["tile"]
         ty, tx = -(-height // tile), -(-width // tile)
@@ -83,10 +161,10 @@ class FrameStore:
 
     @classmethod
     def open(cls, url, mode="r+"):
-        try:
-            group = zarr.open_group(url, mode=mode)
-        except (FileNotFoundError, zarr.errors.GroupNotFoundError, zarr.errors.NodeTypeValidationError):
-            raise StoreError(f"{url}: no frame store here") from None
+        """The store at ``url``, checked (see the module's docstring); opening writes nothing."""
+        group = _open_group(url, mode)
+        if group is None:
+            raise StoreError(f"{url}: no frame store here")
         meta = group.attrs.get("farm")
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise StoreError(f"{url}: not a farm frame store (no '{FORMAT}' attributes)")
@@ -138,8 +216,35 @@ class FrameStore:
     # -- tasks -------------------------------------------------------------------------------
 
     def all_records(self):
-        """(F, C, TY, TX, 3) uint32."""
+        """(F, C, TY, TX, 3) uint32, as stored (a record that does not decode raises)."""
         return self.records[...]
+
+    def read_records(self, n_chunks):
+        """The records of the first ``n_chunks`` chunks, (F, n_chunks, TY, TX, 3) uint32, and the
+        keys of those that do not decode (zeros here: not done)."""
+        try:
+            return self.records[:, :n_chunks], []
+        except Exception:  # a chunk that does not decode: read them one by one
+            pass
+        records, bad = np.zeros((self.n_frames, n_chunks, self.tiles_y, self.tiles_x, 3), np.uint32), []
+        for key in np.ndindex(records.shape[:4]):
+            try:
+                records[key] = self.records[key]
+            except Exception:
+                bad.append(key)
+        return records, bad
+
+    def verified_records(self, n_chunks):
+        """``read_records``, less the tasks whose sums do not read back intact: (records with
+        those zeroed, the sorted keys of every record that does not decode or fails its CRC).
+        Reads every recorded task's sums: the whole store."""
+        records, bad = self.read_records(n_chunks)
+        for key in zip(*np.nonzero(records[..., 0])):
+            key = tuple(int(k) for k in key)
+            if not self.verify_task(key, records[key]):
+                records[key] = 0
+                bad.append(key)
+        return records, sorted(bad)
 
     def read_task(self, key):
         """The task's (value (h, w, 3), weight (h, w)) as stored, cropped to the film."""
@@ -173,36 +278,55 @@ class FrameStore:
 
     # -- frames ------------------------------------------------------------------------------
 
-    def frame_sums(self, f, n_chunks=None):
-        """(value (H, W, 3), weight (H, W)): the frame's chunks added in chunk order."""
-        n = self.n_chunks if n_chunks is None else n_chunks
+    def frame_sums(self, f, n_chunks, keep=None):
+        """(value (H, W, 3), weight (H, W)): the frame's first ``n_chunks`` chunks added in chunk
+        order; with ``keep`` ((n_chunks, TY, TX) bool), only those tasks' tiles (zeros elsewhere)."""
         total = np.zeros((self.height, self.width, 4), np.float32)
-        for c in range(n):
-            total = total + self.sums[f, c]
+        for c in range(n_chunks):
+            if keep is None or keep[c].all():
+                total = total + self.sums[f, c]
+                continue
+            part = np.zeros_like(total)
+            for ty, tx in zip(*np.nonzero(keep[c])):
+                y0, y1, x0, x1 = self.tile_box(ty, tx)
+                part[y0:y1, x0:x1] = self.sums[f, c, y0:y1, x0:x1]
+            total = total + part
         return total[..., :3], total[..., 3]
 
     # -- progress and cancel -----------------------------------------------------------------
 
     def write_progress(self, **fields):
         fields["updated"] = time.time()
-        self.group["progress"].attrs["progress"] = fields
+        try:
+            node = self.group["progress"]
+        except Exception:  # missing, or its metadata does not read: the driver's notes, written afresh
+            node = self.group.create_group("progress", overwrite=True)
+        node.attrs["progress"] = fields
 
     def progress(self):
-        return dict(self.group["progress"].attrs.get("progress", {}))
+        """The last run's progress attributes ({} before any), or None where they do not read."""
+        try:
+            node = self.group["progress"]
+        except KeyError:
+            return {}
+        except Exception:
+            return None
+        value = node.attrs.get("progress", {})
+        return dict(value) if isinstance(value, dict) else None
 
     def request_cancel(self):
-        if "cancel" not in self.group:
+        if not _has(self.group, "cancel"):
             self.group.create_group("cancel")
 
     def cancel_requested(self):
         try:
-            return "cancel" in zarr.open_group(self.url, mode="r")
+            return _has(zarr.open_group(self.url, mode="r"), "cancel")
         except Exception:
             return False
 
     def clear_cancel(self):
-        if "cancel" in self.group:
-            del self.group["cancel"]
+        if _has(self.group, "cancel"):
+            del self.group["cancel"]  # by name: unreadable metadata there goes too
 
 
 def _short(value):

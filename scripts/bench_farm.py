@@ -56,6 +56,7 @@ def main():
         return loop_worker(args)
 
     from farm.export import export_frames
+    from farm.job import open_store
     from farm.store import FrameStore
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench_farm_"))
     store = tmp / "job.zarr"
@@ -78,8 +79,8 @@ def main():
     farm_s = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"farm failed: {proc.stderr.read()[-2000:]}")
-    fs = FrameStore.open(str(store), mode="r")
-    farm_images = [np.load(p) for p in export_frames(fs, None, "npy", str(tmp / "farm"))]
+    spec, fs = open_store(str(store))
+    farm_images = [np.load(p) for p in export_frames(spec, fs, None, "npy", str(tmp / "farm"))]
 
     spec_path = tmp / "spec.json"
     spec_path.write_text(json.dumps(fs.spec_json))

@@ -6,9 +6,13 @@ tree (see ``tracer.rendering``): ``tracer.render`` with these defaults gives the
 made with them.
 """
 
-__all__ = ["DEFAULT_TILE", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE"]
+__all__ = ["DEFAULT_TILE", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE", "MAX_SPP", "MAX_FRAME"]
 
 DEFAULT_TILE = 128       # output tile edge, pixels: one work unit renders one tile
 DEFAULT_PASS_SIZE = 16   # samples per pixel in one pass, the unit passes are summed in
 PLATFORMS = ("cpu", "gpu", "tpu")  # device platforms a worker group may run on
 MAX_FILM_SIZE = 16384    # pixels, a film's width and height at most (a scene's own film and --res alike)
+# The traced program takes frame numbers and sample indices as int32: a frame number past
+# MAX_FRAME, or a sample index past 2^31 - 1 (spp plus a pass's slack), would wrap around.
+MAX_SPP = 2**30          # samples per pixel at most
+MAX_FRAME = 2**31 - 1    # the largest frame number

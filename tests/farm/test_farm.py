@@ -2,6 +2,7 @@
 render, a worker killed mid-task, a driver killed mid-job, refinement, and bad inputs."""
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from farm.errors import SpecError
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec, JobSpec
 from farm.store import FrameStore, StoreError
-from tests.helpers.farm_cases import ORBIT, ROOT, exported, farm_cli, orbit_spec, reference
+from tests.helpers.farm_cases import ORBIT, ROOT, exported, farm_cli, farm_main, orbit_spec, reference, store_files
 
 
 def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
@@ -104,18 +105,55 @@ def test_driver_killed_mid_job_then_resumed(tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
-def test_a_corrupted_chunk_is_found_and_rendered_again(local_ray, tmp_path):
+def test_corrupted_chunks_are_reported_refused_and_rendered_again(local_ray, tmp_path):
     spec, store = job.prepare(orbit_spec(tmp_path / "d.zarr", frames=(1, 1)))
     run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
     before = exported(store.url, tmp_path, "before")[0]
-    chunk = next(p for p in (tmp_path / "d.zarr" / "sums").rglob("*") if p.is_file() and p.name != "zarr.json")
-    chunk.write_bytes(b"\x00garbage" * 3)
-    with pytest.raises(Exception):
+    (tmp_path / "d.zarr" / "sums" / "c" / "0" / "0" / "0" / "0" / "0").write_bytes(b"\x00garbage" * 3)
+    (tmp_path / "d.zarr" / "records" / "c" / "0" / "0" / "1" / "2" / "0").write_bytes(b"\x00garbage")
+    with pytest.raises(StoreError, match="2 recorded task"):
         exported(store.url, tmp_path, "broken")
+    code, out, _ = farm_main("status", store.url)
+    assert code == 0 and "damaged: 2 recorded task(s) do not read back (frames 1)" in out, out
     messages = []
     plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append)
-    assert len(plan.todo) == 1 and "1 stored task" in messages[0]
+    assert sorted(t.key for t in plan.todo) == [(0, 0, 0, 0), (0, 0, 1, 2)] and "2 stored task" in messages[0]
     np.testing.assert_array_equal(exported(store.url, tmp_path, "after")[0], before)
+    assert "damaged" not in farm_main("status", store.url)[1]
+
+
+def test_ctrl_c_says_how_to_resume_and_a_copy_of_the_store_resumes_where_it_is(tmp_path):
+    store, copy = tmp_path / "h.zarr", tmp_path / "elsewhere" / "copy.zarr"
+    args = ["render", ORBIT, "--frames", "0-3", "--spp", "32", "--res", "40x30", "--tile", "16",
+            "--set", "angle=0:0,3:90", "--out", str(store), "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if FrameStore.exists(str(store)) and np.count_nonzero(
+                    FrameStore.open(str(store), mode="r").all_records()[..., 0]) >= 3:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the job ended before it could be interrupted"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == f"error: interrupted; `farm resume {store}` goes on from here"
+    assert "Traceback" not in stderr and FrameStore.open(str(store), mode="r").progress()["state"] == "interrupted"
+    shutil.copytree(store, copy)
+    original = store_files(store)
+    result = farm_cli("resume", str(copy), "--no-progress")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert store_files(store) == original  # the store recorded in the copy is not the one resumed
+    spec, _ = job.open_store(str(copy))
+    assert spec.store == str(copy)
+    for got, want in zip(exported(copy, tmp_path), reference(spec)):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_store_of_another_job_is_refused_and_left_alone(tmp_path):

@@ -2,6 +2,7 @@
 scene hash, the film size and the scene's defaults, without JAX, and bad scenes as SpecErrors."""
 import hashlib
 import os
+import re
 import pathlib
 import textwrap
 
@@ -124,3 +125,59 @@ def test_bad_scenes_are_one_line_spec_errors(tmp_path, text, message):
         film_size(spec)
         scene_hash(str(path))
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+JOB = 'scene = "scene.xml"\nstore = "s.zarr"\nspp = 4\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    (b'scene = "caf\xe9.xml"\nstore = "s.zarr"\nspp = 4\n', "not UTF-8 text (byte 12 is 0xe9)"),
+    (JOB.replace('"scene.xml"', "5"), "scene must be a path (a non-empty string), got 5"),
+    (JOB.replace('"s.zarr"', "[1]"), "store must be a path (a non-empty string), got [1]"),
+    (JOB.replace('"scene.xml"', '""'), "scene must be a path"),
+    (JOB + "params = 5\n", "params must be [params.NAME] tables, got 5"),
+    (JOB + "[params]\nangle = 5\n", "[params.angle] needs 'value' or 'keys'"),
+    (JOB + "[params.angle]\nvalue = nan\n", "parameter 'angle': a value must be a finite number or a string, got nan"),
+    (JOB + "[params.angle]\nvalue = true\n", "a value must be a finite number or a string, got True"),
+    (JOB + "[params.angle]\nvalue = 1979-05-27\n", "a value must be a finite number or a string"),
+    (JOB + "[params.angle]\nkeys = [[0.5, 1.0]]\n", "a key's frame must be a whole number, got 0.5"),
+    (JOB + "[params.angle]\nkeys = 7\n", "keys must be [[FRAME, VALUE], ...], got 7"),
+    (JOB + "[params.angle]\nvalue = 1\ninterpolation = 3\n", "interpolation must be one of linear, step, smooth, "
+                                                               "got 3"),
+    (JOB + "groups = 5\n", "[groups] must be a table, got 5"),
+    (JOB + "[groups]\nbogus = 1\n", "[groups]: unknown key 'bogus'"),
+    (JOB + "[groups]\ngpus_per_host = 'a'\n", "groups.gpus_per_host must be a whole number >= 0, got 'a'"),
+    (JOB + "frames = 2.5\n", "frames must be \"A-B\" or [A, B], got 2.5"),
+    (JOB + "frames = [0, 3000000000]\n", "frame numbers go up to 2147483647"),
+    (JOB + "frames = \"0-100000\"\n", "at most 100000 frames a job"),
+    (JOB + "resolution = \"3x4\"\n", "resolution must be [WIDTH, HEIGHT], got '3x4'"),
+    (JOB + "resolution = [0, 4]\n", "width and height must be between 1 and 16384"),
+    (JOB.replace("spp = 4", "spp = 99999999999999999999"), "spp must be a whole number from 1 to 1073741824"),
+    (JOB.replace("spp = 4", "spp = 4.0"), "spp must be a whole number from 1 to 1073741824, got 4.0"),
+    (JOB.replace("spp = 4", "spp = " + "9" * 5000), "not valid TOML"),
+    (JOB + "tile = 0\n", "tile must be a whole number of pixels from 8 to 4096, got 0"),
+    (JOB + "pass_size = 100000\n", "pass_size must be a whole number from 1 to 1024"),
+    (JOB + "seed = -1\n", "seed must be a whole number from 0 to 2147483647"),
+    (JOB + "accel = [1]\n", "accel must be one of auto, embree, warp, jax, got [1]"),
+    (JOB + "x = " + "[" * 5000 + "]" * 5000 + "\n", "not"),
+    (JOB + "'\\n' = 1\n", "unknown key"),
+])
+def test_a_bad_job_file_is_one_spec_error_naming_the_field(tmp_path, text, message):
+    path = tmp_path / "job.toml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(SpecError) as failure:
+        JobSpec.from_toml(str(path))
+    assert str(failure.value).startswith(f"{path}: ") and message in str(failure.value), str(failure.value)
+
+
+def test_a_recorded_spec_of_the_wrong_shape_is_a_spec_error():
+    good = JobSpec(scene="/s.xml", frames=(0, 1), spp=4, store="s.zarr").planned().to_json()
+    assert JobSpec.from_json(good) == JobSpec(scene="/s.xml", frames=(0, 1), spp=4, store="s.zarr").planned()
+    for bad, message in ((5, "a job spec must be a JSON object"), (dict(good, spp="4"), "spp must be"),
+                         (dict(good, frames=[0]), "frames must be two whole numbers"),
+                         (dict(good, curves=[["a", "linear"]]), "curves must be"),
+                         (dict(good, curves=[["a", "linear", 5]]), "keys must be (frame, value) pairs"),
+                         (dict(good, groups=[]), "[groups] must be a table"), (dict(good, extra=1), "unknown field"),
+                         ({k: v for k, v in good.items() if k != "spp"}, "a job spec needs spp")):
+        with pytest.raises(SpecError, match=re.escape(message)):
+            JobSpec.from_json(bad)

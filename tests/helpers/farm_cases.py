@@ -1,16 +1,22 @@
 """The farm tests' small job and its independent reference: the orbit scene (3 frames of a turntable
 at 40x30, tiles of 16, passes of 4 samples), the tracer's own render of it in this process, the
-frames a store exports, and the ``farm`` command line run as a subprocess."""
+frames a store exports, stores filled without rendering, and the ``farm`` command line run as a
+subprocess or in this process."""
+import contextlib
+import io
 import pathlib
 import subprocess
 import sys
 
 import numpy as np
 
+from farm import job
+from farm.cli import main
 from farm.curves import Curve
 from farm.export import export_frames
+from farm.job import open_store
+from farm.planner import plan
 from farm.spec import JobSpec
-from farm.store import FrameStore
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ORBIT = str(ROOT / "examples" / "orbit.xml")
@@ -41,5 +47,35 @@ def reference(spec):
 
 def exported(store, tmp_path, name="npy"):
     """Every frame of the store at URL ``store``, exported as npy under ``tmp_path / name`` and read back."""
-    paths = export_frames(FrameStore.open(str(store), mode="r"), None, "npy", str(tmp_path / name))
+    paths = export_frames(*open_store(str(store)), None, "npy", str(tmp_path / name))
     return [np.load(p) for p in paths]
+
+
+def farm_main(*args):
+    """``farm ARGS`` in this process: (exit code, stdout, stderr). ``farm.cli.main`` turns every
+    exception into one line; 70 is its code for one it did not expect (a traceback, before)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def filled_store(store, **kw):
+    """The store of ``orbit_spec(store, **kw)`` made without rendering: every task recorded with
+    made-up sums (seeded), a finished job as far as the store can tell. Returns (spec, FrameStore)."""
+    spec, fs = job.prepare(orbit_spec(store, **kw))
+    rng = np.random.default_rng(0)
+    for task in plan(spec, fs.all_records(), fs.tiles_y, fs.tiles_x, fs.tile_pixels).todo:
+        value = rng.random((spec.tile, spec.tile, 3), dtype=np.float32)
+        fs.write_task(task.key, value, np.full((spec.tile, spec.tile), 8.0, np.float32), task.chunk_end, spec.spp)
+    return spec, fs
+
+
+def store_files(store):
+    """{path relative to the store: bytes} of every file of a local store (to show it unchanged)."""
+    root = pathlib.Path(store)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

@@ -1,0 +1,198 @@
+"""A fuzzer the project keeps: mutated job files and store metadata through the `farm` command line.
+
+Hypothesis mutates one file: a job file, a store's ``zarr.json`` (its group, ``sums``,
+``records``, ``progress``), or a ``records`` or ``sums`` chunk. A mutation flips a bit, replaces
+a byte, truncates, or replaces or drops one value of the parsed document (a TOML line, a JSON
+node) with a value of another type. The property: each command (``render JOB`` for job files;
+``status``, ``export`` and ``resume`` for stores) works (exit 0) or exits with one line
+``error: ...`` and one of the project's codes (1, 2, 3), in at most ``BOUND_S`` seconds, never
+with an exception it did not expect (``farm.cli.main`` turns those into exit 70); ``status`` and
+``export`` never change a store, and a command that refuses one leaves it as it was.
+
+Rendering is not run: ``farm.session.run`` is replaced by what a run does before it starts Ray
+(the store's tasks verified and planned), so ``render`` and ``resume`` get as far as a store ready
+to render. The examples below are the seed corpus (issue 19's cases); ``HYPOTHESIS_PROFILE=explore``
+draws afresh. ``pytest --hypothesis-show-statistics`` prints how the mutants were classified.
+"""
+import json
+import math
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
+import farm.session
+from farm.planner import plan
+from tests.helpers.farm_cases import ORBIT, farm_main, filled_store, store_files
+
+BOUND_S = 10.0  # per command; they take milliseconds
+PROJECT_CODES = {1, 2, 3}
+
+JOB = f"""scene = "{ORBIT}"
+frames = [0, 2]
+spp = 8
+resolution = [40, 30]
+store = "job.zarr"
+seed = 0
+tile = 16
+pass_size = 4
+accel = "auto"
+[groups]
+count = 1
+platform = "cpu"
+[params.angle]
+keys = [[0, 0.0], [2, 90.0]]
+interpolation = "linear"
+"""
+STORE_FILES = ("zarr.json", "sums/zarr.json", "records/zarr.json", "progress/zarr.json", "records/c/1/0/0/1/0",
+               "sums/c/1/0/0/1/0")
+# Values of other types, and numbers past the limits. None that makes a legal but large job:
+# those are slow because they are large, not because they are hostile.
+JSON_VALUES = (5, -1, 0, 2**31, 2**64, 1.5, math.inf, "x", "", [], {}, None, True, [1, 2], [[0, "a"]], "é" * 300)
+TOML_VALUES = ("5", "-1", "0", "2147483648", "99999999999999999999", "1.5", "nan", "inf", '"x"', '""', "[]",
+               "[1, 2]", "{}", "true", "1979-05-27", '"0-99999999"', "[[0, 1]]", '"\\u00e9"')
+
+mutation = st.tuples(st.sampled_from(("flip", "byte", "truncate", "value", "drop")), st.integers(0, 2**20),
+                     st.integers(0, 255))
+
+
+def _mutate(data, kind, where, what, values):
+    """``data`` (bytes) with one mutation: at ``where`` (taken modulo what there is), ``what``
+    picks the bit, the byte or the value (modulo the choices)."""
+    if kind in ("value", "drop"):
+        edited = _edit_document(data, kind, where, what, values)
+        if edited is not None:
+            return edited
+        kind = "byte" if kind == "value" else "truncate"  # bytes that do not parse: a byte mutation
+    if not data:
+        return bytes([what])
+    i = where % len(data)
+    if kind == "flip":
+        return data[:i] + bytes([data[i] ^ (1 << (what % 8))]) + data[i + 1:]
+    if kind == "byte":
+        return data[:i] + bytes([what]) + data[i + 1:]
+    return data[:i]
+
+
+def _edit_document(data, kind, where, what, values):
+    """A TOML job file (``key = value`` lines) or JSON metadata with one value replaced or dropped."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return None
+    if values is TOML_VALUES:
+        lines = text.splitlines()
+        assignments = [i for i, line in enumerate(lines) if re.match(r"^\w+ = ", line)]
+        if not assignments:
+            return None
+        i = assignments[where % len(assignments)]
+        lines[i:i + 1] = [] if kind == "drop" else [lines[i].split(" = ")[0] + " = " + values[what % len(values)]]
+        return "\n".join(lines).encode()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    nodes = list(_nodes(doc))
+    if not nodes:
+        return None
+    parent, key = nodes[where % len(nodes)]
+    if kind == "drop":
+        del parent[key]
+    else:
+        parent[key] = values[what % len(values)]
+    return json.dumps(doc).encode()
+
+
+def _nodes(doc):
+    """(container, key) of every value under ``doc``, depth first."""
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in list(items):
+        yield doc, key
+        yield from _nodes(value)
+
+
+def _without_ray(spec, store, **kw):
+    """``farm.session.run`` up to where it would start Ray: the store's tasks verified and planned."""
+    records, _ = store.verified_records(spec.n_chunks)
+    plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels)
+
+
+def _run(*args):
+    """(exit code, stdout) of ``farm ARGS``, checked: within the bound, one line if it fails."""
+    t0 = time.monotonic()
+    code, out, err = farm_main(*args)
+    assert time.monotonic() - t0 < BOUND_S, (args, time.monotonic() - t0)
+    if code != 0:
+        lines = [line for line in (out + err).splitlines() if line.strip()]
+        assert code in PROJECT_CODES and len(lines) == 1 and lines[0].startswith("error: "), (args, code, out + err)
+    return code, out
+
+
+@pytest.fixture(scope="module")
+def seed_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "job.zarr"
+    filled_store(path)
+    return path
+
+
+def _classify(target, outcomes):
+    event(f"{target}: " + ", ".join(f"{command} {'works' if code == 0 else f'refused ({code})'}"
+                                    for command, code in outcomes))
+
+
+# The seed corpus: the job file, and issue 19's broken ones.
+JOB_SEEDS = (JOB, JOB.replace("orbit", "orb\xe9t"), JOB + "params = 5\n", JOB.replace(f'"{ORBIT}"', "5"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.sampled_from(range(len(JOB_SEEDS))), mutations=st.lists(mutation, max_size=3))
+@example(seed=1, mutations=[])                      # not UTF-8 (written as latin-1 below)
+@example(seed=2, mutations=[])                      # params = 5
+@example(seed=3, mutations=[])                      # scene = 5
+@example(seed=0, mutations=[("value", 2, 1)])       # spp = -1
+@example(seed=0, mutations=[("value", 6, 2)])       # tile = 0
+@example(seed=0, mutations=[("value", 2, 4)])       # spp = 99999999999999999999
+@example(seed=0, mutations=[("truncate", 40, 0)])
+def test_mutated_job_files(seed_store, seed, mutations):
+    data = JOB_SEEDS[seed].encode("latin-1" if seed == 1 else "utf-8")
+    for kind, where, what in mutations:
+        data = _mutate(data, kind, where, what, TOML_VALUES)
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(farm.session, "run", _without_ray):
+        (Path(tmp) / "job.toml").write_bytes(data)
+        code, _ = _run("render", Path(tmp) / "job.toml", "--out", Path(tmp) / "pinned.zarr", "--no-progress")
+    _classify("job.toml", [("render", code)])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(target=st.sampled_from(STORE_FILES), mutations=st.lists(mutation, min_size=1, max_size=3))
+@example(target="zarr.json", mutations=[("truncate", 500, 0)])
+@example(target="sums/zarr.json", mutations=[("byte", 0, 0xFF)])
+@example(target="records/zarr.json", mutations=[("value", 0, 7)])   # shape = "x"
+@example(target="zarr.json", mutations=[("drop", 3, 0)])
+@example(target="records/c/1/0/0/1/0", mutations=[("truncate", 5, 0)])
+@example(target="sums/c/1/0/0/1/0", mutations=[("flip", 30, 3)])
+@example(target="progress/zarr.json", mutations=[("byte", 1, 0)])
+def test_mutated_stores(seed_store, target, mutations):
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(farm.session, "run", _without_ray):
+        store = Path(tmp) / "job.zarr"
+        shutil.copytree(seed_store, store)
+        data = (store / target).read_bytes()
+        for kind, where, what in mutations:
+            data = _mutate(data, kind, where, what, JSON_VALUES)
+        (store / target).write_bytes(data)
+        before = store_files(store)
+        outcomes, said = [], {}
+        for command, *args in (("status",), ("export", "--out", Path(tmp) / "frames"), ("resume", "--no-progress")):
+            code, said[command] = _run(command, store, *args)
+            outcomes.append((command, code))
+            if command != "resume" or code != 0:  # status and export only read; a refusal changes nothing
+                assert store_files(store) == before, (command, code)
+        if outcomes[0][1] == 0 and outcomes[1][1] != 0:  # status must not call done what export refuses
+            assert "samples: 100.0% done" not in said["status"], said["status"]
+    _classify(target, outcomes)
