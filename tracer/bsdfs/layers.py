@@ -34,10 +34,15 @@ class Layers:
     nondelta: jnp.ndarray    # (M,) bool: some slot's leaf has a non-delta lobe (Mitsuba's Smooth flag)
 
 
-def weights(layers: Layers, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray):
-    """Slot weights (L, N) of the materials ``mat`` (N,) at ``uv``."""
+def weights(layers: Layers, textures: tx.Textures, mat: jnp.ndarray, at):
+    """Slot weights (L, N) of the materials ``mat`` (N,) at the texture point ``at`` (uv, or uv
+    and mesh attributes: tracer.textures.texture_point)."""
     factor = layers.factor[:, :, mat]
-    value = jnp.clip(tx.eval_float(textures, jnp.maximum(factor, 0), uv), 0.0, 1.0)
+    n_slots, n_factors = factor.shape[:2]
+    # One lookup per (slot, factor): texture lookups take one id per ray.
+    value = jnp.stack([jnp.stack([tx.eval_float(textures, jnp.maximum(factor[slot, d], 0), at)
+                                  for d in range(n_factors)]) for slot in range(n_slots)])
+    value = jnp.clip(value, 0.0, 1.0)
     value = jnp.where(layers.complement[:, :, mat], 1.0 - value, value)
     value = jnp.where(factor >= 0, value, 1.0)
     weight = jnp.prod(value, axis=1)
