@@ -1,12 +1,12 @@
 """PLY meshes and their attributes, compared with what Mitsuba 3 loads from the same files; and
 hostile PLY input, each case a one-line SceneError naming the file."""
-import time
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.hang_guard import hang_guard
 from tests.helpers.mesh_files import ply, triangle_ply
 from tracer.io import meshes
 from tracer.io.errors import SceneError
@@ -288,10 +288,9 @@ def test_million_mixed_polygons_load_without_a_loop_over_records(tmp_path):
     header = (f"ply\nformat binary_little_endian 1.0\nelement vertex 4\nproperty float x\nproperty float y\n"
               f"property float z\nelement face {n}\nproperty list uchar int vertex_indices\nend_header\n").encode()
     path = write(tmp_path, "big.ply", header + np.eye(4, 3, dtype="<f4").tobytes() + records.tobytes())
-    start = time.perf_counter()
-    mesh = load_ply(path)
-    elapsed = time.perf_counter() - start
-    assert len(mesh.faces) == int(np.sum(sizes - 2)) and elapsed < 20
+    with hang_guard(120):  # (a loop over records took minutes)
+        mesh = load_ply(path)
+    assert len(mesh.faces) == int(np.sum(sizes - 2))
 
 
 # ---------------------------------------------------------------------------------- hostile input
@@ -342,10 +341,9 @@ HOSTILE = {
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_ply_is_one_line_scene_error(tmp_path, case):
     path = write(tmp_path, "bad.ply", HOSTILE[case])
-    start = time.perf_counter()
-    with pytest.raises(SceneError, match=r"^\S*bad.ply: ") as error:
+    with hang_guard(), pytest.raises(SceneError, match=r"^\S*bad.ply: ") as error:
         load_ply(path)
-    assert "\n" not in str(error.value) and time.perf_counter() - start < 5
+    assert "\n" not in str(error.value)
 
 
 def test_flip_tex_coords_and_face_normals_like_mitsuba(tmp_path):
@@ -386,10 +384,9 @@ def test_mutated_ply_loads_or_is_a_scene_error(tmp_path_factory, fmt, mutations,
         data = data[:head + cut % max(len(body), 1)]
     path = tmp_path_factory.mktemp("fuzz") / "m.ply"
     path.write_bytes(data)
-    start = time.perf_counter()
     try:
-        mesh = load_ply(str(path))
+        with hang_guard():
+            mesh = load_ply(str(path))
         assert np.all(np.isfinite(mesh.positions)) and mesh.faces.min() >= 0
     except SceneError as e:
         assert "m.ply" in str(e) and "\n" not in str(e)
-    assert time.perf_counter() - start < 5
