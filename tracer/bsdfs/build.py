@@ -373,6 +373,12 @@ class MaterialTableBuilder:
             self._black = self._append(MaterialRow(BsdfKind.BLACK))
         return self._black
 
+    def _null_leaf(self) -> int:
+        """The one row of Mitsuba's ``null``: a plugin of its own, and a mask's pass-through."""
+        if self._null is None:
+            self._null = self._append(MaterialRow(BsdfKind.NULL))
+        return self._null
+
     def add(self, node: PluginNode, add_texture: AddTexture) -> int:
         """Material id of a leaf ``<bsdf>`` node; nested textures go to ``add_texture``."""
         if id(node) in self._leaves:
@@ -412,9 +418,7 @@ class MaterialTableBuilder:
             return slots, True if back else None
         if node.type == "null":
             node.check_unused()
-            if self._null is None:
-                self._null = self._append(MaterialRow(BsdfKind.NULL))
-            return (Slot(self._null, ()),), None
+            return (Slot(self._null_leaf(), ()),), None
         if node.type in _COMPOSITES:
             return self._composite(node, reader, back, add_texture)
         leaf = self.add(node, add_texture)
@@ -440,10 +444,8 @@ class MaterialTableBuilder:
                 raise reader.error(f"needs one nested bsdf, got {len(children)}")
             opacity = reader.scalar("opacity", 0.5)
             child_slots, mirror = self._resolve(children[0], back, add_texture)
-            if self._null is None:
-                self._null = self._append(MaterialRow(BsdfKind.NULL))
             slots = [s._replace(factors=((opacity, False), *s.factors)) for s in child_slots]
-            slots.append(Slot(self._null, ((opacity, True),)))
+            slots.append(Slot(self._null_leaf(), ((opacity, True),)))
         if len(slots) > MAX_SLOTS:
             raise reader.error(f"the material has more than {MAX_SLOTS} leaves")
         node.check_unused()
