@@ -47,13 +47,14 @@ class Curve:
 
     def at(self, frame):
         keys = self.keys
+        # A key's own value keeps its type (an int stays an int); between keys the value is a float.
         if len(keys) == 1 or frame <= keys[0][0]:
             return keys[0][1]
         if frame >= keys[-1][0]:
             return keys[-1][1]
         for (f0, v0), (f1, v1) in zip(keys, keys[1:]):
             if f0 <= frame < f1:
-                if self.interpolation == "step":
+                if frame == f0 or self.interpolation == "step":
                     return v0
                 t = (frame - f0) / (f1 - f0)
                 if self.interpolation == "smooth":
@@ -77,6 +78,11 @@ def _finite(value):
 
 
 def _number_or_string(text):
+    """An integer literal stays an int (integer scene parameters reject '80.0'); other numbers are floats."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
     try:
         value = float(text)
     except ValueError:

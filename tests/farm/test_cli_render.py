@@ -20,6 +20,17 @@ def test_parse_set_constant_and_keyframes():
             parse_set(bad)
 
 
+def test_set_keeps_integers_integers():
+    # An integer scene parameter (a film's width) refuses '80.0': --set must pass 80, not 80.0.
+    assert type(parse_set("width=80").at(3)) is int
+    keyed = parse_set("width=0:80,4:120")
+    assert [type(keyed.at(f)) for f in (0, 4, 9)] == [int, int, int] and keyed.at(2) == 100.0
+    assert type(parse_set("angle=80.5").at(0)) is float
+    from farm.spec import scene_info
+    info = scene_info("examples/orbit.xml", (("width", parse_set("width=80").at(0)),))
+    assert info.film_size == (80, 120)
+
+
 def test_render_then_export_an_animation(tmp_path):
     store, out = tmp_path / "orbit.zarr", tmp_path / "frames"
     result = farm_cli("render", "examples/orbit.xml", "--frames", "0-2", "--spp", "2", "--res", "32x24",
