@@ -5,7 +5,8 @@ happens inside. Locally it gives Ray at least one logical CPU per group member, 
 group of the job can be placed on this one machine; on a cluster (``address``: ``auto`` or
 ``ray://head:10001``) the cluster's own resources decide. Ray's dashboard, usage statistics and
 worker log forwarding are off: the driver reports through its own progress bar and one-line
-errors.
+errors. The embedded Ray keeps Ray's default token authentication without Ray's notice of it on
+every run (a notice meant for clusters that others can reach).
 """
 import contextlib
 import logging
@@ -17,6 +18,8 @@ from farm.job import group_shapes
 
 __all__ = ["ray_session", "run"]
 
+_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
 
 @contextlib.contextmanager
 def ray_session(address=None, groups=None):
@@ -26,6 +29,7 @@ def ray_session(address=None, groups=None):
     if address is None:
         members = groups.count * groups.hosts if groups is not None else 1
         # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
+        logging.getLogger(_TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
         ray.init(address="local", num_cpus=max(os.cpu_count() or 1, members), include_dashboard=False, log_to_driver=False,
                  logging_level=logging.ERROR, configure_logging=False)
     else:

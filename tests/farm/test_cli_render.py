@@ -36,6 +36,7 @@ def test_render_then_export_an_animation(tmp_path):
     result = farm_cli("render", "examples/orbit.xml", "--frames", "0-2", "--spp", "2", "--res", "32x24",
                       "--set", "angle=0:0,2:90", "--out", str(store))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Token authentication" not in result.stdout + result.stderr  # Ray's notice, not for us
     status = farm_cli("status", str(store))
     assert status.returncode == 0 and "3/3 finished" in status.stdout, status.stdout + status.stderr
     for fmt in ("exr", "png"):
