@@ -107,20 +107,32 @@ def _render(spec, address, no_progress):
 
 
 @click.group()
+@click.version_option(package_name="jaxfarm", prog_name="farm")
 def cli():
     """Render Mitsuba 3 scenes with the JAX path tracer, locally or on a Ray cluster."""
 
 
+def _job_options(f):
+    """The options that make a job, the same for ``render`` and ``submit``."""
+    for option in reversed((
+        click.option("--frames", default=None,
+                     help=f"Frame range FIRST-LAST (inclusive, 0 to {MAX_FRAME}, at most 100000 frames); default 0."),
+        click.option("--spp", type=int, default=None,
+                     help=f"Samples per pixel, 1 to {MAX_SPP} (default: the scene's sample_count)."),
+        click.option("--res", default=None, help="Override the film size, WIDTHxHEIGHT (each 1 to 16384)."),
+        click.option("--set", "sets", multiple=True,
+                     help="NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,... (linear): a scene <default>."),
+        click.option("--seed", type=int, default=None, help="Job seed, 0 to 2147483647 (default 0)."),
+        click.option("--tile", type=int, default=None,
+                     help=f"Tile size in pixels, 8 to 4096 (default {DEFAULT_TILE})."),
+    )):
+        f = option(f)
+    return f
+
+
 @cli.command()
 @click.argument("source", type=click.Path(dir_okay=False))
-@click.option("--frames", default=None,
-              help=f"Frame range FIRST-LAST (inclusive, 0 to {MAX_FRAME}, at most 100000 frames); default 0.")
-@click.option("--spp", type=int, default=None,
-              help=f"Samples per pixel, 1 to {MAX_SPP} (default: the scene's sample_count).")
-@click.option("--res", default=None, help="Override the film size, WIDTHxHEIGHT (each 1 to 16384).")
-@click.option("--set", "sets", multiple=True, help="NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,... (linear).")
-@click.option("--seed", type=int, default=None, help="Job seed, 0 to 2147483647 (default 0).")
-@click.option("--tile", type=int, default=None, help=f"Tile size in pixels, 8 to 4096 (default {DEFAULT_TILE}).")
+@_job_options
 @click.option("--accel", type=click.Choice(["auto", "embree", "warp", "jax"]), default=None,
               help="Intersection backend (default auto: Embree on CPUs).")
 @click.option("--out", default=None, help="The job's Zarr store (a path, or a URL zarr accepts).")
@@ -201,7 +213,8 @@ def _last_run(progress):
 
 @cli.command()
 @click.argument("store")
-@click.option("--format", "fmt", type=click.Choice(["png", "exr", "npy"]), default="png", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["png", "exr", "npy"]), default="png", show_default=True,
+              help="png: tone-mapped 8-bit sRGB; exr and npy: linear float32 RGB.")
 @click.option("--frames", default=None, help="FIRST-LAST (default: all).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for frame_NNNN.<format>.")
 @click.option("--partial", is_flag=True, help="Also export frames that are not finished (the tasks that read back).")
@@ -222,12 +235,7 @@ def _submission_id(spec):
 @cli.command()
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("--address", required=True, help="Ray dashboard address of the cluster, e.g. http://head:8265.")
-@click.option("--frames", default=None)
-@click.option("--spp", type=int, default=None)
-@click.option("--res", default=None)
-@click.option("--set", "sets", multiple=True)
-@click.option("--seed", type=int, default=None)
-@click.option("--tile", type=int, default=None)
+@_job_options
 @click.option("--out", default=None, help="The job's store: a path every node sees, or an object-store URL.")
 def submit(source, address, frames, spp, res, sets, seed, tile, out):
     """Submit SOURCE to a Ray cluster through the Jobs API; prints the job id and returns."""
