@@ -96,6 +96,8 @@ def _scene_spp(path, sets):
 
 def _render(spec, address, no_progress):
     from farm import job, session
+    from farm.scene_check import check_scene
+    check_scene(spec)
     spec, store = job.prepare(spec)
     click.echo(f"{spec.n_frames} frame(s) x {spec.spp} spp at {store.width}x{store.height} -> {store.url}", err=True)
     try:

@@ -1,6 +1,6 @@
 """Errors the farm reports to users as one line."""
 
-__all__ = ["FarmError", "SpecError", "Interrupted", "shown"]
+__all__ = ["FarmError", "SpecError", "SceneFileError", "Interrupted", "shown"]
 
 
 class FarmError(Exception):
@@ -13,6 +13,10 @@ class SpecError(FarmError):
     """An invalid job specification; the message names the field and what is valid."""
 
     exit_code = 2
+
+
+class SceneFileError(FarmError):
+    """The scene, or a file it uses, is malformed or unsupported (the loader's one line)."""
 
 
 def shown(value, limit=60):

@@ -38,7 +38,7 @@ import os
 import tomllib
 
 from farm.curves import Curve
-from farm.errors import SpecError, shown
+from farm.errors import SceneFileError, SpecError, shown
 from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_SPP, PLATFORMS
 from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
@@ -367,13 +367,13 @@ def _frame_order(frame):
 
 def scene_info(path, params=()):
     """``tracer.io.scene_info.describe`` of the scene with ``params`` ((name, value) pairs) set;
-    a bad scene is a ``SpecError``."""
+    a bad scene is a ``SceneFileError``."""
     if not os.path.isfile(path):
-        raise SpecError(f"scene file not found: {path}")
+        raise SceneFileError(f"scene file not found: {path}")
     try:
         return describe(path, **dict(params))
     except SceneError as e:
-        raise SpecError(str(e)) from None
+        raise SceneFileError(str(e)) from None
 
 
 def scene_defaults(path):

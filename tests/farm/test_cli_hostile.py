@@ -4,6 +4,7 @@ exit code (1 user error, 2 invalid job spec or command line, 3 store problem), n
 
 In this process (a command costs milliseconds) and without Ray: nothing here gets as far as
 rendering. Two cases run through the real entry point, to show what reaches a terminal."""
+import os
 import shutil
 
 import pytest
@@ -39,6 +40,11 @@ def places(tmp_path_factory):
             (root / name).mkdir()
         else:
             (root / name).write_bytes(text)
+    # Scenes that describe() reads but the loader refuses: found before Ray starts or a store is made.
+    orbit = open(ORBIT).read()
+    (root / "assets").symlink_to(os.path.join(os.path.dirname(ORBIT), "assets"))
+    (root / "badplugin.xml").write_text(orbit.replace('type="diffuse"', 'type="nosuch"', 1))
+    (root / "nomesh.xml").write_text(orbit.replace("assets/torus.obj", "assets/nothere.obj"))
     return {"root": root, "done": root / "done.zarr", "damaged": root / "damaged.zarr", "other": root / "other.zarr",
             "empty": root / "empty.zarr", "file": root / "file", "folder": root / "folder",
             "nowhere": root / "nowhere.zarr"}
@@ -48,6 +54,8 @@ O = ["--out", "{root}/new.zarr"]  # where a render would make its store: it neve
 CASES = [
     # render: flags
     (["render", "{root}/missing.xml", *O], 1, "scene file not found"),
+    (["render", "{root}/badplugin.xml", *O], 1, "badplugin.xml:53: unsupported bsdf type 'nosuch'"),
+    (["render", "{root}/nomesh.xml", *O], 1, "file 'assets/nothere.obj' not found"),
     (["render", ORBIT], 2, "--out STORE is required"),
     (["render", ORBIT, "--tile", "0", *O], 2, "tile must be a whole number of pixels from 8 to 4096, got 0"),
     (["render", ORBIT, "--tile", "4097", *O], 2, "tile must be a whole number of pixels from 8 to 4096"),

@@ -9,7 +9,7 @@ import textwrap
 import defusedxml.ElementTree as ET
 import pytest
 
-from farm.errors import SpecError
+from farm.errors import SceneFileError, SpecError
 from farm.spec import JobSpec, film_size, scene_defaults, scene_hash
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -117,11 +117,11 @@ def test_defaults_and_film_size(scene):
     ('<scene version="3.0.0"><sensor type="perspective"/>\n<shape type="obj">'
      '<string name="filename" value="gone.obj"/></shape></scene>', "s.xml:2: file 'gone.obj' not found"),
 ])
-def test_bad_scenes_are_one_line_spec_errors(tmp_path, text, message):
+def test_bad_scenes_are_one_line_scene_errors(tmp_path, text, message):
     path = tmp_path / "s.xml"
     path.write_text(text)
     spec = JobSpec(scene=str(path), frames=(0, 0), spp=4, store="unused")
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SceneFileError) as info:
         film_size(spec)
         scene_hash(str(path))
     assert message in str(info.value) and "\n" not in str(info.value)

@@ -1,0 +1,36 @@
+"""Load a scene once per parameter set and say whether it loads: ``python -m tracer.validate``.
+
+The farm's driver runs this in a child process before it starts Ray or makes a store, so that a
+scene the workers would refuse (an unsupported plugin, a bad parameter, a broken mesh) is a
+one-line error at once, and the driver itself never imports JAX. Input on stdin, one JSON object:
+``{"path": str, "resolution": [w, h] | null, "accel": str, "param_sets": [[[name, value], ...], ...]}``.
+Exit 0 when every set loads; 1 with the ``SceneError`` on stderr when one does not.
+"""
+import json
+import sys
+
+__all__ = ["check", "main"]
+
+
+def check(path, resolution, accel, param_sets):
+    """Load the scene with each of ``param_sets``; raises the first ``SceneError``."""
+    from tracer.io.scene_loader import load_scene
+    for params in param_sets:
+        with load_scene(path, resolution=resolution, accel=accel, **dict(params)):
+            pass
+
+
+def main():
+    from tracer.io.errors import SceneError
+    job = json.load(sys.stdin)
+    resolution = tuple(job["resolution"]) if job.get("resolution") else None
+    try:
+        check(job["path"], resolution, job["accel"], [tuple(map(tuple, p)) for p in job["param_sets"]])
+    except SceneError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
