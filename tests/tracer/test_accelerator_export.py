@@ -1,0 +1,45 @@
+"""The work unit lowers for GPUs and TPUs, though no accelerator is here.
+
+``jax.export`` lowers ``render_tile`` for the ``cuda`` and ``tpu`` platforms as a worker there
+would run it: each example scene with the accelerator's default intersection backend (what
+``auto`` resolves to off the CPU: the pure-JAX structures). A host callback (Embree, Warp) or a
+CPU-only kernel on that path fails the lowering or shows as a custom call here."""
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import tracer
+from tracer.rendering import local_mesh, render_tile
+
+EXAMPLES = sorted(pathlib.Path(__file__).parents[2].joinpath("examples").glob("*.xml"))
+TILE, PASS = 8, 2
+
+
+def _export(path, accel):
+    """``render_tile`` of the scene at ``path`` exported for GPUs and TPUs."""
+    with tracer.load_scene(path, resolution=(TILE, TILE), accel=accel) as scene:
+        i32 = jnp.int32
+        args = (scene, i32(0), i32(0), i32(0), i32(0), i32(0), i32(1), i32(PASS),
+                jnp.zeros((TILE, TILE, 3), jnp.float32), jnp.zeros((TILE, TILE), jnp.float32))
+        return jax.export.export(render_tile, platforms=("cuda", "tpu"))(
+            *args, tile_h=TILE, tile_w=TILE, pass_size=PASS, mesh=local_mesh())
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_work_unit_lowers_for_cuda_and_tpu(path):
+    exported = _export(path, "jax")
+    assert exported.platforms == ("cuda", "tpu")
+    module = exported.mlir_module()
+    custom_calls = {line.split("custom_call @", 1)[1].split("(", 1)[0]
+                    for line in module.splitlines() if "custom_call @" in line}
+    # Sharding annotations are the only custom calls a portable program may hold.
+    assert custom_calls <= {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"}, custom_calls
+
+
+def test_a_host_engine_is_caught():
+    """The check above can fail: the same lowering with Embree behind a host callback refuses."""
+    pytest.importorskip("embreex")
+    with pytest.raises((NotImplementedError, ValueError)):
+        _export(EXAMPLES[0], "embree")
