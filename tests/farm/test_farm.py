@@ -45,10 +45,15 @@ def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
 
 
 def _kill_a_rendering_member(stop, killed):
-    """Kill the first process seen running GroupMember.render (a real worker process)."""
+    """Kill the first process seen running GroupMember.render (a real worker process of this
+    test's own Ray: a descendant of this process, never another run's worker on the machine)."""
     while not stop.is_set() and not killed:
-        for p in psutil.process_iter(["cmdline"]):
-            if "GroupMember.render" in " ".join(p.info["cmdline"] or []):
+        for p in psutil.Process().children(recursive=True):
+            try:
+                cmdline = " ".join(p.cmdline())
+            except psutil.Error:
+                continue
+            if "GroupMember.render" in cmdline:
                 time.sleep(0.5)
                 try:
                     p.kill()
