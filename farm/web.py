@@ -105,6 +105,7 @@ def make_app(root):
     """The Flask application serving the stores under the folder ``root``."""
     app = Flask(__name__, static_folder=None)  # no static route: nothing but what monitor answers
     app.json.sort_keys = False
+    app.url_map.merge_slashes = False  # '//x' names no store: a 404, not a redirect to '/x'
     previews = {}
 
     def summary(store):
