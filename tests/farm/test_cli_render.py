@@ -41,7 +41,8 @@ def test_render_then_export_an_animation(tmp_path):
     assert "Token authentication" not in result.stdout + result.stderr  # Ray's notice, not for us
     status = farm_cli("status", str(store))
     assert status.returncode == 0 and "3/3 finished" in status.stdout, status.stdout + status.stderr
-    listed = farm_cli("list", str(tmp_path / "frames"))  # no store there; the registry has it
+    (tmp_path / "empty").mkdir()
+    listed = farm_cli("list", str(tmp_path / "empty"))  # no store there; the registry has it
     assert listed.returncode == 0 and re.search(rf"^done +3/3 +2 spp +{re.escape(str(store))}$", listed.stdout, re.M), \
         listed.stdout + listed.stderr
     for fmt in ("exr", "png"):
