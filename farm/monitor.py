@@ -88,22 +88,29 @@ def find_stores(root):
 
 
 def _is_store(path, root):
-    if _link_out(path, root) is not None:
-        return True  # listed, and shown damaged
+    if _leads_out(os.path.join(path, "zarr.json"), root):
+        return True  # listed, and shown damaged: its metadata is not read
     try:
         return FrameStore.exists(path)
     except StoreError:
         return True  # its metadata does not read: a damaged store
 
 
+def _leads_out(path, root):
+    return os.path.islink(path) and os.path.commonpath([root, os.path.realpath(path)]) != root
+
+
 def _link_out(path, root):
     """The first entry under ``path`` that is a symbolic link leading out of ``root`` (None if none)."""
-    root = os.path.realpath(root)
-    for here, dirs, files in os.walk(path):
-        for name in dirs + files:
-            entry = os.path.join(here, name)
-            if os.path.islink(entry) and os.path.commonpath([root, os.path.realpath(entry)]) != root:
-                return entry
+    root, folders = os.path.realpath(root), [path]
+    while folders:  # scandir knows links without a stat of each entry (a store has a file per chunk)
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    if _leads_out(entry.path, root):
+                        return entry.path
+                elif entry.is_dir():
+                    folders.append(entry.path)
     return None
 
 
