@@ -298,9 +298,11 @@ def serve(root, host, port):
     """Serve a read-only web monitor of the frame stores under ROOT (default: here) until Ctrl-C."""
     from farm.monitor import find_stores
     from farm.web import serve as run_server
-    if os.path.isdir(root) and os.path.isfile(os.path.join(root, "zarr.json")):
+    if not os.path.isdir(root):
+        raise FarmError(f"{root}: not a folder")
+    if os.path.isfile(os.path.join(root, "zarr.json")):
         raise FarmError(f"{root} is a store itself; serve the folder that holds it")
-    click.echo(f"{len(find_stores(root)) if os.path.isdir(root) else 0} store(s) under {root}", err=True)
+    click.echo(f"{len(find_stores(root))} store(s) under {root}", err=True)
     try:
         run_server(root, host, port, log=lambda m: click.echo(m, err=True))
     except KeyboardInterrupt:

@@ -39,7 +39,7 @@ class FrameProgress:
     frame: int              # frame number
     done: float             # fraction of the frame's pixel samples recorded, 0 to 1
     spp_done: float         # samples per pixel recorded, on average over the film
-    state: str              # done, rendering (its job runs), partial (stopped part-way), waiting
+    state: str              # done; while its job runs: rendering, waiting; else: partial, empty
     eta_s: float | None     # seconds until it is done at the run's rate (frames render in order)
 
 
@@ -194,7 +194,7 @@ def _frames(spec, done, per_frame, rate, running):
         elif running:
             state = "rendering" if d > 0 else "waiting"
         else:
-            state = "partial" if d > 0 else "waiting"
+            state = "partial" if d > 0 else "empty"
         eta = left / rate if rate and d < 1.0 else None
         out.append(FrameProgress(frame=spec.frames[0] + f, done=d, spp_done=d * spec.spp, state=state, eta_s=eta))
     return tuple(out)

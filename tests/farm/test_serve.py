@@ -234,6 +234,8 @@ def test_serve_refuses_a_store_and_a_taken_port(base):
     base, port = base
     code, _, err = farm_main("serve", base / "root" / "a" / "done.zarr")
     assert code == 1 and "is a store itself" in err
+    code, _, err = farm_main("serve", base / "root" / "nowhere")
+    assert code == 1 and err.endswith("nowhere: not a folder\n")
     code, _, err = farm_main("serve", base / "root", "--port", port)
     assert code == 1 and err.count("\n") == 2 and f"cannot serve on 127.0.0.1:{port}" in err
 
