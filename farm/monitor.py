@@ -12,7 +12,8 @@ may be gone).
 Stores under a root: directories holding a ``zarr.json`` that is a frame store's (or that does not
 read: a damaged store), not looked inside further; hidden directories (``.name``) are skipped and
 symbolic links are not followed, and a store with a link in it that leads out of the root is
-shown as damaged and none of it is read.
+shown as damaged and none of it is read (a store is walked for links at most every
+``LINK_CHECK_S`` seconds).
 """
 import dataclasses
 import io
@@ -30,6 +31,7 @@ __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summariz
            "STALE_S", "NO_SAMPLES"]
 
 STALE_S = 120.0  # seconds without progress notes after which a running job is called stalled
+LINK_CHECK_S = 2.0  # seconds a store's walk for links out of the root is taken as still true
 NO_SAMPLES = (96, 136)  # the 8-bit greys of the 8-pixel checker shown where a tile has no samples yet
 _CHECKER = 8
 
@@ -114,6 +116,21 @@ def _link_out(path, root):
     return None
 
 
+_links_seen = {}  # store path -> (when, _link_out's answer): one walk of a store serves a page's thumbnails
+
+
+def _recent_link_out(path, root):
+    """``_link_out``, walked again once its last answer is ``LINK_CHECK_S`` old."""
+    now = time.monotonic()
+    when, answer = _links_seen.get(path, (-LINK_CHECK_S, None))
+    if now - when >= LINK_CHECK_S:
+        if len(_links_seen) > 1024:
+            _links_seen.clear()
+        answer = _link_out(path, root)
+        _links_seen[path] = (now, answer)
+    return answer
+
+
 def store_path(root, store):
     """The path of the store ``store`` (relative to ``root``, as ``find_stores`` names it); a
     LookupError for any other name (so nothing outside the root is ever opened)."""
@@ -125,7 +142,7 @@ def store_path(root, store):
 def _open(root, store):
     """(spec, FrameStore) of a store under ``root``, opened read-only; StoreError if it does not read."""
     path = store_path(root, store)
-    outside = _link_out(path, root)
+    outside = _recent_link_out(path, root)
     if outside is not None:
         raise StoreError(f"{store}: {os.path.relpath(outside, path)} is a link out of the served folder")
     return open_store(path, mode="r")
@@ -136,20 +153,25 @@ def _open(root, store):
 def summarize(root, store, now=None):
     """The ``JobSummary`` of ``store`` under ``root``: state ``damaged`` (with the reason in
     ``error``) where the store does not read; a LookupError if there is no such store."""
-    try:
-        spec, fs = _open(root, store)
-    except FarmError as e:
-        return JobSummary(store=store, state="damaged", error=str(e).replace(os.path.realpath(root) + os.sep, ""))
-    return _summary(store, spec, fs, time.time() if now is None else now)
+    store_path(root, store)
+    return _summarize(store, lambda: _open(root, store), now, hide=os.path.realpath(root) + os.sep)
 
 
 def summarize_url(url, now=None):
     """The ``JobSummary`` of the store at ``url`` (any path or URL ``farm status`` takes)."""
+    return _summarize(url, lambda: open_store(url, mode="r"), now)
+
+
+def _summarize(name, opener, now, hide=None):
     try:
-        spec, fs = open_store(url, mode="r")
+        spec, fs = opener()
     except FarmError as e:
-        return JobSummary(store=url, state="damaged", error=str(e))
-    return _summary(url, spec, fs, time.time() if now is None else now)
+        error = str(e)
+    except Exception as e:  # a store no check foresaw: still one job shown damaged, not a broken page
+        error = f"{name}: does not read ({_why(e)})"
+    else:
+        return _summary(name, spec, fs, time.time() if now is None else now)
+    return JobSummary(store=name, state="damaged", error=error.replace(hide, "") if hide else error)
 
 
 def _summary(name, spec, fs, now):
