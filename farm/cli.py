@@ -95,10 +95,11 @@ def _scene_spp(path, sets):
 
 
 def _render(spec, address, no_progress):
-    from farm import job, session
+    from farm import job, registry, session
     from farm.scene_check import check_scene
     check_scene(spec)
     spec, store = job.prepare(spec)
+    registry.record(store.url)
     click.echo(f"{spec.n_frames} frame(s) x {spec.spp} spp at {store.width}x{store.height} -> {store.url}", err=True)
     try:
         session.run(spec, store, address=address, show_progress=not no_progress,
@@ -258,6 +259,8 @@ def submit(source, address, frames, spp, res, sets, seed, tile, out):
     except RuntimeError as e:
         if "already exists" not in str(e):
             raise FarmError(f"submit failed: {_first_line(e)}") from None
+    from farm import registry
+    registry.record(spec.store)
     click.echo(sid)
 
 
@@ -283,6 +286,60 @@ def cancel(store, address):
         except RuntimeError as e:
             raise FarmError(f"cancel requested in {store}, but stopping its Ray job failed: {_first_line(e)}") from None
     click.echo(f"cancel requested for {store}", err=True)
+
+
+@cli.command()
+@click.argument("root", type=click.Path(file_okay=False), default=".")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; the monitor has no login).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8600, show_default=True,
+              help="Port to listen on (0: any free port).")
+def serve(root, host, port):
+    """Serve a read-only web monitor of the frame stores under ROOT (default: here) until Ctrl-C."""
+    from farm.monitor import find_stores
+    from farm.web import serve as run_server
+    if not os.path.isdir(root):
+        raise FarmError(f"{root}: not a folder")
+    if os.path.isfile(os.path.join(root, "zarr.json")):
+        raise FarmError(f"{root} is a store itself; serve the folder that holds it")
+    click.echo(f"{len(find_stores(root))} store(s) under {root}", err=True)
+    try:
+        run_server(root, host, port, log=lambda m: click.echo(m, err=True))
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+@cli.command(name="list")
+@click.argument("root", type=click.Path(file_okay=False), default=".")
+def list_jobs(root):
+    """One line per job: the stores under ROOT (default: here) and those `farm render` and
+    `farm submit` made on this machine; state, frames done, spp, store."""
+    from farm import monitor, registry
+    if not os.path.isdir(root):
+        raise FarmError(f"{root}: not a folder")
+    jobs, seen = [], set()
+    for store in monitor.find_stores(root):
+        path = os.path.join(root, store)
+        jobs.append((path, monitor.summarize(root, store)))
+        seen.add(os.path.realpath(path))
+    for url in registry.recorded():
+        local = "://" not in url
+        if local and (os.path.realpath(url) in seen or not os.path.isdir(url)):
+            continue  # listed above, or removed since
+        jobs.append((_shown_path(url) if local else url, monitor.summarize_url(url)))
+    for path, j in jobs:
+        click.echo(_job_line(path, j))
+
+
+def _shown_path(path):
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _job_line(path, j):
+    if j.state == "damaged":
+        return f"{'damaged':<11} {'-':>11} {'-':>9}  {path}  ({_one_line(j.error or '')})"
+    return f"{j.state:<11} {f'{j.frames_done}/{j.frames}':>11} {f'{j.spp} spp':>9}  {path}"
 
 
 def _first_line(error):

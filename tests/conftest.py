@@ -1,6 +1,7 @@
 """Test-session set-up: the farm's deterministic CPU arithmetic in this process too, so that
 renders made here (references) and in worker processes agree bit for bit; a local Ray fixture."""
 import os
+import tempfile
 
 import pytest
 from hypothesis import settings
@@ -8,6 +9,8 @@ from hypothesis import settings
 from tracer.xla_flags import set_in_environment
 
 set_in_environment()  # before any test module imports JAX
+# `farm render` and `farm submit` note their stores for `farm list`: the tests' in a file of their own.
+os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registry-"), "stores")
 # Dr.Jit reads this when mitsuba is first imported; without it, its LLVM variant loads whichever
 # libLLVM it finds (an older one here), which aborts the process. Absent, the variant is refused.
 os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1")

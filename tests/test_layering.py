@@ -12,7 +12,7 @@ def _loaded_after(statement):
 
 def test_farm_does_not_import_jax():
     loaded = _loaded_after("import farm, farm.cli, farm.curves, farm.spec, farm.store, farm.planner, farm.job, "
-                           "farm.export, farm.session, farm.scheduler, cluster.group, cluster.task, tracer.defaults, "
+                           "farm.export, farm.session, farm.scheduler, farm.monitor, farm.web, farm.registry, cluster.group, cluster.task, tracer.defaults, "
                            "tracer.reduction")
     assert "jax" not in loaded and "jaxlib" not in loaded
 

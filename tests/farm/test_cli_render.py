@@ -1,4 +1,6 @@
 """``farm render`` end to end on an embedded local Ray, and its one-line errors."""
+import re
+
 import numpy as np
 import pytest
 
@@ -39,6 +41,10 @@ def test_render_then_export_an_animation(tmp_path):
     assert "Token authentication" not in result.stdout + result.stderr  # Ray's notice, not for us
     status = farm_cli("status", str(store))
     assert status.returncode == 0 and "3/3 finished" in status.stdout, status.stdout + status.stderr
+    (tmp_path / "empty").mkdir()
+    listed = farm_cli("list", str(tmp_path / "empty"))  # no store there; the registry has it
+    assert listed.returncode == 0 and re.search(rf"^done +3/3 +2 spp +{re.escape(str(store))}$", listed.stdout, re.M), \
+        listed.stdout + listed.stderr
     for fmt in ("exr", "png"):
         result = farm_cli("export", str(store), "--format", fmt, "--out", str(out))
         assert result.returncode == 0, result.stderr[-3000:]

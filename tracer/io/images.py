@@ -18,7 +18,7 @@ from PIL import Image
 
 from tracer.io.errors import SceneError
 
-__all__ = ["load_image", "write_exr", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb"]
+__all__ = ["load_image", "write_exr", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb", "srgb8"]
 
 # Dr.Jit's single-precision rational fits, coefficients lowest degree first.
 _TO_LINEAR_P = (-0.0163933279112946, -0.7386328024653209, -11.199318357635072, -47.46726633009393,
@@ -222,13 +222,18 @@ def write_exr(path, image):
     OpenEXR.File(header, {k: np.ascontiguousarray(v) for k, v in channels.items()}).write(os.fspath(path))
 
 
-def write_png(path, image):
-    """Write a linear (H, W, 3) or (H, W) image as an 8-bit sRGB PNG (clipped to [0, 1])."""
+def srgb8(image):
+    """A linear (H, W, 3) or (H, W) image as 8-bit sRGB, clipped to [0, 1]: what ``write_png`` writes."""
     image = np.asarray(image, np.float64)
     if image.ndim == 3 and image.shape[2] == 1:
         image = image[:, :, 0]
     encoded = linear_to_srgb(np.clip(np.nan_to_num(image), 0.0, 1.0))
-    Image.fromarray(np.floor(encoded * 255.0 + 0.5).astype(np.uint8)).save(os.fspath(path))
+    return np.floor(encoded * 255.0 + 0.5).astype(np.uint8)
+
+
+def write_png(path, image):
+    """Write a linear (H, W, 3) or (H, W) image as an 8-bit sRGB PNG (clipped to [0, 1])."""
+    Image.fromarray(srgb8(image)).save(os.fspath(path))
 
 
 def write_npy(path, image):

@@ -1,0 +1,298 @@
+"""What frame stores say about their jobs, for ``farm serve`` and ``farm list``: the one place
+where they read stores.
+
+Read-only: a store is opened with mode ``"r"`` (``farm.job.open_store``) and nothing here writes
+to it. Progress counts the tasks a store records (``FrameStore.read_records``: a record that does
+not decode counts as not done, and as damaged); the CRC of a task's sums is checked where its
+pixels are shown (``preview``), and by ``farm status`` and ``farm resume`` for the whole store.
+The state of a job comes from its records and from the last run's progress notes (``FrameStore
+.progress``): a run that has not written notes for ``STALE_S`` seconds is ``stalled`` (its driver
+may be gone).
+
+Stores under a root: directories holding a ``zarr.json`` that is a frame store's (or that does not
+read: a damaged store), not looked inside further; hidden directories (``.name``) are skipped and
+symbolic links are not followed, and a store with a link in it that leads out of the root is
+shown as damaged and none of it is read (a store is walked for links at most every
+``LINK_CHECK_S`` seconds).
+"""
+import dataclasses
+import io
+import os
+import time
+
+import numpy as np
+
+from farm.errors import FarmError
+from farm.job import frame_status, open_store
+from farm.store import FrameStore, StoreError
+from tracer.reduction import resolve
+
+__all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "preview",
+           "STALE_S", "NO_SAMPLES"]
+
+STALE_S = 120.0  # seconds without progress notes after which a running job is called stalled
+LINK_CHECK_S = 2.0  # seconds a store's walk for links out of the root is taken as still true
+NO_SAMPLES = (96, 136)  # the 8-bit greys of the 8-pixel checker shown where a tile has no samples yet
+_CHECKER = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameProgress:
+    frame: int              # frame number
+    done: float             # fraction of the frame's pixel samples recorded, 0 to 1
+    spp_done: float         # samples per pixel recorded, on average over the film
+    state: str              # done; while its job runs: rendering, waiting; else: partial, empty
+    eta_s: float | None     # seconds until it is done at the run's rate (frames render in order)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSummary:
+    store: str              # as asked for: the path relative to the root, or a URL
+    state: str              # new, running, stalled, done, incomplete, failed, cancelled, interrupted, damaged
+    error: str | None = None          # the last run's error, or why the store does not read
+    scene: str | None = None
+    first_frame: int | None = None
+    frames: int | None = None         # how many frames
+    frames_done: int | None = None
+    spp: int | None = None
+    width: int | None = None
+    height: int | None = None
+    samples_done: int | None = None   # pixel samples recorded, all frames
+    samples_total: int | None = None  # pixel samples of the whole job
+    rate: float | None = None         # pixel samples per second of the last run
+    eta_s: float | None = None        # seconds left, while it runs
+    updated: float | None = None      # Unix time of the last run's last progress note
+    damaged_tasks: int = 0            # records that do not decode
+    frame_list: tuple = ()            # FrameProgress per frame
+
+    def to_json(self, frames=False):
+        out = dataclasses.asdict(self)
+        out.pop("frame_list")
+        if frames:
+            out["frame_list"] = [dataclasses.asdict(p) for p in self.frame_list]
+        return out
+
+
+# -- stores under a root ---------------------------------------------------------------------
+
+def find_stores(root):
+    """The stores under the folder ``root``: their paths relative to it ('/'-separated), sorted."""
+    root = os.path.realpath(root)
+    found = []
+    for here, dirs, files in os.walk(root):  # links to folders are listed in dirs, never entered
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if "zarr.json" not in files or here == root:
+            continue
+        dirs[:] = []  # a Zarr hierarchy: a store, or not one, as a whole
+        if _is_store(here, root):
+            found.append(os.path.relpath(here, root).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def _is_store(path, root):
+    if _leads_out(os.path.join(path, "zarr.json"), root):
+        return True  # listed, and shown damaged: its metadata is not read
+    try:
+        return FrameStore.exists(path)
+    except StoreError:
+        return True  # its metadata does not read: a damaged store
+
+
+def _leads_out(path, root):
+    return os.path.islink(path) and os.path.commonpath([root, os.path.realpath(path)]) != root
+
+
+def _link_out(path, root):
+    """The first entry under ``path`` that is a symbolic link leading out of ``root`` (None if none)."""
+    root, folders = os.path.realpath(root), [path]
+    while folders:  # scandir knows links without a stat of each entry (a store has a file per chunk)
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    if _leads_out(entry.path, root):
+                        return entry.path
+                elif entry.is_dir():
+                    folders.append(entry.path)
+    return None
+
+
+_links_seen = {}  # store path -> (when, _link_out's answer): one walk of a store serves a page's thumbnails
+
+
+def _recent_link_out(path, root):
+    """``_link_out``, walked again once its last answer is ``LINK_CHECK_S`` old."""
+    now = time.monotonic()
+    when, answer = _links_seen.get(path, (-LINK_CHECK_S, None))
+    if now - when >= LINK_CHECK_S:
+        if len(_links_seen) > 1024:
+            _links_seen.clear()
+        answer = _link_out(path, root)
+        _links_seen[path] = (now, answer)
+    return answer
+
+
+def store_path(root, store):
+    """The path of the store ``store`` (relative to ``root``, as ``find_stores`` names it); a
+    LookupError for any other name (so nothing outside the root is ever opened)."""
+    if store not in find_stores(root):
+        raise LookupError(f"no store {store!r} under the root")
+    return os.path.join(os.path.realpath(root), *store.split("/"))
+
+
+def _open(root, store):
+    """(spec, FrameStore) of a store under ``root``, opened read-only; StoreError if it does not read."""
+    path = store_path(root, store)
+    outside = _recent_link_out(path, root)
+    if outside is not None:
+        raise StoreError(f"{store}: {os.path.relpath(outside, path)} is a link out of the served folder")
+    return open_store(path, mode="r")
+
+
+# -- a job's summary -------------------------------------------------------------------------
+
+def summarize(root, store, now=None):
+    """The ``JobSummary`` of ``store`` under ``root``: state ``damaged`` (with the reason in
+    ``error``) where the store does not read; a LookupError if there is no such store."""
+    store_path(root, store)
+    return _summarize(store, lambda: _open(root, store), now, hide=os.path.realpath(root) + os.sep)
+
+
+def summarize_url(url, now=None):
+    """The ``JobSummary`` of the store at ``url`` (any path or URL ``farm status`` takes)."""
+    return _summarize(url, lambda: open_store(url, mode="r"), now)
+
+
+def _summarize(name, opener, now, hide=None):
+    try:
+        spec, fs = opener()
+    except FarmError as e:
+        error = str(e)
+    except Exception as e:  # a store no check foresaw: still one job shown damaged, not a broken page
+        error = f"{name}: does not read ({_why(e)})"
+    else:
+        return _summary(name, spec, fs, time.time() if now is None else now)
+    return JobSummary(store=name, state="damaged", error=error.replace(hide, "") if hide else error)
+
+
+def _summary(name, spec, fs, now):
+    try:
+        records, bad = fs.read_records(spec.n_chunks)
+        done = frame_status(fs, spec, records)
+        notes = fs.progress()
+    except Exception as e:  # sums or records that zarr cannot read at all: damaged, not a broken page
+        return JobSummary(store=name, state="damaged", error=f"{name}: damaged store: {_why(e)}")
+    notes = notes if notes is not None else {}
+    per_frame = fs.width * fs.height * spec.spp
+    finished = sum(1 for d in done if d >= 1.0)
+    state = _state(notes, finished == len(done), any(d > 0 for d in done), now)
+    rate = _number(notes, "rate")
+    running = state == "running"
+    return JobSummary(
+        store=name, state=state, error=str(notes["error"]) if notes.get("error") else None, scene=spec.scene,
+        first_frame=spec.frames[0], frames=spec.n_frames, frames_done=finished, spp=spec.spp, width=fs.width,
+        height=fs.height, samples_done=round(sum(done) * per_frame), samples_total=per_frame * len(done),
+        rate=rate, eta_s=_number(notes, "eta_s") if running else None, updated=_number(notes, "updated"),
+        damaged_tasks=len(bad), frame_list=_frames(spec, done, per_frame, rate if running else None, running))
+
+
+def _state(notes, finished, started, now):
+    last = str(notes.get("state", ""))
+    if finished:
+        return "done"
+    if last == "running":
+        updated = _number(notes, "updated")
+        return "stalled" if updated is None or now - updated > STALE_S else "running"
+    if last in ("failed", "cancelled", "interrupted"):
+        return last
+    return "incomplete" if started or last == "done" else "new"
+
+
+def _frames(spec, done, per_frame, rate, running):
+    out, left = [], 0.0
+    for f, d in enumerate(done):
+        left += (1.0 - d) * per_frame
+        if d >= 1.0:
+            state = "done"
+        elif running:
+            state = "rendering" if d > 0 else "waiting"
+        else:
+            state = "partial" if d > 0 else "empty"
+        eta = left / rate if rate and d < 1.0 else None
+        out.append(FrameProgress(frame=spec.frames[0] + f, done=d, spp_done=d * spec.spp, state=state, eta_s=eta))
+    return tuple(out)
+
+
+def _number(notes, key):
+    """A progress note's number, None where it is missing or not a finite number (notes, not the job)."""
+    value = notes.get(key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+    return value if ok else None
+
+
+def _why(error):
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+# -- a frame's preview -----------------------------------------------------------------------
+
+def preview(root, store, frame, max_size=None, cache=None):
+    """(PNG bytes, tag) of frame number ``frame`` of ``store`` under ``root``, tone-mapped as
+    ``farm export`` makes PNGs, from the tasks recorded so far whose sums pass their CRC; a tile
+    with none is a grey checker (``NO_SAMPLES``). ``max_size`` bounds the longer side (a
+    thumbnail). ``tag`` names the records the image comes from: while they stay the same, so does
+    the image, and ``cache`` (a dict, or None) keeps it by tag. A LookupError if there is no such
+    store or frame; a StoreError if the store does not read."""
+    spec, fs = _open(root, store)
+    f = frame - spec.frames[0]
+    if not 0 <= f < spec.n_frames:
+        raise LookupError(f"{store} has no frame {frame}")
+    records = _frame_records(fs, f, spec.n_chunks)
+    tag = f"{frame}-{max_size}-{_digest(records)}"
+    key = (os.path.realpath(root), store, tag)
+    if cache is not None and key in cache:
+        return cache[key], tag
+    keep = np.zeros(records.shape[:3], bool)
+    for c, ty, tx in zip(*np.nonzero(records[..., 0])):
+        keep[c, ty, tx] = fs.verify_task((f, c, ty, tx), records[c, ty, tx])
+    png = _png(fs, resolve(*fs.frame_sums(f, spec.n_chunks, keep)), keep.any(axis=0), max_size)
+    if cache is not None:
+        cache[key] = png
+    return png, tag
+
+
+def _frame_records(fs, f, n_chunks):
+    """The records of frame index ``f``: (n_chunks, TY, TX, 3) uint32, zeros where one does not decode."""
+    try:
+        return np.asarray(fs.records[f, :n_chunks])
+    except Exception:  # a record that does not decode: read them one by one
+        out = np.zeros((n_chunks, fs.tiles_y, fs.tiles_x, 3), np.uint32)
+        for c, ty, tx in np.ndindex(out.shape[:3]):
+            try:
+                out[c, ty, tx] = fs.records[f, c, ty, tx]
+            except Exception:
+                pass
+        return out
+
+
+def _digest(records):
+    import hashlib
+    return hashlib.sha256(records.tobytes()).hexdigest()[:16]
+
+
+def _png(fs, image, sampled, max_size):
+    """PNG bytes of the linear ``image``, tiles where ``sampled`` (TY, TX) is False as a checker."""
+    from PIL import Image
+
+    from tracer.io.images import srgb8
+    pixels = srgb8(image)
+    y, x = np.mgrid[:fs.height, :fs.width]
+    checker = np.where((y // _CHECKER + x // _CHECKER) % 2 == 0, *NO_SAMPLES).astype(np.uint8)
+    empty = np.repeat(np.repeat(~sampled, fs.tile, axis=0), fs.tile, axis=1)[:fs.height, :fs.width]
+    pixels[empty] = checker[empty, None]
+    picture = Image.fromarray(pixels)
+    if max_size and max(fs.width, fs.height) > max_size:
+        picture.thumbnail((max_size, max_size), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    picture.save(out, format="PNG")
+    return out.getvalue()

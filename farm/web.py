@@ -1,0 +1,179 @@
+"""``farm serve``: a read-only web monitor of the frame stores under a folder (Flask on waitress).
+
+Routes (``<store>``: a store's path relative to the folder, as ``GET /api/jobs`` lists it)::
+
+    GET /                                       the jobs, refreshing itself while one runs
+    GET /jobs/<store>                           a job: its frames as thumbnails with progress, refreshing itself
+    GET /api/jobs                               JSON: one object per job (``farm.monitor.JobSummary``)
+    GET /api/jobs/<store>                       JSON: the job, with ``frame_list``
+    GET /api/jobs/<store>/frames/<frame>.png    the frame from the samples done so far (``?max=N``: a thumbnail)
+
+Every store is read through ``farm.monitor``, which opens stores read-only and answers only for
+the stores it finds under the folder: any other name, however encoded, is a 404 (nothing outside
+the folder is ever opened). A damaged store is listed as damaged, with its reason.
+"""
+import math
+import os
+
+from flask import Flask, abort, jsonify, render_template_string, request, url_for
+
+from farm import monitor
+from farm.errors import FarmError
+
+__all__ = ["make_app", "serve"]
+
+_REFRESH_S = {"running": 2, "new": 3, "stalled": 10}  # how often a page reloads while its jobs are in these states
+_PREVIEWS = 512  # cached preview images (a frame whose records did not change is not read again)
+
+_STYLE = """<style>
+body{font:14px system-ui,sans-serif;margin:1.5em;color:#222} table{border-collapse:collapse}
+td,th{padding:.25em .8em;text-align:left;border-bottom:1px solid #ddd} .num{text-align:right}
+.damaged,.failed,.stalled{color:#b00} .done{color:#070} .running{color:#05a} .error{color:#b00}
+.grid{display:flex;flex-wrap:wrap;gap:.8em} figure{margin:0;width:{{ thumb }}px}
+figure img{width:{{ thumb }}px;image-rendering:pixelated;background:#888} figcaption{font-size:12px}
+progress{width:100%}
+</style>"""
+
+_LIST = """<!doctype html><html><head><meta charset="utf-8"><title>farm: jobs</title>
+{% if refresh %}<meta http-equiv="refresh" content="{{ refresh }}">{% endif %}""" + _STYLE + """</head><body>
+<h1>Jobs under {{ root }}</h1>
+{% if not jobs %}<p>No frame stores here.</p>{% else %}
+<table><tr><th>store</th><th>state</th><th class="num">frames</th><th class="num">samples</th>
+<th class="num">rate</th><th class="num">ETA</th><th>scene, or what is wrong</th></tr>
+{% for j in jobs %}<tr>
+<td><a href="{{ url_for('job_page', store=j.store) }}">{{ j.store }}</a></td><td class="{{ j.state }}">{{ j.state }}</td>
+{% if j.state == "damaged" %}<td></td><td></td><td></td><td></td><td class="error">{{ j.error }}</td>
+{% else %}<td class="num">{{ j.frames_done }}/{{ j.frames }}</td>
+<td class="num">{{ pct(j.samples_done, j.samples_total) }} of {{ j.spp }} spp</td>
+<td class="num">{{ rate(j.rate) }}</td><td class="num">{{ clock(j.eta_s) }}</td>
+<td>{{ basename(j.scene) }}{% if j.error %} <span class="error">{{ j.error }}</span>{% endif %}</td>{% endif %}
+</tr>{% endfor %}</table>{% endif %}
+</body></html>"""
+
+_JOB = """<!doctype html><html><head><meta charset="utf-8"><title>farm: {{ j.store }}</title>
+{% if refresh %}<meta http-equiv="refresh" content="{{ refresh }}">{% endif %}""" + _STYLE + """</head><body>
+<p><a href="{{ url_for('job_list') }}">all jobs</a></p>
+<h1>{{ j.store }} <span class="{{ j.state }}">{{ j.state }}</span></h1>
+{% if j.state == "damaged" %}<p class="error">{{ j.error }}</p>{% else %}
+<table>
+<tr><th>scene</th><td>{{ j.scene }}</td></tr>
+<tr><th>frames</th><td>{{ j.first_frame }}-{{ j.first_frame + j.frames - 1 }}: {{ j.frames_done }} of {{ j.frames }} done</td></tr>
+<tr><th>film</th><td>{{ j.width }}x{{ j.height }}, {{ j.spp }} spp</td></tr>
+<tr><th>samples</th><td>{{ pct(j.samples_done, j.samples_total) }} ({{ j.samples_done }} of {{ j.samples_total }} pixel samples)</td></tr>
+<tr><th>rate</th><td>{{ rate(j.rate) }} (the last run's)</td></tr>
+<tr><th>ETA</th><td>{{ clock(j.eta_s) }}</td></tr>
+<tr><th>last note</th><td>{{ ago(j.updated) }}</td></tr>
+{% if j.error %}<tr><th>last error</th><td class="error">{{ j.error }}</td></tr>{% endif %}
+{% if j.damaged_tasks %}<tr><th>damaged</th><td class="error">{{ j.damaged_tasks }} record(s) do not read back;
+`farm resume` renders them again</td></tr>{% endif %}
+</table>
+<p><progress max="{{ j.samples_total }}" value="{{ j.samples_done }}"></progress></p>
+<div class="grid">{% for f in j.frame_list %}<figure>
+<a href="{{ url_for('frame_png', store=j.store, frame=f.frame) }}"><img alt="frame {{ f.frame }}"
+ src="{{ url_for('frame_png', store=j.store, frame=f.frame, max=thumb) }}"></a>
+<figcaption>frame {{ f.frame }}: <span class="{{ f.state }}">{{ f.state }}</span><br>
+{{ "%.1f" | format(f.spp_done) }}/{{ j.spp }} spp{% if f.eta_s is not none %}, ETA {{ clock(f.eta_s) }}{% endif %}
+<progress max="1" value="{{ f.done }}"></progress></figcaption></figure>{% endfor %}</div>
+{% endif %}</body></html>"""
+
+
+def _clock(seconds):
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _helpers():
+    import time
+    return {
+        "clock": _clock,
+        "rate": lambda r: "-" if not r else f"{r / 1e6:.2f} M samples/s",
+        "pct": lambda done, total: f"{100 * done / total:.1f}%" if total else "-",
+        "ago": lambda t: "none yet" if t is None else f"{max(0, time.time() - t):.0f} s ago",
+        "basename": lambda p: os.path.basename(p or ""),
+        "thumb": 240,
+    }
+
+
+def _refresh(jobs):
+    waits = [_REFRESH_S[j.state] for j in jobs if j.state in _REFRESH_S]
+    return min(waits) if waits else None
+
+
+def make_app(root):
+    """The Flask application serving the stores under the folder ``root``."""
+    app = Flask(__name__, static_folder=None)  # no static route: nothing but what monitor answers
+    app.json.sort_keys = False
+    app.url_map.merge_slashes = False  # '//x' names no store: a 404, not a redirect to '/x'
+    previews = {}
+
+    def summary(store):
+        try:
+            return monitor.summarize(root, store)
+        except LookupError:
+            abort(404)
+
+    @app.get("/")
+    def job_list():
+        jobs = [monitor.summarize(root, s) for s in monitor.find_stores(root)]
+        return render_template_string(_LIST, jobs=jobs, root=os.path.abspath(root), refresh=_refresh(jobs),
+                                      **_helpers())
+
+    @app.get("/jobs/<path:store>")
+    def job_page(store):
+        j = summary(store)
+        return render_template_string(_JOB, j=j, refresh=_refresh([j]), **_helpers())
+
+    @app.get("/api/jobs")
+    def api_jobs():
+        return jsonify([monitor.summarize(root, s).to_json() for s in monitor.find_stores(root)])
+
+    @app.get("/api/jobs/<path:store>")
+    def api_job(store):
+        return jsonify(summary(store).to_json(frames=True))
+
+    @app.get("/api/jobs/<path:store>/frames/<int:frame>.png")
+    def frame_png(store, frame):
+        size = request.args.get("max", type=int)
+        if size is not None and not 8 <= size <= 4096:
+            abort(400, "max: 8 to 4096 pixels")
+        if len(previews) > _PREVIEWS:
+            previews.clear()
+        try:
+            png, tag = monitor.preview(root, store, frame, size, cache=previews)
+        except LookupError:
+            abort(404)
+        except FarmError as e:
+            abort(409, str(e))
+        response = app.response_class(png, mimetype="image/png")
+        response.set_etag(tag)
+        response.headers["Cache-Control"] = "no-cache"  # may change while the frame renders: ask each time
+        return response.make_conditional(request)
+
+    @app.after_request
+    def headers(response):
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Content-Security-Policy"] = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'"
+        return response
+
+    return app
+
+
+def serve(root, host="127.0.0.1", port=8600, log=print, ready=None):
+    """Serve the stores under ``root`` on ``host``:``port`` until interrupted (port 0: a free
+    one). ``ready(server)`` is called once it listens (its port: ``server.effective_port``)."""
+    import waitress
+    if not os.path.isdir(root):
+        raise FarmError(f"{root}: not a folder")
+    try:
+        server = waitress.create_server(make_app(root), host=host, port=port, threads=8)
+    except OSError as e:  # the port is taken, the host is not this machine's
+        raise FarmError(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
+    log(f"serving the jobs under {root} at http://{host}:{server.effective_port}/ (Ctrl-C stops)")
+    if ready is not None:
+        ready(server)
+    try:
+        server.run()
+    finally:
+        server.close()
