@@ -2,8 +2,8 @@
 
 Layout: ``lease/epoch-NNNNNNNNNN.json``, one small JSON document per epoch::
 
-    {"epoch": 7, "host": "render-3", "pid": 4242, "token": "9f2c...", "acquired": T0,
-     "renewed": T1, "expires": T1 + duration, "released": false}
+    {"epoch": 7, "host": "render-3", "pid": 4242, "token": "9f2c...", "process": "51ab...",
+     "acquired": T0, "renewed": T1, "expires": T1 + duration, "released": false}
 
 The holder is the document of the highest epoch. A driver takes the store by creating the next
 epoch's document with a create-if-absent write (``set_if_not_exists``: an exclusive link on a
@@ -168,9 +168,10 @@ class Lease:
         self._heartbeat = threading.Thread(target=self._beat, name=f"lease {url}", daemon=True)
 
     @classmethod
-    def acquire(cls, group, url, duration=None):
+    def acquire(cls, group, url, duration=None, heartbeat=True):
         """Take the store whose zarr group is ``group`` (at ``url``, for messages), or raise
-        LeaseHeld naming the live holder; starts the heartbeat."""
+        LeaseHeld naming the live holder; starts the heartbeat (without it, ``renew`` is the
+        caller's)."""
         duration = lease_duration() if duration is None else duration
         node = group.require_group("lease").store_path
         for _ in range(3):
@@ -186,7 +187,8 @@ class Lease:
             if _read(node, mine.epoch) == mine:  # not taken by a driver that created it first
                 lease = cls(node, url, mine, duration)
                 lease._forget_before(mine.epoch - 1)
-                lease._heartbeat.start()
+                if heartbeat:
+                    lease._heartbeat.start()
                 return lease
         raise LeaseHeld(f"{url}: other drivers keep taking this store's lease; `farm status {url}` shows who holds it")
 
@@ -222,6 +224,7 @@ class Lease:
             _write(self.node, dataclasses.replace(self.holder, released=True, renewed=time.time()))
         except Exception:  # lost, or the store is gone: nothing of ours to release
             pass
+        self.lost = self.lost or "it was released"
 
     def _beat(self):
         while not self._stop.wait(self.duration / 3):
