@@ -43,16 +43,17 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
         if not create and not replace:
             raise StoreError(f"{spec.store}: no frame store here")
         return _create(spec.planned(), digest, replace, lease)
-    spec, stored, store = _bind(spec, digest)
+    hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
+    spec, stored, store = _bind(spec, hashes)
     if lease:  # bound again under the lease: another driver may have changed the store meanwhile
         held = Lease.acquire(store.group, store.url)
         try:
-            spec, stored, store = _bind(spec, digest)
+            spec, stored, store = _bind(spec, hashes)
         except BaseException:
             held.release()
             raise
         store.lease = held
-    if spec.frames != stored.frames or spec.spp > stored.spp or spec.groups != stored.groups or spec.accel != stored.accel:
+    if (spec.frames, spec.groups, spec.accel) != (stored.frames, stored.groups, stored.accel) or spec.spp > stored.spp:
         store.grow(spec.to_json(), spec.identity(digest), spec.n_frames, spec.n_chunks)
     store.forget_frames(sorted({frame - spec.frames[0] for frame in redo}))
     return spec, store
@@ -84,17 +85,19 @@ def _create(spec, digest, replace, lease):
     return spec, store
 
 
-def _bind(spec, digest):
+def _bind(spec, hashes):
     """(planned spec, the stored job, its FrameStore): ``spec`` checked against the store at
-    ``spec.store`` without writing anything: the same job, or one that adds frames or samples."""
+    ``spec.store`` without writing anything: the same job, or one that adds frames or samples.
+    ``hashes``: scene hashes by frame range, filled in."""
     stored, store = open_store(spec.store, mode="r+")
     spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size,
                                chunk_passes=stored.chunk_passes).planned()
-    if spec.frames == stored.frames:
-        store.check_identity(spec.identity(digest))
-    else:  # the stored frames must be the same job's; then only a later end is an edit
-        store.check_identity(dataclasses.replace(spec, frames=stored.frames).identity(_scene_hash(
-            dataclasses.replace(spec, frames=stored.frames))))
+    # The stored frames must be of this job (their scene and parameters); then only a later end is an edit.
+    old = dataclasses.replace(spec, frames=stored.frames)
+    if old.frames not in hashes:
+        hashes[old.frames] = _scene_hash(old)
+    store.check_identity(old.identity(hashes[old.frames]))
+    if spec.frames != stored.frames:
         if spec.frames[0] != stored.frames[0] or spec.frames[1] < stored.frames[1]:
             raise StoreError(f"{spec.store}: holds frames {stored.frames[0]}-{stored.frames[1]}, not "
                              f"{spec.frames[0]}-{spec.frames[1]}: frames can be added after the last "

@@ -41,6 +41,7 @@ import uuid
 
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
+from zarr.storage import LocalStore
 
 from farm.errors import SpecError, shown
 from farm.store import StoreError
@@ -86,7 +87,8 @@ class Holder:
     def describe(self, now):
         """The holder and the state of its lease, for ``farm status``."""
         if self.released:
-            return f"none (the last, {self.who()}, released its lease {now - self.renewed:.0f} s ago; epoch {self.epoch})"
+            return (f"none (the last, {self.who()}, released its lease {now - self.renewed:.0f} s ago; "
+                    f"epoch {self.epoch})")
         if self.live(now):
             return (f"{self.who()}, lease live (epoch {self.epoch}, renewed {now - self.renewed:.0f} s ago, "
                     f"expires in {self.expires - now:.0f} s)")
@@ -112,12 +114,25 @@ def _key(epoch):
     return f"{_PREFIX}{epoch:010d}{_SUFFIX}"
 
 
+def _folder(node):
+    """The folder of ``node`` where its store is a local filesystem, else None. Reads there skip
+    zarr's event loop (a tenth of the time): a driver checks its lease before every write."""
+    if isinstance(node.store, LocalStore):
+        return os.path.join(node.store.root, node.path)
+    return None
+
+
 def _epochs(node):
     """The epochs of the documents under ``node`` (a zarr StorePath), highest last."""
-    async def names():
+    async def listed():
         return [name async for name in node.store.list_dir(node.path)]
+    folder = _folder(node)
+    try:
+        names = os.listdir(folder) if folder else sync(listed())
+    except FileNotFoundError:  # the store is gone
+        names = []
     found = []
-    for name in sync(names()):
+    for name in names:
         if name.startswith(_PREFIX) and name.endswith(_SUFFIX) and name[len(_PREFIX):-len(_SUFFIX)].isdigit():
             found.append(int(name[len(_PREFIX):-len(_SUFFIX)]))
     return sorted(found)
@@ -125,11 +140,20 @@ def _epochs(node):
 
 def _read(node, epoch):
     """The document of ``epoch``, or None where it is missing or does not parse."""
-    buffer = sync((node / _key(epoch)).get())
-    if buffer is None:
+    folder = _folder(node)
+    try:
+        if folder:
+            with open(os.path.join(folder, _key(epoch)), "rb") as f:
+                text = f.read()
+        else:
+            buffer = sync((node / _key(epoch)).get())
+            text = buffer.to_bytes() if buffer is not None else None
+    except FileNotFoundError:
+        text = None
+    if text is None:
         return None
     try:
-        doc = json.loads(buffer.to_bytes())
+        doc = json.loads(text)
         return Holder(**{f.name: doc[f.name] for f in dataclasses.fields(Holder)})
     except (ValueError, TypeError, KeyError):
         return None

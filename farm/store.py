@@ -161,7 +161,7 @@ class FrameStore:
         group.create_array("records", shape=(n_frames, n_chunks, ty, tx, 3), chunks=(1, 1, 1, 1, 3),
                            dtype="uint32", fill_value=0, dimension_names=["frame", "chunk", "tile_y", "tile_x", "field"])
         group.create_group("progress")
-        # Written last: a store without it is not a store (a creation cut short is made again by --replace).
+        # Written last: a store without it is not a store (one cut short is made again by --replace).
         group.attrs.put({"farm": {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}})
         return cls(group, url)
 
