@@ -45,14 +45,20 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
         return _create(spec.planned(), digest, replace, lease)
     hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
     spec, stored, store = _bind(spec, hashes)
-    if lease:  # bound again under the lease: another driver may have changed the store meanwhile
-        held = Lease.acquire(store.group, store.url)
-        try:
-            spec, stored, store = _bind(spec, hashes)
-        except BaseException:
-            held.release()
-            raise
+    if not lease:
+        return _edit(spec, stored, store, digest, redo)
+    held = Lease.acquire(store.group, store.url)
+    try:  # bound again under the lease: another driver may have changed the store meanwhile
+        spec, stored, store = _bind(spec, hashes)
         store.lease = held
+        return _edit(spec, stored, store, digest, redo)
+    except BaseException:
+        held.release()
+        raise
+
+
+def _edit(spec, stored, store, digest, redo):
+    """Bind ``store`` (of the job ``stored``) to ``spec`` and discard the frames to ``redo``."""
     if (spec.frames, spec.groups, spec.accel) != (stored.frames, stored.groups, stored.accel) or spec.spp > stored.spp:
         store.grow(spec.to_json(), spec.identity(digest), spec.n_frames, spec.n_chunks)
     store.forget_frames(sorted({frame - spec.frames[0] for frame in redo}))
