@@ -6,7 +6,7 @@ import dataclasses
 import os
 
 from farm.errors import SpecError
-from farm.lease import Lease
+from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
@@ -38,6 +38,8 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
     """
     _check_params(spec)
     _check_redo(spec, redo)
+    if lease:
+        lease_duration()  # a bad FARM_LEASE_S is refused before anything is written
     digest = _scene_hash(spec)
     if replace or not FrameStore.exists(spec.store):
         if not create and not replace:

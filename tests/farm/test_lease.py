@@ -3,6 +3,7 @@ renewing it, and fences a driver that lost it before it writes anything. The fir
 ``farm.lease`` in this process (another driver is this process under another identity); the
 last runs real drivers as subprocesses and freezes one with SIGSTOP."""
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ import zarr
 from farm import lease as lease_module
 from farm.lease import Fenced, Lease, LeaseHeld, holder
 from farm.store import FrameStore
-from tests.helpers.farm_cases import ORBIT, ROOT, farm_cli, filled_store, store_files
+from tests.helpers.farm_cases import ORBIT, ROOT, farm_cli, farm_main, filled_store, store_files
 from tests.helpers.hang_guard import hang_guard
 
 ME = f"{socket.gethostname()} pid {os.getpid()}"
@@ -103,6 +104,28 @@ def test_a_fenced_driver_writes_nothing_to_the_store(tmp_path, monkeypatch):
             write()
     assert _data_files(tmp_path / "f.zarr") == before
     taker.release()
+
+
+@pytest.mark.parametrize("text", [b"\x00garbage", b"[]", b'{"epoch": 1}', "bad expiry"])
+def test_a_lease_document_that_does_not_read_holds_nothing(tmp_path, monkeypatch, text):
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w-")
+    first = Lease.acquire(group, "s.zarr", duration=600, heartbeat=False)
+    if text == "bad expiry":
+        text = json.dumps(dict(dataclasses.asdict(first.holder), expires="later")).encode()
+    (tmp_path / "s.zarr" / "lease" / "epoch-0000000001.json").write_bytes(text)
+    assert holder(group) is False
+    with pytest.raises(Fenced, match="epoch 1 replaced it"):
+        first.check()
+    _another_driver(monkeypatch)
+    assert Lease.acquire(group, "s.zarr", duration=600, heartbeat=False).holder.epoch == 2
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "soon"])
+def test_a_bad_lease_duration_is_refused_before_a_store_exists(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("FARM_LEASE_S", value)
+    code, _, err = farm_main("render", ORBIT, "--frames", "0", "--spp", "1", "--res", "8x8", "--out", tmp_path / "x")
+    assert code == 2 and err.count("\n") == 1 and "FARM_LEASE_S must be a number of seconds" in err, err
+    assert not (tmp_path / "x").exists()
 
 
 def _render(store, frames, env):
