@@ -94,19 +94,30 @@ def _scene_spp(path, sets):
     return scene_info(path).spp
 
 
-def _render(spec, address, no_progress):
+def _render(spec, address, no_progress, redo=None, replace=False):
+    """Render ``spec`` as the store's one driver: its lease is held (and renewed) from before the
+    first write until the end, whatever ends it."""
     from farm import job, registry, session
     from farm.scene_check import check_scene
+    from farm.spec import parse_frame_list
     check_scene(spec)
-    spec, store = job.prepare(spec)
+    spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
     registry.record(store.url)
-    click.echo(f"{spec.n_frames} frame(s) x {spec.spp} spp at {store.width}x{store.height} -> {store.url}", err=True)
     try:
+        click.echo(f"{spec.n_frames} frame(s) x {spec.spp} spp at {store.width}x{store.height} -> {store.url}",
+                   err=True)
         session.run(spec, store, address=address, show_progress=not no_progress,
                     log=lambda m: click.echo(m, err=True))
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; `farm resume {store.url}` goes on from here") from None
+    finally:
+        store.lease.release()
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
+
+
+def _redo_option(f):
+    return click.option("--redo", default=None, metavar="FRAMES",
+                        help="Frames to discard and render afresh, e.g. 3,7-9.")(f)
 
 
 @click.group()
@@ -139,35 +150,40 @@ def _job_options(f):
 @click.option("--accel", type=click.Choice(["auto", "embree", "warp", "jax"]), default=None,
               help="Intersection backend (default auto: Embree on CPUs).")
 @click.option("--out", default=None, help="The job's Zarr store (a path, or a URL zarr accepts).")
+@_redo_option
+@click.option("--replace", is_flag=True, help="Replace the content of a frame store of another job with this job.")
 @_group_options
-def render(source, frames, spp, res, sets, seed, tile, accel, out, address, no_progress, groups,
+def render(source, frames, spp, res, sets, seed, tile, accel, out, redo, replace, address, no_progress, groups,
            hosts_per_group, devices_per_host, platform):
     """Render SOURCE (a scene .xml, or a job .toml) into a Zarr store.
 
     Running it again on the store of the same job renders only what is missing; a higher --spp
-    adds samples to a finished job.
+    adds samples to a finished job, and a later last frame adds frames.
     """
     spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out)
     spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform)
-    _render(spec, address, no_progress)
+    _render(spec, address, no_progress, redo, replace)
 
 
 @cli.command()
 @click.argument("store")
+@_redo_option
 @_group_options
-def resume(store, address, no_progress, groups, hosts_per_group, devices_per_host, platform):
+def resume(store, redo, address, no_progress, groups, hosts_per_group, devices_per_host, platform):
     """Render what the store at STORE still lacks (there, wherever it was made)."""
     from farm.job import open_store
     spec, _ = open_store(store)
     spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform)
-    _render(spec, address, no_progress)
+    _render(spec, address, no_progress, redo)
 
 
 @cli.command()
 @click.argument("store")
 def status(store):
-    """Show STORE's job: frames, samples done (tasks that do not read back count as not done), rate, ETA."""
+    """Show STORE's job: frames, samples done (tasks that do not read back count as not done), rate, ETA,
+    and the driver that holds it."""
     from farm.job import frame_status, open_store
+    from farm.lease import holder
     spec, fs = open_store(store)
     records, damaged = fs.verified_records(spec.n_chunks)
     done = frame_status(fs, spec, records)
@@ -186,6 +202,9 @@ def status(store):
     line = _last_run(fs.progress())
     if line:
         click.echo(line)
+    driver = holder(fs.group)
+    click.echo("driver:  " + ("none yet" if driver is None else "unknown (its lease does not read)" if driver is False
+                              else driver.describe(time.time())))
     for f, d in enumerate(done):
         if 0 < d < 1:
             click.echo(f"  frame {spec.frames[0] + f}: {100 * d:.0f}%")

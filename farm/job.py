@@ -6,6 +6,7 @@ import dataclasses
 import os
 
 from farm.errors import SpecError
+from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
@@ -24,31 +25,96 @@ def _scene_hash(spec):
     return scene_hash(spec.scene, [spec.params_at(frame) for frame in range(spec.frames[0], spec.frames[1] + 1)])
 
 
-def prepare(spec, create=True):
+def prepare(spec, create=True, redo=(), replace=False, lease=False):
     """Validate ``spec`` and bind it to its store (created, or checked to be this job's).
 
-    On an existing store the reduction tree comes from the store, and a higher spp refines it.
+    On an existing store the reduction tree comes from the store; a higher spp refines it and a
+    frame range that ends later adds frames (the frames stored stay as they are). ``redo``
+    (frame numbers) discards those frames' data, so that they are rendered afresh. ``replace``
+    replaces a frame store of any job (never anything else) with a new one of this job. With
+    ``lease``, the store's lease is taken (``farm.lease``; ``store.lease``, the caller releases
+    it) before anything is written to an existing store, and every write checks it.
     Returns (planned spec, FrameStore).
     """
     _check_params(spec)
-    if FrameStore.exists(spec.store):
-        stored, store = open_store(spec.store, mode="r+")
-        spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size,
-                                   chunk_passes=stored.chunk_passes).planned()
-        store.check_identity(spec.identity(_scene_hash(spec)))
-        if spec.spp < stored.spp:
-            raise SpecError(f"{spec.store} already holds {stored.spp} spp; asking for {spec.spp} is not supported "
-                            f"(export fewer samples is not possible from summed passes)")
-        if spec.spp > stored.spp or spec.groups != stored.groups or spec.accel != stored.accel:
-            store.set_spp(spec.to_json(), spec.n_chunks)
-        return spec, store
-    if not create:
-        raise StoreError(f"{spec.store}: no frame store here")
-    spec = spec.planned()
-    film = film_size(spec)
-    store = FrameStore.create(spec.store, spec.identity(_scene_hash(spec)), spec.to_json(), film,
-                              spec.n_frames, spec.n_chunks)
+    _check_redo(spec, redo)
+    if lease:
+        lease_duration()  # a bad FARM_LEASE_S is refused before anything is written
+    digest = _scene_hash(spec)
+    if replace or not FrameStore.exists(spec.store):
+        if not create and not replace:
+            raise StoreError(f"{spec.store}: no frame store here")
+        return _create(spec.planned(), digest, replace, lease)
+    hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
+    spec, stored, store = _bind(spec, hashes)
+    if not lease:
+        return _edit(spec, stored, store, digest, redo)
+    held = Lease.acquire(store.group, store.url)
+    try:  # bound again under the lease: another driver may have changed the store meanwhile
+        spec, stored, store = _bind(spec, hashes)
+        store.lease = held
+        return _edit(spec, stored, store, digest, redo)
+    except BaseException:
+        held.release()
+        raise
+
+
+def _edit(spec, stored, store, digest, redo):
+    """Bind ``store`` (of the job ``stored``) to ``spec`` and discard the frames to ``redo``."""
+    if (spec.frames, spec.groups, spec.accel) != (stored.frames, stored.groups, stored.accel) or spec.spp > stored.spp:
+        store.grow(spec.to_json(), spec.identity(digest), spec.n_frames, spec.n_chunks)
+    store.forget_frames(sorted({frame - spec.frames[0] for frame in redo}))
     return spec, store
+
+
+def _check_redo(spec, redo):
+    for frame in redo:
+        if not spec.frames[0] <= frame <= spec.frames[1]:
+            raise SpecError(f"--redo {frame}: the job has frames {spec.frames[0]}-{spec.frames[1]}")
+
+
+def _create(spec, digest, replace, lease):
+    """A new store of ``spec``, or (``replace``) one in place of the frame store there."""
+    film = film_size(spec)
+    over = FrameStore.replaceable(spec.store) if replace else None
+    held = Lease.acquire(over, spec.store) if lease and over is not None else None
+    try:
+        if held is not None:
+            held.check()
+        store = FrameStore.create(spec.store, spec.identity(digest), spec.to_json(), film, spec.n_frames,
+                                  spec.n_chunks, over=over)
+        if lease and held is None:
+            held = Lease.acquire(store.group, store.url)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    store.lease = held
+    return spec, store
+
+
+def _bind(spec, hashes):
+    """(planned spec, the stored job, its FrameStore): ``spec`` checked against the store at
+    ``spec.store`` without writing anything: the same job, or one that adds frames or samples.
+    ``hashes``: scene hashes by frame range, filled in."""
+    stored, store = open_store(spec.store, mode="r+")
+    spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size,
+                               chunk_passes=stored.chunk_passes).planned()
+    # The stored frames must be of this job (their scene and parameters); then only a later end is an edit.
+    old = dataclasses.replace(spec, frames=stored.frames)
+    if old.frames not in hashes:
+        hashes[old.frames] = _scene_hash(old)
+    store.check_identity(old.identity(hashes[old.frames]))
+    if spec.frames != stored.frames:
+        if spec.frames[0] != stored.frames[0] or spec.frames[1] < stored.frames[1]:
+            raise StoreError(f"{spec.store}: holds frames {stored.frames[0]}-{stored.frames[1]}, not "
+                             f"{spec.frames[0]}-{spec.frames[1]}: frames can be added after the last "
+                             f"({stored.frames[0]}-N); render into another --out, or add --replace to replace "
+                             f"the store's content")
+    if spec.spp < stored.spp:
+        raise SpecError(f"{spec.store} already holds {stored.spp} spp; asking for {spec.spp} is not supported "
+                        f"(export fewer samples is not possible from summed passes; --replace renders afresh)")
+    return spec, stored, store
 
 
 def open_store(url, mode="r"):
@@ -63,7 +129,8 @@ def open_store(url, mode="r"):
     identity = store.meta["identity"]
     if spec.pass_size is None or spec.chunk_passes is None or spec.identity(identity.get("scene_hash")) != identity:
         raise StoreError(f"{url}: damaged store: its recorded job does not match its identity")
-    if (store.n_frames, store.tile) != (spec.n_frames, spec.tile) or store.n_chunks < spec.n_chunks:
+    # Arrays may be larger than the job: they grow before the job that needs them is recorded.
+    if store.tile != spec.tile or store.n_frames < spec.n_frames or store.n_chunks < spec.n_chunks:
         raise StoreError(f"{url}: damaged store: its arrays hold {store.n_frames} frame(s) x {store.n_chunks} "
                          f"chunk(s), its job {spec.n_frames} x {spec.n_chunks}")
     if spec.resolution and tuple(spec.resolution) != (store.width, store.height):
@@ -95,7 +162,7 @@ def frame_status(store, spec, records):
     (``FrameStore.verified_records``) have them."""
     from farm.planner import plan
     out = []
-    for f in range(store.n_frames):
+    for f in range(spec.n_frames):
         one = dataclasses.replace(spec, frames=(spec.frames[0] + f, spec.frames[0] + f))
         p = plan(one, records[f:f + 1], store.tiles_y, store.tiles_x, store.tile_pixels)
         out.append(p.done_units / p.total_units if p.total_units else 1.0)

@@ -43,7 +43,7 @@ from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_
 from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
 
-__all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_res", "scene_info", "scene_defaults", "scene_hash",
+__all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults", "scene_hash",
            "film_size", "MAX_CHUNKS", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
 
 # A frame's samples are split into at most this many chunks (each is one task per tile, and
@@ -83,6 +83,22 @@ def _check_frames(frames, text):
     if last - first >= MAX_FRAMES:
         raise SpecError(f"frames '{text}': at most {MAX_FRAMES} frames a job (split longer films into jobs)")
     return first, last
+
+
+def parse_frame_list(text):
+    """'3,7-9' -> (3, 7, 8, 9): frame numbers and inclusive ranges, sorted, each once."""
+    frames = set()
+    for part in str(text).split(","):
+        try:
+            first, last = parse_frames(part) if part.strip() else (None, None)
+        except SpecError as e:
+            raise SpecError(f"--redo '{text}': {e}") from None
+        if first is None:
+            raise SpecError(f"--redo '{text}': expected frames like 3,7-9")
+        frames.update(range(first, last + 1))
+        if len(frames) > MAX_FRAMES:
+            raise SpecError(f"--redo '{text}': at most {MAX_FRAMES} frames")
+    return tuple(sorted(frames))
 
 
 def parse_res(text):

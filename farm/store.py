@@ -9,9 +9,11 @@ Layout (one Zarr group; F frames, C chunks of samples, H x W pixels, TY x TX til
                          CRC-32 of the task's sums]; one Zarr chunk per task; zeros = nothing done
     progress/zarr.json   attributes["progress"]: state, samples done, rate, ETA (for `farm status`)
     cancel/zarr.json     present once `farm cancel` asked the running driver to stop
+    lease/               the driver's lease, one document per epoch (``farm.lease``)
 
 Writes: only the driver writes, and a task's ``sums`` chunk is written before its ``records``
-entry, so a record never points at data that is not there. Every chunk has one writer. On resume
+entry, so a record never points at data that is not there. Every chunk has one writer. A driver
+holds the store's lease (``farm.lease``); with ``lease`` set, every write checks it first. On resume
 each recorded task's sums are read back and checked against the CRC: a torn or corrupted chunk
 is re-rendered. A frame's image is the sum of its chunks in chunk order, divided by the weights.
 
@@ -35,6 +37,8 @@ from tracer.defaults import MAX_FILM_SIZE
 __all__ = ["FrameStore", "StoreError", "FORMAT"]
 
 FORMAT = "jaxfarm-frames/1"
+# The group's only attribute while a store is being made (or replaced): not a store yet.
+_INCOMPLETE = "jaxfarm-incomplete"
 # All-zero (black) tiles must be written like any other: completion is checked by reading back.
 zarr.config.set({"array.write_empty_chunks": True})
 
@@ -109,6 +113,7 @@ class FrameStore:
 
     def __init__(self, group, url):
         self.group, self.url = group, url
+        self.lease = None  # farm.lease.Lease of the driver that writes, checked before each write
         self.meta = group.attrs.get("farm")
         self.width, self.height, self.tile = _layout(self.meta, url)
         self.tiles_y, self.tiles_x = -(-self.height // self.tile), -(-self.width // self.tile)
@@ -139,14 +144,15 @@ class FrameStore:
         return group is not None and "farm" in group.attrs
 
     @classmethod
-    def create(cls, url, identity, spec_json, film, n_frames, n_chunks):
-        """A new store; fails if ``url`` already holds anything."""
-        try:
-            group = zarr.open_group(url, mode="w-")
-        except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
-            raise StoreError(f"{url}: already exists and is not a frame store of this job") from None
-        except (OSError, ValueError) as e:  # a file on the way, no permission, an unknown URL scheme
-            raise StoreError(f"{url}: cannot make a store here ({_why(e)})") from None
+    def create(cls, url, identity, spec_json, film, n_frames, n_chunks, over=None):
+        """A new store; fails if ``url`` already holds anything. ``over``: the group of a store
+        (``replaceable``) whose content the new one replaces (its lease stays)."""
+        group = cls._new_group(url) if over is None else over
+        if over is not None:  # not a store from here until its attributes are written: --replace again
+            group.attrs.put({_INCOMPLETE: FORMAT})
+            for name in ("sums", "records", "progress", "cancel"):
+                if _has(group, name):
+                    del group[name]
         width, height = film
         tile = identity["tile"]
         ty, tx = -(-height // tile), -(-width // tile)
@@ -155,9 +161,35 @@ class FrameStore:
         group.create_array("records", shape=(n_frames, n_chunks, ty, tx, 3), chunks=(1, 1, 1, 1, 3),
                            dtype="uint32", fill_value=0, dimension_names=["frame", "chunk", "tile_y", "tile_x", "field"])
         group.create_group("progress")
-        # Written last: a store without it is not a store (a creation cut short is retried).
-        group.attrs["farm"] = {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}
+        # Written last: a store without it is not a store (one cut short is made again by --replace).
+        group.attrs.put({"farm": {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}})
         return cls(group, url)
+
+    @staticmethod
+    def _new_group(url):
+        try:
+            return zarr.open_group(url, mode="w-", attributes={_INCOMPLETE: FORMAT})
+        except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
+            group = _open_group(url, mode="r")
+            if group is not None and group.attrs.get(_INCOMPLETE) == FORMAT:
+                raise StoreError(f"{url}: a store whose making was cut short; add --replace to make it again") from None
+            raise StoreError(f"{url}: already exists and is not a frame store of this job") from None
+        except (OSError, ValueError) as e:  # a file on the way, no permission, an unknown URL scheme
+            raise StoreError(f"{url}: cannot make a store here ({_why(e)})") from None
+
+    @classmethod
+    def replaceable(cls, url):
+        """The zarr group at ``url`` if it is a frame store (of any job, even damaged) or one whose
+        making was cut short; None where nothing is there. Anything else is a StoreError: what
+        the farm did not make is never replaced."""
+        group = _open_group(url, mode="r+")
+        if group is None:
+            return None
+        meta = group.attrs.get("farm")
+        if (isinstance(meta, dict) and str(meta.get("format")).startswith("jaxfarm-frames/")
+                or group.attrs.get(_INCOMPLETE) == FORMAT):
+            return group
+        raise StoreError(f"{url}: not a farm frame store; --replace replaces only frame stores (choose another --out)")
 
     @classmethod
     def open(cls, url, mode="r+"):
@@ -178,7 +210,8 @@ class FrameStore:
             if mine.get(key) != identity.get(key):
                 what = "scene (its XML or a file it names changed)" if key == "scene_hash" else key
                 raise StoreError(f"{self.url}: holds a different job: {what} differs "
-                                 f"(store: {_short(mine.get(key))}, job: {_short(identity.get(key))})")
+                                 f"(store: {_short(mine.get(key))}, job: {_short(identity.get(key))}); "
+                                 f"render into another --out, or add --replace to replace the store's content")
 
     # -- the job's shape ---------------------------------------------------------------------
 
@@ -196,11 +229,17 @@ class FrameStore:
 
     def set_spp(self, spec_json, n_chunks):
         """Raise the job's spp: more chunks (the driver alone calls this)."""
-        if n_chunks > self.n_chunks:
-            f, _, h, w, c = self.sums.shape
-            self.sums.resize((f, n_chunks, h, w, c))
-            self.records.resize((self.n_frames, n_chunks, self.tiles_y, self.tiles_x, 3))
-        meta = dict(self.meta, spec=spec_json)
+        self.grow(spec_json, self.meta["identity"], self.n_frames, n_chunks)
+
+    def grow(self, spec_json, identity, n_frames, n_chunks):
+        """Bind the store to a job with at least its frames and chunks: the arrays grow first
+        (what is stored stays where it is), then the attributes (the driver alone calls this)."""
+        self._check_lease()
+        if n_frames > self.n_frames or n_chunks > self.n_chunks:
+            f, c = max(n_frames, self.n_frames), max(n_chunks, self.n_chunks)
+            self.sums.resize((f, c, self.height, self.width, 4))
+            self.records.resize((f, c, self.tiles_y, self.tiles_x, 3))
+        meta = dict(self.meta, spec=spec_json, identity=identity)
         self.group.attrs["farm"] = meta
         self.meta = meta
 
@@ -269,12 +308,25 @@ class FrameStore:
         y0, y1, x0, x1 = self.tile_box(ty, tx)
         h, w = y1 - y0, x1 - x0
         block = np.concatenate([value[:h, :w], weight[:h, :w, None]], axis=-1).astype(np.float32)
+        self._check_lease()
         self.sums[f, c, y0:y1, x0:x1, :] = block
+        self._check_lease()  # the commit: right before the record
         self.records[f, c, ty, tx, :] = np.array([passes_done, spp_cut, _crc(block)], np.uint32)
 
     def forget_task(self, key):
         f, c, ty, tx = key
+        self._check_lease()
         self.records[f, c, ty, tx, :] = np.zeros(3, np.uint32)
+
+    def forget_frames(self, frames):
+        """Discard the data of frames (indexes): their records are zeroed, so they are rendered afresh."""
+        for f in frames:
+            self._check_lease()
+            self.records[f] = 0
+
+    def _check_lease(self):
+        if self.lease is not None:
+            self.lease.check()
 
     # -- frames ------------------------------------------------------------------------------
 
@@ -296,6 +348,7 @@ class FrameStore:
     # -- progress and cancel -----------------------------------------------------------------
 
     def write_progress(self, **fields):
+        self._check_lease()
         fields["updated"] = time.time()
         try:
             node = self.group["progress"]
@@ -326,6 +379,7 @@ class FrameStore:
 
     def clear_cancel(self):
         if _has(self.group, "cancel"):
+            self._check_lease()
             del self.group["cancel"]  # by name: unreadable metadata there goes too
 
 

@@ -16,10 +16,12 @@ import pytest
 from farm import job
 from farm.curves import Curve
 from farm.errors import SpecError
+from farm.lease import holder
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec, JobSpec
 from farm.store import FrameStore, StoreError
 from tests.helpers.farm_cases import ORBIT, ROOT, exported, farm_cli, farm_main, orbit_spec, reference, store_files
+from tests.helpers.hang_guard import hang_guard
 
 
 def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
@@ -87,7 +89,8 @@ def test_driver_killed_mid_job_then_resumed(tmp_path):
     args = ["render", ORBIT, "--frames", "0-3", "--spp", "32", "--res", "40x30", "--tile", "16",
             "--set", "angle=0:0,3:90", "--out", str(store), "--no-progress"]
     proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, FARM_LEASE_S="10"))  # its lease lapses 10 s after it dies
     try:
         deadline = time.monotonic() + 300
         done = 0
@@ -103,8 +106,16 @@ def test_driver_killed_mid_job_then_resumed(tmp_path):
         proc.wait()
     records = FrameStore.open(str(store), mode="r").all_records()
     assert 0 < np.count_nonzero(records[..., 0]) < records[..., 0].size
+    group = FrameStore.open(str(store), mode="r").group
+    assert holder(group).pid == proc.pid and not holder(group).released  # it died holding the store
+    with hang_guard(120):
+        while holder(group).live(time.time()):
+            time.sleep(0.2)
+    status = farm_cli("status", str(store), timeout=120)
+    assert f"pid {proc.pid} stopped renewing its lease" in status.stdout, status.stdout
     result = farm_cli("resume", str(store), "--no-progress")
     assert result.returncode == 0, result.stderr[-2000:]
+    assert holder(group).epoch == 2 and holder(group).released
     spec = JobSpec.from_json(FrameStore.open(str(store), mode="r").spec_json)
     for got, want in zip(exported(store, tmp_path), reference(spec)):
         np.testing.assert_array_equal(got, want)
@@ -150,6 +161,7 @@ def test_ctrl_c_says_how_to_resume_and_a_copy_of_the_store_resumes_where_it_is(t
     assert proc.returncode == 130, stderr[-2000:]
     assert stderr.strip().splitlines()[-1] == f"error: interrupted; `farm resume {store}` goes on from here"
     assert "Traceback" not in stderr and FrameStore.open(str(store), mode="r").progress()["state"] == "interrupted"
+    assert holder(FrameStore.open(str(store), mode="r").group).released
     shutil.copytree(store, copy)
     original = store_files(store)
     result = farm_cli("resume", str(copy), "--no-progress")
@@ -164,10 +176,11 @@ def test_ctrl_c_says_how_to_resume_and_a_copy_of_the_store_resumes_where_it_is(t
 def test_a_store_of_another_job_is_refused_and_left_alone(tmp_path):
     spec, store = job.prepare(orbit_spec(tmp_path / "e.zarr"))
     attrs = dict(FrameStore.open(store.url).group.attrs)
-    for other, field in ((dataclasses.replace(spec, seed=5), "seed"),
-                         (dataclasses.replace(spec, frames=(0, 5)), "frames"),
-                         (dataclasses.replace(spec, scene=str(ROOT / "examples" / "cbox.xml"), curves=()), "scene")):
-        with pytest.raises(StoreError, match=f"different job: {field}"):
+    for other, message in ((dataclasses.replace(spec, seed=5), "different job: seed"),
+                           (dataclasses.replace(spec, frames=(1, 5)), "holds frames 0-2, not 1-5"),
+                           (dataclasses.replace(spec, scene=str(ROOT / "examples" / "cbox.xml"), curves=()),
+                            "different job: scene")):
+        with pytest.raises(StoreError, match=message):
             job.prepare(other)
     with pytest.raises(SpecError, match="already holds 8 spp"):
         job.prepare(dataclasses.replace(spec, spp=4))
@@ -284,7 +297,7 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
     stderr = proc.stderr.read()
     assert proc.returncode == 5 and "cancelled" in stderr.strip().splitlines()[-1], stderr[-2000:]
     fs = FrameStore.open(str(store), mode="r")
-    assert fs.progress()["state"] == "cancelled"
+    assert fs.progress()["state"] == "cancelled" and holder(fs.group).released
     done = np.count_nonzero(fs.all_records()[..., 0])
     assert 0 < done < fs.all_records()[..., 0].size
     status = farm_cli("status", str(store), timeout=60)

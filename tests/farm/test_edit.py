@@ -1,0 +1,103 @@
+"""Editing a job in its store: frames added after the last, frames redone (their data discarded,
+rendered afresh: the bits of a fresh render), a store of another job refused with the ways on,
+and --replace, which replaces a frame store's content and nothing else."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from farm import job
+from farm.errors import SpecError
+from farm.scheduler import run_job
+from farm.store import FrameStore
+from tests.helpers.farm_cases import ORBIT, exported, farm_main, filled_store, orbit_spec, reference, store_files
+
+
+def _render(*args):
+    """``farm render`` of orbit_spec's job in this process, with ``args`` (frames, spp, store, ...)."""
+    sets = () if "--set" in args else ("--set", "angle=0:0,2:90")
+    return farm_main("render", ORBIT, "--res", "40x30", "--tile", "16", *sets, *args)
+
+
+def _frame_files(store, f):
+    """{path: bytes} of frame index ``f``'s sums and records chunks."""
+    return {p: data for p, data in store_files(store).items()
+            if p.startswith((f"sums/c/{f}/", f"records/c/{f}/"))}
+
+
+def test_frames_added_and_frames_redone_are_rendered_afresh_and_the_rest_is_untouched(local_ray, tmp_path):
+    path = tmp_path / "edit.zarr"
+    filled_store(path, frames=(0, 1))  # made-up sums: a frame rendered again would not keep them
+    kept = _frame_files(path, 0)
+    assert kept
+    spec, store = job.prepare(orbit_spec(path, frames=(0, 2)), redo=(1,))
+    assert spec.frames == (0, 2) and store.n_frames == 3 and not store.all_records()[1:, ..., 0].any()
+    plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
+    assert sorted({t.key[0] for t in plan.todo}) == [1, 2]
+    assert _frame_files(path, 0) == kept
+    got = exported(store.url, tmp_path)
+    assert len(got) == 3
+    for image, want in zip(got[1:], reference(dataclasses.replace(spec, frames=(1, 2)))):
+        np.testing.assert_array_equal(image, want)
+    again, _ = job.open_store(str(path))
+    assert again.frames == (0, 2) and job.prepare(orbit_spec(path, frames=(0, 2)))[0].frames == (0, 2)
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (("--frames", "0-2", "--spp", "8", "--seed", "5"), 3,
+     "holds a different job: seed differs (store: 0, job: 5); render into another --out, or add --replace "
+     "to replace the store's content"),
+    (("--frames", "1-3", "--spp", "8"), 3,
+     "holds frames 0-2, not 1-3: frames can be added after the last (0-N); render into another --out, or add "
+     "--replace"),
+    (("--frames", "0-1", "--spp", "8"), 3, "holds frames 0-2, not 0-1"),
+    (("--frames", "0-5", "--spp", "8", "--set", "angle=0:0,5:180"), 3, "holds a different job: params differs"),
+    (("--frames", "0-2", "--spp", "4"), 2, "already holds 8 spp; asking for 4 is not supported"),
+    (("--frames", "0-2", "--spp", "8", "--redo", "3"), 2, "--redo 3: the job has frames 0-2"),
+    (("--frames", "0-2", "--spp", "8", "--redo", "1,x"), 2, "--redo '1,x': frames 'x'"),
+])
+def test_a_store_of_another_job_is_refused_with_the_ways_on_and_left_alone(tmp_path, args, code, message):
+    path = tmp_path / "s.zarr"
+    filled_store(path)
+    before = store_files(path)
+    got, _, err = _render(*args, "--out", path)
+    assert got == code and err.count("\n") == 1 and message in err, err
+    assert store_files(path) == before  # not even a lease
+
+
+def test_replace_replaces_a_frame_store_and_nothing_else(tmp_path):
+    path = tmp_path / "r.zarr"
+    filled_store(path)
+    other = dataclasses.replace(orbit_spec(path, frames=(0, 4), spp=4), seed=5)
+    spec, store = job.prepare(other, replace=True, lease=True)
+    assert store.lease.holder.epoch == 1
+    store.lease.release()
+    stored, store = job.open_store(str(path))
+    assert (stored.seed, stored.frames, stored.spp) == (5, (0, 4), 4) and store.n_frames == 5
+    assert not store.all_records().any() and store.progress() == {}
+    # A replacement cut short (the attributes say so) is not a store: --replace makes it again.
+    FrameStore.open(str(path), mode="r+").group.attrs.put({"jaxfarm-incomplete": "jaxfarm-frames/1"})
+    code, _, err = _render("--frames", "0-2", "--spp", "8", "--out", path)
+    assert code == 3 and "a store whose making was cut short; add --replace to make it again" in err, err
+    spec, store = job.prepare(orbit_spec(path), replace=True)
+    assert job.open_store(str(path))[0].frames == (0, 2)
+    # Anything the farm did not make is left alone.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("mine")
+    for where, message in ((plain, "not a farm frame store; --replace replaces only frame stores"),
+                           (tmp_path / "notes", "already exists and is not a frame store")):
+        before = store_files(where)
+        code, _, err = _render("--frames", "0-2", "--spp", "8", "--out", where,
+                                 "--replace")
+        assert code == 3 and message in err and store_files(where) == before, err
+
+
+def test_redo_frames_are_parsed_and_checked():
+    from farm.spec import parse_frame_list
+    assert parse_frame_list("3,7-9") == (3, 7, 8, 9) and parse_frame_list(" 2 , 1-2") == (1, 2)
+    for text in ("", "3,", "9-7", "-1"):
+        with pytest.raises(SpecError, match="--redo"):
+            parse_frame_list(text)
