@@ -35,6 +35,10 @@ CASES = [
     ("plastic_textured", _unit(-0.7, 0.1, 0.2)),
     ("rough_plastic_ggx", _unit(0.5, 0.0, 0.5)),
     ("rough_plastic_textured", _unit(0.1, 0.6, 0.3)),
+    ("pplastic", _unit(0.3, 0.2, 0.9)),
+    ("pplastic", _unit(-0.7, 0.1, 0.2)),
+    ("pplastic_ggx_textured", _unit(0.1, 0.6, 0.3)),
+    ("pplastic_aniso_all", _unit(0.5, -0.3, 0.4)),
 ]
 
 
