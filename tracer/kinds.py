@@ -20,8 +20,8 @@ class SurfaceKind:
 class EmitterKind:
     """Mitsuba's emitter plugins."""
 
-    AREA, POINT, SPOT, DIRECTIONAL, CONSTANT, ENVMAP = range(6)
-    DELTA = (POINT, SPOT, DIRECTIONAL)   # a single position or direction: never hit by a ray
+    AREA, POINT, SPOT, DIRECTIONAL, CONSTANT, ENVMAP, PROJECTOR = range(7)
+    DELTA = (POINT, SPOT, DIRECTIONAL, PROJECTOR)   # a single position or direction: never hit by a ray
     ENVIRONMENT = (CONSTANT, ENVMAP)     # what rays that leave the scene see (one per scene)
 
 
