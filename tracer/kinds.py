@@ -20,8 +20,8 @@ class SurfaceKind:
 class EmitterKind:
     """Mitsuba's emitter plugins."""
 
-    AREA, POINT, SPOT, DIRECTIONAL, CONSTANT, ENVMAP = range(6)
-    DELTA = (POINT, SPOT, DIRECTIONAL)   # a single position or direction: never hit by a ray
+    AREA, POINT, SPOT, DIRECTIONAL, CONSTANT, ENVMAP, PROJECTOR = range(7)
+    DELTA = (POINT, SPOT, DIRECTIONAL, PROJECTOR)   # a single position or direction: never hit by a ray
     ENVIRONMENT = (CONSTANT, ENVMAP)     # what rays that leave the scene see (one per scene)
 
 
@@ -54,20 +54,27 @@ class Projection:
 class BsdfKind:
     """Mitsuba's BSDF plugins that are leaves of a material (BLACK: the back of a one-sided
     material, which reflects nothing; NULL: Mitsuba's ``null``, which lets rays pass), and
-    COMPOSITE: the root of a material made of leaves (``blendbsdf``, ``mask``; tracer.bsdfs.layers)."""
+    COMPOSITE: the root of a material made of leaves (``blendbsdf``, ``mask``; tracer.bsdfs.layers);
+    PPLASTIC and POLARIZER: the polarized plugins as Mitsuba's RGB variants render them."""
 
     BLACK, DIFFUSE, CONDUCTOR, ROUGHCONDUCTOR, DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC, PLASTIC, \
-        ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN, NULL, COMPOSITE = range(13)
+        ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN, NULL, COMPOSITE, PPLASTIC, POLARIZER = range(15)
     NAMES = ("black", "diffuse", "conductor", "roughconductor", "dielectric", "roughdielectric",
-             "thindielectric", "plastic", "roughplastic", "principled", "principledthin", "null", "composite")
+             "thindielectric", "plastic", "roughplastic", "principled", "principledthin", "null", "composite",
+             "pplastic", "polarizer")
     # Kinds with a lobe that is not a Dirac delta (Mitsuba's BSDFFlags::Smooth): next-event
     # estimation applies to them. (The 'smooth' conductor and dielectric plugins are delta-only.)
-    WITH_NONDELTA_LOBE = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN)
-    ROUGH = (ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC)  # with a microfacet distribution
+    WITH_NONDELTA_LOBE = (DIFFUSE, ROUGHCONDUCTOR, ROUGHDIELECTRIC, PLASTIC, ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN,
+                          PPLASTIC)
+    ROUGH = (ROUGHCONDUCTOR, ROUGHDIELECTRIC, ROUGHPLASTIC, PPLASTIC)  # with a microfacet distribution
     DIELECTRICS = (DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC)  # transmissive: the same on both sides
     PLASTICS = (PLASTIC, ROUGHPLASTIC)
     # With a diffuse 'reflectance' (the principled kinds' base_color: Mitsuba's diffuse reflectance).
-    WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN)
+    WITH_DIFFUSE = (DIFFUSE, PLASTIC, ROUGHPLASTIC, PRINCIPLED, PRINCIPLEDTHIN, PPLASTIC)
+    # With a float relative IOR (the ``eta`` column's first row).
+    WITH_ETA = (DIELECTRIC, ROUGHDIELECTRIC, THINDIELECTRIC, PLASTIC, ROUGHPLASTIC, PPLASTIC)
+    # Leaves a ray goes straight through (Mitsuba's BSDFFlags::Null), with a weight for polarizers.
+    PASS_THROUGH = (NULL, POLARIZER)
     PRINCIPLEDS = (PRINCIPLED, PRINCIPLEDTHIN)  # Burley's model: parameters in ``Materials.principled``
 
 

@@ -109,6 +109,12 @@ class TextureTableBuilder:
     def add_checkerboard(self, color0: ArrayLike, color1: ArrayLike, to_uv: ArrayLike | None = None) -> int:
         return self._add(TextureKind.CHECKERBOARD, color0=color0, color1=color1, to_uv=to_uv)
 
+    def resolution(self, tid: int) -> tuple[int, int]:
+        """(width, height) of texture ``tid``: a bitmap's pixels, (1, 1) otherwise (Mitsuba's
+        ``Texture::resolution``)."""
+        row = self._rows[tid]
+        return row.width, row.height
+
     def add_bitmap(self, image: ArrayLike, filter: int = BitmapFilter.BILINEAR, wrap: int = WrapMode.REPEAT,
                    to_uv: ArrayLike | None = None) -> int:
         """image: (H, W, 3) linear float RGB (or (H, W) / (H, W, 1) gray)."""

@@ -56,6 +56,9 @@ class FakeNode:
     def get_bool(self, name, default=None):
         return bool(self._get(name, default, (bool,)))
 
+    def mark_used(self, *names):
+        """(Nothing to record: see ``check_unused``.)"""
+
     def check_unused(self):
         """(A fake reads only what a case gives it: nothing to report.)"""
 
@@ -279,8 +282,17 @@ CASES = {
                                "ext_ior": "water", "int_ior": 1.7, "distribution": "ggx"},
     "rough_plastic_white": {"type": "roughplastic", "diffuse_reflectance": 1.0, "alpha": 0.3},
     **PRINCIPLED_CASES,
+    # The polarized plugins as Mitsuba's RGB variants render them.
+    "pplastic": {"type": "pplastic", "diffuse_reflectance": [0.05, 0.03, 0.1], "alpha": 0.06},
+    "pplastic_ggx_textured": {"type": "pplastic", "diffuse_reflectance": CHECKER, "alpha": ROUGHNESS_CHECKER,
+                              "distribution": "ggx", "specular_reflectance": [0.8, 0.9, 0.7], "int_ior": 1.7},
+    "pplastic_aniso_all": {"type": "pplastic", "alpha_u": 0.1, "alpha_v": 0.3, "sample_visible": False,
+                           "eta": 1.33},
+    "polarizer": {"type": "polarizer", "theta": 45.0},
+    "polarizer_textured": {"type": "polarizer", "transmittance": CHECKER, "polarizing": False},
 }
-TRANSMISSIVE = ("dielectric", "roughdielectric", "thindielectric", "principled", "principledthin")  # both sides
+TRANSMISSIVE = ("dielectric", "roughdielectric", "thindielectric", "principled", "principledthin",  # both sides
+                "polarizer")
 CHUNK = 8192  # the one batch size of the jitted calls
 
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from tracer import textures as tx
 from tracer import vecmath as vm
-from tracer.bsdfs import (conductor, dielectric, diffuse, disney, layers, microfacet, plastic, principled,
+from tracer.bsdfs import (conductor, dielectric, diffuse, disney, layers, microfacet, plastic, pplastic, principled,
                           principledthin)
 from tracer.bsdfs.table import Materials
 from tracer.kinds import BsdfKind, Microfacet
@@ -51,18 +51,21 @@ class _Params:
         value = lambda field: tx.eval_float(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
         if present & set(BsdfKind.WITH_DIFFUSE):
             self.reflectance = rgb("reflectance")
-        if present - {BsdfKind.BLACK, BsdfKind.DIFFUSE, BsdfKind.NULL, BsdfKind.COMPOSITE, *BsdfKind.PRINCIPLEDS}:
+        if present - {BsdfKind.BLACK, BsdfKind.DIFFUSE, *BsdfKind.PASS_THROUGH, BsdfKind.COMPOSITE,
+                      *BsdfKind.PRINCIPLEDS}:
             self.specular = rgb("specular_reflectance")
-        if present & set(BsdfKind.DIELECTRICS):
+        if present & {*BsdfKind.DIELECTRICS, BsdfKind.POLARIZER}:
             self.transmittance = rgb("specular_transmittance")
         if present & {BsdfKind.CONDUCTOR, BsdfKind.ROUGHCONDUCTOR}:
             self.eta3, self.k3 = materials.eta[:, mat], materials.k[:, mat]
-        if present & (set(BsdfKind.DIELECTRICS) | set(BsdfKind.PLASTICS)):
+        if present & set(BsdfKind.WITH_ETA):
             self.eta = materials.eta[0, mat]
         if present & set(BsdfKind.PLASTICS):
             self.coating = plastic.Coating(self.reflectance, self.specular, self.eta,
                                            materials.specular_weight[mat], materials.internal_reflectance[mat],
                                            materials.nonlinear[mat])
+        if BsdfKind.PPLASTIC in present:
+            self.pplastic = pplastic.Params(self.reflectance, self.specular, self.eta, materials.specular_weight[mat])
         if present & set(BsdfKind.ROUGH):
             self.distr = microfacet.make(
                 value("alpha_u"), value("alpha_v"),
@@ -133,6 +136,8 @@ def _sample_leaf(materials, textures, mat, uv, wi, u1, u2):
         out.put(BsdfKind.PLASTIC, wo=wo, pdf=pdf, weight=weight, delta=specular)
     if params.has(BsdfKind.NULL):  # Mitsuba's null: the ray goes on (its BSDFFlags::Delta includes Null)
         out.put(BsdfKind.NULL, wo=-wi, pdf=zero + 1.0, weight=jnp.ones_like(wi), delta=True)
+    if params.has(BsdfKind.POLARIZER):  # Mitsuba's polarizer in RGB: a null BSDF passing half the light
+        out.put(BsdfKind.POLARIZER, wo=-wi, pdf=zero + 1.0, weight=0.5 * params.transmittance, delta=True)
     if params.kinds & set(BsdfKind.ROUGH):
         _sample_rough(materials, params, wi, u1, u2, out)
     if params.has(BsdfKind.PRINCIPLED):
@@ -174,6 +179,10 @@ def _sample_rough(materials, params, wi, u1, u2, out):
         wo, pdf, weight = plastic.rough_sample(wi, u1, u2, m, terms_fn, params.coating, materials.transmittance,
                                                params.mat, distr)
         out.put(BsdfKind.ROUGHPLASTIC, wo=wo, pdf=pdf, weight=weight)
+    if params.has(BsdfKind.PPLASTIC):
+        terms_fn = lambda wo: microfacet.terms(distr, wi, wo, vm.normalize(wi + wo))
+        wo, pdf, weight = pplastic.sample(wi, u1, u2, m, terms_fn, params.pplastic, distr)
+        out.put(BsdfKind.PPLASTIC, wo=wo, pdf=pdf, weight=weight)
 
 
 def eval_pdf(materials, textures, mat, uv, wi, wo):
@@ -216,6 +225,9 @@ def _eval_pdf_leaf(materials, textures, mat, uv, wi, wo):
         if params.has(BsdfKind.ROUGHPLASTIC):
             value, pdf = plastic.rough_eval_pdf(wi, wo, terms, params.coating, materials.transmittance, params.mat, distr)
             out.put(BsdfKind.ROUGHPLASTIC, value=value, pdf=pdf)
+        if params.has(BsdfKind.PPLASTIC):
+            value, pdf = pplastic.eval_pdf(wi, wo, terms, params.pplastic, distr)
+            out.put(BsdfKind.PPLASTIC, value=value, pdf=pdf)
     if params.has(BsdfKind.PRINCIPLED):
         value, pdf = principled.eval_pdf(wi, wo, params.disney)
         out.put(BsdfKind.PRINCIPLED, value=value, pdf=pdf)

@@ -174,8 +174,8 @@ class _Reader:
         except (SceneError, TypeError, ValueError):
             return lookup_ior(self.node.get_string(name, default), self.node.source)
 
-    def eta(self, check_distinct=False):
-        int_ior, ext_ior = self.ior("int_ior", "bk7"), self.ior("ext_ior", "air")
+    def eta(self, check_distinct=False, default="bk7"):
+        int_ior, ext_ior = self.ior("int_ior", default), self.ior("ext_ior", "air")
         if int_ior < 0 or ext_ior < 0 or (check_distinct and int_ior == ext_ior):
             raise self.error("the interior and exterior indices of refraction must be positive"
                              + (" and differ" if check_distinct else ""))
@@ -313,12 +313,34 @@ def _principledthin(r):
     return MaterialRow(BsdfKind.PRINCIPLEDTHIN, reflectance=r.spectrum("base_color", 0.5), principled=extra)
 
 
+def _pplastic(r):
+    """Mitsuba's ``pplastic`` (tracer.bsdfs.pplastic): 'eta', or 'int_ior' / 'ext_ior'."""
+    if r.node.has("eta"):
+        if r.node.has("int_ior"):
+            raise r.error("specify either 'eta' or 'int_ior' and 'ext_ior', not both")
+        if r.node.child("eta") is not None:
+            raise r.error("'eta' must be a float (a textured index of refraction is not supported)")
+        eta = np.float32(r.node.get_float("eta"))
+    else:
+        eta = r.eta(check_distinct=True, default="polypropylene")
+    diffuse, specular = r.spectrum("diffuse_reflectance", 0.5), r.spectrum("specular_reflectance", 1.0)
+    return MaterialRow(BsdfKind.PPLASTIC, reflectance=diffuse, specular_reflectance=specular,
+                       eta=np.full(3, eta, np.float32), means=(diffuse, specular), **r.microfacet())
+
+
+def _polarizer(r):
+    """Mitsuba's ``polarizer`` in RGB: a pass-through of half the light times 'transmittance'; its
+    analyzer angle 'theta' and 'polarizing' change nothing without polarization."""
+    r.node.mark_used(*(name for name in ("theta", "polarizing") if r.node.has(name)))
+    return MaterialRow(BsdfKind.POLARIZER, specular_transmittance=r.spectrum("transmittance", 1.0))
+
+
 def has_transmission(node: PluginNode) -> bool:
     """Whether Mitsuba's BSDF for the ``<bsdf>`` node has a transmission lobe (its ``twosided``
     refuses those): the dielectrics, principledthin, and principled with 'spec_trans'."""
     if node.type == "principled":
         return _Reader(node, lambda value: 0, {}).flag("spec_trans")
-    return node.type in ("dielectric", "roughdielectric", "thindielectric", "principledthin")
+    return node.type in ("dielectric", "roughdielectric", "thindielectric", "principledthin", "polarizer")
 
 
 _ADDERS = {
@@ -332,6 +354,8 @@ _ADDERS = {
     "roughplastic": lambda r: _plastic(r, rough=True),
     "principled": _principled,
     "principledthin": _principledthin,
+    "pplastic": _pplastic,
+    "polarizer": _polarizer,
 }
 
 
@@ -522,9 +546,9 @@ def _combined_mirror(reader, mirrors):
 
 _COMPOSITES = ("blendbsdf", "mask")
 # Leaves a ray may pass through: a twosided material cannot wrap them (as in Mitsuba).
-_PASSING = (*BsdfKind.DIELECTRICS, BsdfKind.NULL)
+_PASSING = (*BsdfKind.DIELECTRICS, *BsdfKind.PASS_THROUGH)
 # Leaves that see both sides themselves (wi below the surface is inside): the same on the back.
-_BOTH_SIDES = (*BsdfKind.DIELECTRICS, *BsdfKind.PRINCIPLEDS)
+_BOTH_SIDES = (*BsdfKind.DIELECTRICS, *BsdfKind.PRINCIPLEDS, BsdfKind.POLARIZER)
 MAX_SLOTS = 64  # leaves of one composite material: each is evaluated for every light sample
 
 

@@ -1,4 +1,4 @@
-"""Light sources: Mitsuba 3's area, point, spot, directional, constant and envmap emitters.
+"""Light sources: Mitsuba 3's area, point, spot, directional, constant, envmap and projector emitters.
 
 ``EmitterTableBuilder`` (host) turns scene plugins into the ``Emitters`` table; the traced API
 is four functions on batches of N lanes:

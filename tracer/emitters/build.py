@@ -16,9 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tracer import camera as cameras
 from tracer import constants
 from tracer.emitters import discrete, envmap
 from tracer.emitters.table import Emitters
+from tracer.io import sensors
 from tracer.io.errors import SceneError
 from tracer.kinds import EmitterKind, SurfaceKind
 from tracer.table_rows import column, stacked
@@ -75,7 +77,9 @@ class EmitterRow:
     spot_cos_beam: float = -1.0
     spot_inv_transition: float = 0.0
     spot_uv_factor: float = 1.0
-    spot_texture: int = -1
+    texture: int = -1           # multiplies radiance (spot, projector, area)
+    proj_cot: float = 1.0
+    proj_aspect: float = 1.0
 
 
 class _MeshTriangles(NamedTuple):
@@ -111,7 +115,7 @@ class EmitterTableBuilder:
         self._n_triangles = 0
         self._env: _Environment | None = None
         self._environment = -1
-        self._spot_textured = False
+        self._textured = False
 
     # ------------------------------------------------------------------ area lights
     def add_area(self, node: PluginNode, shape_index: int,
@@ -178,13 +182,17 @@ class EmitterTableBuilder:
                                    to_local=_affine(to_local))
 
     # ------------------------------------------------------------------ other emitters
-    def add(self, node: PluginNode, add_texture: Callable[[PluginNode], int] | None) -> int:
-        """A ``point``, ``spot``, ``directional``, ``constant`` or ``envmap`` node; returns its id.
+    def add(self, node: PluginNode, add_texture: Callable[[PluginNode], int] | None,
+            texture_resolution: Callable[[int], tuple[int, int]] | None = None) -> int:
+        """A ``point``, ``spot``, ``directional``, ``constant``, ``envmap`` or ``projector`` node;
+        returns its id.
 
-        ``add_texture(node)`` returns the texture id of a nested texture plugin (spot projection).
+        ``add_texture(node)`` returns the texture id of a nested texture plugin (spot and projector
+        textures), ``texture_resolution(id)`` its (width, height) (a projector's film).
         """
         adders = {"point": self._point, "spot": self._spot, "directional": self._directional,
-                  "constant": self._constant, "envmap": self._envmap}
+                  "constant": self._constant, "envmap": self._envmap,
+                  "projector": lambda n, add: self._projector(n, add, texture_resolution)}
         if node.type not in adders:
             raise SceneError(f"unsupported emitter type '{node.type}'", node.source)
         row = adders[node.type](node, add_texture)
@@ -216,9 +224,39 @@ class EmitterTableBuilder:
             if child is None:
                 raise SceneError(f"{node.describe()}: 'texture' must be a nested texture plugin "
                                  "(spatially varying)", node.source)
-            row = dataclasses.replace(row, spot_texture=int(add_texture(child)))
-            self._spot_textured = True
+            row = self._textured_row(row, add_texture(child))
         return self._set_to_world(node, row)
+
+    def _projector(self, node, add_texture, texture_resolution):
+        """Mitsuba's ``projector`` (tracer.emitters.projector): its film is the irradiance texture's
+        resolution (1 x 1 for a constant), its ``fov`` along ``fov_axis`` (or ``focal_length``)."""
+        scale = node.get_float("scale", 1.0)
+        if not np.isfinite(scale):
+            raise SceneError(f"{node.describe()}: 'scale' must be finite, got {scale}", node.source)
+        child = node.child("irradiance")
+        width = height = 1
+        if child is None:
+            row = self._row(node, EmitterKind.PROJECTOR, scale * self._spectrum(node, "irradiance", 1.0))
+        else:
+            row = self._textured_row(self._row(node, EmitterKind.PROJECTOR, np.full(3, scale)), add_texture(child))
+            width, height = texture_resolution(row.texture)
+        fov, axis = sensors.field_of_view(node)
+        if not (np.isfinite(fov) and 0 < fov < 180):
+            raise SceneError(f"{node.describe()}: 'fov' must be in degrees, strictly between 0 and 180, got {fov}",
+                             node.source)
+        try:
+            x_fov = float(cameras.x_fov_from(fov, axis, width, height))
+        except ValueError as err:
+            raise SceneError(f"{node.describe()}: {err}", node.source) from None
+        if not 0 < x_fov < 180:
+            raise SceneError(f"{node.describe()}: the horizontal field of view must be in (0, 180) degrees, "
+                             f"got {x_fov:g}", node.source)
+        row = dataclasses.replace(row, proj_cot=1.0 / math.tan(math.radians(x_fov) / 2), proj_aspect=width / height)
+        return self._set_to_world(node, row)
+
+    def _textured_row(self, row, tid):
+        self._textured = True
+        return dataclasses.replace(row, texture=int(tid))
 
     def _directional(self, node, add_texture):
         row = self._row(node, EmitterKind.DIRECTIONAL, self._spectrum(node, "irradiance", 1.0))
@@ -336,13 +374,14 @@ class EmitterTableBuilder:
             spot_cos_beam=column(rows, "spot_cos_beam", np.float32),
             spot_inv_transition=column(rows, "spot_inv_transition", np.float32),
             spot_uv_factor=column(rows, "spot_uv_factor", np.float32),
-            spot_texture=column(rows, "spot_texture", np.int32),
+            texture=column(rows, "texture", np.int32),
+            proj_cot=column(rows, "proj_cot", np.float32), proj_aspect=column(rows, "proj_aspect", np.float32),
             env_rgb=jnp.asarray(np.ascontiguousarray(env.rgb.transpose(2, 0, 1))),
             env_density=jnp.asarray(env.density), env_row_cdf=jnp.asarray(env.row_cdf),
             env_col_cdf=jnp.asarray(env.col_cdf),
             sphere_center=jnp.asarray(center), sphere_radius=jnp.asarray(radius),
             count=count, kinds_present=tuple(kinds), area_shapes_present=tuple(area_shapes),
-            environment=self._environment, spot_textured=self._spot_textured, search_steps=steps,
+            environment=self._environment, textured=self._textured, search_steps=steps,
         )
 
 

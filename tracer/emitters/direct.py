@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from tracer import sampling
-from tracer.emitters import area, distant, envmap, point
+from tracer.emitters import area, distant, envmap, point, projector
 from tracer.kinds import EmitterKind
 from tracer.pytree import pytree_dataclass
 
@@ -26,7 +26,7 @@ class DirectionSample:
     d: jnp.ndarray         # (3, N) unit direction from the reference point towards the emitter
     dist: jnp.ndarray      # (N,) distance to p; inf for directional and environment lights
     pdf: jnp.ndarray       # (N,) solid-angle pdf times selection probability; delta lights: the probability
-    is_delta: jnp.ndarray  # (N,) bool: point, spot or directional (no MIS against the BSDF)
+    is_delta: jnp.ndarray  # (N,) bool: point, spot, directional or projector (no MIS against the BSDF)
     emitter: jnp.ndarray   # (N,) int32 the emitter sampled
 
 
@@ -41,6 +41,8 @@ def _sample_kind(kind, emitters, textures, e, ref, u):
         return distant.sample_directional(emitters, textures, e, ref, u)
     if kind == EmitterKind.CONSTANT:
         return distant.sample_constant(emitters, textures, e, ref, u)
+    if kind == EmitterKind.PROJECTOR:
+        return projector.sample(emitters, textures, e, ref, u)
     return envmap.sample(emitters, ref, u, distant.far_distance(emitters, ref))
 
 

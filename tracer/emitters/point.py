@@ -44,8 +44,8 @@ def sample_spot(em, textures, e, ref, u):
     local = vm.transform_vector(em.to_local[:, :, e], -d)
     falloff = spot_falloff(em, e, local)
     intensity = em.radiance[:, e]
-    tid = em.spot_texture[e]
-    if em.spot_textured:
+    tid = em.texture[e]
+    if em.textured:
         scale = 0.5 / (local[2] * em.spot_uv_factor[e])
         uv = jnp.stack([0.5 + local[0] * scale, 0.5 + local[1] * scale])
         projected = tex.eval_rgb(textures, jnp.maximum(tid, 0), uv)

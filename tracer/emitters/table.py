@@ -21,7 +21,8 @@ class Emitters:
     """E emitters (E >= 1: a scene without lights holds one black point light, ``count`` = 0)."""
 
     kind: jnp.ndarray            # (E,) int32 an EmitterKind
-    radiance: jnp.ndarray        # (3, E) area/constant radiance, point/spot intensity, directional irradiance
+    radiance: jnp.ndarray        # (3, E) area/constant radiance, point/spot intensity, directional irradiance,
+                                 # projector scale (times its irradiance if that is not a texture)
     select_pmf: jnp.ndarray      # (E,) probability of choosing each emitter (Mitsuba's sampling_weight)
     select_cdf: jnp.ndarray      # (E,) its inclusive cumulative sum, last entry exactly 1
     to_world: jnp.ndarray        # (3, 4, E) emitter (or analytic shape) to world
@@ -42,7 +43,10 @@ class Emitters:
     spot_cos_beam: jnp.ndarray    # (E,) cos(beam_width)
     spot_inv_transition: jnp.ndarray  # (E,) 1 / (cutoff_angle - beam_width) [1/rad]
     spot_uv_factor: jnp.ndarray   # (E,) tan(cutoff_angle): the projected texture spans the cutoff cone
-    spot_texture: jnp.ndarray    # (E,) int32 projected texture id, -1 for none
+    texture: jnp.ndarray         # (E,) int32 texture multiplying ``radiance``, -1 for none: a spot's and a
+                                 # projector's projected one, an area light's radiance at the surface uv
+    proj_cot: jnp.ndarray        # (E,) projectors: 1 / tan(x_fov / 2)
+    proj_aspect: jnp.ndarray     # (E,) projectors: the texture's width / height
     env_rgb: jnp.ndarray         # (3, H, W) environment map radiance (scale applied), row 0 at theta = 0
     env_density: jnp.ndarray     # (H, W + 1) luminance * sin(theta) at the warp grid, normalized pdf over uv
     env_row_cdf: jnp.ndarray     # (H - 1,) marginal CDF over the rows of warp cells
@@ -53,5 +57,5 @@ class Emitters:
     kinds_present: tuple = static(())       # kinds that occur, so absent ones cost nothing
     area_shapes_present: tuple = static(())  # area surface types that occur
     environment: int = static(-1)           # row of the constant / envmap emitter, -1 for none
-    spot_textured: bool = static(False)     # some spot light projects a texture
+    textured: bool = static(False)          # some emitter has a texture
     search_steps: int = static(1)           # binary-search iterations over the largest CDF

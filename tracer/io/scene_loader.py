@@ -130,7 +130,7 @@ class _SceneBuilder:
                 if node.type == "area":
                     raise SceneError(f"{node.source}: an area emitter must be nested in a shape")
                 requested = len(self.attribute_requests)
-                self.emitters.add(node, self.add_texture)
+                self.emitters.add(node, self.add_texture, self.textures.resolution)
                 if len(self.attribute_requests) > requested:
                     raise SceneError(f"{node.source}: a mesh_attribute texture can only be used by a shape's bsdf")
                 node.check_unused()

@@ -22,7 +22,7 @@ from tracer.io.errors import SceneError
 from tracer.io.films import read_film
 from tracer.io.scene_info import sample_count
 
-__all__ = ["load_sensor"]
+__all__ = ["load_sensor", "field_of_view"]
 
 SENSORS = ("perspective", "thinlens", "orthographic")
 # Sensor parameters that change nothing we render (shutter times without motion, spectral
@@ -81,7 +81,7 @@ def _clip(node):
 
 
 def _x_fov(node, width, height):
-    fov, fov_axis = _field_of_view(node)
+    fov, fov_axis = field_of_view(node)
     if not (math.isfinite(fov) and 0 < fov < 180):
         raise SceneError(f"{node.source}: sensor '{node.type}': 'fov' must be in degrees, strictly between 0 and 180, "
                          f"got {fov}")
@@ -94,7 +94,7 @@ def _x_fov(node, width, height):
     return x_fov
 
 
-def _field_of_view(node):
+def field_of_view(node):
     """(fov in degrees, fov_axis) of a sensor, as Mitsuba's ``parse_fov``: ``fov`` along
     ``fov_axis``, or else a full-frame lens of ``focal_length`` (default "50mm") on the diagonal."""
     if node.has("fov") and node.has("focal_length"):

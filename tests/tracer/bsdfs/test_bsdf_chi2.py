@@ -35,11 +35,17 @@ CASES = [
     ("plastic_textured", _unit(-0.7, 0.1, 0.2)),
     ("rough_plastic_ggx", _unit(0.5, 0.0, 0.5)),
     ("rough_plastic_textured", _unit(0.1, 0.6, 0.3)),
+    ("pplastic", _unit(0.3, 0.2, 0.9)),
+    ("pplastic", _unit(-0.7, 0.1, 0.2), 16),          # a narrow lobe (alpha 0.06) at grazing incidence
+    ("pplastic_ggx_textured", _unit(0.1, 0.6, 0.3)),
+    ("pplastic_aniso_all", _unit(0.5, -0.3, 0.4)),
 ]
 
 
-@pytest.mark.parametrize("name,wi", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
-def test_sampling_matches_pdf(name, wi):
+# (name, wi[, ires]): a narrow lobe needs a finer integration of the density over each cell.
+@pytest.mark.parametrize("name,wi,ires", [(*case, 6)[:3] for case in CASES],
+                         ids=[f"{case[0]}-{i}" for i, case in enumerate(CASES)])
+def test_sampling_matches_pdf(name, wi, ires):
     rng = np.random.default_rng(sum(map(ord, name)) + int(1000 * wi[2]))
     uv = np.broadcast_to(np.float32([[0.3], [0.6]]), (2, SAMPLES))
     s = bc.sample(name, wi, rng.random(SAMPLES, np.float32), rng.random((2, SAMPLES), np.float32), uv)
@@ -50,7 +56,7 @@ def test_sampling_matches_pdf(name, wi):
         n = directions.shape[1]
         return bc.eval_pdf(name, wi, directions, np.broadcast_to(uv[:, :1], (2, n)))[1]
 
-    result = chi2.chi2_test(s["wo"][:, kept], pdf, SAMPLES, res=40, ires=6, test_count=len(CASES))
+    result = chi2.chi2_test(s["wo"][:, kept], pdf, SAMPLES, res=40, ires=ires, test_count=len(CASES))
     assert result.passed, result.message
 
 

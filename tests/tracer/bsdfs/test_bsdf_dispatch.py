@@ -53,7 +53,7 @@ def test_black_material_is_black():
 def test_has_nondelta_lobe():
     materials, _ = bc.tables()
     smooth = np.asarray(bsdfs.has_nondelta_lobe(materials, jnp.arange(len(bc.CASES))))
-    delta_only = {"conductor", "dielectric", "thindielectric"}
+    delta_only = {"conductor", "dielectric", "thindielectric", "polarizer"}
     expected = [params["type"] not in delta_only for params in bc.CASES.values()]
     np.testing.assert_array_equal(smooth, expected)
 

@@ -54,7 +54,7 @@ def test_eval_pdf(name):
     assert_agree(pdf[valid], ref_pdf[valid], f"{name} pdf")
     assert np.all(value[:, ~valid] == 0)
     assert np.all(pdf[~valid] == 0)
-    if bc.CASES[name]["type"] in ("conductor", "dielectric", "thindielectric"):
+    if bc.CASES[name]["type"] in ("conductor", "dielectric", "thindielectric", "polarizer"):
         assert np.all(value == 0) and np.all(pdf == 0)
 
 

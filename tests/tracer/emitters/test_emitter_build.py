@@ -23,7 +23,8 @@ def _add(xml, load_image=None):
     ('<emitter type="constant"><texture type="bitmap" name="radiance"><string name="filename" value="a.png"/></texture></emitter>',
      "textured 'radiance'"),
     ('<emitter type="point"><float name="sampling_weight" value="-1"/></emitter>', "sampling_weight"),
-    ('<emitter type="projector"/>', "unsupported emitter type 'projector'"),
+    ('<emitter type="sunsky"/>', "unsupported emitter type 'sunsky'"),
+    ('<emitter type="projector"><float name="fov" value="0"/></emitter>', "'fov' must be in degrees"),
 ])
 def test_bad_emitters_raise_scene_error_with_the_line(xml, message):
     with pytest.raises(SceneError, match=message) as info:
