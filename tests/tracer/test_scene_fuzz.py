@@ -163,14 +163,14 @@ def _peak_rss():
 
 def _load_and_render(path):
     """How the scene at ``path`` fared ("refused: ...", "rendered", "loaded"), checked: a one-line
-    SceneError or a finite image, within the time and memory bounds."""
+    SceneError naming a file of the scene, or a finite image, within the time and memory bounds."""
     before = _peak_rss()
     with hang_guard(BOUND_S):
         try:
             scene = tracer.load_scene(path)
         except SceneError as e:
             message = str(e)
-            assert "\n" not in message and message.strip(), repr(message)
+            assert "\n" not in message and str(path.parent) in message, repr(message)  # one line, naming a file
             return "refused: " + _error_kind(message)
         if scene.film.crop_width * scene.film.crop_height > RENDERED_PIXELS:
             return "loaded (film too large to render here)"
