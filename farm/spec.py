@@ -39,7 +39,8 @@ import tomllib
 
 from farm.curves import Curve
 from farm.errors import SceneFileError, SpecError, shown
-from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_SPP, PLATFORMS
+from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED,
+                             MAX_SPP, PLATFORMS)
 from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
 
@@ -56,7 +57,6 @@ ACCELS = ("auto", "embree", "warp", "jax")
 # several jobs.
 MAX_FRAMES = 100_000
 MIN_TILE, MAX_TILE = 8, 4096
-MAX_PASS_SIZE = 1024     # samples per pixel in one pass (a static shape of the compiled program)
 MAX_JOB_FILE = 1 << 20   # bytes
 
 
@@ -184,7 +184,7 @@ class JobSpec:
             _check_res(self.resolution, shown(list(self.resolution)))
         _check_count("spp", self.spp, 1, MAX_SPP)
         _check_count("tile", self.tile, MIN_TILE, MAX_TILE, " of pixels")
-        _check_count("seed", self.seed, 0, 2**31 - 1)
+        _check_count("seed", self.seed, 0, MAX_SEED)
         if self.pass_size is not None:
             _check_count("pass_size", self.pass_size, 1, MAX_PASS_SIZE)
         if self.chunk_passes is not None:

@@ -6,7 +6,8 @@ tree (see ``tracer.rendering``): ``tracer.render`` with these defaults gives the
 made with them.
 """
 
-__all__ = ["DEFAULT_TILE", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE", "MAX_SPP", "MAX_FRAME"]
+__all__ = ["DEFAULT_TILE", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE", "MAX_SPP", "MAX_FRAME", "MAX_SEED",
+           "MAX_PASS_SIZE"]
 
 DEFAULT_TILE = 128       # output tile edge, pixels: one work unit renders one tile
 DEFAULT_PASS_SIZE = 16   # samples per pixel in one pass, the unit passes are summed in
@@ -16,3 +17,5 @@ MAX_FILM_SIZE = 16384    # pixels, a film's width and height at most (a scene's 
 # MAX_FRAME, or a sample index past 2^31 - 1 (spp plus a pass's slack), would wrap around.
 MAX_SPP = 2**30          # samples per pixel at most
 MAX_FRAME = 2**31 - 1    # the largest frame number
+MAX_SEED = 2**31 - 1     # the largest seed (int32 too)
+MAX_PASS_SIZE = 1024     # samples per pixel in one pass (a static shape of the compiled program)

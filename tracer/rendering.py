@@ -11,6 +11,7 @@ pass order, starting from the accumulator given. Samples at or past ``spp`` are 
 short last pass adds exact zeros.
 """
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,7 @@ from jax.sharding import Mesh, PartitionSpec
 from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
-from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE
+from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP
 from tracer.direct import trace_direct
 from tracer.integrator import trace_paths
 from tracer.reduction import resolve
@@ -116,6 +117,14 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
     return jax.lax.fori_loop(0, n_passes, one_pass, (value, weight))
 
 
+def _whole(name, value, low, high):
+    """``value`` as an int, refused unless a whole number (not a bool) in [low, high]: the
+    traced program takes these as int32 or as static shapes."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)) or not low <= value <= high:
+        raise ValueError(f"tracer.render: {name} must be a whole number from {low} to {high}, got {value!r}")
+    return int(value)
+
+
 def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAULT_PASS_SIZE, mesh=None,
            chunk_passes=None):
     """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3).
@@ -124,9 +133,11 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAUL
     into chunks, each summed from zero and the chunks added in order (in float32 numpy): the
     farm's reduction tree, so that this gives a farm job's bits (same tile and pass size).
     """
-    spp = scene.settings.spp if spp is None else int(spp)
-    if spp < 1:
-        raise ValueError(f"spp must be at least 1, got {spp}")
+    spp = _whole("spp", scene.settings.spp if spp is None else spp, 1, MAX_SPP)
+    seed, frame = _whole("seed", seed, 0, MAX_SEED), _whole("frame", frame, 0, MAX_FRAME)
+    tile, pass_size = _whole("tile", tile, 1, MAX_FILM_SIZE), _whole("pass_size", pass_size, 1, MAX_PASS_SIZE)
+    if chunk_passes is not None:
+        chunk_passes = _whole("chunk_passes", chunk_passes, 1, MAX_SPP)
     film = scene.film
     mesh = local_mesh() if mesh is None else mesh
     pass_size = min(pass_size, spp)

@@ -30,6 +30,7 @@ import farm.session
 from farm.planner import plan
 from tests.helpers.farm_cases import ORBIT, farm_main, filled_store, store_files
 from tests.helpers.hang_guard import hang_guard
+from tests.helpers.mutations import mutate_bytes
 
 BOUND_S = 60.0  # per command, a guard against hangs; they take milliseconds
 PROJECT_CODES = {1, 2, 3}
@@ -70,14 +71,7 @@ def _mutate(data, kind, where, what, values):
         if edited is not None:
             return edited
         kind = "byte" if kind == "value" else "truncate"  # bytes that do not parse: a byte mutation
-    if not data:
-        return bytes([what])
-    i = where % len(data)
-    if kind == "flip":
-        return data[:i] + bytes([data[i] ^ (1 << (what % 8))]) + data[i + 1:]
-    if kind == "byte":
-        return data[:i] + bytes([what]) + data[i + 1:]
-    return data[:i]
+    return mutate_bytes(data, kind, where, what)
 
 
 def _edit_document(data, kind, where, what, values):

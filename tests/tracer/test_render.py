@@ -1,11 +1,13 @@
 """The work unit: split renders are bit-identical, one compile per job, furnace tests."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import tracer
 from tracer.rendering import local_mesh, render_tile
@@ -140,3 +142,30 @@ def test_one_two_and_four_devices_render_the_same_bits():
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
     assert lines == ["examples/cbox.xml same", "examples/materials.xml same"], result.stdout
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(spp=0), "spp must be a whole number from 1 to 1073741824, got 0"),
+    (dict(spp=-1), "spp"),
+    (dict(spp=2**40), "spp"),     # was an int32 OverflowError
+    (dict(spp=2.5), "spp"),       # was truncated to 2
+    (dict(spp="3"), "spp"),
+    (dict(spp=True), "spp"),
+    (dict(seed=-1), "seed must be a whole number from 0 to 2147483647"),
+    (dict(seed=2**40), "seed"),
+    (dict(frame=-1), "frame"),
+    (dict(tile=0), "tile"),       # was range()'s ValueError
+    (dict(pass_size=0), "pass_size"),  # was a ZeroDivisionError
+    (dict(pass_size=4096), "pass_size"),
+    (dict(chunk_passes=0), "chunk_passes"),
+])
+def test_render_refuses_bad_arguments_by_name(tmp_path, kwargs, needle):
+    scene = tracer.load_scene(_furnace(tmp_path))
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        tracer.render(scene, **kwargs)
+
+
+def test_render_takes_numpy_integers(tmp_path):
+    scene = tracer.load_scene(_furnace(tmp_path))
+    image = tracer.render(scene, spp=np.int64(1), seed=np.int32(2), tile=np.int64(32))
+    assert image.shape == (20, 24, 3) and np.all(np.isfinite(image))

@@ -310,3 +310,51 @@ def test_a_shape_without_a_bsdf_is_diffuse_and_black_if_it_emits(tmp_path):
                    for m in np.asarray(scene.shapes.bsdf_front)]
     np.testing.assert_array_equal(reflectance[0], [0.5, 0.5, 0.5])
     np.testing.assert_array_equal(reflectance[1], [0.0, 0.0, 0.0])
+
+
+SHAPES = """<scene version="3.0.0">
+  <sensor type="perspective"><transform name="to_world"><lookat origin="0, 0, 3" target="0, 0, 0"/></transform>
+    <film type="hdrfilm"><integer name="width" value="4"/><integer name="height" value="3"/></film></sensor>
+  {emitter}
+  {shape}
+</scene>"""
+_ENV = '<emitter type="constant"/>'
+
+
+@pytest.mark.parametrize("shape, emitter, needle", [
+    ('<shape type="sphere"><transform name="to_world"><scale value="0"/></transform></shape>', _ENV,
+     "shape 'sphere': to_world is singular (a zero scale?)"),      # was numpy's LinAlgError
+    ('<shape type="disk"><transform name="to_world"><scale x="0"/></transform></shape>', _ENV, "singular"),
+    ('<shape type="rectangle"><transform name="to_world"><scale z="0"/></transform></shape>', _ENV, "singular"),
+    ('<shape type="cube"><transform name="to_world"><matrix value="1 0 0 0 0 1 0 0 0 0 1 0 1 0 0 1"/></transform>'
+     '</shape>', _ENV, "shape 'cube': to_world is not affine"),
+    ('<shape type="sphere"><float name="radius" value="1e13"/></shape>', _ENV, "past 1e+12"),
+    ('<shape type="rectangle"><transform name="to_world"><translate x="2e12"/></transform></shape>', _ENV,
+     "to_world has an entry past 1e+12"),
+    ('<shape type="rectangle"/>', '<emitter type="constant"><rgb name="radiance" value="3e38"/></emitter>',
+     "emitter 'constant': 'radiance' must be finite, non-negative and at most 1e+12"),
+    ('<shape type="rectangle"/>', '<emitter type="directional"><rgb name="irradiance" value="-1"/></emitter>',
+     "'irradiance'"),
+    ('<shape type="rectangle"><emitter type="area"><rgb name="radiance" value="1e13"/></emitter></shape>', "",
+     "emitter 'area': 'radiance'"),
+    ('<shape type="rectangle"><bsdf type="diffuse"><texture type="bitmap" name="reflectance">'
+     '<string name="filename" value="negative.exr"/></texture></bsdf></shape>', _ENV,
+     "has texel (x=1, y=0) = [-0.5, 1.0, 1.0]; texels must be finite, non-negative"),
+])
+def test_numbers_no_scene_can_mean_are_refused_by_name(tmp_path, shape, emitter, needle):
+    from tracer.io.images import write_exr
+    texels = np.ones((2, 2, 3), np.float32)
+    texels[0, 1, 0] = -0.5
+    write_exr(tmp_path / "negative.exr", texels)
+    (tmp_path / "scene.xml").write_text(SHAPES.format(shape=shape, emitter=emitter))
+    with pytest.raises(SceneError) as info:
+        tracer.load_scene(tmp_path / "scene.xml")
+    assert needle in str(info.value) and "scene.xml:" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("transform", ['<scale z="1e-4"/>', '<scale value="1e-9"/>', '<translate x="9e11"/>'])
+def test_thin_small_and_far_shapes_load(tmp_path, transform):
+    """The limits leave legal shapes alone: a slab 1e-4 thick, a nanometre-sized one, one far away."""
+    shape = f'<shape type="cube"><transform name="to_world">{transform}</transform></shape>'
+    (tmp_path / "scene.xml").write_text(SHAPES.format(shape=shape, emitter=_ENV))
+    assert tracer.load_scene(tmp_path / "scene.xml").geometry is not None

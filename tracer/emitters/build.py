@@ -21,6 +21,7 @@ from tracer import constants
 from tracer.emitters import discrete, envmap
 from tracer.emitters.table import Emitters
 from tracer.io import sensors
+from tracer.io.checks import check_radiance, check_texels
 from tracer.io.errors import SceneError
 from tracer.kinds import EmitterKind, SurfaceKind
 from tracer.table_rows import column, stacked
@@ -293,8 +294,7 @@ class EmitterTableBuilder:
         if w < 2 or h < 3:
             raise SceneError(f"{node.describe()}: the environment map must be at least 2x3 pixels, got {w}x{h}",
                              node.source)
-        if not np.all(np.isfinite(image)):
-            raise SceneError(f"{node.describe()}: '{path}' holds non-finite values", node.source)
+        check_texels(node, path, image, scale)
         self._env = _Environment(image * np.float32(scale), *envmap.build_distribution(image))
         return self._set_to_world(node, self._row(node, EmitterKind.ENVMAP, np.ones(3)))
 
@@ -303,11 +303,7 @@ class EmitterTableBuilder:
         if node.child(name) is not None:
             raise SceneError(f"{node.describe()}: a textured '{name}' is not supported (give an rgb or "
                              "a uniform spectrum)", node.source)
-        value = node.get_rgb(name, np.full(3, default))
-        if not np.all(np.isfinite(value)) or np.any(value < 0):
-            raise SceneError(f"{node.describe()}: '{name}' must be finite and non-negative, got {value}",
-                             node.source)
-        return value
+        return check_radiance(node, name, node.get_rgb(name, np.full(3, default)))
 
     def _set_to_world(self, node, row, alternative=None, make=None):
         """``row`` with to_world from 'to_world', or from ``alternative`` (position, direction) via

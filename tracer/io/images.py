@@ -18,7 +18,12 @@ from PIL import Image
 
 from tracer.io.errors import SceneError
 
-__all__ = ["load_image", "write_exr", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb", "srgb8"]
+__all__ = ["load_image", "write_exr", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb", "srgb8",
+           "MAX_IMAGE_PIXELS"]
+
+# Pixels an image may have (a 16K x 8K environment map), checked from its header before it is
+# decoded: a few compressed kilobytes can otherwise claim gigabytes (a decompression bomb).
+MAX_IMAGE_PIXELS = 2**27
 
 # Dr.Jit's single-precision rational fits, coefficients lowest degree first.
 _TO_LINEAR_P = (-0.0163933279112946, -0.7386328024653209, -11.199318357635072, -47.46726633009393,
@@ -88,11 +93,20 @@ def load_image(path, raw=False):
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+def _check_size(width, height, path):
+    """Refuse an image whose header claims more than ``MAX_IMAGE_PIXELS`` pixels."""
+    if width * height > MAX_IMAGE_PIXELS:
+        raise SceneError(f"image of {width}x{height} pixels is larger than {MAX_IMAGE_PIXELS} pixels", path)
+
+
 def _read_integer_image(path):
     """(H, W, C) float64 in [0, 1] of an 8/16-bit image and whether it is sRGB-encoded."""
     with open(path, "rb") as f:
-        is_png = f.read(8) == _PNG_SIGNATURE  # by content, as Pillow sniffs the rest
-    return (_unit_range(_read_png(path)), True) if is_png else _read_with_pillow(path)
+        head = f.read(24)
+    if head[:8] == _PNG_SIGNATURE:  # by content, as Pillow sniffs the rest
+        _check_size(int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"), path)  # IHDR
+        return _unit_range(_read_png(path)), True
+    return _read_with_pillow(path)
 
 
 def _read_png(path):
@@ -114,6 +128,7 @@ _PILLOW_CONVERSIONS = {"P": "RGBA", "PA": "RGBA", "1": "L", "CMYK": "RGB", "YCbC
 def _read_with_pillow(path):
     """``_read_integer_image`` for what Pillow decodes: JPEG, BMP, TGA, PNM, TIFF, GIF."""
     with Image.open(path) as im:
+        _check_size(*im.size, path)
         im.load()
         if im.mode in _PILLOW_CONVERSIONS:
             im = im.convert(_PILLOW_CONVERSIONS[im.mode])
@@ -135,6 +150,8 @@ def _unit_range(data):
 
 
 def _read_exr(path):
+    low, high = OpenEXR.File(path, header_only=True).header()["dataWindow"]
+    _check_size(int(high[0]) - int(low[0]) + 1, int(high[1]) - int(low[1]) + 1, path)
     channels = OpenEXR.File(path, separate_channels=True).channels()
     names = set(channels)
     pick = lambda *cs: np.stack([channels[c].pixels.astype(np.float32) for c in cs], axis=-1)
@@ -159,6 +176,7 @@ def _read_pfm(path):
     if len(parts) < 5 or parts[0] not in (b"PF", b"Pf"):
         raise SceneError("not a PFM file", path)
     width, height, scale = int(parts[1]), int(parts[2]), float(parts[3])
+    _check_size(width, height, path)
     channels = 3 if parts[0] == b"PF" else 1
     offset = len(data) - width * height * channels * 4
     pixels = np.frombuffer(data, "<f4" if scale < 0 else ">f4", width * height * channels, offset)
@@ -179,6 +197,7 @@ def _read_rgbe(path):
     if b"FORMAT=32-bit_rle_xyze" in data[:header_end]:
         raise SceneError("unsupported Radiance HDR in XYZE", path)
     height, width = int(size[1]), int(size[3])
+    _check_size(width, height, path)
     pos, rows = line_end + 1, []
     for _ in range(height):
         if 8 <= width < 32768 and data[pos:pos + 2] == b"\x02\x02" and data[pos + 2] < 128:

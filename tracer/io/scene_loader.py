@@ -16,6 +16,7 @@ from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
 from tracer.io import meshes, ply, serialized
+from tracer.io.checks import check_extent, check_texels, checked_to_world
 from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
 from tracer.io.scene_info import the_sensor
@@ -65,6 +66,12 @@ def _nested(root):
                 nested.add(id(child))
                 stack.append(child)
     return nested
+
+
+def _corners(to_world):
+    """(8, 3) world-space corners of the [-1, 1]^3 box an analytic shape's ``to_world`` maps."""
+    corners = np.array([[x, y, z, 1.0] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
+    return (corners @ np.asarray(to_world).T)[:, :3]
 
 
 def _load(node, loader, *args, **kwargs):
@@ -156,9 +163,7 @@ class _SceneBuilder:
 
     def _bounds(self):
         points = [m.positions for m in self.meshes]
-        for kind, to_world, _ in self.analytic:
-            corners = np.array([[x, y, z, 1.0] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
-            points.append((corners @ np.asarray(to_world).T)[:, :3])
+        points += [_corners(to_world) for _, to_world, _ in self.analytic]
         allp = np.concatenate(points, axis=0)
         return allp.min(axis=0), allp.max(axis=0)
 
@@ -221,11 +226,12 @@ class _SceneBuilder:
     # ------------------------------------------------------------------ shapes
     def _shape(self, node):
         index = len(self.shape_rows)
-        to_world = node.get_transform("to_world")
+        to_world = checked_to_world(node, node.describe())
         flip_normals = node.get_bool("flip_normals", False)
         triangles, analytic, vertex_normals, mesh = None, None, None, None
         if node.type in MESH_TYPES:
             mesh = self._mesh(node, to_world)
+            check_extent(node, node.describe(), mesh.positions)
             self.meshes.append(geometry.MeshShape(mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index,
                                                   mesh.attributes))
             p = mesh.positions[mesh.faces]
@@ -245,6 +251,7 @@ class _SceneBuilder:
             elif node.type == "cylinder":
                 to_world, mirrored = self._cylinder(node, to_world)
                 flip_normals = flip_normals != mirrored
+            check_extent(node, node.describe(), _corners(to_world))
             analytic = (ANALYTIC_TYPES[node.type], to_world)
             self.analytic.append(geometry.AnalyticShape(*analytic, index))
         else:
@@ -388,6 +395,7 @@ class _SceneBuilder:
             key = (path, raw, filter_name, wrap_name, to_uv.tobytes())
             if key not in self.bitmap_ids:
                 image = _load(node, load_image, path, raw=raw)
+                check_texels(node, path, image)
                 self.bitmap_ids[key] = self.textures.add_bitmap(image, filters[filter_name], wraps[wrap_name], to_uv)
             tid = self.bitmap_ids[key]
         else:

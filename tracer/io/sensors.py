@@ -7,17 +7,17 @@ Sensors: ``perspective`` and ``thinlens`` (``fov`` and ``fov_axis``, or ``focal_
 A camera that no scene can mean is refused, with file, line and parameter, instead of rendering
 a flat or black image (limits, each as Mitsuba's own checks where it has them):
 
-- ``to_world``: finite and affine, its linear part invertible (a zero scale is not a camera);
+- ``to_world``: finite and affine, its linear part invertible (a zero scale is not a camera), its
+  entries at most ``tracer.io.checks.MAX_COORDINATE`` (``checked_to_world``);
 - ``fov``: finite, strictly between 0 and 180 degrees (along its ``fov_axis``);
 - ``near_clip``, ``far_clip``: finite, 0 < near_clip < far_clip (Mitsuba's ProjectiveCamera);
 - ``aperture_radius``: finite, >= 0; ``focus_distance``: finite, > 0.
 """
 import math
 
-import numpy as np
-
 from tracer import camera as cameras
 from tracer import film as films
+from tracer.io.checks import checked_to_world
 from tracer.io.errors import SceneError
 from tracer.io.films import read_film
 from tracer.io.scene_info import sample_count
@@ -42,7 +42,7 @@ def load_sensor(node, resolution=None):
     spec = read_film(node, resolution)
     film = films.make_film(spec.width, spec.height, spec.rfilter, crop=spec.crop)
     spp = sample_count(node)
-    to_world = _to_world(node)
+    to_world = checked_to_world(node, f"sensor '{node.type}'", singular=SINGULAR)
     near, far = _clip(node)
     if node.type == "orthographic":
         camera = cameras.make_orthographic(to_world, spec.width, spec.height, near_clip=near, far_clip=far)
@@ -59,19 +59,6 @@ def _finite(node, name, default, ok, requirement):
     if not (math.isfinite(value) and ok(value)):
         raise SceneError(f"{node.source}: sensor '{node.type}': '{name}' must be {requirement}, got {value}")
     return value
-
-
-def _to_world(node):
-    m = node.get_transform("to_world")
-    where = f"{node.source}: sensor '{node.type}': to_world"
-    if not np.all(np.isfinite(m)):
-        raise SceneError(f"{where} is not finite")
-    if not np.array_equal(m[3], [0.0, 0.0, 0.0, 1.0]):
-        raise SceneError(f"{where} is not affine (its last row is {m[3].tolist()})")
-    s = np.linalg.svd(m[:3, :3], compute_uv=False)
-    if not s[-1] > s[0] * SINGULAR:
-        raise SceneError(f"{where} is singular (a zero scale?): singular values {s.tolist()}")
-    return m
 
 
 def _clip(node):

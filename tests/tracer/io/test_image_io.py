@@ -135,3 +135,33 @@ def test_image_errors(tmp_path):
     (tmp_path / "junk.exr").write_bytes(b"not an image")
     with pytest.raises(SceneError, match="junk.exr: cannot read image"):
         images.load_image(tmp_path / "junk.exr")
+
+
+def _png_claiming(tmp_path, width, height):
+    """A 4x4 PNG whose IHDR (CRC fixed) claims ``width`` x ``height``: a few bytes for gigabytes."""
+    import struct
+    import zlib
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "small.png")
+    data = bytearray((tmp_path / "small.png").read_bytes())
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    (tmp_path / "bomb.png").write_bytes(bytes(data))
+    return tmp_path / "bomb.png"
+
+
+@pytest.mark.parametrize("name, make", [
+    ("bomb.png", lambda tmp: _png_claiming(tmp, 100000, 100000)),
+    ("bomb.pfm", lambda tmp: tmp / "bomb.pfm"),
+    ("bomb.jpg", lambda tmp: tmp / "bomb.jpg"),
+])
+def test_an_image_claiming_too_many_pixels_is_refused_before_decoding(tmp_path, name, make):
+    (tmp_path / "bomb.pfm").write_bytes(b"PF\n70000 70000\n-1.0\n" + bytes(12))
+    Image.new("L", (1, 1)).save(tmp_path / "small.jpg")
+    data = bytearray((tmp_path / "small.jpg").read_bytes())
+    sof = data.index(b"\xff\xc0")  # the frame header: height and width at +5
+    data[sof + 5:sof + 9] = (60000).to_bytes(2, "big") * 2
+    (tmp_path / "bomb.jpg").write_bytes(bytes(data))
+    # (Pillow refuses the JPEG itself, past its own bomb limit, when it opens it)
+    limit = f"larger than {images.MAX_IMAGE_PIXELS} pixels|exceeds limit of .* pixels"
+    with pytest.raises(SceneError, match=limit):
+        images.load_image(make(tmp_path))
