@@ -231,9 +231,7 @@ class EmitterTableBuilder:
     def _projector(self, node, add_texture, texture_resolution):
         """Mitsuba's ``projector`` (tracer.emitters.projector): its film is the irradiance texture's
         resolution (1 x 1 for a constant), its ``fov`` along ``fov_axis`` (or ``focal_length``)."""
-        scale = node.get_float("scale", 1.0)
-        if not np.isfinite(scale):
-            raise SceneError(f"{node.describe()}: 'scale' must be finite, got {scale}", node.source)
+        scale = float(check_radiance(node, "scale", np.full(3, node.get_float("scale", 1.0)))[0])
         child = node.child("irradiance")
         width = height = 1
         if child is None:
