@@ -154,7 +154,7 @@ def status(store):
     """Show STORE's job: frames, samples done (tasks that do not read back count as not done), rate, ETA."""
     from farm.job import frame_status, open_store
     spec, fs = open_store(store)
-    records, damaged = fs.verified_records(spec.n_chunks)
+    records, damaged = fs.verified_records()
     done = frame_status(fs, spec, records)
     finished = sum(1 for d in done if d >= 1.0)
     click.echo(f"store:   {store}")

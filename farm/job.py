@@ -40,14 +40,13 @@ def prepare(spec, create=True):
             raise SpecError(f"{spec.store} already holds {stored.spp} spp; asking for {spec.spp} is not supported "
                             f"(export fewer samples is not possible from summed passes)")
         if spec.spp > stored.spp or spec.groups != stored.groups or spec.accel != stored.accel:
-            store.set_spp(spec.to_json(), spec.n_chunks)
+            store.set_spp(spec.to_json())
         return spec, store
     if not create:
         raise StoreError(f"{spec.store}: no frame store here")
     spec = spec.planned()
     film = film_size(spec)
-    store = FrameStore.create(spec.store, spec.identity(_scene_hash(spec)), spec.to_json(), film,
-                              spec.n_frames, spec.n_chunks)
+    store = FrameStore.create(spec.store, spec.identity(_scene_hash(spec)), spec.to_json(), film, spec.n_frames)
     return spec, store
 
 
@@ -63,9 +62,9 @@ def open_store(url, mode="r"):
     identity = store.meta["identity"]
     if spec.pass_size is None or spec.chunk_passes is None or spec.identity(identity.get("scene_hash")) != identity:
         raise StoreError(f"{url}: damaged store: its recorded job does not match its identity")
-    if (store.n_frames, store.tile) != (spec.n_frames, spec.tile) or store.n_chunks < spec.n_chunks:
-        raise StoreError(f"{url}: damaged store: its arrays hold {store.n_frames} frame(s) x {store.n_chunks} "
-                         f"chunk(s), its job {spec.n_frames} x {spec.n_chunks}")
+    if (store.n_frames, store.tile) != (spec.n_frames, spec.tile):
+        raise StoreError(f"{url}: damaged store: its arrays hold {store.n_frames} frame(s) in tiles of "
+                         f"{store.tile}, its job {spec.n_frames} in tiles of {spec.tile}")
     if spec.resolution and tuple(spec.resolution) != (store.width, store.height):
         raise StoreError(f"{url}: damaged store: its film is {store.width}x{store.height}, its job's "
                          f"{spec.resolution[0]}x{spec.resolution[1]}")
@@ -91,7 +90,7 @@ def group_shapes(spec, local):
 
 
 def frame_status(store, spec, records):
-    """Per frame index: the fraction of its tasks' passes done at the job's spp, as ``records``
+    """Per frame index: the fraction of its samples done at the job's spp, as ``records``
     (``FrameStore.verified_records``) have them."""
     from farm.planner import plan
     out = []

@@ -116,20 +116,22 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
     return jax.lax.fori_loop(0, n_passes, one_pass, (value, weight))
 
 
-def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAULT_PASS_SIZE, mesh=None,
+def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, mesh=None,
            chunk_passes=None):
     """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3).
 
-    ``spp`` defaults to the scene's sampler ``sample_count``. ``chunk_passes`` splits the passes
-    into chunks, each summed from zero and the chunks added in order (in float32 numpy): the
-    farm's reduction tree, so that this gives a farm job's bits (same tile and pass size).
+    ``spp`` defaults to the scene's sampler ``sample_count``; ``pass_size`` to
+    ``min(DEFAULT_PASS_SIZE, spp)`` (a pass size given is kept, past the spp too: its samples
+    past the spp are masked out). ``chunk_passes`` splits the passes into chunks, each summed
+    from zero and the chunks added in order (in float32 numpy): the farm's reduction tree
+    (``farm.tree``), so that this gives a farm job's bits (same tile, pass and chunk size).
     """
     spp = scene.settings.spp if spp is None else int(spp)
     if spp < 1:
         raise ValueError(f"spp must be at least 1, got {spp}")
     film = scene.film
     mesh = local_mesh() if mesh is None else mesh
-    pass_size = min(pass_size, spp)
+    pass_size = min(DEFAULT_PASS_SIZE, spp) if pass_size is None else pass_size
     n_passes = -(-spp // pass_size)
     height, width = film.crop_height, film.crop_width
     th, tw = min(tile, height), min(tile, width)
