@@ -171,7 +171,10 @@ class _JobRun:
     def collect(self, d, groups, progress):
         """A finished dispatch: a result folded in, a failure retried (its group rebuilt)."""
         self.load[d.group] -= 1
-        live = self.live.get(d.task.key) is d and d.generation == d.group.generation
+        # Only the task's live dispatch counts, failed or not. A whole answer counts even from
+        # a group rebuilt since (the work unit is deterministic); a failure from one sends the
+        # task elsewhere like any other.
+        live = self.live.get(d.task.key) is d
         try:
             value, weight, _ = d.group.result(d.handle)
         except GroupFailed as e:
