@@ -116,6 +116,7 @@ class WorkerGroup:
         self.members = []
         self.info = []
         self.generation = 0  # bumped by every (re)build: results of an older generation are stale
+        self.rebuilds = 0    # times ``rebuild`` was called
         self._pg = None
         self._slice = None
 
@@ -205,6 +206,7 @@ class WorkerGroup:
 
     def rebuild(self):
         """New member processes in place of the old ones (``jax.distributed`` cannot re-form)."""
+        self.rebuilds += 1
         self.teardown()
         return self.start()
 

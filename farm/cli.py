@@ -185,7 +185,7 @@ def status(store):
     from farm.job import frame_status, open_store
     from farm.lease import holder
     spec, fs = open_store(store)
-    records, damaged = fs.verified_records(spec.n_chunks)
+    records, damaged = fs.verified_records()
     done = frame_status(fs, spec, records)
     finished = sum(1 for d in done if d >= 1.0)
     click.echo(f"store:   {store}")

@@ -1,7 +1,7 @@
-"""From a store to image files: each frame's chunk sums added in chunk order, then resolved.
+"""From a store to image files: each tile's folded sums plus its tail (``farm.tree``), resolved.
 
-A frame is exported only when every task of it is recorded at the job's spp and reads back with
-its CRC (``partial`` exports the tasks that do). Pixel values come from ``tracer.reduction.resolve``, the same function that
+A frame is exported only when every tile of it holds the job's spp and reads back with its CRC
+(``partial`` exports what the tiles hold). Pixel values come from ``tracer.reduction.resolve``, the same function that
 ``tracer.render`` ends with, so an exported npy or EXR frame has the bits of the tracer's own
 render with the job's reduction tree (``frame_NNNN.npy``, ``.exr``: linear float32 (H, W, 3);
 ``.png``: tone-mapped to sRGB).
@@ -21,11 +21,11 @@ __all__ = ["export_frames"]
 def export_frames(spec, store, frames, fmt, out, partial=False):
     """Write frames (numbers) of ``store`` (its job ``spec``, ``farm.job.open_store``) as
     frame_NNNN.<fmt> in ``out``; returns the paths. A frame with tasks that do not read back
-    (``FrameStore.verified_records``) is not finished; ``partial`` exports the tasks that do."""
+    (``FrameStore.verified_records``) is not finished; ``partial`` exports what its tiles hold."""
     first, last = frames if frames else spec.frames
     if first < spec.frames[0] or last > spec.frames[1]:
         raise SpecError(f"--frames {first}-{last}: the job has frames {spec.frames[0]}-{spec.frames[1]}")
-    records, damaged = store.verified_records(spec.n_chunks)
+    records, damaged = store.verified_records()
     status = frame_status(store, spec, records)
     for frame in range(first, last + 1):
         f = frame - spec.frames[0]
@@ -38,9 +38,8 @@ def export_frames(spec, store, frames, fmt, out, partial=False):
     paths = []
     for frame in range(first, last + 1):
         f = frame - spec.frames[0]
-        keep = records[f, ..., 0] > 0 if status[f] < 1.0 else None
         path = os.path.join(out, f"frame_{frame:04d}.{fmt}")
-        _write(path, resolve(*store.frame_sums(f, spec.n_chunks, keep)), fmt)
+        _write(path, resolve(*store.frame_sums(f, records[f])), fmt)
         paths.append(path)
     return paths
 

@@ -62,7 +62,7 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
 def _edit(spec, stored, store, digest, redo):
     """Bind ``store`` (of the job ``stored``) to ``spec`` and discard the frames to ``redo``."""
     if (spec.frames, spec.groups, spec.accel) != (stored.frames, stored.groups, stored.accel) or spec.spp > stored.spp:
-        store.grow(spec.to_json(), spec.identity(digest), spec.n_frames, spec.n_chunks)
+        store.grow(spec.to_json(), spec.identity(digest), spec.n_frames)
     store.forget_frames(sorted({frame - spec.frames[0] for frame in redo}))
     return spec, store
 
@@ -81,8 +81,7 @@ def _create(spec, digest, replace, lease):
     try:
         if held is not None:
             held.check()
-        store = FrameStore.create(spec.store, spec.identity(digest), spec.to_json(), film, spec.n_frames,
-                                  spec.n_chunks, over=over)
+        store = FrameStore.create(spec.store, spec.identity(digest), spec.to_json(), film, spec.n_frames, over=over)
         if lease and held is None:
             held = Lease.acquire(store.group, store.url)
     except BaseException:
@@ -129,10 +128,10 @@ def open_store(url, mode="r"):
     identity = store.meta["identity"]
     if spec.pass_size is None or spec.chunk_passes is None or spec.identity(identity.get("scene_hash")) != identity:
         raise StoreError(f"{url}: damaged store: its recorded job does not match its identity")
-    # Arrays may be larger than the job: they grow before the job that needs them is recorded.
-    if store.tile != spec.tile or store.n_frames < spec.n_frames or store.n_chunks < spec.n_chunks:
-        raise StoreError(f"{url}: damaged store: its arrays hold {store.n_frames} frame(s) x {store.n_chunks} "
-                         f"chunk(s), its job {spec.n_frames} x {spec.n_chunks}")
+    # Arrays may hold more frames than the job: they grow before the job that needs them is recorded.
+    if store.tile != spec.tile or store.n_frames < spec.n_frames:
+        raise StoreError(f"{url}: damaged store: its arrays hold {store.n_frames} frame(s) in tiles of "
+                         f"{store.tile}, its job {spec.n_frames} in tiles of {spec.tile}")
     if spec.resolution and tuple(spec.resolution) != (store.width, store.height):
         raise StoreError(f"{url}: damaged store: its film is {store.width}x{store.height}, its job's "
                          f"{spec.resolution[0]}x{spec.resolution[1]}")
@@ -158,7 +157,7 @@ def group_shapes(spec, local):
 
 
 def frame_status(store, spec, records):
-    """Per frame index: the fraction of its tasks' passes done at the job's spp, as ``records``
+    """Per frame index: the fraction of its samples done at the job's spp, as ``records``
     (``FrameStore.verified_records``) have them."""
     from farm.planner import plan
     out = []

@@ -2,9 +2,10 @@
 where they read stores.
 
 Read-only: a store is opened with mode ``"r"`` (``farm.job.open_store``) and nothing here writes
-to it. Progress counts the tasks a store records (``FrameStore.read_records``: a record that does
-not decode counts as not done, and as damaged); the CRC of a task's sums is checked where its
-pixels are shown (``preview``), and by ``farm status`` and ``farm resume`` for the whole store.
+to it. Progress counts the samples a store's tile records hold (``FrameStore.read_records``: a
+record that does not decode counts as nothing done, and as damaged); the CRCs of a tile's state
+and tail are checked where its pixels are shown (``preview``), and by ``farm status`` and ``farm
+resume`` for the whole store.
 The state of a job comes from its records and from the last run's progress notes (``FrameStore
 .progress``): a run that has not written notes for ``STALE_S`` seconds is ``stalled`` (its driver
 may be gone).
@@ -24,7 +25,7 @@ import numpy as np
 
 from farm.errors import FarmError
 from farm.job import frame_status, open_store
-from farm.store import FrameStore, StoreError
+from farm.store import FIELDS, FOLDED, TAIL_PASSES, FrameStore, StoreError
 from tracer.reduction import resolve
 
 __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "preview",
@@ -176,7 +177,7 @@ def _summarize(name, opener, now, hide=None):
 
 def _summary(name, spec, fs, now):
     try:
-        records, bad = fs.read_records(spec.n_chunks)
+        records, bad = fs.read_records()
         done = frame_status(fs, spec, records)
         notes = fs.progress()
     except Exception as e:  # sums or records that zarr cannot read at all: damaged, not a broken page
@@ -247,29 +248,29 @@ def preview(root, store, frame, max_size=None, cache=None):
     f = frame - spec.frames[0]
     if not 0 <= f < spec.n_frames:
         raise LookupError(f"{store} has no frame {frame}")
-    records = _frame_records(fs, f, spec.n_chunks)
+    records = _frame_records(fs, f)
     tag = f"{frame}-{max_size}-{_digest(records)}"
     key = (os.path.realpath(root), store, tag)
     if cache is not None and key in cache:
         return cache[key], tag
-    keep = np.zeros(records.shape[:3], bool)
-    for c, ty, tx in zip(*np.nonzero(records[..., 0])):
-        keep[c, ty, tx] = fs.verify_task((f, c, ty, tx), records[c, ty, tx])
-    png = _png(fs, resolve(*fs.frame_sums(f, spec.n_chunks, keep)), keep.any(axis=0), max_size)
+    for ty, tx in np.ndindex(records.shape[:2]):
+        records[ty, tx] = fs.verify_tile((f, ty, tx), records[ty, tx])[0]
+    sampled = (records[..., FOLDED] > 0) | (records[..., TAIL_PASSES] > 0)
+    png = _png(fs, resolve(*fs.frame_sums(f, records)), sampled, max_size)
     if cache is not None:
         cache[key] = png
     return png, tag
 
 
-def _frame_records(fs, f, n_chunks):
-    """The records of frame index ``f``: (n_chunks, TY, TX, 3) uint32, zeros where one does not decode."""
+def _frame_records(fs, f):
+    """The tile records of frame index ``f``: (TY, TX, FIELDS) uint32, zeros where one does not decode."""
     try:
-        return np.asarray(fs.records[f, :n_chunks])
+        return np.array(fs.records[f])
     except Exception:  # a record that does not decode: read them one by one
-        out = np.zeros((n_chunks, fs.tiles_y, fs.tiles_x, 3), np.uint32)
-        for c, ty, tx in np.ndindex(out.shape[:3]):
+        out = np.zeros((fs.tiles_y, fs.tiles_x, len(FIELDS)), np.uint32)
+        for ty, tx in np.ndindex(out.shape[:2]):
             try:
-                out[c, ty, tx] = fs.records[f, c, ty, tx]
+                out[ty, tx] = fs.records[f, ty, tx]
             except Exception:
                 pass
         return out

@@ -1,70 +1,86 @@
 """A job as tasks: (frame, chunk of sample passes, tile), and what of it the store already has.
 
-The reduction tree is fixed by the spec: passes of ``pass_size`` samples, ``chunk_passes``
-passes per chunk, each chunk summed from zero in pass order (one task per tile), a frame the
-sum of its chunks in chunk order. A 240-frame animation is many frames of one chunk; a
-65536-spp still is one frame of up to 64 chunks: either way there are many tasks to spread.
+The reduction tree is ``farm.tree``'s: passes of ``pass_size`` samples, chunks of
+``chunk_passes`` passes, neither chosen from the spp. Each task renders one chunk of one tile
+(or the rest of it, continuing the stored tail); the scheduler folds complete chunks into the
+tile's running state in chunk order, and keeps the partial last chunk as the tile's tail. A
+65536-spp still is one frame of 1024 chunks per tile, a 240-frame animation many frames of one:
+either way there are many tasks to spread.
 """
 import dataclasses
 
-__all__ = ["Plan", "Task", "plan", "covered"]
+from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
+
+__all__ = ["Plan", "Task", "plan"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    key: tuple          # (frame index, chunk, tile row, tile column) in the store
+    key: tuple          # (frame index, chunk, tile row, tile column)
     frame: int          # frame number
     first_pass: int
     n_passes: int
-    continues: bool     # start from the stored sums of the chunk's earlier passes
+    continues: bool     # start from the stored tail (the chunk's earlier passes)
     chunk_end: int      # passes of the chunk once this task is done (counted from the chunk's start)
+    tail: bool = False  # the partial last chunk: kept as the tile's tail, not folded
 
     @property
     def chunk(self):
         return self.key[1]
+
+    @property
+    def line(self):
+        """(frame index, tile row, tile column): the tile whose chunks fold in order."""
+        f, _, ty, tx = self.key
+        return f, ty, tx
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     todo: list          # Task, frame by frame, chunk by chunk, tile by tile
     n_chunks: int
-    total_units: int    # sample-passes x tile pixels of the whole job, for progress
+    total_units: int    # samples x tile pixels of the whole job, for progress
     done_units: int     # of which the store has
     stats: dict = None  # filled in by the scheduler after a run
 
 
-def covered(first_pass, passes, spp, pass_size):
-    """Samples per pixel that passes [first_pass, first_pass + passes) hold at this spp."""
-    return max(0, min(spp, (first_pass + passes) * pass_size) - first_pass * pass_size)
-
-
 def plan(spec, records, tiles_y, tiles_x, tile_pixels):
-    """What is left of ``spec`` (planned) given the store's records (F, C', TY, TX, 3)."""
-    p, g = spec.pass_size, spec.chunk_passes
-    n_passes = -(-spec.spp // p)
-    n_chunks = -(-n_passes // g)
+    """What is left of ``spec`` (planned) given the store's records (F, TY, TX, fields)."""
+    tree = spec.tree
+    full, tail = tree.complete(spec.spp), tree.tail_passes(spec.spp)
+    n_chunks = tree.n_chunks(spec.spp)
+    per_frame = [[] for _ in range(n_chunks)]  # per chunk: its tasks, tile by tile
     todo, total, done = [], 0, 0
     for f in range(spec.n_frames):
-        for c in range(n_chunks):
-            start = c * g
-            length = min(start + g, n_passes) - start
-            want = covered(start, length, spec.spp, p)
-            for ty in range(tiles_y):
-                for tx in range(tiles_x):
-                    units = want * tile_pixels(ty, tx)
-                    total += units
-                    rec = records[f, c, ty, tx] if c < records.shape[1] else (0, 0, 0)
-                    passes_done, spp_cut = int(rec[0]), int(rec[1])
-                    have = covered(start, passes_done, spp_cut, p)
-                    key = (f, c, ty, tx)
-                    if passes_done == length and have == want:
-                        done += units
-                        continue
-                    # Continue a chunk only where its done passes were whole: a pass cut short by
-                    # the old spp would differ from the same pass rendered now.
-                    if 0 < passes_done < length and have == passes_done * p:
-                        done += have * tile_pixels(ty, tx)
-                        todo.append(Task(key, spec.frames[0] + f, start + passes_done, length - passes_done, True, length))
-                    else:
-                        todo.append(Task(key, spec.frames[0] + f, start, length, False, length))
+        for ty in range(tiles_y):
+            for tx in range(tiles_x):
+                pixels = tile_pixels(ty, tx)
+                total += spec.spp * pixels
+                tasks, samples = _tile_tasks(tree, spec, f, ty, tx, records[f, ty, tx], full, tail)
+                done += samples * pixels
+                for task in tasks:
+                    per_frame[task.chunk].append(task)
+        for chunk in per_frame:
+            todo.extend(chunk)
+            chunk.clear()
     return Plan(todo=todo, n_chunks=n_chunks, total_units=total, done_units=done)
+
+
+def _tile_tasks(tree, spec, f, ty, tx, record, full, tail):
+    """(the tile's tasks, the samples per pixel the store has of it) at the job's spp."""
+    folded, kept, cut = int(record[FOLDED]), int(record[TAIL_PASSES]), int(record[TAIL_SPP])
+    g, frame = spec.chunk_passes, spec.frames[0] + f
+    if folded > full or (folded == full and kept > tail):
+        folded, kept = 0, 0  # more than the job asks: not this job's (planning never gets here)
+    # The stored tail counts where its passes hold the samples the job asks of them now: a pass
+    # cut short by an earlier spp would differ from the same pass rendered now.
+    if kept and tree.covered(folded, kept, cut) != tree.covered(folded, kept, spec.spp):
+        kept = 0
+    samples = folded * tree.chunk_samples + tree.covered(folded, kept, spec.spp)
+    tasks = []
+    for c in range(folded, full + (1 if tail else 0)):
+        end = g if c < full else tail
+        start = kept if c == folded else 0
+        if start < end:
+            tasks.append(Task((f, c, ty, tx), frame, c * g + start, end - start, start > 0, end, c == full))
+    return tasks, samples

@@ -1,15 +1,15 @@
-"""The driver loop: keep every worker group busy, retry what fails, write results to the store.
+"""The driver loop: keep every worker group busy, retry what fails, fold results into the store.
 
 A queue, not lockstep: each group takes the next task as soon as it hands one back. The driver
-is the store's only writer. Every dispatch of a task gets a fresh token; a result counts only if
-its token is still the task's current one, so a task that was given up on and sent elsewhere can
-never be written twice when its first group comes back (fencing). A lost member fails its
-group's task and the group is rebuilt from new processes; a task that fails ``max_attempts``
-times fails the job with its own error.
+is the store's only writer, and folds each tile's chunks in chunk order (``farm.folding``).
+Every sending of a task is one ``Dispatch`` record; a result counts only if its dispatch is
+still its task's live one, so a task that was given up on and sent elsewhere can never be
+written twice when its first group comes back (fencing). A lost member fails its group's task
+and the group is rebuilt from new processes; a task that fails ``max_attempts`` times fails the
+job with its own error.
 """
 import collections
 import dataclasses
-import itertools
 import time
 
 import numpy as np
@@ -19,9 +19,10 @@ from tqdm import tqdm
 from cluster.group import GroupError, GroupFailed, WorkerGroup
 from cluster.task import SceneRef, TileTask
 from farm.errors import FarmError
-from farm.planner import covered, plan
+from farm.folding import Folds
+from farm.planner import Task, plan
 
-__all__ = ["run_job", "JobFailed", "Cancelled"]
+__all__ = ["run_job", "JobFailed", "Cancelled", "Dispatch"]
 
 
 class JobFailed(FarmError):
@@ -32,8 +33,18 @@ class Cancelled(FarmError):
     exit_code = 5
 
 
-_tokens = itertools.count(1)
 _DEPTH = 2  # dispatches in flight per group
+
+
+@dataclasses.dataclass(eq=False)
+class Dispatch:
+    """One sending of a task to a group; its answer counts only while it is its task's live one."""
+
+    task: Task
+    group: WorkerGroup
+    handle: list        # the group's handle of the render (``WorkerGroup.submit``)
+    generation: int     # the group's generation when sent: an answer of an older one is stale
+    started: float      # time.monotonic() when sent
 
 
 def _remote_error(exc):
@@ -58,16 +69,21 @@ class _JobRun:
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
         self.show_progress, self.log = show_progress, log
         self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
+        self.queue = collections.deque()           # tasks to send, first first
+        self.parked = collections.defaultdict(list)  # tile -> tasks past its window, in chunk order
+        self.attempts = collections.Counter()      # task key -> failed dispatches
+        self.live = {}                              # task key -> its live Dispatch
+        self.inflight = {}                          # ray ref -> Dispatch not yet answered
+        self.load = collections.Counter()           # group -> dispatches in flight
+        self.folds = None
 
     # -- checking what the store has ---------------------------------------------------------
 
     def verify_store(self):
-        """Forget recorded tasks whose records or sums do not read back intact.
+        """Forget what does not read back intact, and record folds whose state was written.
 
         Returns (the store's records as they now are, how many were forgotten)."""
-        records, damaged = self.store.verified_records(self.spec.n_chunks)
-        for key in damaged:
-            self.store.forget_task(key)
+        records, damaged = self.store.verified_records(repair=True)
         return records, len(damaged)
 
     # -- tasks -------------------------------------------------------------------------------
@@ -77,12 +93,10 @@ class _JobRun:
         _, _, ty, tx = task.key
         start = None
         if task.continues:
-            value, weight = self.store.read_task(task.key)
-            pv = np.zeros((self.th, self.tw, 3), np.float32)
-            pw = np.zeros((self.th, self.tw), np.float32)
-            pv[:value.shape[0], :value.shape[1]] = value
-            pw[:weight.shape[0], :weight.shape[1]] = weight
-            start = (pv, pw)
+            tail = self.store.read_tail(task.line)
+            start = np.zeros((self.th, self.tw, 4), np.float32)
+            start[:tail.shape[0], :tail.shape[1]] = tail
+            start = (start[..., :3], start[..., 3])
         scene = SceneRef(path=spec.scene, params=spec.params_at(task.frame), resolution=spec.resolution,
                          accel=spec.accel)
         return TileTask(scene=scene, frame=task.frame, seed=spec.seed, spp=spec.spp, tile_y=ty * spec.tile,
@@ -90,7 +104,10 @@ class _JobRun:
                         n_passes=task.n_passes, pass_size=spec.pass_size, start=start)
 
     def units(self, task):
-        samples = covered(task.first_pass, task.n_passes, self.spec.spp, self.spec.pass_size)
+        """Samples x pixels the task adds, for progress."""
+        p = self.spec.pass_size
+        first = task.first_pass * p
+        samples = max(0, min(self.spec.spp, first + task.n_passes * p) - first)
         return samples * self.store.tile_pixels(*task.key[2:])
 
     # -- the loop ----------------------------------------------------------------------------
@@ -100,92 +117,89 @@ class _JobRun:
         store.clear_cancel()  # a cancel was meant for an earlier run
         records, damaged = self.verify_store()
         if damaged:
-            self.log(f"{damaged} stored task(s) did not read back intact: rendering them again")
+            self.log(f"{damaged} stored tile(s) did not read back intact: rendering them again")
         job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels)
         if not job.todo:
             store.write_progress(state="done", done_units=job.total_units, total_units=job.total_units)
             return job
         groups = self.start_groups()
-        queue = collections.deque(job.todo)
-        attempts = collections.Counter()
-        current = {}       # task key -> token of its live dispatch
-        started = {}       # token -> when it was dispatched
-        inflight = {}      # ray ref -> (group, handle, task, token, generation)
-        load = collections.Counter()  # dispatches in flight per group
-        done_units = job.done_units
-        frames_left = collections.Counter(t.key[0] for t in job.todo)
-        t_start, last_progress = time.monotonic(), 0.0
-        bar = tqdm(total=job.total_units, initial=job.done_units, unit="px-sample", unit_scale=True,
-                   desc="rendering", disable=not self.show_progress, dynamic_ncols=True)
+        self.folds = Folds(store, records, spec.spp)
+        self.queue = collections.deque(job.todo)
+        progress = _Progress(self, job)
         try:
-            while queue or inflight:
-                for group in groups:
-                    # Two dispatches per group: the next task is already queued in the members
-                    # when one finishes, so groups never wait on the driver.
-                    while load[group] < _DEPTH and queue:
-                        task = queue.popleft()
-                        token = next(_tokens)
-                        current[task.key] = token
-                        handle = group.submit(self.tile_task(task))
-                        inflight[group.ready_ref(handle)] = (group, handle, task, token, group.generation)
-                        started[token] = time.monotonic()
-                        load[group] += 1
-                if not inflight:
+            while self.queue or self.inflight or self.parked:
+                self.dispatch(groups)
+                if not self.inflight:
                     raise JobFailed("no worker group is left to render on")
-                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
-                self.give_up_on_stragglers(inflight, started, current, queue, attempts)
+                ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
+                self.give_up_on_stragglers()
                 for ref in ready:
-                    group, handle, task, token, generation = inflight.pop(ref)
-                    load[group] -= 1
-                    elapsed = time.monotonic() - started.pop(token)
-                    try:
-                        value, weight, _ = group.result(handle)
-                    except GroupFailed as e:
-                        self.retry(task, queue, attempts, current, str(e))
-                        # Its other dispatch fails too: rebuild once per failure (generation).
-                        if group in groups and generation == group.generation:
-                            self.log(f"{e}; rebuilding it and sending its tasks elsewhere")
-                            self.rebuild(group, groups)
-                        continue
-                    except ray.exceptions.RayTaskError as e:
-                        message, deterministic = _remote_error(e)
-                        if deterministic:
-                            raise JobFailed(message) from None
-                        self.retry(task, queue, attempts, current, message)
-                        continue
-                    if current.get(task.key) != token or generation != group.generation:
-                        self.fenced += 1
-                        continue  # fenced: this dispatch was given up on
-                    del current[task.key]
-                    self.slowest = max(self.slowest, elapsed)
-                    store.write_task(task.key, value, weight, passes_done=task.chunk_end, spp_cut=spec.spp)
-                    units = self.units(task)
-                    done_units += units
-                    bar.update(units)
-                    frames_left[task.key[0]] -= 1
-                now = time.monotonic()
-                if now - last_progress > 2.0 or not (queue or inflight):
-                    last_progress = now
-                    frames_done = spec.n_frames - sum(1 for v in frames_left.values() if v > 0)
-                    rate = (done_units - job.done_units) / max(now - t_start, 1e-9)
-                    eta = (job.total_units - done_units) / rate if rate > 0 else None
-                    bar.set_postfix_str(f"frames {frames_done}/{spec.n_frames}")
-                    store.write_progress(state="running", done_units=done_units, total_units=job.total_units,
-                                         frames_done=frames_done, n_frames=spec.n_frames, rate=rate, eta_s=eta)
-                    if store.cancel_requested():
-                        raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
-            store.write_progress(state="done", done_units=done_units, total_units=job.total_units,
-                                 frames_done=spec.n_frames, n_frames=spec.n_frames,
-                                 rate=(done_units - job.done_units) / max(time.monotonic() - t_start, 1e-9), eta_s=0)
+                    self.collect(self.inflight.pop(ref), groups, progress)
+                progress.note(final=not (self.queue or self.inflight or self.parked))
+            progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            state = {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), "interrupted")
-            store.write_progress(state=state, error=str(e), done_units=done_units, total_units=job.total_units)
+            progress.fail(e)
             raise
         finally:
-            bar.close()
+            progress.close()
             for group in groups:
                 group.teardown()
+
+    def dispatch(self, groups):
+        """Fill every group up to ``_DEPTH`` dispatches: the next task is already queued in the
+        members when one finishes, so groups never wait on the driver."""
+        for group in groups:
+            while self.load[group] < _DEPTH:
+                task = self.next_task()
+                if task is None:
+                    return
+                d = Dispatch(task, group, group.submit(self.tile_task(task)), group.generation, time.monotonic())
+                self.live[task.key] = d
+                self.inflight[group.ready_ref(d.handle)] = d
+                self.load[group] += 1
+
+    def next_task(self):
+        """The first queued task within its tile's window; those past it wait (``parked``)."""
+        while self.queue:
+            task = self.queue.popleft()
+            if self.folds.may_start(task):
+                return task
+            self.parked[task.line].append(task)
+        return None
+
+    def collect(self, d, groups, progress):
+        """A finished dispatch: a result folded in, a failure retried (its group rebuilt)."""
+        self.load[d.group] -= 1
+        # Only the task's live dispatch counts, failed or not. A whole answer counts even from
+        # a group rebuilt since (the work unit is deterministic); a failure from one sends the
+        # task elsewhere like any other.
+        live = self.live.get(d.task.key) is d
+        try:
+            value, weight, _ = d.group.result(d.handle)
+        except GroupFailed as e:
+            if live:
+                self.retry(d.task, str(e))
+            # Its other dispatch fails too: rebuild once per failure (generation).
+            if d.group in groups and d.generation == d.group.generation:
+                self.log(f"{e}; rebuilding it and sending its tasks elsewhere")
+                self.rebuild(d.group, groups)
+            return
+        except ray.exceptions.RayTaskError as e:
+            message, deterministic = _remote_error(e)
+            if deterministic:
+                raise JobFailed(message) from None
+            if live:
+                self.retry(d.task, message)
+            return
+        if not live:
+            self.fenced += 1
+            return  # fenced: this dispatch was given up on
+        del self.live[d.task.key]
+        self.slowest = max(self.slowest, time.monotonic() - d.started)
+        if self.folds.accept(d.task, value, weight):
+            self.queue.extendleft(reversed(self.parked.pop(d.task.line, [])))
+        progress.done(d.task)
 
     def task_timeout(self):
         """How long a dispatch may run before it is given up on: the fixed timeout, or ten times
@@ -194,29 +208,30 @@ class _JobRun:
             return self.task_timeout_s
         return max(600.0, 10 * self.slowest)
 
-    def give_up_on_stragglers(self, inflight, started, current, queue, attempts):
+    def give_up_on_stragglers(self):
         """Send tasks that run too long elsewhere. Their group stays busy until it answers;
-        that answer is then fenced off (its token is no longer the task's)."""
+        that answer is then fenced off (its dispatch is no longer the task's live one)."""
         now, limit = time.monotonic(), self.task_timeout()
-        for group, _, task, token, _ in list(inflight.values()):
-            if current.get(task.key) == token and now - started[token] > limit:
-                self.log(f"{group.name}: task frame {task.frame} chunk {task.chunk} tile {task.key[2:]} "
-                         f"ran {now - started[token]:.0f} s; sending it elsewhere")
-                self.retry(task, queue, attempts, current, f"timed out after {limit:.0f} s")
+        for d in list(self.inflight.values()):
+            if self.live.get(d.task.key) is d and now - d.started > limit:
+                task = d.task
+                self.log(f"{d.group.name}: task frame {task.frame} chunk {task.chunk} tile {task.key[2:]} "
+                         f"ran {now - d.started:.0f} s; sending it elsewhere")
+                self.retry(task, f"timed out after {limit:.0f} s")
 
-    def retry(self, task, queue, attempts, current, message):
-        current.pop(task.key, None)
-        attempts[task.key] += 1
-        if attempts[task.key] >= self.max_attempts:
+    def retry(self, task, message):
+        """Queue ``task`` again, first, unless it has failed ``max_attempts`` times."""
+        self.live.pop(task.key, None)
+        self.attempts[task.key] += 1
+        if self.attempts[task.key] >= self.max_attempts:
             raise JobFailed(f"task frame {task.frame} chunk {task.chunk} tile {task.key[2:]} failed "
-                            f"{attempts[task.key]} times; last error: {message}")
-        queue.appendleft(task)
+                            f"{self.attempts[task.key]} times; last error: {message}")
+        self.queue.appendleft(task)
 
     def start_groups(self):
         groups, errors = [], []
         for i, shape in enumerate(self.shapes):
             group = WorkerGroup(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
-            group.rebuilds = 0
             try:
                 groups.append(group.start())
             except GroupError as e:
@@ -229,8 +244,7 @@ class _JobRun:
 
     def rebuild(self, group, groups):
         """Rebuild a failed group, or drop it; returns whether it is back."""
-        group.rebuilds += 1
-        if group.rebuilds <= self.max_rebuilds:
+        if group.rebuilds < self.max_rebuilds:
             try:
                 group.rebuild()
                 return True
@@ -253,3 +267,53 @@ def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=T
                      task_timeout_s)
     plan = runner.run()
     return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest})
+
+
+class _Progress:
+    """A run's progress: the bar, and the notes in the store that `farm status` reads (every
+    2 s, when the cancel node is checked too)."""
+
+    def __init__(self, run, job):
+        self.run, self.job, self.spec, self.store = run, job, run.spec, run.store
+        self.done_units = job.done_units
+        self.frames_left = collections.Counter(t.key[0] for t in job.todo)
+        self.t_start, self.last = time.monotonic(), 0.0
+        self.bar = tqdm(total=job.total_units, initial=job.done_units, unit="px-sample", unit_scale=True,
+                        desc="rendering", disable=not run.show_progress, dynamic_ncols=True)
+
+    def done(self, task):
+        units = self.run.units(task)
+        self.done_units += units
+        self.bar.update(units)
+        self.frames_left[task.key[0]] -= 1
+
+    def rate(self):
+        return (self.done_units - self.job.done_units) / max(time.monotonic() - self.t_start, 1e-9)
+
+    def note(self, final):
+        now = time.monotonic()
+        if now - self.last <= 2.0 and not final:
+            return
+        self.last = now
+        n = self.spec.n_frames
+        frames_done = n - sum(1 for v in self.frames_left.values() if v > 0)
+        rate = self.rate()
+        eta = (self.job.total_units - self.done_units) / rate if rate > 0 else None
+        self.bar.set_postfix_str(f"frames {frames_done}/{n}")
+        self.store.write_progress(state="running", done_units=self.done_units, total_units=self.job.total_units,
+                                  frames_done=frames_done, n_frames=n, rate=rate, eta_s=eta)
+        if self.store.cancel_requested():
+            raise Cancelled(f"cancelled; `farm resume {self.store.url}` goes on from here")
+
+    def finish(self):
+        n = self.spec.n_frames
+        self.store.write_progress(state="done", done_units=self.done_units, total_units=self.job.total_units,
+                                  frames_done=n, n_frames=n, rate=self.rate(), eta_s=0)
+
+    def fail(self, error):
+        state = {JobFailed: "failed", Cancelled: "cancelled"}.get(type(error), "interrupted")
+        self.store.write_progress(state=state, error=str(error), done_units=self.done_units,
+                                  total_units=self.job.total_units)
+
+    def close(self):
+        self.bar.close()

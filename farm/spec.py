@@ -2,8 +2,9 @@
 
 Built from a TOML job file (``JobSpec.from_toml``) or from ``farm render`` flags. ``identity``
 is what a store is bound to: a store of another scene, frame range, resolution, seed or
-reduction tree (tile, pass and chunk sizes) is refused. ``spp`` is not part of it: raising it
-refines a finished job.
+reduction tree (tile, pass and chunk sizes, none of them chosen from the spp: ``farm.tree``) is
+refused. ``spp`` is not part of it: raising it refines a finished job, to the bits of a job
+rendered at the new spp from the start.
 
 Job file (paths relative to the file)::
 
@@ -39,19 +40,15 @@ import tomllib
 
 from farm.curves import Curve
 from farm.errors import SceneFileError, SpecError, shown
+from farm.tree import CHUNK_SPP, Tree
 from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED,
                              MAX_SPP, PLATFORMS)
 from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
 
-__all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults", "scene_hash",
-           "film_size", "MAX_CHUNKS", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
+__all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults",
+           "scene_hash", "film_size", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
 
-# A frame's samples are split into at most this many chunks (each is one task per tile, and
-# its sums are kept in the store until export): it bounds the store at MAX_CHUNKS images.
-MAX_CHUNKS = 64
-# A chunk should be at least this many samples per pixel: fewer, larger tasks for animations.
-MIN_CHUNK_SPP = 256
 ACCELS = ("auto", "embree", "warp", "jax")
 # A job's frames are planned, hashed and recorded one by one on the driver: longer films are
 # several jobs.
@@ -162,8 +159,8 @@ class JobSpec:
     resolution: tuple = None   # (width, height) override
     seed: int = 0
     tile: int = DEFAULT_TILE
-    pass_size: int = None      # default: min(DEFAULT_PASS_SIZE, spp) at creation
-    chunk_passes: int = None   # default: chosen from spp at creation (see ``planned``)
+    pass_size: int = None      # default: DEFAULT_PASS_SIZE (whatever the spp)
+    chunk_passes: int = None   # default: farm.tree.CHUNK_SPP samples (whatever the spp)
     curves: tuple = ()         # farm.curves.Curve
     accel: str = "auto"
     groups: GroupsSpec = GroupsSpec()
@@ -202,12 +199,10 @@ class JobSpec:
     # -- derived -------------------------------------------------------------------------------
 
     def planned(self):
-        """This spec with the reduction tree fixed: pass size and passes per chunk."""
-        pass_size = self.pass_size or min(DEFAULT_PASS_SIZE, self.spp)
-        n_passes = -(-self.spp // pass_size)
-        chunk = self.chunk_passes
-        if chunk is None:
-            chunk = min(n_passes, max(-(-MIN_CHUNK_SPP // pass_size), -(-n_passes // MAX_CHUNKS)))
+        """This spec with the reduction tree fixed: pass size and passes per chunk, neither
+        chosen from the spp (a job below one pass still renders whole passes, masked)."""
+        pass_size = self.pass_size or DEFAULT_PASS_SIZE
+        chunk = self.chunk_passes or -(-CHUNK_SPP // pass_size)
         return dataclasses.replace(self, pass_size=pass_size, chunk_passes=chunk)
 
     @property
@@ -215,10 +210,9 @@ class JobSpec:
         return self.frames[1] - self.frames[0] + 1
 
     @property
-    def n_chunks(self):
-        """Chunks of sample passes in a frame (of a planned spec)."""
-        n_passes = -(-self.spp // self.pass_size)
-        return -(-n_passes // self.chunk_passes)
+    def tree(self):
+        """The reduction tree (of a planned spec): ``farm.tree.Tree``."""
+        return Tree(self.pass_size, self.chunk_passes)
 
     def params_at(self, frame):
         """The scene's ``$name`` values at ``frame``, as sorted (name, value) pairs."""

@@ -1,28 +1,39 @@
 """The Zarr v3 frame store: a job's single source of truth.
 
-Layout (one Zarr group; F frames, C chunks of samples, H x W pixels, TY x TX tiles)::
+Layout (one Zarr group; F frames, H x W pixels, TY x TX tiles; the reduction tree is ``farm.tree``'s)::
 
     zarr.json            attributes["farm"]: format, job identity, spec, film size, tiling
-    sums/                float32 (F, C, H, W, 4): per chunk of passes, the sums of filter-weighted
-                         RGB radiance and of filter weights; one Zarr chunk per (frame, chunk, tile)
-    records/             uint32 (F, C, TY, TX, 3): per task [passes done, spp they were cut at,
-                         CRC-32 of the task's sums]; one Zarr chunk per task; zeros = nothing done
+    state/               float32 (F, H, W, 10): per tile, the running state of its complete chunks
+                         folded in chunk order (sums of filter-weighted RGB and of filter weights, then
+                         the sums of the chunks' estimates and of their squares); one Zarr chunk per tile
+    tail/                float32 (F, H, W, 4): per tile, the sums of its partial last chunk (only
+                         where the spp is not a whole number of chunks); one Zarr chunk per tile
+    records/             uint32 (F, TY, TX, 6): per tile [chunks folded, CRC-32 of its state, CRC-32
+                         of the state being written (0: none), tail passes, spp the tail was cut at,
+                         CRC-32 of the tail]; one Zarr chunk per tile; zeros = nothing done
     progress/zarr.json   attributes["progress"]: state, samples done, rate, ETA (for `farm status`)
     cancel/zarr.json     present once `farm cancel` asked the running driver to stop
     lease/               the driver's lease, one document per epoch (``farm.lease``)
 
-Writes: only the driver writes, and a task's ``sums`` chunk is written before its ``records``
-entry, so a record never points at data that is not there. Every chunk has one writer. A driver
-holds the store's lease (``farm.lease``); with ``lease`` set, every write checks it first. On resume
-each recorded task's sums are read back and checked against the CRC: a torn or corrupted chunk
-is re-rendered. A frame's image is the sum of its chunks in chunk order, divided by the weights.
+The store is bounded: folded chunks are dropped, so a finished frame holds 14 float32 values a
+pixel (3.5 times its float32 RGBA image) at any spp, and nothing per chunk.
+
+Writes: only the driver writes, and a record never points at data that is not there. Every
+Zarr chunk is written whole and at once (a local store writes a file and renames it; an object
+store puts one object). Folding a chunk writes the tile's record naming the CRC of the state
+it is about to write, then the state, then the record of the new count; the tail is written
+before the record that names it. On resume each tile's state and tail are read back and checked
+against the record: a state matching the CRC being written counts as the fold done; a state
+matching neither is damaged and the tile is rendered again from its first chunk; a damaged
+tail is rendered again. A driver holds the store's lease (``farm.lease``); with ``lease`` set,
+every write checks it first.
 
 Reads: a store is checked when it is opened: metadata that does not parse (``zarr.json`` of the
-group, ``sums`` or ``records``), attributes of the wrong shape, or arrays that do not match the
-film and tiles are a ``StoreError`` before anything is written. A record that does not decode
-counts as not done, like a task whose sums fail their CRC (``verified_records``). The progress
-and cancel nodes are the driver's notes, not the job's data: unreadable, they are reported and
-written afresh by the next run.
+group, ``state``, ``tail`` or ``records``), attributes of the wrong shape, or arrays that do not
+match the film and tiles are a ``StoreError`` before anything is written. A store of an older
+format is refused by name. A record that does not decode counts as nothing done, like a tile
+whose data fails its CRC (``verified_records``). The progress and cancel nodes are the driver's
+notes, not the job's data: unreadable, they are reported and written afresh by the next run.
 """
 import json
 import time
@@ -32,13 +43,17 @@ import numpy as np
 import zarr
 
 from farm.errors import FarmError, shown
+from farm.tree import STATE_CHANNELS, tile_sums
 from tracer.defaults import MAX_FILM_SIZE
 
-__all__ = ["FrameStore", "StoreError", "FORMAT"]
+__all__ = ["FrameStore", "StoreError", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC", "TAIL_PASSES",
+           "TAIL_SPP", "TAIL_CRC"]
 
-FORMAT = "jaxfarm-frames/1"
+FORMAT = "jaxfarm-frames/2"
 # The group's only attribute while a store is being made (or replaced): not a store yet.
 _INCOMPLETE = "jaxfarm-incomplete"
+# A tile's record, field by field (uint32).
+FIELDS = FOLDED, STATE_CRC, NEXT_CRC, TAIL_PASSES, TAIL_SPP, TAIL_CRC = range(6)
 # All-zero (black) tiles must be written like any other: completion is checked by reading back.
 zarr.config.set({"array.write_empty_chunks": True})
 
@@ -105,11 +120,14 @@ def _has(group, name):
 
 
 def _crc(block):
+    """CRC-32 of a float32 block; None for a block that did not decode."""
+    if block is None:
+        return None
     return zlib.crc32(np.ascontiguousarray(block, np.float32).tobytes()) & 0xFFFFFFFF
 
 
 class FrameStore:
-    """Open with ``create`` or ``open``. Keys of tasks are (frame index, chunk, tile row, tile column)."""
+    """Open with ``create`` or ``open``. Tiles are keyed (frame index, tile row, tile column)."""
 
     def __init__(self, group, url):
         self.group, self.url = group, url
@@ -117,19 +135,22 @@ class FrameStore:
         self.meta = group.attrs.get("farm")
         self.width, self.height, self.tile = _layout(self.meta, url)
         self.tiles_y, self.tiles_x = -(-self.height // self.tile), -(-self.width // self.tile)
-        self.sums = _node(group, "sums", url)
+        self.state = _node(group, "state", url)
+        self.tail = _node(group, "tail", url)
         self.records = _node(group, "records", url)
         self._check_arrays()
 
     def _check_arrays(self):
-        """The arrays are the film's, in its tiles, with as many frames and chunks as each other."""
-        for name, array in (("sums", self.sums), ("records", self.records)):
-            if not isinstance(array, zarr.Array) or array.ndim != 5:
-                raise StoreError(f"{self.url}: damaged store: '{name}' is not a 5-dimensional array")
-        frames, chunks = self.sums.shape[:2]
-        want = {"sums": (np.float32, (frames, chunks, self.height, self.width, 4), (1, 1, self.tile, self.tile, 4)),
-                "records": (np.uint32, (frames, chunks, self.tiles_y, self.tiles_x, 3), (1, 1, 1, 1, 3))}
-        for name, array in (("sums", self.sums), ("records", self.records)):
+        """The arrays are the film's, in its tiles, with as many frames as each other."""
+        arrays = (("state", self.state), ("tail", self.tail), ("records", self.records))
+        for name, array in arrays:
+            if not isinstance(array, zarr.Array) or array.ndim != 4:
+                raise StoreError(f"{self.url}: damaged store: '{name}' is not a 4-dimensional array")
+        frames, t = self.state.shape[0], self.tile
+        want = {"state": (np.float32, (frames, self.height, self.width, STATE_CHANNELS), (1, t, t, STATE_CHANNELS)),
+                "tail": (np.float32, (frames, self.height, self.width, 4), (1, t, t, 4)),
+                "records": (np.uint32, (frames, self.tiles_y, self.tiles_x, len(FIELDS)), (1, 1, 1, len(FIELDS)))}
+        for name, array in arrays:
             dtype, shape, chunk_shape = want[name]
             if array.dtype != dtype or array.shape != shape or array.chunks != chunk_shape or 0 in shape:
                 raise StoreError(f"{self.url}: damaged store: '{name}' is {array.dtype} {array.shape} in chunks of "
@@ -144,22 +165,23 @@ class FrameStore:
         return group is not None and "farm" in group.attrs
 
     @classmethod
-    def create(cls, url, identity, spec_json, film, n_frames, n_chunks, over=None):
+    def create(cls, url, identity, spec_json, film, n_frames, over=None):
         """A new store; fails if ``url`` already holds anything. ``over``: the group of a store
         (``replaceable``) whose content the new one replaces (its lease stays)."""
         group = cls._new_group(url) if over is None else over
         if over is not None:  # not a store from here until its attributes are written: --replace again
             group.attrs.put({_INCOMPLETE: FORMAT})
-            for name in ("sums", "records", "progress", "cancel"):
+            for name in ("state", "tail", "records", "sums", "progress", "cancel"):  # (sums: format 1)
                 if _has(group, name):
                     del group[name]
         width, height = film
         tile = identity["tile"]
         ty, tx = -(-height // tile), -(-width // tile)
-        group.create_array("sums", shape=(n_frames, n_chunks, height, width, 4), chunks=(1, 1, tile, tile, 4),
-                           dtype="float32", fill_value=0.0, dimension_names=["frame", "chunk", "y", "x", "channel"])
-        group.create_array("records", shape=(n_frames, n_chunks, ty, tx, 3), chunks=(1, 1, 1, 1, 3),
-                           dtype="uint32", fill_value=0, dimension_names=["frame", "chunk", "tile_y", "tile_x", "field"])
+        for name, channels in (("state", STATE_CHANNELS), ("tail", 4)):
+            group.create_array(name, shape=(n_frames, height, width, channels), chunks=(1, tile, tile, channels),
+                               dtype="float32", fill_value=0.0, dimension_names=["frame", "y", "x", "channel"])
+        group.create_array("records", shape=(n_frames, ty, tx, len(FIELDS)), chunks=(1, 1, 1, len(FIELDS)),
+                           dtype="uint32", fill_value=0, dimension_names=["frame", "tile_y", "tile_x", "field"])
         group.create_group("progress")
         # Written last: a store without it is not a store (one cut short is made again by --replace).
         group.attrs.put({"farm": {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}})
@@ -198,8 +220,11 @@ class FrameStore:
         if group is None:
             raise StoreError(f"{url}: no frame store here")
         meta = group.attrs.get("farm")
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        if not isinstance(meta, dict) or not str(meta.get("format", "")).startswith("jaxfarm-frames/"):
             raise StoreError(f"{url}: not a farm frame store (no '{FORMAT}' attributes)")
+        if meta["format"] != FORMAT:
+            raise StoreError(f"{url}: store format {_short(meta['format'])} is not read by this farm (it reads "
+                             f"\"{FORMAT}\"): render the job again (another --out, or --replace)")
         return cls(group, url)
 
     def check_identity(self, identity):
@@ -221,24 +246,19 @@ class FrameStore:
 
     @property
     def n_frames(self):
-        return self.sums.shape[0]
+        return self.state.shape[0]
 
-    @property
-    def n_chunks(self):
-        return self.sums.shape[1]
+    def set_spp(self, spec_json):
+        """Record the job's new spp (the driver alone calls this): the arrays do not depend on it."""
+        self.grow(spec_json, self.meta["identity"], self.n_frames)
 
-    def set_spp(self, spec_json, n_chunks):
-        """Raise the job's spp: more chunks (the driver alone calls this)."""
-        self.grow(spec_json, self.meta["identity"], self.n_frames, n_chunks)
-
-    def grow(self, spec_json, identity, n_frames, n_chunks):
-        """Bind the store to a job with at least its frames and chunks: the arrays grow first
-        (what is stored stays where it is), then the attributes (the driver alone calls this)."""
+    def grow(self, spec_json, identity, n_frames):
+        """Bind the store to a job with at least its frames: the arrays grow first (what is
+        stored stays where it is), then the attributes (the driver alone calls this)."""
         self._check_lease()
-        if n_frames > self.n_frames or n_chunks > self.n_chunks:
-            f, c = max(n_frames, self.n_frames), max(n_chunks, self.n_chunks)
-            self.sums.resize((f, c, self.height, self.width, 4))
-            self.records.resize((f, c, self.tiles_y, self.tiles_x, 3))
+        if n_frames > self.n_frames:
+            for array in (self.state, self.tail, self.records):
+                array.resize((n_frames, *array.shape[1:]))
         meta = dict(self.meta, spec=spec_json, identity=identity)
         self.group.attrs["farm"] = meta
         self.meta = meta
@@ -252,71 +272,120 @@ class FrameStore:
         y0, y1, x0, x1 = self.tile_box(ty, tx)
         return (y1 - y0) * (x1 - x0)
 
-    # -- tasks -------------------------------------------------------------------------------
+    # -- tiles -------------------------------------------------------------------------------
 
     def all_records(self):
-        """(F, C, TY, TX, 3) uint32, as stored (a record that does not decode raises)."""
+        """(F, TY, TX, FIELDS) uint32, as stored (a record that does not decode raises)."""
         return self.records[...]
 
-    def read_records(self, n_chunks):
-        """The records of the first ``n_chunks`` chunks, (F, n_chunks, TY, TX, 3) uint32, and the
-        keys of those that do not decode (zeros here: not done)."""
+    def read_records(self):
+        """Every tile's record, (F, TY, TX, FIELDS) uint32, and the keys of those that do not
+        decode (zeros here: nothing done)."""
         try:
-            return self.records[:, :n_chunks], []
+            return self.records[...], []
         except Exception:  # a chunk that does not decode: read them one by one
             pass
-        records, bad = np.zeros((self.n_frames, n_chunks, self.tiles_y, self.tiles_x, 3), np.uint32), []
-        for key in np.ndindex(records.shape[:4]):
+        records, bad = np.zeros(self.records.shape, np.uint32), []
+        for key in np.ndindex(records.shape[:3]):
             try:
                 records[key] = self.records[key]
             except Exception:
                 bad.append(key)
         return records, bad
 
-    def verified_records(self, n_chunks):
-        """``read_records``, less the tasks whose sums do not read back intact: (records with
-        those zeroed, the sorted keys of every record that does not decode or fails its CRC).
-        Reads every recorded task's sums: the whole store."""
-        records, bad = self.read_records(n_chunks)
-        for key in zip(*np.nonzero(records[..., 0])):
+    def verified_records(self, repair=False):
+        """``read_records``, checked against the data (see the module's docstring): (records as
+        the data stands, a fold whose state was written counted, anything damaged zeroed; the
+        sorted keys of tiles whose record does not decode or whose state or tail fail their
+        CRC). Reads every tile's state and tail: the whole store. ``repair`` (the driver alone)
+        writes the records that changed back."""
+        records, bad = self.read_records()
+        changed = list(bad)
+        for key in zip(*np.nonzero(records[..., FOLDED] | records[..., NEXT_CRC] | records[..., TAIL_PASSES])):
             key = tuple(int(k) for k in key)
-            if not self.verify_task(key, records[key]):
-                records[key] = 0
+            record, ok = self._verified(key, records[key])
+            if np.any(record != records[key]):
+                records[key] = record
+                changed.append(key)
+            if not ok:
                 bad.append(key)
+        if repair:
+            for key in changed:
+                self._put_record(key, records[key])
         return records, sorted(bad)
 
-    def read_task(self, key):
-        """The task's (value (h, w, 3), weight (h, w)) as stored, cropped to the film."""
-        f, c, ty, tx = key
-        y0, y1, x0, x1 = self.tile_box(ty, tx)
-        block = self.sums[f, c, y0:y1, x0:x1, :]
-        return block[..., :3], block[..., 3]
+    def verify_tile(self, key, record):
+        """(the record the tile's data supports, whether all it recorded read back): reads the
+        tile's state and tail, writes nothing."""
+        return self._verified(key, record)
 
-    def verify_task(self, key, record):
-        """Whether the task's sums read back intact (decodable, same CRC as recorded)."""
-        f, c, ty, tx = key
+    def _verified(self, key, record):
+        """(the record the tile's data supports, whether all it recorded read back)."""
+        record, ok = record.copy(), True
+        if record[FOLDED] or record[NEXT_CRC]:
+            crc = _crc(self._read(self.state, key))
+            if record[NEXT_CRC] and crc == record[NEXT_CRC]:
+                record[FOLDED], record[STATE_CRC] = record[FOLDED] + 1, crc  # written, not yet recorded
+            elif record[FOLDED] and crc != record[STATE_CRC]:
+                record[:], ok = 0, False  # (a first fold cut short left no state: nothing lost)
+        record[NEXT_CRC] = 0
+        if record[TAIL_PASSES] and _crc(self._read(self.tail, key)) != record[TAIL_CRC]:
+            record[TAIL_PASSES:], ok = 0, False
+        return record, ok
+
+    def _read(self, array, key):
+        """The tile's block of ``array``, cropped to the film; None where it does not decode."""
+        f, ty, tx = key
         y0, y1, x0, x1 = self.tile_box(ty, tx)
         try:
-            block = self.sums[f, c, y0:y1, x0:x1, :]
-        except Exception:  # a chunk that does not decode
-            return False
-        return _crc(block) == int(record[2])
+            return array[f, y0:y1, x0:x1, :]
+        except Exception:
+            return None
 
-    def write_task(self, key, value, weight, passes_done, spp_cut):
-        """Durably store a task's sums, then its record."""
-        f, c, ty, tx = key
-        y0, y1, x0, x1 = self.tile_box(ty, tx)
+    def read_state(self, key):
+        """The tile's folded state (h, w, STATE_CHANNELS), cropped to the film."""
+        return self._read(self.state, key)
+
+    def read_tail(self, key):
+        """The tile's tail (h, w, 4): value RGB and weight, cropped to the film."""
+        return self._read(self.tail, key)
+
+    def fold_tile(self, key, record, state):
+        """Durably replace the tile's state by ``state`` (cropped to the film), one more chunk
+        folded; ``record`` is the tile's current one. Returns the new record (no tail)."""
+        state = np.ascontiguousarray(state, np.float32)
+        crc = _crc(state)
+        pending = record.copy()
+        pending[NEXT_CRC], pending[TAIL_PASSES:] = crc, 0  # the tail is part of what is folded
+        self._put_record(key, pending)
+        self._write(self.state, key, state)
+        done = np.zeros(len(FIELDS), np.uint32)
+        done[FOLDED], done[STATE_CRC] = record[FOLDED] + 1, crc
+        self._put_record(key, done)
+        return done
+
+    def write_tail(self, key, record, value, weight, passes, spp_cut):
+        """Durably store the tile's tail (sums of ``passes`` passes of its partial last chunk,
+        cut at ``spp_cut``), then its record. Returns the new record."""
+        y0, y1, x0, x1 = self.tile_box(*key[1:])
         h, w = y1 - y0, x1 - x0
         block = np.concatenate([value[:h, :w], weight[:h, :w, None]], axis=-1).astype(np.float32)
-        self._check_lease()
-        self.sums[f, c, y0:y1, x0:x1, :] = block
-        self._check_lease()  # the commit: right before the record
-        self.records[f, c, ty, tx, :] = np.array([passes_done, spp_cut, _crc(block)], np.uint32)
+        self._write(self.tail, key, block)
+        new = record.copy()
+        new[NEXT_CRC], new[TAIL_PASSES], new[TAIL_SPP], new[TAIL_CRC] = 0, passes, spp_cut, _crc(block)
+        self._put_record(key, new)
+        return new
 
-    def forget_task(self, key):
-        f, c, ty, tx = key
+    def _put_record(self, key, record):
+        f, ty, tx = key
+        self._check_lease()  # the commit: right before the record
+        self.records[f, ty, tx, :] = record
+
+    def _write(self, array, key, block):
+        f, ty, tx = key
         self._check_lease()
-        self.records[f, c, ty, tx, :] = np.zeros(3, np.uint32)
+        y0, y1, x0, x1 = self.tile_box(ty, tx)
+        array[f, y0:y1, x0:x1, :] = block
 
     def forget_frames(self, frames):
         """Discard the data of frames (indexes): their records are zeroed, so they are rendered afresh."""
@@ -330,20 +399,21 @@ class FrameStore:
 
     # -- frames ------------------------------------------------------------------------------
 
-    def frame_sums(self, f, n_chunks, keep=None):
-        """(value (H, W, 3), weight (H, W)): the frame's first ``n_chunks`` chunks added in chunk
-        order; with ``keep`` ((n_chunks, TY, TX) bool), only those tasks' tiles (zeros elsewhere)."""
-        total = np.zeros((self.height, self.width, 4), np.float32)
-        for c in range(n_chunks):
-            if keep is None or keep[c].all():
-                total = total + self.sums[f, c]
-                continue
-            part = np.zeros_like(total)
-            for ty, tx in zip(*np.nonzero(keep[c])):
+    def frame_sums(self, f, records):
+        """(value (H, W, 3), weight (H, W)): frame index ``f``'s folded sums plus each tile's tail
+        where ``records`` (the frame's, (TY, TX, FIELDS), verified) have one; zeros where a tile
+        has nothing."""
+        value, weight = np.zeros((self.height, self.width, 3), np.float32), np.zeros((self.height, self.width), np.float32)
+        for ty in range(self.tiles_y):
+            for tx in range(self.tiles_x):
+                record = records[ty, tx]
+                if not (record[FOLDED] or record[TAIL_PASSES]):
+                    continue
                 y0, y1, x0, x1 = self.tile_box(ty, tx)
-                part[y0:y1, x0:x1] = self.sums[f, c, y0:y1, x0:x1]
-            total = total + part
-        return total[..., :3], total[..., 3]
+                state = self.read_state((f, ty, tx)) if record[FOLDED] else np.zeros((y1 - y0, x1 - x0, 4), np.float32)
+                tail = self.read_tail((f, ty, tx)) if record[TAIL_PASSES] else None
+                value[y0:y1, x0:x1], weight[y0:y1, x0:x1] = tile_sums(state, tail)
+        return value, weight
 
     # -- progress and cancel -----------------------------------------------------------------
 

@@ -125,22 +125,24 @@ def _whole(name, value, low, high):
     return int(value)
 
 
-def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAULT_PASS_SIZE, mesh=None,
+def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, mesh=None,
            chunk_passes=None):
     """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3).
 
-    ``spp`` defaults to the scene's sampler ``sample_count``. ``chunk_passes`` splits the passes
-    into chunks, each summed from zero and the chunks added in order (in float32 numpy): the
-    farm's reduction tree, so that this gives a farm job's bits (same tile and pass size).
+    ``spp`` defaults to the scene's sampler ``sample_count``; ``pass_size`` to
+    ``min(DEFAULT_PASS_SIZE, spp)`` (a pass size given is kept, past the spp too: its samples
+    past the spp are masked out). ``chunk_passes`` splits the passes into chunks, each summed
+    from zero and the chunks added in order (in float32 numpy): the farm's reduction tree
+    (``farm.tree``), so that this gives a farm job's bits (same tile, pass and chunk size).
     """
     spp = _whole("spp", scene.settings.spp if spp is None else spp, 1, MAX_SPP)
     seed, frame = _whole("seed", seed, 0, MAX_SEED), _whole("frame", frame, 0, MAX_FRAME)
-    tile, pass_size = _whole("tile", tile, 1, MAX_FILM_SIZE), _whole("pass_size", pass_size, 1, MAX_PASS_SIZE)
+    tile = _whole("tile", tile, 1, MAX_FILM_SIZE)
+    pass_size = min(DEFAULT_PASS_SIZE, spp) if pass_size is None else _whole("pass_size", pass_size, 1, MAX_PASS_SIZE)
     if chunk_passes is not None:
         chunk_passes = _whole("chunk_passes", chunk_passes, 1, MAX_SPP)
     film = scene.film
     mesh = local_mesh() if mesh is None else mesh
-    pass_size = min(pass_size, spp)
     n_passes = -(-spp // pass_size)
     height, width = film.crop_height, film.crop_width
     th, tw = min(tile, height), min(tile, width)

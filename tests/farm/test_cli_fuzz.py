@@ -1,8 +1,8 @@
 """A fuzzer the project keeps: mutated job files and store metadata through the `farm` command line.
 
-Hypothesis mutates one file: a job file, a store's ``zarr.json`` (its group, ``sums``,
-``records``, ``progress``), or a ``records`` or ``sums`` chunk. A mutation flips a bit, replaces
-a byte, truncates, or replaces or drops one value of the parsed document (a TOML line, a JSON
+Hypothesis mutates one file: a job file, a store's ``zarr.json`` (its group, ``state``,
+``tail``, ``records``, ``progress``), or a ``records``, ``state`` or ``tail`` chunk. A mutation
+flips a bit, replaces a byte, truncates, or replaces or drops one value of the parsed document (a TOML line, a JSON
 node) with a value of another type. The property: each command (``render JOB`` for job files;
 ``status``, ``export`` and ``resume`` for stores) works (exit 0) or exits with one line
 ``error: ...`` and one of the project's codes (1, 2, 3), in at most ``BOUND_S`` seconds, never
@@ -51,8 +51,8 @@ platform = "cpu"
 keys = [[0, 0.0], [2, 90.0]]
 interpolation = "linear"
 """
-STORE_FILES = ("zarr.json", "sums/zarr.json", "records/zarr.json", "progress/zarr.json", "records/c/1/0/0/1/0",
-               "sums/c/1/0/0/1/0")
+STORE_FILES = ("zarr.json", "state/zarr.json", "tail/zarr.json", "records/zarr.json", "progress/zarr.json",
+               "records/c/1/0/1/0", "state/c/1/0/1/0", "tail/c/1/0/1/0")
 # Values of other types, and numbers past the limits. None that makes a legal but large job:
 # those are slow because they are large, not because they are hostile.
 JSON_VALUES = (5, -1, 0, 2**31, 2**64, 1.5, math.inf, "x", "", [], {}, None, True, [1, 2], [[0, "a"]], "é" * 300)
@@ -113,7 +113,7 @@ def _nodes(doc):
 
 def _without_ray(spec, store, **kw):
     """``farm.session.run`` up to where it would start Ray: the store's tasks verified and planned."""
-    records, _ = store.verified_records(spec.n_chunks)
+    records, _ = store.verified_records()
     plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels)
 
 
@@ -130,7 +130,7 @@ def _run(*args):
 @pytest.fixture(scope="module")
 def seed_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz") / "job.zarr"
-    filled_store(path)
+    filled_store(path, spp=72)  # one chunk folded and a tail
     return path
 
 
@@ -165,11 +165,12 @@ def test_mutated_job_files(seed_store, seed, mutations):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(target=st.sampled_from(STORE_FILES), mutations=st.lists(mutation, min_size=1, max_size=3))
 @example(target="zarr.json", mutations=[("truncate", 500, 0)])
-@example(target="sums/zarr.json", mutations=[("byte", 0, 0xFF)])
+@example(target="state/zarr.json", mutations=[("byte", 0, 0xFF)])
 @example(target="records/zarr.json", mutations=[("value", 0, 7)])   # shape = "x"
 @example(target="zarr.json", mutations=[("drop", 3, 0)])
-@example(target="records/c/1/0/0/1/0", mutations=[("truncate", 5, 0)])
-@example(target="sums/c/1/0/0/1/0", mutations=[("flip", 30, 3)])
+@example(target="records/c/1/0/1/0", mutations=[("truncate", 5, 0)])
+@example(target="state/c/1/0/1/0", mutations=[("flip", 30, 3)])
+@example(target="tail/c/1/0/1/0", mutations=[("flip", 30, 3)])
 @example(target="progress/zarr.json", mutations=[("byte", 1, 0)])
 def test_mutated_stores(seed_store, target, mutations):
     with tempfile.TemporaryDirectory() as tmp, mock.patch.object(farm.session, "run", _without_ray):

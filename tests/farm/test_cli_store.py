@@ -16,9 +16,10 @@ COMMANDS = (("status",), ("resume", "--no-progress"), ("export", "--out", "{tmp}
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """A finished store (filled, not rendered), copied by each test that changes it."""
+    """A finished store (filled, not rendered: one chunk folded and a tail), copied by each test
+    that changes it."""
     path = tmp_path_factory.mktemp("finished") / "job.zarr"
-    filled_store(path)
+    filled_store(path, spp=72)
     return path
 
 
@@ -55,7 +56,7 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-@pytest.mark.parametrize("node", ["", "sums/", "records/"])
+@pytest.mark.parametrize("node", ["", "state/", "tail/", "records/"])
 def test_metadata_that_does_not_read_is_one_line_exit_3_and_left_alone(finished, tmp_path, node, damage):
     store = _copy(finished, tmp_path)
     DAMAGES[damage](store / node / "zarr.json")
@@ -80,14 +81,14 @@ def _farm(change):
     (_farm(lambda f: f["spec"].update(spp="8")), "its recorded job: spp must be a whole number"),
     (_farm(lambda f: f["spec"].update(params=5)), "its recorded job: unknown field 'params'"),
     (_farm(lambda f: f["spec"].update(tile=32)), "its recorded job does not match its identity"),
-    (_farm(lambda f: f["spec"].update(spp=4096)), "its arrays hold 3 frame(s) x 1 chunk(s), its job 3 x 512"),
+    (_farm(lambda f: f.update(format="jaxfarm-frames/1")), 'store format "jaxfarm-frames/1" is not read by this farm'),
     (_farm(lambda f: f["spec"]["curves"][0][2].append([1, 2])), "keys must be in frame order"),
-    (lambda p: _edit_json(p, lambda d: d.update(shape=[3, 1, 30, 40, 3])), "'sums' is float32 (3, 1, 30, 40, 3)"),
-    (lambda p: _edit_json(p, lambda d: d.update(shape=[3, 10**9, 30, 40, 4])), "'records' is uint32 (3, 1, 2, 3, 3)"),
+    (lambda p: _edit_json(p, lambda d: d.update(shape=[3, 30, 40, 3])), "'state' is float32 (3, 30, 40, 3)"),
+    (lambda p: _edit_json(p, lambda d: d.update(shape=[10**9, 30, 40, 10])), "'tail' is float32 (3, 30, 40, 4)"),
 ])
 def test_attributes_and_arrays_that_do_not_fit_are_one_line_exit_3(finished, tmp_path, change, message):
     store = _copy(finished, tmp_path)
-    change(store / ("sums/zarr.json" if "sums" in message or "'records'" in message else "zarr.json"))
+    change(store / ("state/zarr.json" if "'state'" in message or "'tail'" in message else "zarr.json"))
     before = store_files(store)
     for command in COMMANDS:
         _one_line(*_run(command, store, tmp_path), 3, message)
@@ -125,10 +126,10 @@ def _chunk(store, array, key):
 
 def test_status_and_export_check_what_is_recorded_reads_back(finished, tmp_path):
     store = _copy(finished, tmp_path)
-    _chunk(store, "sums", (1, 0, 0, 1, 0)).write_bytes(b"\x00garbage" * 3)         # does not decode
-    _chunk(store, "records", (2, 0, 1, 2, 0)).write_bytes(b"\x28\xb5\x2f\xfd\x00")  # a torn Zstd frame
+    _chunk(store, "state", (1, 0, 1, 0)).write_bytes(b"\x00garbage" * 3)         # does not decode
+    _chunk(store, "records", (2, 1, 2, 0)).write_bytes(b"\x28\xb5\x2f\xfd\x00")  # a torn Zstd frame
     _, writer = open_store(str(store), mode="r+")
-    writer.sums[0, 0, 16:30, 0:16, :] = writer.sums[0, 0, 16:30, 0:16, :] + 1.0      # decodes, fails its CRC
+    writer.state[0, 16:30, 0:16, :] = writer.state[0, 16:30, 0:16, :] + 1.0      # decodes, fails its CRC
     before = store_files(store)
     code, out, err = farm_main("status", store)
     assert code == 0 and "frames:  0-2 (0/3 finished)" in out, out + err

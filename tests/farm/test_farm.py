@@ -20,16 +20,17 @@ from farm.lease import holder
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec, JobSpec
 from farm.store import FrameStore, StoreError
-from tests.helpers.farm_cases import ORBIT, ROOT, exported, farm_cli, farm_main, orbit_spec, reference, store_files
+from tests.helpers.farm_cases import (ORBIT, ROOT, exported, farm_cli, farm_main, orbit_spec, reference, store_files,
+                                     tiles_done)
 from tests.helpers.hang_guard import hang_guard
 
 
 def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
     spec, store = job.prepare(orbit_spec(tmp_path / "a.zarr"))
-    assert (spec.pass_size, spec.chunk_passes) == (4, 2)
+    assert (spec.pass_size, spec.chunk_passes) == (4, 16)
     assert (store.width, store.height, store.tiles_y, store.tiles_x) == (40, 30, 2, 3)
     plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
-    assert len(plan.todo) == 3 * 1 * 6
+    assert len(plan.todo) == 3 * 1 * 6 and all(t.tail for t in plan.todo)
     images = exported(store.url, tmp_path)
     ref = reference(spec)
     for got, want in zip(images, ref):
@@ -38,12 +39,16 @@ def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
     assert np.abs(images[0] - images[2]).mean() > 0.01  # the camera moved
     # Nothing left: a second run renders nothing.
     assert run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False).todo == []
-    # More samples: only new chunks are rendered, and the result is the 20-spp job's.
-    more, store = job.prepare(dataclasses.replace(orbit_spec(tmp_path / "a.zarr"), spp=20))
-    plan = run_job(more, store, job.group_shapes(more, local=True), show_progress=False)
-    assert {t.chunk for t in plan.todo} == {1, 2} and all(not t.continues for t in plan.todo)
-    for got, want in zip(exported(store.url, tmp_path, "more"), reference(more)):
-        np.testing.assert_array_equal(got, want)
+    # More samples, twice: 20 spp continue the stored tail (its passes were whole); 70 spp
+    # complete chunk 0 (folded) and start a tail whose last pass is cut. Each time the result
+    # is the bits of a job rendered at that spp from the start.
+    for spp, chunks, continues in ((20, {0}, True), (70, {0, 1}, True)):
+        more, store = job.prepare(dataclasses.replace(orbit_spec(tmp_path / "a.zarr"), spp=spp))
+        plan = run_job(more, store, job.group_shapes(more, local=True), show_progress=False)
+        assert {t.chunk for t in plan.todo} == chunks and any(t.continues for t in plan.todo) == continues
+        for got, want in zip(exported(store.url, tmp_path, f"more{spp}"), reference(more)):
+            np.testing.assert_array_equal(got, want)
+    assert store.all_records()[..., 0].tolist() == np.ones((3, 2, 3), int).tolist()  # one chunk folded
 
 
 def _kill_a_rendering_member(stop, killed):
@@ -96,7 +101,7 @@ def test_driver_killed_mid_job_then_resumed(tmp_path):
         done = 0
         while time.monotonic() < deadline and proc.poll() is None:
             if FrameStore.exists(str(store)):
-                done = int(np.count_nonzero(FrameStore.open(str(store), mode="r").all_records()[..., 0]))
+                done, _ = tiles_done(store)
                 if done >= 3:
                     break
             time.sleep(0.2)
@@ -104,8 +109,8 @@ def test_driver_killed_mid_job_then_resumed(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    records = FrameStore.open(str(store), mode="r").all_records()
-    assert 0 < np.count_nonzero(records[..., 0]) < records[..., 0].size
+    done, tiles = tiles_done(store)
+    assert 0 < done < tiles
     group = FrameStore.open(str(store), mode="r").group
     assert holder(group).pid == proc.pid and not holder(group).released  # it died holding the store
     with hang_guard(120):
@@ -125,15 +130,15 @@ def test_corrupted_chunks_are_reported_refused_and_rendered_again(local_ray, tmp
     spec, store = job.prepare(orbit_spec(tmp_path / "d.zarr", frames=(1, 1)))
     run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
     before = exported(store.url, tmp_path, "before")[0]
-    (tmp_path / "d.zarr" / "sums" / "c" / "0" / "0" / "0" / "0" / "0").write_bytes(b"\x00garbage" * 3)
-    (tmp_path / "d.zarr" / "records" / "c" / "0" / "0" / "1" / "2" / "0").write_bytes(b"\x00garbage")
+    (tmp_path / "d.zarr" / "tail" / "c" / "0" / "0" / "0" / "0").write_bytes(b"\x00garbage" * 3)
+    (tmp_path / "d.zarr" / "records" / "c" / "0" / "1" / "2" / "0").write_bytes(b"\x00garbage")
     with pytest.raises(StoreError, match="2 recorded task"):
         exported(store.url, tmp_path, "broken")
     code, out, _ = farm_main("status", store.url)
     assert code == 0 and "damaged: 2 recorded task(s) do not read back (frames 1)" in out, out
     messages = []
     plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append)
-    assert sorted(t.key for t in plan.todo) == [(0, 0, 0, 0), (0, 0, 1, 2)] and "2 stored task" in messages[0]
+    assert sorted(t.key for t in plan.todo) == [(0, 0, 0, 0), (0, 0, 1, 2)] and "2 stored tile" in messages[0]
     np.testing.assert_array_equal(exported(store.url, tmp_path, "after")[0], before)
     assert "damaged" not in farm_main("status", store.url)[1]
 
@@ -147,8 +152,7 @@ def test_ctrl_c_says_how_to_resume_and_a_copy_of_the_store_resumes_where_it_is(t
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
-            if FrameStore.exists(str(store)) and np.count_nonzero(
-                    FrameStore.open(str(store), mode="r").all_records()[..., 0]) >= 3:
+            if FrameStore.exists(str(store)) and tiles_done(store)[0] >= 3:
                 break
             time.sleep(0.2)
         assert proc.poll() is None, "the job ended before it could be interrupted"
@@ -228,7 +232,7 @@ interpolation = "smooth"
     with pytest.raises(SpecError, match="unknown key 'frams'"):
         JobSpec.from_toml(str(tmp_path / "bad.toml"))
     big = dataclasses.replace(spec, spp=65536, frames=(0, 0)).planned()
-    assert -(-65536 // big.pass_size // big.chunk_passes) == 64  # a still spreads over 64 chunks x tiles
+    assert big.tree.n_chunks(65536) == 1024  # a still spreads over its chunks x tiles
 
 
 @pytest.mark.parametrize("groups, message", [
@@ -251,14 +255,15 @@ def test_a_task_given_up_on_is_written_once_when_its_first_group_answers(local_r
     spec = dataclasses.replace(orbit_spec(tmp_path / "f.zarr", frames=(0, 1)), groups=GroupsSpec(count=2))
     spec, store = job.prepare(spec)
     writes = []
-    write_task = store.write_task
-    store.write_task = lambda key, *a, **k: (writes.append(key), write_task(key, *a, **k))
+    write_tail = store.write_tail
+    store.write_tail = lambda key, *a, **k: (writes.append(key), write_tail(key, *a, **k))[1]
     messages = []
     plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append,
                    task_timeout_s=2.0)
     assert any("sending it elsewhere" in m for m in messages)
     assert plan.stats["fenced"] >= 1
-    assert sorted(writes) == sorted(t.key for t in plan.todo)  # every task written exactly once
+    assert all(t.tail for t in plan.todo)
+    assert sorted(writes) == sorted(t.line for t in plan.todo)  # every task written exactly once
     for got, want in zip(exported(store.url, tmp_path), reference(spec)):
         np.testing.assert_array_equal(got, want)
 
@@ -282,7 +287,7 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
-            if FrameStore.exists(str(store)) and np.any(FrameStore.open(str(store), mode="r").all_records()[..., 0]):
+            if FrameStore.exists(str(store)) and tiles_done(store)[0]:
                 break
             time.sleep(0.2)
         result = farm_cli("cancel", str(store), timeout=60)
@@ -298,8 +303,8 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
     assert proc.returncode == 5 and "cancelled" in stderr.strip().splitlines()[-1], stderr[-2000:]
     fs = FrameStore.open(str(store), mode="r")
     assert fs.progress()["state"] == "cancelled" and holder(fs.group).released
-    done = np.count_nonzero(fs.all_records()[..., 0])
-    assert 0 < done < fs.all_records()[..., 0].size
+    done, tiles = tiles_done(store)
+    assert 0 < done < tiles
     status = farm_cli("status", str(store), timeout=60)
     assert status.returncode == 0 and "cancelled" in status.stdout
 

@@ -18,7 +18,7 @@ import zarr
 from farm import lease as lease_module
 from farm.lease import Fenced, Lease, LeaseHeld, holder
 from farm.store import FrameStore
-from tests.helpers.farm_cases import ORBIT, ROOT, farm_cli, farm_main, filled_store, store_files
+from tests.helpers.farm_cases import ORBIT, ROOT, farm_cli, farm_main, filled_store, store_files, tiles_done
 from tests.helpers.hang_guard import hang_guard
 
 ME = f"{socket.gethostname()} pid {os.getpid()}"
@@ -97,9 +97,11 @@ def test_a_fenced_driver_writes_nothing_to_the_store(tmp_path, monkeypatch):
     taker = Lease.acquire(store.group, store.url, duration=600)
     before = _data_files(tmp_path / "f.zarr")
     block = np.ones((spec.tile, spec.tile, 3), np.float32)
-    for write in (lambda: store.write_task((0, 0, 0, 0), block, block[..., 0], 2, spec.spp),
-                  lambda: store.forget_task((0, 0, 0, 0)), lambda: store.forget_frames([1]),
-                  lambda: store.write_progress(state="running"), lambda: store.set_spp(spec.to_json(), 4)):
+    record = store.all_records()[0, 0, 0]
+    for write in (lambda: store.write_tail((0, 0, 0), record, block, block[..., 0], 2, spec.spp),
+                  lambda: store.fold_tile((0, 0, 0), record, np.zeros((spec.tile, spec.tile, 10), np.float32)),
+                  lambda: store.forget_frames([1]), lambda: store.write_progress(state="running"),
+                  lambda: store.set_spp(spec.to_json())):
         with pytest.raises(Fenced, match=f"took it over .*; it stopped without writing"):
             write()
     assert _data_files(tmp_path / "f.zarr") == before
@@ -136,9 +138,10 @@ def _render(store, frames, env):
 
 
 def _recorded(store):
+    """Tiles of the store that hold some samples."""
     if not FrameStore.exists(str(store)):
         return 0
-    return int(np.count_nonzero(FrameStore.open(str(store), mode="r").all_records()[..., 0]))
+    return tiles_done(store)[0]
 
 
 def test_a_second_driver_is_refused_and_a_frozen_driver_is_fenced(tmp_path):

@@ -13,8 +13,7 @@ from ray.cluster_utils import Cluster
 from farm import job
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec
-from farm.store import FrameStore
-from tests.helpers.farm_cases import exported, orbit_spec, reference
+from tests.helpers.farm_cases import exported, orbit_spec, reference, tiles_done
 
 
 @pytest.fixture
@@ -40,7 +39,7 @@ def test_losing_a_node_mid_job_changes_no_bit(two_nodes, tmp_path):
         # One CPU per node: the two groups sit on different nodes. Lose one once work is flowing.
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            if np.count_nonzero(FrameStore.open(store.url, mode="r").all_records()[..., 0]) >= 2:
+            if tiles_done(store.url)[0] >= 2:
                 cluster.remove_node(worker)
                 removed.append(time.monotonic())
                 return

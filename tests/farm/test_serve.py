@@ -19,6 +19,8 @@ from PIL import Image
 
 from farm import job, monitor
 from farm.scheduler import run_job
+from farm.folding import Folds
+from farm.planner import plan
 from tests.helpers.farm_cases import ROOT, farm_main, filled_store, orbit_spec
 from tests.helpers.hang_guard import hang_guard
 
@@ -113,11 +115,18 @@ def test_a_render_seen_through_the_monitor_as_samples_arrive(local_ray, tmp_path
         assert status == 200 and b"frame 1" in page and b"/api/jobs/shots/orbit.zarr/frames/1.png?max=" in page
 
 
+def _record_task(spec, fs, tile, value):
+    """Store the result of frame 0's first task on ``tile`` (row, column) as the driver does."""
+    records = fs.all_records()
+    task = next(t for t in plan(spec, records, fs.tiles_y, fs.tiles_x, fs.tile_pixels).todo
+                if t.key == (0, 0, *tile))
+    Folds(fs, records, spec.spp).accept(task, np.full((16, 16, 3), value, np.float32), np.ones((16, 16), np.float32))
+
+
 def _partial_store(path):
     """A store of the orbit job with one task of frame 0 recorded (tile row 0, column 1; value 0.5)."""
     spec, fs = job.prepare(orbit_spec(path))
-    fs.write_task((0, 0, 0, 1), np.full((16, 16, 3), 0.5, np.float32), np.full((16, 16), 1.0, np.float32),
-                  spec.chunk_passes, spec.spp)
+    _record_task(spec, fs, (0, 1), 0.5)
     return spec, fs
 
 
@@ -131,8 +140,7 @@ def test_the_preview_follows_the_records_as_tasks_are_written(tmp_path):
         assert conn.getresponse().status == 304  # the same records: the same image
         conn.close()
         # The driver records one more task (its sums first, as it does): the preview shows it.
-        fs.write_task((0, 0, 1, 0), np.full((16, 16, 3), 0.25, np.float32), np.ones((16, 16), np.float32),
-                      spec.chunk_passes, spec.spp)
+        _record_task(spec, fs, (1, 0), 0.25)
         status, again, second = get(port, "/api/jobs/p.zarr/frames/0.png")
         assert status == 200 and again["etag"] != headers["etag"]
         image = pixels(second)
@@ -169,8 +177,8 @@ def base(tmp_path_factory):
     filled_store(outside / "secret.zarr")
     os.symlink(outside / "secret.zarr", root / "link.zarr")  # a store out of the folder
     shutil.copytree(root / "a" / "done.zarr", root / "evil.zarr")
-    shutil.rmtree(root / "evil.zarr" / "sums")
-    os.symlink(outside / "secret.zarr" / "sums", root / "evil.zarr" / "sums")  # a store's node out of it
+    shutil.rmtree(root / "evil.zarr" / "state")
+    os.symlink(outside / "secret.zarr" / "state", root / "evil.zarr" / "state")  # a store's node out of it
     (root / "notes").mkdir()
     (root / "notes" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
     before = _snapshot(base)

@@ -14,6 +14,7 @@ from farm import job
 from farm.cli import main
 from farm.curves import Curve
 from farm.export import export_frames
+from farm.folding import Folds
 from farm.job import open_store
 from farm.planner import plan
 from farm.spec import JobSpec
@@ -65,14 +66,23 @@ def farm_main(*args):
 
 
 def filled_store(store, **kw):
-    """The store of ``orbit_spec(store, **kw)`` made without rendering: every task recorded with
-    made-up sums (seeded), a finished job as far as the store can tell. Returns (spec, FrameStore)."""
+    """The store of ``orbit_spec(store, **kw)`` made without rendering: every task's result
+    made up (seeded) and folded, a finished job as far as the store can tell. Returns (spec, FrameStore)."""
     spec, fs = job.prepare(orbit_spec(store, **kw))
     rng = np.random.default_rng(0)
-    for task in plan(spec, fs.all_records(), fs.tiles_y, fs.tiles_x, fs.tile_pixels).todo:
+    records = fs.all_records()
+    folds = Folds(fs, records, spec.spp, window=10**9)
+    for task in plan(spec, records, fs.tiles_y, fs.tiles_x, fs.tile_pixels).todo:
         value = rng.random((spec.tile, spec.tile, 3), dtype=np.float32)
-        fs.write_task(task.key, value, np.full((spec.tile, spec.tile), 8.0, np.float32), task.chunk_end, spec.spp)
+        folds.accept(task, value, np.full((spec.tile, spec.tile), 8.0, np.float32))
     return spec, fs
+
+
+def tiles_done(url):
+    """Tiles of the store at ``url`` that hold some samples (folded chunks or a tail)."""
+    from farm.store import FOLDED, TAIL_PASSES, FrameStore
+    records = FrameStore.open(str(url), mode="r").all_records()
+    return int(np.count_nonzero(records[..., FOLDED] | records[..., TAIL_PASSES])), records[..., 0].size
 
 
 def store_files(store):

@@ -1,0 +1,61 @@
+"""Results into the store in the tree's order: each tile's chunks fold in chunk order.
+
+Groups hand results back in any order, and a tile's chunk n + 1 folds only after its chunk n
+(``farm.tree``). ``Folds`` keeps a result that comes early in memory until the chunks before
+it have folded, and lets a tile start at most ``window`` chunks past its last folded one, so
+what waits is bounded: at most ``window - 1`` results a tile. A driver killed loses them (they
+are rendered again on resume: nothing is counted twice); everything folded is in the store.
+"""
+import numpy as np
+
+from farm.store import FOLDED
+from farm.tree import STATE_CHANNELS, fold
+
+__all__ = ["Folds", "WINDOW"]
+
+WINDOW = 8  # chunks of one tile that may be started past its last folded chunk
+
+
+class Folds:
+    """The tiles' records as the run changes them, and the results waiting for their turn.
+
+    ``records`` (F, TY, TX, FIELDS) is the store's, verified (``FrameStore.verified_records``);
+    ``spp`` is the job's, what a tail is cut at.
+    """
+
+    def __init__(self, store, records, spp, window=WINDOW):
+        self.store, self.records, self.spp, self.window = store, records, spp, window
+        self.waiting = {}  # tile (frame, ty, tx) -> {chunk: (task, value, weight)}
+
+    def may_start(self, task):
+        """Whether ``task``'s chunk is within its tile's window."""
+        return task.chunk < int(self.records[task.line][FOLDED]) + self.window
+
+    def held(self):
+        """Results waiting for an earlier chunk of their tile."""
+        return sum(len(w) for w in self.waiting.values())
+
+    def accept(self, task, value, weight):
+        """A task's result (value (th, tw, 3), weight (th, tw), the tile's full size): stored
+        now if its tile's earlier chunks are folded, with any results that waited on it, else
+        kept until they are. Returns how many chunks of the tile folded."""
+        line = task.line
+        waiting = self.waiting.setdefault(line, {})
+        waiting[task.chunk] = (task, value, weight)
+        before = int(self.records[line][FOLDED])
+        while (n := int(self.records[line][FOLDED])) in waiting:
+            self._store(line, *waiting.pop(n))
+        if not waiting:
+            del self.waiting[line]
+        return int(self.records[line][FOLDED]) - before
+
+    def _store(self, line, task, value, weight):
+        """Fold a complete chunk into the tile's state, or keep the partial last one as its tail."""
+        record = self.records[line]
+        y0, y1, x0, x1 = self.store.tile_box(*line[1:])
+        h, w = y1 - y0, x1 - x0
+        if task.tail:
+            self.records[line] = self.store.write_tail(line, record, value, weight, task.chunk_end, self.spp)
+            return
+        state = self.store.read_state(line) if record[FOLDED] else np.zeros((h, w, STATE_CHANNELS), np.float32)
+        self.records[line] = self.store.fold_tile(line, record, fold(state, value[:h, :w], weight[:h, :w]))

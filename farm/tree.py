@@ -1,0 +1,103 @@
+"""The canonical reduction tree: how a tile's samples are cut and added up, whatever the spp.
+
+A frame's bits are a function of the job without its spp (scene, seed, tile, pass and chunk
+sizes) and of its final spp alone: refined in one step or five, interrupted or not, on any
+number of groups and devices. The tree is fixed when the job is created and never depends on
+the spp:
+
+- a *pass* is ``pass_size`` consecutive sample indices, summed by the work unit
+  (``tracer.rendering.render_tile``); samples at or past the spp are masked out;
+- a *chunk* is ``chunk_passes`` consecutive passes, summed from zero in pass order;
+- at spp S a tile has ``S // K`` *complete* chunks (K = ``chunk_passes * pass_size`` samples)
+  and, when K does not divide S, one *tail*: the partial chunk of the remaining passes, its last
+  pass cut at S.
+
+Complete chunks are *folded* into the tile's running state in chunk order, and then dropped::
+
+    sums_{n+1}    = sums_n + chunk_n                   value RGB and weight, float32
+    means_{n+1}   = means_n + m_n                      m_n = resolve(chunk_n), RGB
+    squares_{n+1} = squares_n + m_n * m_n
+
+and the tile's sums at S are ``sums_{S // K} + tail``: the tail is kept apart and added last,
+at read time, never folded (a later raise of the spp continues the tail, or renders its chunk
+again where its last pass was cut short, and folds it once it is complete). These are the
+additions ``tracer.render(..., chunk_passes=)`` makes, in the same order, in float32 numpy: a
+chunk's sums from zero, the chunks added to a zero accumulator in chunk order.
+
+The means and squares of the chunks' own estimates are what noise estimation needs: complete
+chunks hold disjoint samples, so their spread estimates the variance of the pixel (``variance``).
+"""
+import dataclasses
+
+import numpy as np
+
+from tracer.reduction import resolve
+
+__all__ = ["Tree", "STATE_CHANNELS", "fold", "tile_sums", "variance", "CHUNK_SPP"]
+
+# Samples per chunk by default: a task renders one chunk of one tile. Fixed (not chosen from the
+# spp): the tree must not change when a job's spp is raised.
+CHUNK_SPP = 64
+# The running state of a tile, per pixel: sums (value RGB, weight), then the sums of the chunks'
+# estimates (RGB) and of their squares (RGB).
+STATE_CHANNELS = 10
+SUMS, MEANS, SQUARES = slice(0, 4), slice(4, 7), slice(7, 10)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """A job's pass and chunk sizes (``JobSpec.planned``)."""
+
+    pass_size: int
+    chunk_passes: int
+
+    @property
+    def chunk_samples(self):
+        return self.pass_size * self.chunk_passes
+
+    def complete(self, spp):
+        """Complete chunks at ``spp``."""
+        return spp // self.chunk_samples
+
+    def tail_passes(self, spp):
+        """Passes of the partial last chunk at ``spp`` (0: none)."""
+        return -(-(spp % self.chunk_samples) // self.pass_size)
+
+    def n_chunks(self, spp):
+        """Chunks at ``spp``, the tail included."""
+        return self.complete(spp) + (1 if self.tail_passes(spp) else 0)
+
+    def covered(self, chunk, passes, spp):
+        """Samples per pixel that the first ``passes`` passes of ``chunk`` hold at ``spp``."""
+        first = chunk * self.chunk_samples
+        return max(0, min(spp, first + passes * self.pass_size) - first)
+
+
+def fold(state, value, weight):
+    """The running state (h, w, STATE_CHANNELS) float32 with one more complete chunk, whose sums
+    are value (h, w, 3) and weight (h, w); a new array (numpy, in the order the module gives)."""
+    chunk = np.concatenate([value, weight[..., None]], axis=-1).astype(np.float32)
+    m = resolve(value.astype(np.float32), weight.astype(np.float32))
+    out = np.empty_like(state, dtype=np.float32)
+    out[..., SUMS] = state[..., SUMS] + chunk
+    out[..., MEANS] = state[..., MEANS] + m
+    out[..., SQUARES] = state[..., SQUARES] + m * m
+    return out
+
+
+def tile_sums(state, tail=None):
+    """(value (..., 3), weight (...)): the folded sums, plus the tail's (..., 4) when there is one."""
+    sums = state[..., SUMS]
+    if tail is not None:
+        sums = sums + tail
+    return sums[..., :3], sums[..., 3]
+
+
+def variance(state, n):
+    """Per-pixel variance (..., 3) of the estimate of ``n`` complete chunks (an int or an array
+    broadcasting over the pixels; at least 2), from the spread of the chunks' own estimates:
+    s^2 = (sum m^2 - (sum m)^2 / n) / (n - 1), and the mean of n chunks has variance s^2 / n."""
+    n = np.asarray(n, np.float64)[..., None]
+    means, squares = state[..., MEANS].astype(np.float64), state[..., SQUARES].astype(np.float64)
+    spread = np.maximum(squares - means * means / n, 0.0) / (n - 1)
+    return (spread / n).astype(np.float32)
