@@ -119,6 +119,11 @@ def _has(group, name):
         return True
 
 
+def _incomplete(group):
+    """Whether ``group`` is a store whose making (or replacing) was cut short, by any format."""
+    return str(group.attrs.get(_INCOMPLETE, "")).startswith("jaxfarm-frames/")
+
+
 def _crc(block):
     """CRC-32 of a float32 block; None for a block that did not decode."""
     if block is None:
@@ -193,7 +198,7 @@ class FrameStore:
             return zarr.open_group(url, mode="w-", attributes={_INCOMPLETE: FORMAT})
         except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
             group = _open_group(url, mode="r")
-            if group is not None and group.attrs.get(_INCOMPLETE) == FORMAT:
+            if group is not None and _incomplete(group):
                 raise StoreError(f"{url}: a store whose making was cut short; add --replace to make it again") from None
             raise StoreError(f"{url}: already exists and is not a frame store of this job") from None
         except (OSError, ValueError) as e:  # a file on the way, no permission, an unknown URL scheme
@@ -209,7 +214,7 @@ class FrameStore:
             return None
         meta = group.attrs.get("farm")
         if (isinstance(meta, dict) and str(meta.get("format")).startswith("jaxfarm-frames/")
-                or group.attrs.get(_INCOMPLETE) == FORMAT):
+                or _incomplete(group)):
             return group
         raise StoreError(f"{url}: not a farm frame store; --replace replaces only frame stores (choose another --out)")
 

@@ -76,7 +76,7 @@ def test_replace_replaces_a_frame_store_and_nothing_else(tmp_path):
     assert (stored.seed, stored.frames, stored.spp) == (5, (0, 4), 4) and store.n_frames == 5
     assert not store.all_records().any() and store.progress() == {}
     # A replacement cut short (the attributes say so) is not a store: --replace makes it again.
-    FrameStore.open(str(path), mode="r+").group.attrs.put({"jaxfarm-incomplete": "jaxfarm-frames/1"})
+    FrameStore.open(str(path), mode="r+").group.attrs.put({"jaxfarm-incomplete": "jaxfarm-frames/2"})
     code, _, err = _render("--frames", "0-2", "--spp", "8", "--out", path)
     assert code == 3 and "a store whose making was cut short; add --replace to make it again" in err, err
     spec, store = job.prepare(orbit_spec(path), replace=True)

@@ -101,7 +101,7 @@ def _run(spec, store, order, kill_after=None, tear_at=None):
 def _frames(spec, store):
     records, bad = store.verified_records()
     assert bad == []
-    return [store.frame_sums(f, records) for f in range(spec.n_frames)], records
+    return [store.frame_sums(f, records[f]) for f in range(spec.n_frames)], records
 
 
 def _direct(spec, store):
