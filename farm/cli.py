@@ -100,6 +100,7 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm import job, registry, session
     from farm.scene_check import check_scene
     from farm.spec import parse_frame_list
+    job.check_params(spec)
     check_scene(spec)
     spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
     registry.record(store.url)

@@ -10,10 +10,11 @@ from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
-__all__ = ["prepare", "open_store", "group_shapes", "frame_status"]
+__all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
 
 
-def _check_params(spec):
+def check_params(spec):
+    """Refuse a parameter the scene has no <default> of (exit 2: the job, not the scene, is wrong)."""
     names = scene_defaults(spec.scene)
     for c in spec.curves:
         if c.name not in names:
@@ -36,7 +37,7 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
     it) before anything is written to an existing store, and every write checks it.
     Returns (planned spec, FrameStore).
     """
-    _check_params(spec)
+    check_params(spec)
     _check_redo(spec, redo)
     if lease:
         lease_duration()  # a bad FARM_LEASE_S is refused before anything is written

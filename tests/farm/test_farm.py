@@ -15,7 +15,7 @@ import pytest
 
 from farm import job
 from farm.curves import Curve
-from farm.errors import SpecError
+from farm.errors import SceneFileError, SpecError
 from farm.lease import holder
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec, JobSpec
@@ -345,7 +345,7 @@ def test_a_cropped_scene_is_stored_at_its_window_and_rendered_as_the_tracer_does
 def test_a_scene_film_past_the_limits_is_refused_before_a_store_exists(tmp_path):
     spec = dataclasses.replace(orbit_spec(tmp_path / "huge.zarr", frames=(0, 0)), scene=_cropped_cbox(tmp_path),
                                resolution=None, curves=(Curve("res", ((0, "2147483647"),)),))
-    with pytest.raises(SpecError) as failure:
+    with pytest.raises(SceneFileError) as failure:
         job.prepare(spec)
     assert "film width must be between 1 and 16384 pixels, got 2147483647" in str(failure.value)
     assert "cropped.xml:" in str(failure.value) and "\n" not in str(failure.value)
