@@ -120,8 +120,8 @@ def _sample_leaf(materials, textures, mat, uv, wi, u1, u2, tangents):
         return _sample_kinds(materials, textures, mat, uv, wi, u1, u2)
     pf = perturb.frame(materials.perturbation, textures, mat, uv, wi, tangents)
     bs, weight = _sample_kinds(materials, textures, mat, uv, vm.to_local(pf.axes, wi), u1, u2)
-    wo, weight, ok = perturb.sampled(pf, bs.wo, weight)
-    return dataclasses.replace(bs, wo=wo, pdf=jnp.where(ok, bs.pdf, 0.0)), weight
+    wo, weight, pdf = perturb.sampled(pf, bs.wo, weight, bs.pdf)
+    return dataclasses.replace(bs, wo=wo, pdf=pdf), weight
 
 
 def _sample_kinds(materials, textures, mat, uv, wi, u1, u2):

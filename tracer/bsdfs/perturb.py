@@ -62,6 +62,7 @@ class PerturbedFrame:
     s: jnp.ndarray          # (3, N)
     t: jnp.ndarray          # (3, N)
     n: jnp.ndarray          # (3, N)
+    kind: jnp.ndarray       # (N,) int32 the ray's Perturbation
     shadowed: jnp.ndarray   # (N,) bool: the shadowing term applies
 
     @property
@@ -125,7 +126,7 @@ def frame(perturbations, textures, mat, at, wi, tangents=None):
         bumped = _bumpmap(textures, tid, perturbations.scale[mat], at, wi, flip, tangents)
         axes = tuple(vm.select(kind == Perturbation.BUMPMAP, a, b) for a, b in zip(bumped, axes))
     shadowed = (kind != Perturbation.NONE) & perturbations.shadowing[mat]
-    return PerturbedFrame(*axes, shadowed=shadowed)
+    return PerturbedFrame(*axes, kind=kind, shadowed=shadowed)
 
 
 def _tan2(v):
@@ -149,8 +150,11 @@ def evaluated(pf, wo, wo_p, value, pdf):
     return vm.select(ok, value * _scale(pf, wo), 0.0), jnp.where(ok, pdf, 0.0)
 
 
-def sampled(pf, wo_p, weight):
-    """(wo (3, N), weight (3, N), ok (N,)) of a perturbed leaf's sample wo_p (its frame) and weight."""
+def sampled(pf, wo_p, weight, pdf):
+    """(wo (3, N), weight (3, N), pdf (N,)) of a perturbed leaf's sample wo_p (in its frame) with
+    its weight and pdf. A failed sample keeps its pdf under a bump map (as Mitsuba's bumpmap does:
+    a blend above it counts that pdf in its mixture), not under a normal map."""
     wo = vm.to_world(pf.axes, wo_p)
     ok = jnp.any(weight != 0, axis=0) & (wo_p[2] * wo[2] > 0)
-    return wo, vm.select(ok, weight * _scale(pf, wo), 0.0), ok
+    pdf = jnp.where(ok | (pf.kind == Perturbation.BUMPMAP), pdf, 0.0)
+    return wo, vm.select(ok, weight * _scale(pf, wo), 0.0), pdf
