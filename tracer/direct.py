@@ -13,6 +13,7 @@ one more segment whose emission is weighted against the light-sampling strategy.
 import jax.numpy as jnp
 
 from tracer import bsdfs, geometry
+from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.integrator import (PathState, add_emission, add_next_event, bounce_uniforms, find_surfaces, fresh_paths,
                                material_and_frame)
@@ -49,8 +50,9 @@ def trace_direct(scene, keys, origin, direction, t_max, active):
 def _add_bsdf_sample(scene, camera, surface, mat, frame, wi, uniforms, radiance, light_share, bsdf_share, weight):
     """One BSDF sample: the emission its ray reaches, weighted against light sampling."""
     si = surface.si
-    bs, bsdf_weight = bsdfs.sample(scene.materials, scene.textures, mat, si.uv, wi, uniforms[Dims.BSDF_COMPONENT],
-                                   uniforms[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2])
+    bs, bsdf_weight = bsdfs.sample(scene.materials, scene.textures, mat, tx.texture_point(si.uv, si.attributes), wi,
+                                   uniforms[Dims.BSDF_COMPONENT], uniforms[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2],
+                                   surface.tangents)
     wo_world = vm.to_world(frame, bs.wo)
     throughput = jnp.where(surface.valid, bsdf_weight, 0.0)
     ray = PathState(

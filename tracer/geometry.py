@@ -91,6 +91,8 @@ class SurfaceInteraction:
     ng: jnp.ndarray     # (3, N) geometric normal (not flipped toward the ray)
     ns: jnp.ndarray     # (3, N) shading normal
     uv: jnp.ndarray     # (2, N) surface uv
+    dp_du: jnp.ndarray  # (3, N) position partials along the surface uv (Mitsuba's dp_du, dp_dv):
+    dp_dv: jnp.ndarray  # (3, N)   the shading frame's tangent follows dp_du
     shape: jnp.ndarray  # (N,) int32 shape index, -1 where not valid
     valid: jnp.ndarray  # (N,) bool: the ray hit something
     prim: jnp.ndarray = None  # (N,) int32 primitive id, -1 where not valid
@@ -388,7 +390,19 @@ def _triangle_surface(geo, hit):
     ns = vm.normalize(geo.n0[:, i] * w + geo.n1[:, i] * u + geo.n2[:, i] * v)
     ns = vm.select(geo.has_normals[i], ns, ng)
     uv = geo.uv0[:, i] * w + geo.uv1[:, i] * u + geo.uv2[:, i] * v
-    return p, ng, ns, uv
+    return (p, ng, ns, uv, *_triangle_partials(e1, e2, geo.uv1[:, i] - geo.uv0[:, i], geo.uv2[:, i] - geo.uv0[:, i], ng))
+
+
+def _triangle_partials(e1, e2, duv0, duv1, ng):
+    """(dp_du, dp_dv) of triangles as Mitsuba's ``Mesh::compute_surface_interaction``: from the
+    edges and the uv differences along them, ``coordinate_system(ng)`` where those are degenerate.
+    (A mesh without uvs has (0,0), (1,0), (0,1) here: dp_du = e1, dp_dv = e2 exactly, as there.)"""
+    det = duv0[0] * duv1[1] - duv0[1] * duv1[0]
+    inv_det = 1.0 / jnp.where(det != 0, det, 1.0)
+    dp_du = (duv1[1] * e1 - duv0[1] * e2) * inv_det
+    dp_dv = (duv0[0] * e2 - duv1[0] * e1) * inv_det
+    fallback_u, fallback_v = vm.coordinate_system(ng)
+    return vm.select(det != 0, dp_du, fallback_u), vm.select(det != 0, dp_dv, fallback_v)
 
 
 def _attributes(geo, hit):
@@ -423,7 +437,7 @@ def _analytic_surface(geo, o, d, hit):
     if SurfaceKind.SPHERE in geo.analytic_kinds:
         fields[SurfaceKind.SPHERE] = _sphere_surface(p_ray, to_world, to_local)
     if SurfaceKind.DISK in geo.analytic_kinds:
-        fields[SurfaceKind.DISK] = _disk_surface(p_ray, to_local, hit)
+        fields[SurfaceKind.DISK] = _disk_surface(p_ray, to_world, to_local, hit)
     if SurfaceKind.CYLINDER in geo.analytic_kinds:
         fields[SurfaceKind.CYLINDER] = _cylinder_surface(p_ray, to_world, to_local)
     kinds = sorted(fields)
@@ -435,7 +449,7 @@ def _analytic_surface(geo, o, d, hit):
 
 
 def _sphere_surface(p_ray, to_world, to_local):
-    """(p, ng, ns, uv) of sphere hits."""
+    """(p, ng, ns, uv, dp_du, dp_dv) of sphere hits."""
     # Sphere (sphere.cpp): the normal from the center, the point re-projected onto the surface,
     # uv = (phi / 2 pi, theta / pi) of the point in the object frame. A mirroring to_world turns
     # the normals inward (Mitsuba flips them when the decomposed scale is negative).
@@ -450,21 +464,36 @@ def _sphere_surface(p_ray, to_world, to_local):
            - to_world[0, 1] * (to_world[1, 0] * to_world[2, 2] - to_world[1, 2] * to_world[2, 0])
            + to_world[0, 2] * (to_world[1, 0] * to_world[2, 1] - to_world[1, 1] * to_world[2, 0]))
     n_sph = vm.select(det < 0, -n_sph, n_sph)
-    return p_sph, n_sph, n_sph, uv_sph
+    # dp/du = 2 pi (-y, x, 0), dp/dv = pi (z cos phi, z sin phi, -r_xy) in the object frame; at the
+    # poles dp/du vanishes (the frame then falls back on coordinate_system) and dp/dv is pi e_x.
+    rd = jnp.sqrt(local[0] * local[0] + local[1] * local[1])
+    inv_rd = 1.0 / jnp.where(rd != 0, rd, 1.0)
+    zero = jnp.zeros_like(rd)
+    dp_du = vm.transform_vector(to_world, jnp.stack([-local[1], local[0], zero])) * TWO_PI
+    dp_dv = jnp.stack([local[2] * local[0] * inv_rd, local[2] * local[1] * inv_rd, -rd])
+    dp_dv = vm.select(rd == 0, jnp.stack([zero + 1.0, zero, zero]), dp_dv)
+    dp_dv = vm.transform_vector(to_world, dp_dv) * PI
+    return p_sph, n_sph, n_sph, uv_sph, dp_du, dp_dv
 
 
-def _disk_surface(p_ray, to_local, hit):
-    """(p, ng, ns, uv) of disk hits (disk.cpp): the transformed +z normal, uv = (r, phi / 2 pi)
-    of the local hit."""
+def _disk_surface(p_ray, to_world, to_local, hit):
+    """(p, ng, ns, uv, dp_du, dp_dv) of disk hits (disk.cpp): the transformed +z normal, uv =
+    (r, phi / 2 pi) of the local hit, dp/du = (cos phi, sin phi, 0) and dp/dv = 2 pi r (-sin phi,
+    cos phi, 0) in the object frame (zero at the center, as there)."""
     n_disk = vm.normalize(vm.transform_normal(to_local, jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0])[:, None], p_ray.shape)))
     r = jnp.sqrt(hit.u * hit.u + hit.v * hit.v)
     ang = elementary.atan2(hit.v, hit.u) * INV_TWO_PI
     uv_disk = jnp.stack([r, jnp.where(ang < 0, ang + 1.0, ang)])
-    return p_ray, n_disk, n_disk, uv_disk
+    inv_r = jnp.where(r != 0, 1.0 / jnp.where(r != 0, r, 1.0), 0.0)
+    cos_phi, sin_phi, zero = hit.u * inv_r, hit.v * inv_r, jnp.zeros_like(r)
+    dp_du = vm.transform_vector(to_world, jnp.stack([cos_phi, sin_phi, zero]))
+    dp_dv = vm.transform_vector(to_world, jnp.stack([-sin_phi, cos_phi, zero])) * (TWO_PI * r)
+    return p_ray, n_disk, n_disk, uv_disk, dp_du, dp_dv
 
 
 def _cylinder_surface(p_ray, to_world, to_local):
-    """(p, ng, ns, uv) of cylinder hits (cylinder.cpp): uv = (phi / 2 pi, z) of the local hit,
+    """(p, ng, ns, uv, dp_du, dp_dv) of cylinder hits (cylinder.cpp): uv = (phi / 2 pi, z) of the
+    local hit, dp/du = 2 pi (-y, x, 0) and dp/dv = e_z in the object frame,
     n = normalize(dp/du x dp/dv) in world space, p pushed along n by 1 - r_local (Mitsuba's
     round-off correction, in local units as there). A mirroring to_world turns n inward; the
     loader folds that into the shape's flip_normals, as Mitsuba flips a negative scale."""
@@ -473,13 +502,15 @@ def _cylinder_surface(p_ray, to_world, to_local):
     phi = jnp.where(phi < 0, phi + TWO_PI, phi)
     uv = jnp.stack([phi * INV_TWO_PI, local[2]])
     dp_du = TWO_PI * (to_world[:, 1] * local[0] - to_world[:, 0] * local[1])
-    n = vm.normalize(vm.cross(dp_du, jnp.broadcast_to(to_world[:, 2], dp_du.shape)))
+    dp_dv = jnp.broadcast_to(to_world[:, 2], dp_du.shape)
+    n = vm.normalize(vm.cross(dp_du, dp_dv))
     p = p_ray + n * (1.0 - jnp.sqrt(local[0] * local[0] + local[1] * local[1]))
-    return p, n, n, uv
+    return p, n, n, uv, dp_du, dp_dv
 
 
 def surface_interaction(geometry, o, d, hit):
-    """Positions, normals and uvs of the hits (computed from ids, so any backend's Hit works).
+    """Positions, normals, uvs and uv partials of the hits (computed from ids, so any backend's
+    Hit works).
 
     Triangles: p = p0 + u e1 + v e2, ng = normalize(e1 x e2), ns = the interpolated vertex normal
     (normalized) or ng, uv interpolated. Normals are not flipped toward the ray.
@@ -490,16 +521,18 @@ def surface_interaction(geometry, o, d, hit):
     p = jnp.zeros((3, n), jnp.float32)
     ng = ns = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], jnp.float32)[:, None], (3, n))
     uv = jnp.zeros((2, n), jnp.float32)
+    dp_du, dp_dv = p, p
+    out = (p, ng, ns, uv, dp_du, dp_dv)
     if geo.n_triangles:
         is_tri = valid & (hit.prim < geo.n_triangles)
-        fields = _triangle_surface(geo, hit)
-        p, ng, ns, uv = (vm.select(is_tri, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
+        out = tuple(vm.select(is_tri, a, b) for a, b in zip(_triangle_surface(geo, hit), out))
     if geo.n_analytic:
         is_analytic = hit.prim >= geo.n_triangles
-        fields = _analytic_surface(geo, o, d, hit)
-        p, ng, ns, uv = (vm.select(is_analytic, a, b) for a, b in zip(fields, (p, ng, ns, uv)))
+        out = tuple(vm.select(is_analytic, a, b) for a, b in zip(_analytic_surface(geo, o, d, hit), out))
+    p, ng, ns, uv, dp_du, dp_dv = out
     attributes = _attributes(geo, hit) if geo.attribute_slots and geo.n_triangles else None
-    return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, shape=primitive_shape(geo, hit.prim), valid=valid,
+    return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, dp_du=dp_du, dp_dv=dp_dv,
+                              shape=primitive_shape(geo, hit.prim), valid=valid,
                               prim=hit.prim, t=hit.t, attributes=attributes)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from tracer import bsdfs, cpu, emitters, geometry, lanes, rng
 from tracer import textures as tx
 from tracer import vecmath as vm
+from tracer.kinds import Perturbation
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.sampling import power_heuristic
@@ -94,6 +95,8 @@ class Surface:
     ng: jnp.ndarray      # (3, N) geometric normal
     ns: jnp.ndarray      # (3, N) shading normal
     front: jnp.ndarray   # (N,) bool: the ray arrives on the side ns points to
+    frame: tuple         # (s, t, ns), each (3, N): the shading frame, s along dp/du
+    tangents: bsdfs.perturb.Tangents | None  # what bump maps read (None: the scene has none)
 
 
 def _bounce(scene, keys, state):
@@ -129,10 +132,16 @@ def find_surfaces(scene, state, skip_hidden_emitters=True):
     si = _stage(geometry.surface_interaction(scene.geometry, origin, d, hit))
     shape = jnp.maximum(si.shape, 0)
     flip = scene.shapes.flip_normals[shape]
-    ns = vm.select(flip, -si.ns, si.ns)
+    ns, ng = vm.select(flip, -si.ns, si.ns), vm.select(flip, -si.ng, si.ng)
+    # Mitsuba's shading frame: its tangent along dp/du (what orients anisotropic BSDFs).
+    frame = vm.tangent_frame(ns, si.dp_du)
+    tangents = None
+    if scene.materials.perturbation is not None and Perturbation.BUMPMAP in scene.materials.perturbation.kinds_present:
+        tangents = bsdfs.perturb.tangents(frame, si.dp_du, si.dp_dv, ng)
+    frame, tangents = _stage((frame, tangents))
     # Mitsuba's BSDFs tell the sides apart in the shading frame.
-    return Surface(si=si, valid=state.active & si.valid, shape=shape, ng=vm.select(flip, -si.ng, si.ng), ns=ns,
-                    front=vm.dot(ns, d) < 0)
+    return Surface(si=si, valid=state.active & si.valid, shape=shape, ng=ng, ns=ns, front=vm.dot(ns, d) < 0,
+                   frame=frame, tangents=tangents)
 
 
 def add_emission(scene, state, surface, radiance, light_share=None):
@@ -165,12 +174,13 @@ def _emission_mis(state, em_pdf, light_share):
 
 def material_and_frame(scene, surface):
     """The material on the side the ray arrives from, and its shading frame; reflective
-    two-sided BSDFs mirror the frame on the back."""
+    two-sided BSDFs mirror the frame on the back (its normal negated, as Mitsuba's ``twosided``
+    negates the local z)."""
     shapes, shape = scene.shapes, surface.shape
     mat = jnp.where(surface.front, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
     mirror = ~surface.front & shapes.flip_back[shape]
-    n_frame = vm.select(mirror, -surface.ns, surface.ns)
-    return mat, (*vm.coordinate_system(n_frame), n_frame)
+    s, t, n = surface.frame
+    return mat, (s, t, vm.select(mirror, -n, n))
 
 
 def add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance, shares=None):
@@ -187,7 +197,7 @@ def add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radian
     blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
     wo = vm.to_local(frame, ds.d)
     bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(scene.materials, tex, mat, tx.texture_point(si.uv, si.attributes),
-                                                 wi, wo))
+                                                 wi, wo, surface.tangents))
     if shares is None:
         mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
     else:  # as Mitsuba's direct.cpp, a delta light's sample is not averaged over the count
@@ -204,7 +214,7 @@ def _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radian
     at = tx.texture_point(si.uv, si.attributes)  # what the textures read (uv, mesh attributes)
     bs, bsdf_weight = _stage(bsdfs.sample(scene.materials, scene.textures, mat, at, wi,
                                           uniforms[Dims.BSDF_COMPONENT],
-                                          uniforms[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2]))
+                                          uniforms[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2], surface.tangents))
     wo_world = vm.to_world(frame, bs.wo)
     next_origin = geometry.spawn_ray(si.p, surface.ng, wo_world)
     throughput = jnp.where(more, state.throughput * bsdf_weight, 0.0)

@@ -7,7 +7,7 @@ weakly typed Python scalars, which an ``enum.IntEnum`` would not be.
 """
 
 __all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMode", "FilterKind", "Projection",
-           "BsdfKind", "Microfacet"]
+           "BsdfKind", "Microfacet", "Perturbation"]
 
 
 class SurfaceKind:
@@ -82,3 +82,10 @@ class Microfacet:
     """Microfacet normal distributions."""
 
     BECKMANN, GGX = range(2)
+
+
+class Perturbation:
+    """How a leaf BSDF's shading frame is perturbed: Mitsuba's ``normalmap`` (a tangent-space normal
+    from an RGB texture) and ``bumpmap`` (the gradient of a height texture) wrap the BSDFs below them."""
+
+    NONE, NORMALMAP, BUMPMAP = range(3)

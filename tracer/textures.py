@@ -23,6 +23,7 @@ from tracer.table_rows import column, stacked
 
 __all__ = [
     "Textures", "TextureRow", "TextureTableBuilder", "TexturePoint", "texture_point", "eval_rgb", "eval_float",
+    "eval_gradient",
 ]
 
 
@@ -207,29 +208,63 @@ def _wrap(i, n, mode, present):
     return result
 
 
+class _Texels:
+    """Wrapped texel lookups of bitmaps ``tid`` (N,) at texel coordinates px, py (N,) = uv * res."""
+
+    def __init__(self, textures, tid, uv):
+        self.w, self.h = textures.width[tid], textures.height[tid]
+        self.wrap, self.base, self.modes = textures.wrap[tid], textures.offset[tid], textures.wraps_present
+        self.texels = textures.texels
+        self.px = uv[0] * self.w.astype(jnp.float32)
+        self.py = uv[1] * self.h.astype(jnp.float32)
+
+    def fetch(self, x, y):
+        """RGB (3, N) of the texels at integer coordinates (N,), wrapped."""
+        x, y = _wrap(x, self.w, self.wrap, self.modes), _wrap(y, self.h, self.wrap, self.modes)
+        return self.texels[:, self.base + y * self.w + x]
+
+    def nearest(self):
+        return self.fetch(jnp.floor(self.px).astype(jnp.int32), jnp.floor(self.py).astype(jnp.int32))
+
+    def corners(self):
+        """(tx, ty, c00, c10, c01, c11): the bilinear weights of the upper texels (Mitsuba's
+        ``bilinear_weights`` w1, around the texel centers uv * res - 0.5) and the four texels."""
+        fx, fy = self.px - 0.5, self.py - 0.5
+        x0, y0 = jnp.floor(fx), jnp.floor(fy)
+        tx, ty = fx - x0, fy - y0
+        x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
+        return tx, ty, self.fetch(x0, y0), self.fetch(x0 + 1, y0), self.fetch(x0, y0 + 1), self.fetch(x0 + 1, y0 + 1)
+
+
 def _bitmap(textures, tid, uv):
-    w = textures.width[tid]
-    h = textures.height[tid]
-    wrap = textures.wrap[tid]
-    base = textures.offset[tid]
-    modes = textures.wraps_present
-    wx, wy = lambda x: _wrap(x, w, wrap, modes), lambda y: _wrap(y, h, wrap, modes)
-    fetch = lambda x, y: textures.texels[:, base + y * w + x]  # wrapped coordinates
-    px = uv[0] * w.astype(jnp.float32)
-    py = uv[1] * h.astype(jnp.float32)
-    nearest = lambda: fetch(wx(jnp.floor(px).astype(jnp.int32)), wy(jnp.floor(py).astype(jnp.int32)))
+    texels = _Texels(textures, tid, uv)
     if BitmapFilter.BILINEAR not in textures.filters_present:
-        return nearest()
-    fx, fy = px - 0.5, py - 0.5
-    x0, y0 = jnp.floor(fx), jnp.floor(fy)
-    tx, ty = fx - x0, fy - y0
-    x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
-    x0, x1, y0, y1 = wx(x0), wx(x0 + 1), wy(y0), wy(y0 + 1)
-    bilinear = ((1 - tx) * (1 - ty) * fetch(x0, y0) + tx * (1 - ty) * fetch(x1, y0)
-                + (1 - tx) * ty * fetch(x0, y1) + tx * ty * fetch(x1, y1))
+        return texels.nearest()
+    tx, ty, c00, c10, c01, c11 = texels.corners()
+    bilinear = (1 - tx) * (1 - ty) * c00 + tx * (1 - ty) * c10 + (1 - tx) * ty * c01 + tx * ty * c11
     if BitmapFilter.NEAREST not in textures.filters_present:
         return bilinear
-    return jnp.where(textures.filter[tid] == BitmapFilter.BILINEAR, bilinear, nearest())
+    return jnp.where(textures.filter[tid] == BitmapFilter.BILINEAR, bilinear, texels.nearest())
+
+
+def eval_gradient(textures: Textures, tid: jnp.ndarray, at) -> jnp.ndarray:
+    """(d/du, d/dv) (2, N) of the scalar value of bitmaps ``tid`` (N,), as Mitsuba's
+    ``bitmap::eval_1_grad``: the derivative of the bilinear interpolation of the texels'
+    luminance, zero for a nearest-neighbour lookup. The uv map's linear part is applied as
+    Mitsuba applies it (its transpose, then a scale by the resolution per axis). Only bitmaps
+    have a gradient (Mitsuba's other textures raise); other ids give zero."""
+    uv = at.uv if isinstance(at, TexturePoint) else at
+    m = textures.to_uv[:, :, tid]
+    uv = jnp.stack([m[0, 0] * uv[0] + m[0, 1] * uv[1] + m[0, 2], m[1, 0] * uv[0] + m[1, 1] * uv[1] + m[1, 2]])
+    texels = _Texels(textures, tid, uv)
+    tx, ty, *corners = texels.corners()
+    f00, f10, f01, f11 = (vm.luminance(c) for c in corners)
+    df_x = (1 - ty) * (f10 - f00) + ty * (f11 - f01)
+    df_y = (1 - tx) * (f01 - f00) + tx * (f11 - f10)
+    grad = jnp.stack([texels.w.astype(jnp.float32) * (m[0, 0] * df_x + m[1, 0] * df_y),
+                      texels.h.astype(jnp.float32) * (m[0, 1] * df_x + m[1, 1] * df_y)])
+    smooth = (textures.kind[tid] == TextureKind.BITMAP) & (textures.filter[tid] == BitmapFilter.BILINEAR)
+    return jnp.where(smooth, grad, 0.0)
 
 
 def _eval(textures, tid, at, checker_swapped, constant):

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from tracer.constants import LUMINANCE_WEIGHTS
 
 __all__ = [
-    "dot", "cross", "norm", "normalize", "coordinate_system", "to_local", "to_world",
+    "dot", "cross", "norm", "normalize", "coordinate_system", "tangent_frame", "to_local", "to_world",
     "reflect", "upper_hemisphere", "luminance", "select", "safe_sqrt", "transform_point", "transform_vector",
     "transform_normal",
 ]
@@ -52,6 +52,17 @@ def coordinate_system(n):
     s = jnp.stack([1.0 + sign * n[0] * n[0] * a, sign * b, -sign * n[0]])
     t = jnp.stack([b, sign + n[1] * n[1] * a, -n[1]])
     return s, t
+
+
+def tangent_frame(n, tangent):
+    """The frame (s, t, n) whose s is ``tangent`` (3, N) made orthogonal to the unit normal n
+    (Gram-Schmidt) and t = n x s: Mitsuba's ``SurfaceInteraction::initialize_sh_frame`` with
+    tangent = dp/du, so that anisotropic BSDFs are oriented along the surface's parametrisation.
+    Where the tangent vanishes (or lies along n), ``coordinate_system(n)`` completes the frame."""
+    s = tangent - n * dot(n, tangent)
+    length2 = dot(s, s)
+    s = select(length2 > 0, s * jnp.reciprocal(jnp.sqrt(jnp.where(length2 > 0, length2, 1.0))), coordinate_system(n)[0])
+    return s, cross(n, s), n
 
 
 def to_local(frame, v):

@@ -1,4 +1,5 @@
-"""Surface interactions and spawned rays against Mitsuba 3 (scalar_rgb), and edge cases."""
+"""Surface interactions (with their uv partials and shading frames) and spawned rays against
+Mitsuba 3 (scalar_rgb), and edge cases."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,6 +8,7 @@ import trimesh
 
 from tests.helpers.rays import transform, unit
 from tracer import geometry
+from tracer import vecmath as vm
 from tracer.kinds import SurfaceKind
 
 mi = pytest.importorskip("mitsuba")
@@ -19,9 +21,9 @@ surface = jax.jit(geometry.surface_interaction)
 
 
 def _mitsuba_hits(scene, o, d):
-    """Mitsuba's t, p, n, sh_frame.n, uv, prim_index for each ray (columns)."""
+    """Mitsuba's t, p, n, sh_frame (s, t, n), uv, dp_du, dp_dv, prim_index for each ray (columns)."""
     mi.set_variant("scalar_rgb")
-    out = {k: [] for k in ("t", "p", "n", "ns", "uv", "prim")}
+    out = {k: [] for k in ("t", "p", "n", "ns", "s", "tangent", "dp_du", "dp_dv", "uv", "prim")}
     for i in range(o.shape[1]):
         si = scene.ray_intersect(mi.Ray3f(mi.Point3f(*map(float, o[:, i])), mi.Vector3f(*map(float, d[:, i]))))
         valid = bool(si.is_valid())
@@ -29,9 +31,24 @@ def _mitsuba_hits(scene, o, d):
         out["p"].append(np.array(si.p) if valid else np.zeros(3))
         out["n"].append(np.array(si.n) if valid else np.zeros(3))
         out["ns"].append(np.array(si.sh_frame.n) if valid else np.zeros(3))
+        out["s"].append(np.array(si.sh_frame.s) if valid else np.zeros(3))
+        out["tangent"].append(np.array(si.sh_frame.t) if valid else np.zeros(3))
+        out["dp_du"].append(np.array(si.dp_du) if valid else np.zeros(3))
+        out["dp_dv"].append(np.array(si.dp_dv) if valid else np.zeros(3))
         out["uv"].append(np.array(si.uv) if valid else np.zeros(2))
         out["prim"].append(int(si.prim_index) if valid else -1)
     return {k: np.array(v).T for k, v in out.items()}
+
+
+def _check_frame(si, ref, ok, sign=1.0, atol=1e-5):
+    """dp/du, dp/dv and the shading frame built from them (``vm.tangent_frame``, as the
+    integrator builds it after the shape's flip: ``sign``) against Mitsuba's, where ``ok``."""
+    for ours, theirs in ((si.dp_du, "dp_du"), (si.dp_dv, "dp_dv")):
+        scale = max(1.0, float(np.max(np.abs(ref[theirs][:, ok]))))
+        np.testing.assert_allclose(np.asarray(ours)[:, ok], ref[theirs][:, ok], atol=atol * scale, err_msg=theirs)
+    s, t, _ = vm.tangent_frame(sign * si.ns, si.dp_du)
+    np.testing.assert_allclose(np.asarray(s)[:, ok], ref["s"][:, ok], atol=atol, err_msg="s")
+    np.testing.assert_allclose(np.asarray(t)[:, ok], ref["tangent"][:, ok], atol=atol, err_msg="t")
 
 
 def _ours(geo, o, d):
@@ -85,6 +102,7 @@ def test_mesh_matches_mitsuba(accel, attributes):
     np.testing.assert_allclose(np.asarray(h.t)[ok], ref["t"][ok], rtol=1e-5, atol=1e-6)
     for ours, theirs, tol in ((si.p, "p", 2e-6), (si.ng, "n", 1e-5), (si.ns, "ns", 1e-5), (si.uv, "uv", 1e-5)):
         np.testing.assert_allclose(np.asarray(ours)[:, ok], ref[theirs][:, ok], atol=tol, err_msg=theirs)
+    _check_frame(si, ref, ok, atol=1e-4)  # dp/du of random uvs is large and ill-conditioned
     np.testing.assert_array_equal(np.asarray(si.shape), np.where(prim >= 0, 3, -1))
     np.testing.assert_array_equal(np.asarray(si.valid), prim >= 0)
 
@@ -117,6 +135,7 @@ def test_sphere_matches_mitsuba(to_world):
     du = np.asarray(si.uv)[0, hit] - ref["uv"][0, hit]
     np.testing.assert_allclose(np.abs(du - np.round(du)), 0, atol=1e-5)
     np.testing.assert_allclose(np.asarray(si.uv)[1, hit], ref["uv"][1, hit], atol=1e-5)
+    _check_frame(si, ref, hit, atol=1e-4)
 
 
 @pytest.mark.parametrize("to_world", [
@@ -144,6 +163,7 @@ def test_disk_matches_mitsuba(to_world):
     np.testing.assert_allclose(np.asarray(si.ng)[:, ok], ref["n"][:, ok], atol=1e-6)
     np.testing.assert_allclose(np.asarray(si.ns)[:, ok], ref["ns"][:, ok], atol=1e-6)
     np.testing.assert_allclose(np.asarray(si.uv)[:, ok], ref["uv"][:, ok], atol=1e-5)
+    _check_frame(si, ref, ok)
 
 
 def _cylinder_node(to_world, p0, p1, radius, flip):
@@ -196,6 +216,7 @@ def test_cylinder_matches_mitsuba(to_world, flip):
     du = np.asarray(si.uv)[0, ok] - ref["uv"][0, ok]
     np.testing.assert_allclose(np.abs(du - np.round(du)), 0, atol=1e-5)
     np.testing.assert_allclose(np.asarray(si.uv)[1, ok], ref["uv"][1, ok], atol=1e-5)
+    _check_frame(si, ref, ok, sign=sign)
 
 
 @pytest.mark.parametrize("xml, message", [

@@ -1,7 +1,8 @@
 """BSDFs of Mitsuba 3, evaluated and sampled for batches of rays with per-ray materials.
 
 The integrator's contract is three pure functions of the material table, the texture table and
-per-ray data (material ids (N,), uv (2, N), local directions (3, N) with z the shading normal):
+per-ray data (material ids (N,), uv (2, N), local directions (3, N) with z the shading normal and
+x the tangent along dp/du, and -- for bump maps -- the surface's ``perturb.Tangents``):
 
 * ``sample(...) -> (BsdfSample, weight)``: Mitsuba's ``BSDF::sample``; weight = f cos / pdf.
 * ``eval_pdf(...) -> (value, pdf)``: f(wi, wo) |cos theta_o| and the density of ``sample``.
@@ -12,6 +13,8 @@ kind (a ``lax.switch`` on batched indices would run every branch as well); absen
 never traced. Textures are evaluated once per call, and the rough kinds share one microfacet
 normal sample and one evaluation of D and G. The principled kinds draw their own (Burley's
 parameters map to a GGX roughness per lobe); lobes no principled material has are not traced.
+A leaf under a ``normalmap`` or ``bumpmap`` sees its directions in a perturbed frame
+(``tracer.bsdfs.perturb``); tables without one never trace it.
 """
 import dataclasses
 
@@ -19,7 +22,8 @@ import jax.numpy as jnp
 
 from tracer import textures as tx
 from tracer import vecmath as vm
-from tracer.bsdfs import (conductor, dielectric, diffuse, disney, layers, microfacet, plastic, pplastic, principled,
+from tracer.bsdfs import (conductor, dielectric, diffuse, disney, layers, microfacet, perturb, plastic, pplastic,
+                          principled,
                           principledthin)
 from tracer.bsdfs.table import Materials
 from tracer.kinds import BsdfKind, Microfacet
@@ -90,23 +94,24 @@ class _Select:
             self.fields[name] = jnp.where(mine, value, self.fields[name])
 
 
-def sample(materials, textures, mat, uv, wi, u1, u2):
+def sample(materials, textures, mat, uv, wi, u1, u2, tangents=None):
     """Sample Mitsuba's BSDFs: u1 (N,) picks the lobe, u2 (2, N) the direction.
 
     Returns (BsdfSample, weight (3, N)) with weight = f(wi, wo) |cos theta_o| / pdf (for a delta
     lobe, its weight); zero weight marks a failed sample. A composite material samples one of
     its leaves and reports the mixture at the sampled direction (tracer.bsdfs.layers).
+    ``tangents``: the hits' ``perturb.Tangents``, read by bump-mapped materials only.
     """
     if materials.layers is None:
-        return _sample_leaf(materials, textures, mat, uv, wi, u1, u2)
+        return _sample_leaf(materials, textures, mat, uv, wi, u1, u2, tangents)
     weight = layers.weights(materials.layers, textures, mat, uv)
     chosen, u1 = layers.choose(weight, u1)
     slot_leaf = jnp.maximum(materials.layers.leaf[:, mat], 0)
     leaf = jnp.sum(jnp.where(chosen, slot_leaf, 0), axis=0)
-    bs, bsdf_weight = _sample_leaf(materials, textures, leaf, uv, wi, u1, u2)
+    bs, bsdf_weight = _sample_leaf(materials, textures, leaf, uv, wi, u1, u2, tangents)
     value, pdf = jnp.zeros_like(wi), jnp.zeros_like(wi[0])
     for slot in range(weight.shape[0]):
-        slot_value, slot_pdf = _eval_pdf_leaf(materials, textures, slot_leaf[slot], uv, wi, bs.wo)
+        slot_value, slot_pdf = _eval_pdf_leaf(materials, textures, slot_leaf[slot], uv, wi, bs.wo, tangents)
         own = chosen[slot]
         value = value + weight[slot] * vm.select(own, bsdf_weight * bs.pdf, slot_value)
         pdf = pdf + weight[slot] * jnp.where(own, bs.pdf, slot_pdf)
@@ -114,7 +119,16 @@ def sample(materials, textures, mat, uv, wi, u1, u2):
     return dataclasses.replace(bs, pdf=pdf), mixture
 
 
-def _sample_leaf(materials, textures, mat, uv, wi, u1, u2):
+def _sample_leaf(materials, textures, mat, uv, wi, u1, u2, tangents):
+    if materials.perturbation is None:
+        return _sample_kinds(materials, textures, mat, uv, wi, u1, u2)
+    pf = perturb.frame(materials.perturbation, textures, mat, uv, wi, tangents)
+    bs, weight = _sample_kinds(materials, textures, mat, uv, vm.to_local(pf.axes, wi), u1, u2)
+    wo, weight, pdf = perturb.sampled(pf, bs.wo, weight, bs.pdf)
+    return dataclasses.replace(bs, wo=wo, pdf=pdf), weight
+
+
+def _sample_kinds(materials, textures, mat, uv, wi, u1, u2):
     params = _Params(materials, textures, mat, uv)
     zero = jnp.zeros_like(wi[0])  # *_like: varying over shard_map's ray axis as wi is
     out = _Select(params.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0,
@@ -185,21 +199,30 @@ def _sample_rough(materials, params, wi, u1, u2, out):
         out.put(BsdfKind.PPLASTIC, wo=wo, pdf=pdf, weight=weight)
 
 
-def eval_pdf(materials, textures, mat, uv, wi, wo):
+def eval_pdf(materials, textures, mat, uv, wi, wo, tangents=None):
     """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of the non-delta lobes; zero for delta-only kinds.
-    A composite material's are its leaves' weighted sums."""
+    A composite material's are its leaves' weighted sums. ``tangents``: as for ``sample``."""
     if materials.layers is None:
-        return _eval_pdf_leaf(materials, textures, mat, uv, wi, wo)
+        return _eval_pdf_leaf(materials, textures, mat, uv, wi, wo, tangents)
     weight = layers.weights(materials.layers, textures, mat, uv)
     value, pdf = jnp.zeros_like(wi), jnp.zeros_like(wi[0])
     for slot in range(weight.shape[0]):
         leaf = jnp.maximum(materials.layers.leaf[slot, mat], 0)
-        slot_value, slot_pdf = _eval_pdf_leaf(materials, textures, leaf, uv, wi, wo)
+        slot_value, slot_pdf = _eval_pdf_leaf(materials, textures, leaf, uv, wi, wo, tangents)
         value, pdf = value + weight[slot] * slot_value, pdf + weight[slot] * slot_pdf
     return value, pdf
 
 
-def _eval_pdf_leaf(materials, textures, mat, uv, wi, wo):
+def _eval_pdf_leaf(materials, textures, mat, uv, wi, wo, tangents):
+    if materials.perturbation is None:
+        return _eval_pdf_kinds(materials, textures, mat, uv, wi, wo)
+    pf = perturb.frame(materials.perturbation, textures, mat, uv, wi, tangents)
+    wo_p = vm.to_local(pf.axes, wo)
+    value, pdf = _eval_pdf_kinds(materials, textures, mat, uv, vm.to_local(pf.axes, wi), wo_p)
+    return perturb.evaluated(pf, wo, wo_p, value, pdf)
+
+
+def _eval_pdf_kinds(materials, textures, mat, uv, wi, wo):
     params = _Params(materials, textures, mat, uv)
     out = _Select(params.kind, dict(value=jnp.zeros_like(wi), pdf=jnp.zeros_like(wi[0])))
     if params.has(BsdfKind.DIFFUSE):

@@ -17,11 +17,12 @@ from numpy.typing import ArrayLike
 from tracer.bsdfs import precompute
 from tracer.bsdfs.fresnel import diffuse_reflectance
 from tracer.bsdfs.layers import Layers
+from tracer.bsdfs.perturb import Perturbations
 from tracer.bsdfs.table import PRINCIPLED_FEATURES, PRINCIPLED_TEXTURES, TRANSMITTANCE_RES, Materials, Principled, Rate
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.constants import LUMINANCE_WEIGHTS
 from tracer.io.errors import SceneError
-from tracer.kinds import BsdfKind, Microfacet, TextureKind
+from tracer.kinds import BsdfKind, Microfacet, Perturbation, TextureKind
 from tracer.table_rows import column, stacked
 
 if TYPE_CHECKING:
@@ -112,6 +113,17 @@ class MaterialRow:
     transmittance: np.ndarray = dataclasses.field(default_factory=_no_transmittance)  # (TRANSMITTANCE_RES,)
     means: tuple[int, int] | None = None  # plastics: the (diffuse, specular) texture ids to weight by
     principled: PrincipledRow | None = None  # the principled kinds' other parameters
+    perturbation: PerturbRow | None = None   # a normalmap or bumpmap above the leaf
+
+
+class PerturbRow(NamedTuple):
+    """The ``Perturbations`` entries of a leaf under a ``normalmap`` or ``bumpmap``."""
+
+    kind: int            # a Perturbation
+    texture: int         # texture id: the normal map, or the height (a bitmap)
+    scale: float         # bumpmap's gradient scale (1 for normalmap)
+    flip_invalid: bool   # Mitsuba's flip_invalid_normals
+    shadowing: bool      # Mitsuba's use_shadowing_function
 
 
 class _Reader:
@@ -340,6 +352,8 @@ def has_transmission(node: PluginNode) -> bool:
     refuses those): the dielectrics, principledthin, and principled with 'spec_trans'."""
     if node.type == "principled":
         return _Reader(node, lambda value: 0, {}).flag("spec_trans")
+    if node.type in _PERTURBERS:
+        return any(has_transmission(child) for child in node.children_of("bsdf"))
     return node.type in ("dielectric", "roughdielectric", "thindielectric", "principledthin", "polarizer")
 
 
@@ -387,7 +401,8 @@ class MaterialTableBuilder:
     def __init__(self):
         self._rows: list[MaterialRow] = []
         self._known_means: dict[int, float] = {}  # texture id -> mean, for the constants added here
-        self._leaves: dict[int, tuple[PluginNode, int]] = {}  # id(node) -> (node, kept so the id stays its, leaf row)
+        # (id(node), perturbation) -> (node, kept so the id stays its, leaf row)
+        self._leaves: dict[tuple, tuple[PluginNode, int]] = {}
         self._slots: dict[int, tuple[Slot, ...]] = {}  # composite row -> its slots
         self._black = self._null = None
 
@@ -403,16 +418,20 @@ class MaterialTableBuilder:
             self._null = self._append(MaterialRow(BsdfKind.NULL))
         return self._null
 
-    def add(self, node: PluginNode, add_texture: AddTexture) -> int:
-        """Material id of a leaf ``<bsdf>`` node; nested textures go to ``add_texture``."""
-        if id(node) in self._leaves:
-            return self._leaves[id(node)][1]
+    def add(self, node: PluginNode, add_texture: AddTexture, perturbation: PerturbRow | None = None) -> int:
+        """Material id of a leaf ``<bsdf>`` node (under a normal or bump map's ``perturbation``);
+        nested textures go to ``add_texture``."""
+        key = (id(node), perturbation)
+        if key in self._leaves:
+            return self._leaves[key][1]
         adder = _ADDERS.get(node.type)
         if adder is None:
             raise SceneError(f"unsupported bsdf type '{node.type}' (supported: "
-                             f"{', '.join([*_ADDERS, *_COMPOSITES, 'null'])})", node.source)
-        row = self._append(adder(_Reader(node, add_texture, self._known_means)))
-        self._leaves[id(node)] = (node, row)
+                             f"{', '.join([*_ADDERS, *_COMPOSITES, *_PERTURBERS, 'null', 'twosided'])})",
+                             node.source)
+        row = adder(_Reader(node, add_texture, self._known_means))
+        row = self._append(dataclasses.replace(row, perturbation=perturbation))
+        self._leaves[key] = (node, row)
         node.check_unused()
         return row
 
@@ -427,9 +446,19 @@ class MaterialTableBuilder:
         self._slots[row] = slots
         return row, bool(mirror)
 
-    def _resolve(self, node, back, add_texture):
-        """(slots, mirror) of one side of ``node``; mirror None where no leaf depends on it."""
+    def _resolve(self, node, back, add_texture, perturbation=None):
+        """(slots, mirror) of one side of ``node`` (under a normal or bump map's ``perturbation``);
+        mirror None where no leaf depends on it."""
         reader = _Reader(node, add_texture, self._known_means)
+        if node.type in _PERTURBERS:
+            if perturbation is not None:
+                raise reader.error("cannot be nested in another normalmap or bumpmap")
+            perturbation, child = _perturbation(reader)
+            slots, mirror = self._resolve(child, back, add_texture, perturbation)
+            node.check_unused()
+            return slots, mirror
+        if node.type == "twosided" and perturbation is not None:
+            raise reader.error("cannot be nested in a normalmap or bumpmap (put the twosided outside)")
         if node.type == "twosided":
             inner = node.children_of("bsdf")
             if not 1 <= len(inner) <= 2:
@@ -444,13 +473,15 @@ class MaterialTableBuilder:
             node.check_unused()
             return (Slot(self._null_leaf(), ()),), None
         if node.type in _COMPOSITES:
-            return self._composite(node, reader, back, add_texture)
-        leaf = self.add(node, add_texture)
-        if back and self._rows[leaf].kind not in _BOTH_SIDES:
+            return self._composite(node, reader, back, add_texture, perturbation)
+        leaf = self.add(node, add_texture, perturbation)
+        # On the back of a one-sided leaf wi is below: black. Under a normal or bump map that
+        # flips invalid normals too (the perturbed wi stays below); without the flip it may not.
+        if back and self._rows[leaf].kind not in _BOTH_SIDES and (perturbation is None or perturbation.flip_invalid):
             return (Slot(self.add_black(), ()),), None
         return (Slot(leaf, ()),), False
 
-    def _composite(self, node, reader, back, add_texture):
+    def _composite(self, node, reader, back, add_texture, perturbation):
         children = node.children_of("bsdf")
         if node.type == "blendbsdf":
             if len(children) != 2:
@@ -459,7 +490,7 @@ class MaterialTableBuilder:
                 raise reader.error("needs a 'weight'")
             weight = reader.scalar("weight", 0.5)
             # The second child first: Mitsuba picks it for u <= weight, the first for u > weight.
-            parts = [(self._resolve(child, back, add_texture), (weight, complement))
+            parts = [(self._resolve(child, back, add_texture, perturbation), (weight, complement))
                      for child, complement in ((children[1], False), (children[0], True))]
             slots = [s._replace(factors=(factor, *s.factors)) for (child_slots, _), factor in parts for s in child_slots]
             mirror = _combined_mirror(reader, [m for (_, m), _ in parts])
@@ -467,7 +498,7 @@ class MaterialTableBuilder:
             if len(children) != 1:
                 raise reader.error(f"needs one nested bsdf, got {len(children)}")
             opacity = reader.scalar("opacity", 0.5)
-            child_slots, mirror = self._resolve(children[0], back, add_texture)
+            child_slots, mirror = self._resolve(children[0], back, add_texture, perturbation)
             slots = [s._replace(factors=((opacity, False), *s.factors)) for s in child_slots]
             slots.append(Slot(self._null_leaf(), ((opacity, True),)))
         if len(slots) > MAX_SLOTS:
@@ -514,7 +545,7 @@ class MaterialTableBuilder:
             distributions_present=tuple(sorted({r.distribution for r in rough})),
             all_normals=any(not r.sample_visible for r in rough),
             layers=layers, textured=_textured_fields(rows, textures),
-            principled=_principled_table(rows, textures),
+            principled=_principled_table(rows, textures), perturbation=_perturbation_table(rows),
         )
 
     def _layers(self, rows):
@@ -545,6 +576,7 @@ def _combined_mirror(reader, mirrors):
 
 
 _COMPOSITES = ("blendbsdf", "mask")
+_PERTURBERS = ("normalmap", "bumpmap")
 # Leaves a ray may pass through: a twosided material cannot wrap them (as in Mitsuba).
 _PASSING = (*BsdfKind.DIELECTRICS, *BsdfKind.PASS_THROUGH)
 # Leaves that see both sides themselves (wi below the surface is inside): the same on the back.
@@ -578,3 +610,40 @@ def _principled_table(rows, textures):
     return Principled(**ids, rates=stacked(extras, "rates"), has_spec_trans=column(extras, "has_spec_trans", bool),
                       features=tuple(f for f in PRINCIPLED_FEATURES if any(f in p.features for p in own)),
                       textured=textured)
+
+
+def _perturbation(r):
+    """(PerturbRow, the nested bsdf node) of a ``normalmap`` or ``bumpmap`` node, with Mitsuba's
+    parameters and checks (a bump map's height needs a gradient: only bitmaps have one)."""
+    node = r.node
+    children = node.children_of("bsdf")
+    if len(children) != 1:
+        raise r.error(f"needs exactly one nested bsdf, got {len(children)}")
+    flags = dict(flip_invalid=bool(node.get_bool("flip_invalid_normals", True)),
+                 shadowing=bool(node.get_bool("use_shadowing_function", True)))
+    if node.type == "normalmap":
+        if not node.has("normalmap"):
+            raise r.error("needs a 'normalmap' texture")
+        return PerturbRow(Perturbation.NORMALMAP, r.add_texture(node.get_texture("normalmap")), 1.0, **flags), children[0]
+    textures = node.children_of("texture")
+    if len(textures) != 1:
+        raise r.error(f"needs exactly one nested texture (the height), got {len(textures)}")
+    if textures[0].type != "bitmap":
+        raise r.error(f"the height texture must be a 'bitmap' (Mitsuba's '{textures[0].type}' has no gradient)")
+    scale = float(node.get_float("scale", 1.0))
+    return PerturbRow(Perturbation.BUMPMAP, r.add_texture(textures[0]), scale, **flags), children[0]
+
+
+def _perturbation_table(rows):
+    """The ``Perturbations`` table, or None when no leaf has a normal or bump map."""
+    if all(r.perturbation is None for r in rows):
+        return None
+    none = PerturbRow(Perturbation.NONE, 0, 1.0, False, False)
+    own = [r.perturbation or none for r in rows]
+    j = jnp.asarray
+    return Perturbations(kind=j(np.array([p.kind for p in own], np.int32)),
+                         texture=j(np.array([p.texture for p in own], np.int32)),
+                         scale=j(np.array([p.scale for p in own], np.float32)),
+                         flip_invalid=j(np.array([p.flip_invalid for p in own], bool)),
+                         shadowing=j(np.array([p.shadowing for p in own], bool)),
+                         kinds_present=tuple(sorted({p.kind for p in own} - {Perturbation.NONE})))

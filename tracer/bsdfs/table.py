@@ -8,6 +8,7 @@ that code for absent ones is never traced.
 import jax.numpy as jnp
 
 from tracer.bsdfs.layers import Layers
+from tracer.bsdfs.perturb import Perturbations
 from tracer.kinds import BsdfKind
 from tracer.pytree import pytree_dataclass, static
 
@@ -86,3 +87,5 @@ class Materials:
     textured: tuple = static(("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v"))
     # The principled kinds' parameters; None (no leaves: the same compiled program) without them.
     principled: Principled | None = None
+    # Normal and bump maps over leaves (tracer.bsdfs.perturb); None where no material has one.
+    perturbation: Perturbations | None = None

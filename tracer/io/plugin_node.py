@@ -125,6 +125,10 @@ class PluginNode:
         """Whether a property or a named nested plugin ``name`` was given (reads nothing)."""
         return name in self.props or name in self._child_names
 
+    def kind_of(self, name):
+        """The tag property ``name`` was given with ('rgb', 'vector', 'float', ...), or None."""
+        return self._kinds.get(name)
+
     def _get(self, name, expect, default):
         if name in self.props:
             kind = self._kinds.get(name) or _infer_kind(self.props[name])

@@ -264,7 +264,10 @@ def _tabulated(node):
 def plugin_rgb(node, context):
     """(3,) float64 RGB of a nested spectrum plugin (``SPECTRUM_PLUGINS``) read in ``context``."""
     kind = node.type
-    if kind in ("uniform", "rawconstant"):
+    if kind == "rawconstant" and node.kind_of("value") in ("vector", "point"):
+        value = node.get_point("value")  # Mitsuba's rawconstant takes a 3-vector too (a normal map's)
+        node.mark_used(*(n for n in ("wavelength_min", "wavelength_max") if node.has(n)))
+    elif kind in ("uniform", "rawconstant"):
         value = node.get_rgb("value", context=Context.RAW) if kind == "rawconstant" else \
             np.full(3, node.get_float("value"))
         node.mark_used(*(n for n in ("wavelength_min", "wavelength_max") if node.has(n)))
