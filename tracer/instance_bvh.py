@@ -134,16 +134,7 @@ def _step(ib, to_local, carry, any_hit):
             (node, pending, resume, inst, moved, leaf_inst))
     at_leaf = pending >= 0
     leaf = jnp.maximum(pending, 0)
-    t, s = flat._leaf_triangles(tree, leaf, ray, st.t)
-    if tree.leaf_analytic.shape[0]:
-        has_analytic = at_leaf & jnp.any(tree.leaf_analytic[leaf, :tree.leaf_size] >= 0, axis=1)
-
-        def with_analytic():
-            tq, sq = flat._leaf_analytic(tree, leaf, ray, jnp.minimum(st.t, t))
-            closer = has_analytic & (sq >= 0) & (tq < t)
-            return jnp.where(closer, tq, t), jnp.where(closer, sq, s)
-
-        t, s = jax.lax.cond(jnp.any(has_analytic), with_analytic, lambda: (t, s))
+    t, s = flat.leaf_hits(tree, at_leaf, leaf, ray, st.t)
     found = at_leaf & (s >= 0)
     if any_hit:
         node = jnp.where(found, -1, node)
