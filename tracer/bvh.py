@@ -171,6 +171,22 @@ def _leaf_analytic(bvh, leaf, rays, t_best):
     return _closest_slot(jnp.where(kind >= 0, t, np.inf), size)
 
 
+def leaf_hits(bvh, at_leaf, leaf, rays, t_best):
+    """The closest slot of each lane's ``leaf`` (N,) below ``t_best``: (t truncated, slot or -1);
+    meaningful where ``at_leaf``. Analytic slots are tested only when some lane's leaf has one."""
+    t, s = _leaf_triangles(bvh, leaf, rays, t_best)
+    if bvh.leaf_analytic.shape[0]:
+        has_analytic = at_leaf & jnp.any(bvh.leaf_analytic[leaf, :bvh.leaf_size] >= 0, axis=1)
+
+        def with_analytic():
+            tq, sq = _leaf_analytic(bvh, leaf, rays, jnp.minimum(t_best, t))
+            closer = has_analytic & (sq >= 0) & (tq < t)
+            return jnp.where(closer, tq, t), jnp.where(closer, sq, s)
+
+        t, s = jax.lax.cond(jnp.any(has_analytic), with_analytic, lambda: (t, s))
+    return t, s
+
+
 def _step(bvh, rays, st, any_hit):
     node = st.node
     pending = jnp.full_like(node, -1)
@@ -187,16 +203,7 @@ def _step(bvh, rays, st, any_hit):
         node, pending = jax.lax.optimization_barrier((node, pending))
     at_leaf = pending >= 0
     leaf = jnp.maximum(pending, 0)
-    t, s = _leaf_triangles(bvh, leaf, rays, st.t)
-    if bvh.leaf_analytic.shape[0]:
-        has_analytic = at_leaf & jnp.any(bvh.leaf_analytic[leaf, :bvh.leaf_size] >= 0, axis=1)
-
-        def with_analytic():
-            tq, sq = _leaf_analytic(bvh, leaf, rays, jnp.minimum(st.t, t))
-            closer = has_analytic & (sq >= 0) & (tq < t)
-            return jnp.where(closer, tq, t), jnp.where(closer, sq, s)
-
-        t, s = jax.lax.cond(jnp.any(has_analytic), with_analytic, lambda: (t, s))
+    t, s = leaf_hits(bvh, at_leaf, leaf, rays, st.t)
     found = at_leaf & (s >= 0)
     if any_hit:
         node = jnp.where(found, -1, node)

@@ -7,6 +7,13 @@ otherwise); ``surface_interaction`` turns any backend's ``Hit`` into positions, 
 the way Mitsuba 3 computes them (``Mesh``, ``Sphere``, ``Disk`` and ``Cylinder``
 ``compute_surface_interaction``), and
 ``spawn_ray``/``spawn_ray_to`` offset new rays as Mitsuba's ``Interaction::offset_p``.
+
+Shape groups (Mitsuba's ``shapegroup``) keep their primitives once, in object space, after the
+world-space ones in each table; instances place them (``tracer.instancing``). The backends
+answer world primitives as before and instances in JAX: a two-level BVH (``tracer.instance_bvh``)
+or, for small scenes, brute force per instance. Embree has instancing of its own, but embreex
+does not expose it, and Warp's BVH has none: with those backends the world triangles go to the
+engine and the instances to the JAX two-level BVH.
 """
 from typing import NamedTuple, Sequence
 
@@ -15,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bvh as bvh_traversal
-from tracer import bvh_build, elementary
+from tracer import bvh_build, elementary, instancing
+from tracer import instance_bvh as two_level
 from tracer import intersect as isect
 from tracer import vecmath as vm
 from tracer.accel import embree, host, warp
@@ -25,7 +33,7 @@ from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
 
 __all__ = [
-    "Hit", "Geometry", "MeshShape", "AnalyticShape", "AttributeSlot", "SurfaceInteraction", "cylinder_to_world",
+    "Hit", "Geometry", "MeshShape", "AnalyticShape", "Instance", "AttributeSlot", "SurfaceInteraction", "cylinder_to_world",
     "analytic_bounds", "build_geometry", "closest_hit", "occluded", "surface_interaction", "primitive_shape",
     "spawn_ray", "spawn_ray_to",
 ]
@@ -62,8 +70,15 @@ class Geometry:
     bvh: bvh_traversal.BvhArrays | None  # when accel == 'bvh'
     host_handle: jnp.ndarray  # () int32 handle of a host engine's scene (accel 'embree', 'warp'), else 0
     host_scene: host.HostScene | None = owned()  # what the handle names (None in copies)
-    n_triangles: int = static(0)
+    instance_to_world: jnp.ndarray | None = None  # (3, 4, I) affine, instances sorted by group; None without
+    instance_to_local: jnp.ndarray | None = None  # (3, 4, I) its inverse
+    instance_bvh: two_level.InstanceBvh | None = None  # unless instances are tested by brute force
+    n_triangles: int = static(0)  # all of them: world ones [0, n_world_triangles), then the groups'
     n_analytic: int = static(0)
+    n_world_triangles: int = static(0)
+    n_world_analytic: int = static(0)
+    groups: tuple = static(())    # a GroupSpan per shape group
+    n_instances: int = static(0)
     analytic_kinds: tuple = static(())  # the kinds present: surface data is computed for those only
     # The mesh attributes kept (those textures read), as AttributeSlots: vertex ones first.
     attribute_slots: tuple = static(())
@@ -112,6 +127,7 @@ class MeshShape(NamedTuple):
     uvs: np.ndarray | None       # (V, 2), or None (Mitsuba's default per-triangle uvs)
     shape: int                   # the scene's shape index
     attributes: dict | None = None  # Mitsuba's mesh attributes: 'vertex_*' (V, dim), 'face_*' (F, dim)
+    group: int = -1              # the shape group it belongs to (then in object space), -1 for none
 
 
 class AttributeSlot(NamedTuple):
@@ -129,6 +145,14 @@ class AnalyticShape(NamedTuple):
     kind: int                    # SurfaceKind.SPHERE, DISK or CYLINDER
     to_world: np.ndarray         # (4, 4)
     shape: int                   # the scene's shape index
+    group: int = -1              # the shape group it belongs to (to_world is then to object space)
+
+
+class Instance(NamedTuple):
+    """A shape group placed in the world (Mitsuba's ``instance``)."""
+
+    group: int                   # index of the shape group (the ``group`` of its shapes)
+    to_world: np.ndarray         # (4, 4) affine, invertible
 
 
 def cylinder_to_world(p0, p1, radius):
@@ -255,17 +279,20 @@ BACKENDS = ("embree", "warp", "jax")
 HOST_ENGINES = {"embree": embree, "warp": warp}  # built on the host, queried through host.py
 
 
-def resolve_accel(accel, n_primitives):
+def resolve_accel(accel, n_primitives, n_host=None):
     """The structure behind ``accel``: 'auto', 'embree', 'warp', 'jax' (brute force below
     AUTO_BVH_MIN primitives, else a BVH), or one of the pure-JAX structures 'brute' and 'bvh'
-    forced. Returns 'embree', 'warp', 'brute' or 'bvh'.
+    forced. Returns 'embree', 'warp', 'brute' or 'bvh'. ``n_host``: the primitives a host engine
+    would hold (the world's triangles; ``n_primitives`` counts each instance's too).
 
     'auto' is the pure-JAX brute force below AUTO_BVH_MIN primitives (on the Cornell box it beats
-    Embree behind the callback, 9.7 against 5.7 Mrays/s), else Embree on CPUs where installed,
-    else the pure-JAX BVH."""
+    Embree behind the callback, 9.7 against 5.7 Mrays/s), else Embree on CPUs where installed
+    and it would hold AUTO_BVH_MIN primitives or more, else the pure-JAX BVH."""
+    n_host = n_primitives if n_host is None else n_host
     if accel == "auto":
         small = n_primitives < AUTO_BVH_MIN
-        accel = "embree" if not small and jax.default_backend() == "cpu" and embree.available() else "jax"
+        host_worth = n_host >= AUTO_BVH_MIN and jax.default_backend() == "cpu" and embree.available()
+        accel = "embree" if not small and host_worth else "jax"
     if accel in HOST_ENGINES and not HOST_ENGINES[accel].available():
         raise ImportError(HOST_ENGINES[accel].MISSING)
     if accel == "jax":
@@ -277,32 +304,74 @@ def resolve_accel(accel, n_primitives):
     return accel
 
 
-def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape], accel: str = "auto",
-                   leaf_size: int = bvh_traversal.LEAF_SIZE, attributes: Sequence[str] = ()) -> "Geometry":
-    """Host: the scene's geometry from world-space meshes and analytic shapes.
+def _in_group_order(items):
+    """World items (group -1) first, then each group's, each in the order given."""
+    order = sorted(range(len(items)), key=lambda i: items[i].group)  # stable: -1 first
+    return [items[i] for i in order]
 
-    accel: see ``resolve_accel``. With Embree or Warp, the analytic shapes are tested in JAX by
-    brute force. ``attributes``: the names of the mesh attributes to keep (what the scene's
-    ``mesh_attribute`` textures read); ``surface_interaction`` then evaluates them at every hit.
-    The Geometry owns what a host engine built: ``close()`` frees it.
+
+def _spans(meshes, analytic, instances, n_groups):
+    """A ``GroupSpan`` per group, from group-ordered meshes, analytic shapes and instances."""
+    tri_counts = np.zeros(n_groups + 1, np.int64)
+    for m in meshes:
+        tri_counts[m.group + 1] += np.asarray(m.faces).reshape(-1, 3).shape[0]
+    count = lambda items: np.bincount([it.group + 1 for it in items], minlength=n_groups + 1)
+    starts = lambda c: np.concatenate([[0], np.cumsum(c)])
+    t, a, i = starts(tri_counts), starts(count(analytic)), starts(np.concatenate([[0], count(instances)[1:]]))
+    return tuple(instancing.GroupSpan(int(t[g + 1]), int(t[g + 2]), int(a[g + 1]), int(a[g + 2]),
+                                      int(i[g + 1]), int(i[g + 2])) for g in range(n_groups))
+
+
+def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape], accel: str = "auto",
+                   leaf_size: int = bvh_traversal.LEAF_SIZE, attributes: Sequence[str] = (),
+                   instances: Sequence[Instance] = ()) -> "Geometry":
+    """Host: the scene's geometry from meshes and analytic shapes, and instances of shape groups.
+
+    Shapes of ``group`` -1 are in world space; the others in their group's object space, seen
+    only through ``instances`` (every group has at least one shape). accel: see
+    ``resolve_accel``. With Embree or Warp, the analytic shapes are tested in JAX by brute force,
+    and instances with the two-level BVH. ``attributes``: the names of the mesh attributes to
+    keep (what the scene's ``mesh_attribute`` textures read); ``surface_interaction`` then
+    evaluates them at every hit. The Geometry owns what a host engine built: ``close()`` frees it.
     """
+    meshes = _in_group_order([MeshShape(*m) for m in meshes])
+    analytic = _in_group_order([AnalyticShape(*a) for a in analytic])
+    instances = sorted((Instance(*i) for i in instances), key=lambda i: i.group)
+    n_groups = 1 + max([m.group for m in meshes] + [a.group for a in analytic] + [i.group for i in instances], default=-1)
+    spans = _spans(meshes, analytic, instances, n_groups)
     tri = _triangle_columns(meshes)
     slots, attr_corner, attr_face = _attribute_columns(meshes, attributes)
     kind, to_world, to_local, analytic_shape = _analytic_arrays(analytic)
     n_tri, n_analytic = tri.shape.size, kind.size
-    accel = resolve_accel(accel, n_tri + n_analytic)
-    if accel in HOST_ENGINES and n_tri == 0:
-        accel = "brute"
+    n_world_tri = spans[0].tri_start if spans else n_tri
+    n_world_analytic = spans[0].analytic_start if spans else n_analytic
+    per_group = [s.tri_end - s.tri_start + s.analytic_end - s.analytic_start for s in spans]
+    n_effective = n_world_tri + n_world_analytic + sum(per_group[i.group] for i in instances)
+    accel = resolve_accel(accel, n_effective, n_host=n_world_tri)
+    if accel in HOST_ENGINES and n_world_tri == 0:
+        accel = "brute" if not instances else "bvh"
+    lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
+    hi = np.maximum(np.maximum(tri.p[0], tri.p[1]), tri.p[2])
+    a_lo, a_hi = analytic_bounds(kind, to_world)
     bvh = None
-    if accel == "bvh":
-        lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
-        hi = np.maximum(np.maximum(tri.p[0], tri.p[1]), tri.p[2])
-        a_lo, a_hi = analytic_bounds(kind, to_world)
-        tree = bvh_build.thread(bvh_build.build_bvh(np.concatenate([lo, a_lo], axis=1),
-                                                    np.concatenate([hi, a_hi], axis=1), max_leaf=leaf_size))
-        bvh = bvh_traversal.make_arrays(tree, tri.p, (kind, to_world, to_local), leaf_size=leaf_size)
+    world = np.r_[0:n_world_tri, n_tri:n_tri + n_world_analytic]
+    if accel == "bvh" and world.size:
+        prim_lo, prim_hi = np.concatenate([lo, a_lo], axis=1), np.concatenate([hi, a_hi], axis=1)
+        tree = bvh_build.thread(bvh_build.build_bvh(prim_lo[:, world], prim_hi[:, world], max_leaf=leaf_size))
+        world_analytic = (kind[:n_world_analytic], to_world[..., :n_world_analytic], to_local[..., :n_world_analytic])
+        bvh = bvh_traversal.make_arrays(tree, tuple(p[:, :n_world_tri] for p in tri.p), world_analytic,
+                                        leaf_size=leaf_size)
     engine = HOST_ENGINES.get(accel)
-    host_scene = engine.build(*tri.p) if engine else None
+    host_scene = engine.build(*(p[:, :n_world_tri] for p in tri.p)) if engine else None
+    instance_fields = {}
+    if instances:
+        m = np.stack([np.asarray(i.to_world, np.float64) for i in instances])
+        cols = lambda a: jnp.asarray(np.ascontiguousarray(a[:, :3, :4].transpose(1, 2, 0), np.float32))
+        instance_fields = dict(instance_to_world=cols(m), instance_to_local=cols(np.linalg.inv(m)))
+        if accel != "brute":
+            instance_fields["instance_bvh"] = two_level.make_arrays(
+                spans, np.concatenate([lo, a_lo], axis=1), np.concatenate([hi, a_hi], axis=1), m, tri.p,
+                (kind, to_world, to_local), leaf_size=leaf_size)
     j = jnp.asarray
     (p0, p1, p2), (n0, n1, n2), (uv0, uv1, uv2) = tri.p, tri.n, tri.uv
     return Geometry(
@@ -312,7 +381,9 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
         analytic_kind=j(kind), analytic_to_world=j(to_world), analytic_to_local=j(to_local),
         analytic_shape=j(analytic_shape), bvh=bvh, host_handle=jnp.int32(host_scene.handle if host_scene else 0),
         host_scene=host_scene, n_triangles=int(n_tri), n_analytic=int(n_analytic),
-        analytic_kinds=tuple(sorted({int(k) for k in kind})), accel=accel)
+        n_world_triangles=int(n_world_tri), n_world_analytic=int(n_world_analytic), groups=spans,
+        n_instances=len(instances), analytic_kinds=tuple(sorted({int(k) for k in kind})), accel=accel,
+        **instance_fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,15 +393,16 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
 # each consumer of its result and recomputes it there -- 50x slower inside the path loop.
 
 def closest_hit(geometry, o, d, t_max):
-    """Closest hit of rays o, d (3, N) (d unit length) with 0 < t < t_max (N,) or scalar."""
+    """Closest hit of rays o, d (3, N) (d unit length) with 0 < t < t_max (N,) or scalar; in a
+    scene with instances, ``Hit.instance`` says which one (-1 for the world's primitives)."""
     if geometry.n_triangles + geometry.n_analytic == 0:
         return isect.miss(o[0])
-    if geometry.accel == "bvh":
-        hit = bvh_traversal.closest_hit(geometry.bvh, geometry.triangles, geometry.analytic, o, d, t_max)
-    elif geometry.accel in HOST_ENGINES:
-        hit = _host_closest_hit(geometry, o, d, t_max)
-    else:
-        hit = isect.closest_hit(geometry.triangles, geometry.analytic, o, d, t_max, geometry.analytic_kinds)
+    hit = _world_closest_hit(geometry, o, d, t_max)
+    if geometry.n_instances:
+        q = _instances_closest_hit(geometry, o, d, jnp.minimum(t_max, hit.t))
+        closer = q.prim >= 0  # the bound makes any instance hit the closer one (q.instance is -1 elsewhere)
+        hit = Hit(t=jnp.where(closer, q.t, hit.t), prim=jnp.where(closer, q.prim, hit.prim),
+                  u=jnp.where(closer, q.u, hit.u), v=jnp.where(closer, q.v, hit.v), instance=q.instance)
     return jax.lax.optimization_barrier(hit)
 
 
@@ -338,15 +410,66 @@ def occluded(geometry, o, d, t_max):
     """(N,) bool: something lies along the ray at 0 < t < t_max."""
     if geometry.n_triangles + geometry.n_analytic == 0:
         return jnp.zeros_like(o[0], bool)
-    if geometry.accel == "bvh":
-        blocked = bvh_traversal.occluded(geometry.bvh, o, d, t_max)
-    elif geometry.accel in HOST_ENGINES:
-        blocked = host.occluded(geometry.host_handle, o, d, t_max)
-        if geometry.n_analytic:
-            blocked = blocked | isect.occluded(_no_triangles(), geometry.analytic, o, d, t_max, geometry.analytic_kinds)
-    else:
-        blocked = isect.occluded(geometry.triangles, geometry.analytic, o, d, t_max, geometry.analytic_kinds)
+    blocked = _world_occluded(geometry, o, d, t_max)
+    if geometry.n_instances:
+        t_max = jnp.where(blocked, 0.0, t_max)  # lanes already blocked ask nothing
+        if geometry.instance_bvh is not None:
+            q = two_level.occluded(geometry.instance_bvh, geometry.instance_to_local, o, d, t_max)
+        else:
+            q = instancing.occluded(geometry.triangles, geometry.analytic, geometry.instance_to_local, geometry.groups,
+                                    o, d, t_max, geometry.analytic_kinds)
+        blocked = blocked | q
     return jax.lax.optimization_barrier(blocked)
+
+
+def _world(geometry):
+    """The tables of the primitives in world space (the shape groups' follow them)."""
+    if not geometry.groups:
+        return geometry.triangles, geometry.analytic
+    n_tri, n_analytic = geometry.n_world_triangles, geometry.n_world_analytic
+    return tuple(p[:, :n_tri] for p in geometry.triangles), tuple(a[..., :n_analytic] for a in geometry.analytic)
+
+
+def _world_prim(geometry, prim):
+    """Ids of a query over the world's tables (analytic after the world's triangles) as the
+    geometry's (analytic after every triangle)."""
+    shift = geometry.n_triangles - geometry.n_world_triangles
+    return jnp.where(prim >= geometry.n_world_triangles, prim + shift, prim) if shift else prim
+
+
+def _world_closest_hit(geometry, o, d, t_max):
+    tri, analytic = _world(geometry)
+    if geometry.n_world_triangles + geometry.n_world_analytic == 0:
+        hit = isect.miss(o[0])
+    elif geometry.accel == "bvh":
+        hit = bvh_traversal.closest_hit(geometry.bvh, tri, analytic, o, d, t_max)
+    elif geometry.accel in HOST_ENGINES:
+        return _host_closest_hit(geometry, o, d, t_max)
+    else:
+        hit = isect.closest_hit(tri, analytic, o, d, t_max, geometry.analytic_kinds)
+    return Hit(t=hit.t, prim=_world_prim(geometry, hit.prim), u=hit.u, v=hit.v)
+
+
+def _world_occluded(geometry, o, d, t_max):
+    tri, analytic = _world(geometry)
+    if geometry.n_world_triangles + geometry.n_world_analytic == 0:
+        return jnp.zeros_like(o[0], bool)
+    if geometry.accel == "bvh":
+        return bvh_traversal.occluded(geometry.bvh, o, d, t_max)
+    if geometry.accel in HOST_ENGINES:
+        blocked = host.occluded(geometry.host_handle, o, d, t_max)
+        if geometry.n_world_analytic:
+            blocked = blocked | isect.occluded(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
+        return blocked
+    return isect.occluded(tri, analytic, o, d, t_max, geometry.analytic_kinds)
+
+
+def _instances_closest_hit(geometry, o, d, t_max):
+    if geometry.instance_bvh is not None:
+        return two_level.closest_hit(geometry.instance_bvh, geometry.instance_to_local, geometry.triangles,
+                                        geometry.analytic, o, d, t_max)
+    return instancing.closest_hit(geometry.triangles, geometry.analytic, geometry.instance_to_local, geometry.groups,
+                                  o, d, t_max, geometry.analytic_kinds)
 
 
 def _no_triangles():
@@ -358,11 +481,12 @@ def _host_closest_hit(geometry, o, d, t_max):
     t, prim = host.closest_hit(geometry.host_handle, o, d, t_max)
     # t and (u, v) again from the winner with our own watertight test: every backend then gives
     # the same hit data for the same primitive (Embree's barycentrics differ in the 4th digit).
-    no_analytic = tuple(a[..., :0] for a in geometry.analytic)
-    hit = isect.exact_hit(geometry.triangles, no_analytic, o, d, prim, t)
+    tri, analytic = _world(geometry)
+    no_analytic = tuple(a[..., :0] for a in analytic)
+    hit = isect.exact_hit(tri, no_analytic, o, d, prim, t)
     t, prim, u, v = hit.t, hit.prim, hit.u, hit.v
-    if geometry.n_analytic:
-        q = isect.closest_hit(_no_triangles(), geometry.analytic, o, d, t_max, geometry.analytic_kinds)
+    if geometry.n_world_analytic:
+        q = isect.closest_hit(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
         closer = q.t < hit.t
         hit = Hit(t=jnp.where(closer, q.t, t), prim=jnp.where(closer, q.prim + geometry.n_triangles, prim),
                   u=jnp.where(closer, q.u, u), v=jnp.where(closer, q.v, v))
@@ -513,9 +637,12 @@ def surface_interaction(geometry, o, d, hit):
     Hit works).
 
     Triangles: p = p0 + u e1 + v e2, ng = normalize(e1 x e2), ns = the interpolated vertex normal
-    (normalized) or ng, uv interpolated. Normals are not flipped toward the ray.
+    (normalized) or ng, uv interpolated. Normals are not flipped toward the ray. An instance's
+    surface is found in its object space and taken to the world (``instancing.surface_to_world``).
     """
     geo = geometry
+    if geo.n_instances:  # analytic surfaces are found from the ray: the instance's own
+        o, d = instancing.object_rays(geo.instance_to_local, hit.instance, o, d)
     n = hit.prim.shape[0]
     valid = hit.prim >= 0
     p = jnp.zeros((3, n), jnp.float32)
@@ -530,6 +657,9 @@ def surface_interaction(geometry, o, d, hit):
         is_analytic = hit.prim >= geo.n_triangles
         out = tuple(vm.select(is_analytic, a, b) for a, b in zip(_analytic_surface(geo, o, d, hit), out))
     p, ng, ns, uv, dp_du, dp_dv = out
+    if geo.n_instances:
+        p, ng, ns, dp_du, dp_dv = instancing.surface_to_world(geo.instance_to_world, geo.instance_to_local,
+                                                              hit.instance, p, ng, ns, dp_du, dp_dv)
     attributes = _attributes(geo, hit) if geo.attribute_slots and geo.n_triangles else None
     return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, dp_du=dp_du, dp_dv=dp_dv,
                               shape=primitive_shape(geo, hit.prim), valid=valid,

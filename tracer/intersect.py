@@ -37,12 +37,15 @@ class Hit:
 
     For triangles (u, v) are the barycentrics of p1 and p2 (hit = p0 + u e1 + v e2); for a disk
     they are the local (x, y) of the hit; for a sphere or a cylinder they are unused (zero).
+    In a scene with instances, ``instance`` says which one was hit (-1: a primitive in world
+    space); (u, v) and t are then those of the instance's object space (t is the same there).
     """
 
     t: jnp.ndarray     # (N,) distance along d, inf for a miss
     prim: jnp.ndarray  # (N,) int32 primitive id, -1 for a miss
     u: jnp.ndarray     # (N,)
     v: jnp.ndarray     # (N,)
+    instance: jnp.ndarray | None = None  # (N,) int32 instance hit, -1 for none; None without instances
 
 
 @pytree_dataclass

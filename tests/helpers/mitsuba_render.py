@@ -20,13 +20,15 @@ def mitsuba_image(xml_path, spp, seed):
     return np.asarray(mi.render(mi.load_file(str(xml_path)), spp=spp, seed=seed), np.float32)[..., :3]
 
 
-def assert_matches_mitsuba(xml_path, spp=64, reference_spp=4096, seeds=2, mean_tolerance=0.02, mse_factor=1.5):
-    """Render ``xml_path`` with ours and Mitsuba; assert the means and relative MSEs agree."""
+def assert_matches_mitsuba(xml_path, spp=64, reference_spp=4096, seeds=2, mean_tolerance=0.02, mse_factor=1.5,
+                           accel="auto"):
+    """Render ``xml_path`` with ours (intersection backend ``accel``) and Mitsuba; assert the means
+    and relative MSEs agree."""
     import tracer
 
     reference = mitsuba_image(xml_path, reference_spp, 1000)
     theirs = [im.relative_mse(mitsuba_image(xml_path, spp, seed), reference) for seed in range(seeds)]
-    scene = tracer.load_scene(xml_path)
+    scene = tracer.load_scene(xml_path, accel=accel)
     ours = [np.asarray(tracer.render(scene, spp=spp, seed=seed)) for seed in range(seeds)]
     error = im.mean_relative_error(np.mean(ours, axis=0), im.channel_means(reference))
     assert np.all(error < mean_tolerance), f"{xml_path}: mean radiance off by {np.round(100 * error, 2)}%"

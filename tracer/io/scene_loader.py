@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 from tracer import geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
-from tracer.io import meshes, ply, serialized
+from tracer.io import meshes, ply, serialized, shapegroups
 from tracer.io.checks import check_extent, check_texels, checked_to_world
 from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
@@ -119,6 +119,8 @@ class _SceneBuilder:
         self.meshes: list[geometry.MeshShape] = []
         self.analytic: list[geometry.AnalyticShape] = []
         self.shape_rows: list[ShapeRow] = []
+        self.group_ids = {}  # id(shapegroup node) -> its index
+        self.instances: list[geometry.Instance] = []
         self.attribute_requests: list[str] = []  # mesh attributes read by textures, in order of request
         self.material_attributes: dict[int, set] = {}  # material id -> the mesh attributes it reads
 
@@ -145,10 +147,10 @@ class _SceneBuilder:
                 continue  # referenced by shapes, handled above, or (sampler, film, rfilter) unused as in Mitsuba
             else:
                 raise SceneError(f"{node.source}: unsupported <{node.category}> plugin '{node.type}'")
-        if not self.shape_rows:
+        if not self.instances and all(shape.group >= 0 for shape in [*self.meshes, *self.analytic]):
             raise SceneError(f"{root.source}: the scene has no shapes")
         geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel,
-                                      attributes=self.textures.attribute_names)
+                                      attributes=self.textures.attribute_names, instances=self.instances)
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
         rows = self.shape_rows
@@ -161,9 +163,16 @@ class _SceneBuilder:
                      textures=textures, emitters=emitters, camera=camera, film=film,
                      settings=settings)
 
-    def _bounds(self):
-        points = [m.positions for m in self.meshes]
-        points += [_corners(to_world) for _, to_world, _ in self.analytic]
+    def _bounds(self, group=-1):
+        """The box (lo, hi) of the world's shapes and instances (as Mitsuba's scene bbox), or of a
+        group's shapes in its object space."""
+        cube = np.array([[x, y, z, 1.0] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
+        points = [m.positions for m in self.meshes if m.group == group]
+        points += [(cube @ np.asarray(a.to_world).T)[:, :3] for a in self.analytic if a.group == group]
+        for instance in self.instances if group < 0 else ():
+            lo, hi = self._bounds(instance.group)
+            box = np.concatenate([np.where(cube[:, :3] > 0, hi, lo), cube[:, 3:]], axis=1)
+            points.append((box @ instance.to_world.T)[:, :3])
         allp = np.concatenate(points, axis=0)
         return allp.min(axis=0), allp.max(axis=0)
 
@@ -224,7 +233,16 @@ class _SceneBuilder:
         node.mark_used(*(name for name in HARMLESS.get(category, ()) if node.has(name)))
 
     # ------------------------------------------------------------------ shapes
-    def _shape(self, node):
+    def _shape(self, node, group=-1):
+        """Add a shape: in world space, or (``group`` >= 0) in a shape group's object space."""
+        if node.type == "shapegroup" and group < 0:
+            self._shapegroup(node)  # defined, perhaps never instanced (it is checked all the same)
+            return
+        if node.type == "instance" and group < 0:
+            self.instances.append(geometry.Instance(self._shapegroup(shapegroups.instanced_group(node)),
+                                                    shapegroups.instance_to_world(node)))
+            node.check_unused()
+            return
         index = len(self.shape_rows)
         to_world = checked_to_world(node, node.describe())
         flip_normals = node.get_bool("flip_normals", False)
@@ -233,7 +251,7 @@ class _SceneBuilder:
             mesh = self._mesh(node, to_world)
             check_extent(node, node.describe(), mesh.positions)
             self.meshes.append(geometry.MeshShape(mesh.positions, mesh.faces, mesh.normals, mesh.uvs, index,
-                                                  mesh.attributes))
+                                                  mesh.attributes, group))
             p = mesh.positions[mesh.faces]
             triangles = (p[:, 0], p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
             if mesh.normals is not None:
@@ -253,7 +271,7 @@ class _SceneBuilder:
                 flip_normals = flip_normals != mirrored
             check_extent(node, node.describe(), _corners(to_world))
             analytic = (ANALYTIC_TYPES[node.type], to_world)
-            self.analytic.append(geometry.AnalyticShape(*analytic, index))
+            self.analytic.append(geometry.AnalyticShape(*analytic, index, group))
         else:
             raise SceneError(f"{node.source}: unsupported shape type '{node.type}'")
 
@@ -282,6 +300,14 @@ class _SceneBuilder:
                                         emitter=emitter, flip_normals=flip_normals))
         self._ignore(node, "shape")
         node.check_unused()
+
+    def _shapegroup(self, node):
+        """The index of the shape group ``node`` (its shapes added the first time it is seen)."""
+        if id(node) not in self.group_ids:
+            group = self.group_ids[id(node)] = len(self.group_ids)
+            for shape in shapegroups.group_shapes(node):
+                self._shape(shape, group)
+        return self.group_ids[id(node)]
 
     def _cylinder(self, node, to_world):
         """(to_world of the unit tube, flip_normals) of a ``cylinder``: p0, p1 and radius folded in
