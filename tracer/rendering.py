@@ -22,7 +22,7 @@ from tracer import film as films
 from tracer import rng
 from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE
 from tracer.direct import trace_direct
-from tracer.integrator import trace_paths
+from tracer.integrator import DEFAULT_POOL, pool_size, trace_paths
 from tracer.reduction import resolve
 from tracer.rng import Dims
 
@@ -36,7 +36,7 @@ def local_mesh():
     return Mesh(np.array(jax.local_devices()), (RAY_AXIS,))
 
 
-def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_h, tile_w, pass_size, mesh):
+def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_h, tile_w, pass_size, mesh, path_pool):
     film = scene.film
     m = film.margin
     gh, gw = tile_h + 2 * m, tile_w + 2 * m
@@ -68,8 +68,10 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
                              (py.astype(jnp.float32) + offset[1]) / film.height])
         origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
         # Each device's path loop ends when its own paths do.
-        integrate = trace_direct if scene.settings.integrator == "direct" else trace_paths
-        radiance = integrate(scene, keys, origin, direction, t_max, valid)
+        if scene.settings.integrator == "direct":
+            radiance = trace_direct(scene, keys, origin, direction, t_max, valid)
+        else:
+            radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool)
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
 
         # Each device splats its own band of output rows from every device's samples, then the
@@ -95,9 +97,9 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     return run(scene, frame, seed, tile_y, tile_x, first_sample, spp)
 
 
-@functools.partial(jax.jit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh"))
+@functools.partial(jax.jit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool"))
 def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, value, weight, *,
-                tile_h, tile_w, pass_size, mesh):
+                tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL):
     """Add passes [first_pass, first_pass + n_passes) of one tile to the accumulator (value, weight).
 
     scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
@@ -106,29 +108,33 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
     tile_w) float32: the sums of filter-weighted radiance and of filter weights so far. Pixels of
     the tile outside the film get zeros; those outside the window but inside the film are
     rendered, and left out of the image by whoever assembles it. Returns the new (value, weight).
+    ``path_pool``: paths in flight per device (``tracer.integrator.pool_size(scene)`` sizes it
+    for this process); it changes the speed, never the bits.
     """
     def one_pass(k, acc):
         first_sample = (first_pass + k) * pass_size
         v, w = _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp,
-                            tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, mesh=mesh)
+                            tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, mesh=mesh, path_pool=path_pool)
         return acc[0] + v, acc[1] + w
 
     return jax.lax.fori_loop(0, n_passes, one_pass, (value, weight))
 
 
 def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAULT_PASS_SIZE, mesh=None,
-           chunk_passes=None):
+           chunk_passes=None, path_pool=None):
     """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3).
 
     ``spp`` defaults to the scene's sampler ``sample_count``. ``chunk_passes`` splits the passes
     into chunks, each summed from zero and the chunks added in order (in float32 numpy): the
     farm's reduction tree, so that this gives a farm job's bits (same tile and pass size).
+    ``path_pool`` defaults to ``tracer.integrator.pool_size(scene)``.
     """
     spp = scene.settings.spp if spp is None else int(spp)
     if spp < 1:
         raise ValueError(f"spp must be at least 1, got {spp}")
     film = scene.film
     mesh = local_mesh() if mesh is None else mesh
+    path_pool = pool_size(scene) if path_pool is None else path_pool
     pass_size = min(pass_size, spp)
     n_passes = -(-spp // pass_size)
     height, width = film.crop_height, film.crop_width
@@ -143,7 +149,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=DEFAUL
                 v, w = render_tile(
                     scene, i32(frame), i32(seed), i32(y), i32(x), i32(first), i32(min(chunk, n_passes - first)),
                     i32(spp), jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32),
-                    tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh)
+                    tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh, path_pool=path_pool)
                 value, weight = value + np.asarray(v), weight + np.asarray(w)
             h, w = min(th, height - y), min(tw, width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])
