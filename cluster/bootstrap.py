@@ -24,8 +24,13 @@ import sys
 
 from tracer.xla_flags import with_flags
 
-__all__ = ["CACHE_ENV", "cache_dir", "worker_env", "start_jax", "enable_compilation_cache", "join_group"]
+__all__ = ["CACHE_ENV", "cache_dir", "worker_env", "start_jax", "enable_compilation_cache", "join_group",
+           "compile_stats"]
 
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # a compilation, or a load from the cache
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_stats = {"programs": 0, "cache_hits": 0, "seconds": 0.0}
+_listening = False
 # The persistent compilation cache's folder; empty or "off" turns the cache off.
 CACHE_ENV = "JAXFARM_XLA_CACHE"
 _PLATFORM_NAMES = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}  # GroupShape's name -> JAX_PLATFORMS
@@ -93,6 +98,7 @@ def enable_compilation_cache(directory):
     defaults skip programs that compile in under a second, and small ones."""
     import jax
 
+    _listen()
     if directory is None:
         return
     os.makedirs(directory, exist_ok=True)
@@ -109,3 +115,30 @@ def join_group(coordinator, size, rank, timeout_s, heartbeat_s):
         jax.distributed.initialize(coordinator, num_processes=size, process_id=rank,
                                    initialization_timeout=int(timeout_s), heartbeat_timeout_seconds=int(heartbeat_s),
                                    shutdown_timeout_seconds=5)
+
+
+def _listen():
+    """Count this process's compilations through JAX's monitoring events (once per process)."""
+    global _listening
+    if _listening:
+        return
+    from jax import monitoring
+
+    def on_event(event, **_):
+        if event == _CACHE_HIT:
+            _stats["cache_hits"] += 1
+
+    def on_duration(event, seconds, **_):
+        if event == _BACKEND_COMPILE:
+            _stats["programs"] += 1
+            _stats["seconds"] += seconds
+
+    monitoring.register_event_listener(on_event)
+    monitoring.register_event_duration_secs_listener(on_duration)
+    _listening = True
+
+
+def compile_stats():
+    """This process's XLA programs so far: ``programs`` made, ``cache_hits`` of them loaded from the
+    persistent cache (the rest were compiled), ``seconds`` spent making them (loads included)."""
+    return dict(_stats, compiled=_stats["programs"] - _stats["cache_hits"])

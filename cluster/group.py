@@ -246,5 +246,13 @@ class WorkerGroup:
         except Exception:
             return False
 
+    def compile_stats(self, timeout_s=10):
+        """Rank 0's XLA programs so far (``cluster.bootstrap.compile_stats``; every member makes
+        the same ones), or None if it does not answer."""
+        try:
+            return ray.get(self.members[0].compile_stats.remote(), timeout=timeout_s)
+        except Exception:
+            return None
+
     def member_pids(self):
         return [pid for _, _, pid in self.where]

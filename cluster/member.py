@@ -39,6 +39,10 @@ class GroupMember:
         """(node id, node IP, pid) of this member."""
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
 
+    def compile_stats(self):
+        """This member's XLA programs so far (``cluster.bootstrap.compile_stats``)."""
+        return bootstrap.compile_stats()
+
     def reserve_port(self, port=None):
         """Rank 0: the coordinator address the group will meet at."""
         ip = ray.util.get_node_ip_address()

@@ -58,6 +58,7 @@ class _JobRun:
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
         self.show_progress, self.log = show_progress, log
         self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
+        self.compiles = None  # the groups' XLA programs (cluster.bootstrap.compile_stats), summed
 
     # -- checking what the store has ---------------------------------------------------------
 
@@ -177,6 +178,7 @@ class _JobRun:
             store.write_progress(state="done", done_units=done_units, total_units=job.total_units,
                                  frames_done=spec.n_frames, n_frames=spec.n_frames,
                                  rate=(done_units - job.done_units) / max(time.monotonic() - t_start, 1e-9), eta_s=0)
+            self.compiles = _sum_stats(group.compile_stats() for group in groups)
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
             state = {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), "interrupted")
@@ -241,15 +243,26 @@ class _JobRun:
         return False
 
 
+def _sum_stats(stats):
+    stats = [s for s in stats if s]
+    return {k: sum(s[k] for s in stats) for k in stats[0]} if stats else None
+
+
 def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print, init_timeout_s=60,
             task_timeout_s=None):
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
     ``task_timeout_s`` (default: adaptive) is when a running task is given up on and sent
-    elsewhere. Returns the job's plan; the run's figures are on the plan's ``stats``.
+    elsewhere. Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
+    the groups' XLA programs, how many came from the persistent compilation cache).
     """
     runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
                      task_timeout_s)
     plan = runner.run()
-    return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest})
+    if runner.compiles:
+        c = runner.compiles
+        log(f"XLA: {c['programs']} program(s), {c['compiled']} compiled and {c['cache_hits']} loaded from "
+            f"the compilation cache, in {c['seconds']:.1f} s")
+    return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest,
+                                            "compile": runner.compiles})
