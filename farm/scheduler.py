@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import itertools
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import ray
@@ -215,14 +216,26 @@ class _JobRun:
         queue.appendleft(task)
 
     def start_groups(self):
-        groups, errors = [], []
-        for i, shape in enumerate(self.shapes):
-            group = WorkerGroup(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
-            group.rebuilds = 0
+        """Form the groups side by side: each waits on its own members (processes, JAX,
+        ``jax.distributed``), so a job of many groups starts as fast as one."""
+        def start(group):
             try:
-                groups.append(group.start())
+                group.start()
+                return None
             except GroupError as e:
-                errors.append(str(e))
+                return str(e)
+
+        candidates = [WorkerGroup(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
+                      for i, shape in enumerate(self.shapes)]
+        if len(candidates) == 1:
+            outcomes = [start(candidates[0])]
+        else:
+            with ThreadPoolExecutor(len(candidates)) as pool:
+                outcomes = list(pool.map(start, candidates))
+        groups = [g for g, error in zip(candidates, outcomes) if error is None]
+        errors = [error for error in outcomes if error is not None]
+        for group in groups:
+            group.rebuilds = 0
         if not groups:
             raise JobFailed(f"no worker group could start: {errors[0]}")
         for message in errors:
