@@ -19,9 +19,9 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from cluster import bootstrap
 from cluster.member import GroupMember
 from tracer.defaults import PLATFORMS
-from tracer.xla_flags import with_flags
 
 __all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes"]
 
@@ -82,12 +82,9 @@ class GroupShape:
         return b
 
     def env(self):
-        """Environment of every member process, set before JAX is imported there."""
-        if self.platform == "cpu":
-            # Reproducible CPU arithmetic (no FMA contraction): the same bits on any group shape.
-            return {"JAX_PLATFORMS": "cpu",
-                    "XLA_FLAGS": with_flags(os.environ.get("XLA_FLAGS", ""), self.devices_per_host)}
-        return {"JAX_PLATFORMS": {"gpu": "cuda", "tpu": "tpu"}[self.platform]}
+        """Environment of every member process, set there before JAX is imported
+        (``cluster.bootstrap``: reproducible CPU arithmetic, devices, the compilation cache)."""
+        return bootstrap.worker_env(self.platform, self.devices_per_host)
 
 
 def discover_shapes(nodes=None):
@@ -144,18 +141,23 @@ class WorkerGroup:
         n = self.shape.hosts
         self.members = []
         for rank in range(n):
+            # The environment goes to the member as an argument, not as Ray's runtime_env: Ray
+            # then places the member in one of its idle worker processes instead of starting a
+            # new one for that environment (JAX has not started there; bootstrap checks).
             options = dict(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
-                           runtime_env={"env_vars": env}, num_cpus=self.shape.cpus_per_host,
+                           num_cpus=self.shape.cpus_per_host,
                            name=f"{self.name}-{rank}-{os.getpid()}-{time.monotonic_ns()}")
             if self.shape.platform == "gpu":
                 options["num_gpus"] = self.shape.gpus_per_host
             if self.shape.platform == "tpu":
                 options["resources"] = {"TPU": self._slice.chips_per_host}
-            self.members.append(GroupMember.options(**options).remote(rank, n, self.shape.platform))
-        coordinator = self._get(self.members[0].reserve_port.remote(port), deadline, "reserving the coordinator port")
+            self.members.append(GroupMember.options(**options).remote(rank, n, env))
+        coordinator = None
+        if n > 1:  # (one member needs no jax.distributed, so no coordinator)
+            coordinator = self._get(self.members[0].reserve_port.remote(port), deadline, "reserving the coordinator port")
         refs = [m.initialize.remote(coordinator, max(1, deadline - time.monotonic()), self.heartbeat_s)
                 for m in self.members]
-        self.info = self._get(refs, deadline, f"initializing jax.distributed at {coordinator}")
+        self.info = self._get(refs, deadline, f"initializing jax.distributed at {coordinator}" if n > 1 else "starting JAX")
         self.where = self._get([m.where.remote() for m in self.members], deadline, "locating members")
 
     def _place(self, deadline):
@@ -245,6 +247,14 @@ class WorkerGroup:
             return True
         except Exception:
             return False
+
+    def compile_stats(self, timeout_s=10):
+        """Rank 0's XLA programs so far (``cluster.bootstrap.compile_stats``; every member makes
+        the same ones), or None if it does not answer."""
+        try:
+            return ray.get(self.members[0].compile_stats.remote(), timeout=timeout_s)
+        except Exception:
+            return None
 
     def member_pids(self):
         return [pid for _, _, pid in self.where]

@@ -4,8 +4,9 @@ Every member runs the same jitted work unit on a ``Mesh`` over all of the group'
 (``jax.devices()`` after ``jax.distributed.initialize``): the tracer's ray batch is sharded over
 the mesh axis, and the tile's sums come back replicated, so rank 0 alone hands them back.
 
-JAX is imported in the actor process only, after Ray has set its environment (virtual CPU
-devices, platform): the driver never imports it.
+JAX is imported in the actor process only, by ``cluster.bootstrap.start_jax`` with the
+environment the driver computed for the group (virtual CPU devices, platform, compilation
+cache): the driver never imports it.
 """
 import os
 import socket
@@ -13,6 +14,8 @@ import time
 
 import numpy as np
 import ray
+
+from cluster import bootstrap
 
 __all__ = ["GroupMember"]
 
@@ -23,19 +26,11 @@ def _free_port(host):
         return s.getsockname()[1]
 
 
-def _one_device_per_core():
-    """A CPU member given no device count takes one per core it may run on (before JAX starts)."""
-    from tracer import cpu
-
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "--xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={cpu.cores()}".strip()
-
-
 @ray.remote(max_restarts=0, max_task_retries=0)
 class GroupMember:
-    def __init__(self, rank, size, platform):
-        self.rank, self.size, self.platform = rank, size, platform
+    def __init__(self, rank, size, env):
+        """``env``: the process's environment for JAX (``cluster.bootstrap.worker_env``)."""
+        self.rank, self.size, self.env = rank, size, env
         self.mesh = None
         self._scene_key = None
         self._scene = None
@@ -44,6 +39,10 @@ class GroupMember:
         """(node id, node IP, pid) of this member."""
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
 
+    def compile_stats(self):
+        """This member's XLA programs so far (``cluster.bootstrap.compile_stats``)."""
+        return bootstrap.compile_stats()
+
     def reserve_port(self, port=None):
         """Rank 0: the coordinator address the group will meet at."""
         ip = ray.util.get_node_ip_address()
@@ -51,19 +50,12 @@ class GroupMember:
 
     def initialize(self, coordinator, timeout_s, heartbeat_s):
         """Join the group's JAX program and build its mesh; returns what this member sees."""
-        if self.platform == "cpu":
-            _one_device_per_core()
-        import jax
+        jax = bootstrap.start_jax(self.env)
         from jax.sharding import Mesh
 
         from tracer.rendering import RAY_AXIS
 
-        if self.platform == "cpu":
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        if self.size > 1:
-            jax.distributed.initialize(coordinator, num_processes=self.size, process_id=self.rank,
-                                       initialization_timeout=int(timeout_s), heartbeat_timeout_seconds=int(heartbeat_s),
-                                       shutdown_timeout_seconds=5)
+        bootstrap.join_group(coordinator, self.size, self.rank, timeout_s, heartbeat_s)
         self.mesh = Mesh(np.array(jax.devices()), (RAY_AXIS,))
         return dict(rank=self.rank, process_index=jax.process_index(), global_devices=jax.device_count(),
                     local_devices=jax.local_device_count(), platform=jax.default_backend())
@@ -93,6 +85,7 @@ class GroupMember:
         """Render a ``cluster.task.TileTask``; rank 0 returns (value, weight, seconds), others None."""
         import jax
 
+        from tracer.integrator import pool_size
         from tracer.rendering import render_tile
 
         t0 = time.perf_counter()
@@ -105,7 +98,7 @@ class GroupMember:
                                       task.n_passes, task.spp)]
         args = self._replicate((*ints, *start))
         value, weight = render_tile(scene, *args, tile_h=task.tile_h, tile_w=task.tile_w,
-                                    pass_size=task.pass_size, mesh=self.mesh)
+                                    pass_size=task.pass_size, mesh=self.mesh, path_pool=pool_size(scene))
         if self.size > 1 and not value.is_fully_replicated:
             from jax.experimental import multihost_utils
             value, weight = multihost_utils.process_allgather((value, weight), tiled=True)

@@ -11,6 +11,7 @@ job with its own error.
 import collections
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import ray
@@ -76,6 +77,7 @@ class _JobRun:
         self.inflight = {}                          # ray ref -> Dispatch not yet answered
         self.load = collections.Counter()           # group -> dispatches in flight
         self.folds = None
+        self.compiles = None  # the groups' XLA programs (cluster.bootstrap.compile_stats), summed
 
     # -- checking what the store has ---------------------------------------------------------
 
@@ -137,6 +139,7 @@ class _JobRun:
                     self.collect(self.inflight.pop(ref), groups, progress)
                 progress.note(final=not (self.queue or self.inflight or self.parked))
             progress.finish()
+            self.compiles = _sum_stats(group.compile_stats() for group in groups)
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
             progress.fail(e)
@@ -229,13 +232,24 @@ class _JobRun:
         self.queue.appendleft(task)
 
     def start_groups(self):
-        groups, errors = [], []
-        for i, shape in enumerate(self.shapes):
-            group = WorkerGroup(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
+        """Form the groups side by side: each waits on its own members (processes, JAX,
+        ``jax.distributed``), so a job of many groups starts as fast as one."""
+        def start(group):
             try:
-                groups.append(group.start())
+                group.start()
+                return None
             except GroupError as e:
-                errors.append(str(e))
+                return str(e)
+
+        candidates = [WorkerGroup(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
+                      for i, shape in enumerate(self.shapes)]
+        if len(candidates) == 1:
+            outcomes = [start(candidates[0])]
+        else:
+            with ThreadPoolExecutor(len(candidates)) as pool:
+                outcomes = list(pool.map(start, candidates))
+        groups = [g for g, error in zip(candidates, outcomes) if error is None]
+        errors = [error for error in outcomes if error is not None]
         if not groups:
             raise JobFailed(f"no worker group could start: {errors[0]}")
         for message in errors:
@@ -255,18 +269,29 @@ class _JobRun:
         return False
 
 
+def _sum_stats(stats):
+    stats = [s for s in stats if s]
+    return {k: sum(s[k] for s in stats) for k in stats[0]} if stats else None
+
+
 def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print, init_timeout_s=60,
             task_timeout_s=None):
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
     ``task_timeout_s`` (default: adaptive) is when a running task is given up on and sent
-    elsewhere. Returns the job's plan; the run's figures are on the plan's ``stats``.
+    elsewhere. Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
+    the groups' XLA programs, how many came from the persistent compilation cache).
     """
     runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
                      task_timeout_s)
     plan = runner.run()
-    return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest})
+    if runner.compiles:
+        c = runner.compiles
+        log(f"XLA: {c['programs']} program(s), {c['compiled']} compiled and {c['cache_hits']} loaded from "
+            f"the compilation cache, in {c['seconds']:.1f} s")
+    return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest,
+                                            "compile": runner.compiles})
 
 
 class _Progress:

@@ -11,6 +11,8 @@ from tracer.xla_flags import set_in_environment
 set_in_environment()  # before any test module imports JAX
 # `farm render` and `farm submit` note their stores for `farm list`: the tests' in a file of their own.
 os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registry-"), "stores")
+# Worker groups share one persistent compilation cache for the session, not the user's own.
+os.environ.setdefault("JAXFARM_XLA_CACHE", os.path.join(tempfile.mkdtemp(prefix="farm-xla-cache-"), "xla"))
 # Dr.Jit reads this when mitsuba is first imported; without it, its LLVM variant loads whichever
 # libLLVM it finds (an older one here), which aborts the process. Absent, the variant is refused.
 os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1")

@@ -21,7 +21,7 @@ from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.sampling import power_heuristic
 
-__all__ = ["PathState", "Surface", "trace_paths", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
+__all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
            "material_and_frame", "add_next_event"]
 
 # Each stage's results pass an optimization barrier: XLA's CPU fusion otherwise inlines a stage
@@ -33,7 +33,7 @@ _stage = jax.lax.optimization_barrier
 # 1.56 at 8k), but 32k when a host engine answers the rays, whose calls cost a fixed ~0.6 ms
 # (mesh.xml: 1.08 at 32k, 1.03 at 8k). A device over several cores: 65k (Cornell box, 1 device
 # on 2 cores: a bounce costs 220 ns a lane at 65k lanes, 370 ns at 262k).
-_POOL = 65536
+DEFAULT_POOL = _POOL = 65536
 _POOL_PER_CORE = 4096
 _POOL_PER_CORE_HOST = 32768
 _PHASES = 3        # drain loop bodies over P, P / 2, P / 4 lanes
@@ -245,9 +245,10 @@ def fresh_paths(keys, origin, direction, t_max, active):
     )
 
 
-def _pool_size(scene):
-    """Lanes in flight on this device; on GPUs and TPUs the whole batch (their width wants
-    every path in flight)."""
+def pool_size(scene):
+    """Lanes in flight per device for ``scene`` in this process (host side: the pool is a static
+    argument of the compiled program, decided when it is made, never while tracing); on GPUs and
+    TPUs the whole batch (their width wants every path in flight). Any pool gives the same bits."""
     cores = cpu.cores_per_device()
     if cores is None:
         return np.iinfo(np.int32).max
@@ -264,16 +265,17 @@ def _store(out, index, radiance):
     return tuple(row.at[index].set(radiance[k]) for k, row in enumerate(out))
 
 
-def trace_paths(scene, keys, origin, direction, t_max, active):
+def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL):
     """Radiance (3, N) arriving along camera rays; ``keys`` (N,) uint32 address each path's randomness.
 
-    A path's arithmetic depends only on its own key and ray, never on its lane or on which
-    other paths share the pool, so any pool size or schedule gives the same bits.
+    ``pool`` (static): lanes in flight (``pool_size``). A path's arithmetic depends only on its
+    own key and ray, never on its lane or on which other paths share the pool, so any pool size
+    or schedule gives the same bits.
     """
     n = keys.shape[0]
     if scene.settings.max_depth == 0:
         return jnp.zeros_like(origin)
-    pool = min(n, _pool_size(scene))
+    pool = min(n, pool)
     # The live camera rays in batch order; lanes pull them from here as their paths end.
     queue, count = lanes.stable_partition(active)
     none = jnp.int32(n)  # the sample index of an empty lane: a spare output column

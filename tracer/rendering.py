@@ -23,7 +23,7 @@ from tracer import film as films
 from tracer import rng
 from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP
 from tracer.direct import trace_direct
-from tracer.integrator import trace_paths
+from tracer.integrator import DEFAULT_POOL, pool_size, trace_paths
 from tracer.reduction import resolve
 from tracer.rng import Dims
 
@@ -37,7 +37,7 @@ def local_mesh():
     return Mesh(np.array(jax.local_devices()), (RAY_AXIS,))
 
 
-def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_h, tile_w, pass_size, mesh):
+def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_h, tile_w, pass_size, mesh, path_pool):
     film = scene.film
     m = film.margin
     gh, gw = tile_h + 2 * m, tile_w + 2 * m
@@ -69,8 +69,10 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
                              (py.astype(jnp.float32) + offset[1]) / film.height])
         origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
         # Each device's path loop ends when its own paths do.
-        integrate = trace_direct if scene.settings.integrator == "direct" else trace_paths
-        radiance = integrate(scene, keys, origin, direction, t_max, valid)
+        if scene.settings.integrator == "direct":
+            radiance = trace_direct(scene, keys, origin, direction, t_max, valid)
+        else:
+            radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool)
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
 
         # Each device splats its own band of output rows from every device's samples, then the
@@ -96,9 +98,9 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     return run(scene, frame, seed, tile_y, tile_x, first_sample, spp)
 
 
-@functools.partial(jax.jit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh"))
+@functools.partial(jax.jit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool"))
 def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, value, weight, *,
-                tile_h, tile_w, pass_size, mesh):
+                tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL):
     """Add passes [first_pass, first_pass + n_passes) of one tile to the accumulator (value, weight).
 
     scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
@@ -107,11 +109,13 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
     tile_w) float32: the sums of filter-weighted radiance and of filter weights so far. Pixels of
     the tile outside the film get zeros; those outside the window but inside the film are
     rendered, and left out of the image by whoever assembles it. Returns the new (value, weight).
+    ``path_pool``: paths in flight per device (``tracer.integrator.pool_size(scene)`` sizes it
+    for this process); it changes the speed, never the bits.
     """
     def one_pass(k, acc):
         first_sample = (first_pass + k) * pass_size
         v, w = _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp,
-                            tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, mesh=mesh)
+                            tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, mesh=mesh, path_pool=path_pool)
         return acc[0] + v, acc[1] + w
 
     return jax.lax.fori_loop(0, n_passes, one_pass, (value, weight))
@@ -126,7 +130,7 @@ def _whole(name, value, low, high):
 
 
 def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, mesh=None,
-           chunk_passes=None):
+           chunk_passes=None, path_pool=None):
     """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3).
 
     ``spp`` defaults to the scene's sampler ``sample_count``; ``pass_size`` to
@@ -134,6 +138,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, 
     past the spp are masked out). ``chunk_passes`` splits the passes into chunks, each summed
     from zero and the chunks added in order (in float32 numpy): the farm's reduction tree
     (``farm.tree``), so that this gives a farm job's bits (same tile, pass and chunk size).
+    ``path_pool`` defaults to ``tracer.integrator.pool_size(scene)``.
     """
     spp = _whole("spp", scene.settings.spp if spp is None else spp, 1, MAX_SPP)
     seed, frame = _whole("seed", seed, 0, MAX_SEED), _whole("frame", frame, 0, MAX_FRAME)
@@ -143,6 +148,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, 
         chunk_passes = _whole("chunk_passes", chunk_passes, 1, MAX_SPP)
     film = scene.film
     mesh = local_mesh() if mesh is None else mesh
+    path_pool = pool_size(scene) if path_pool is None else path_pool
     n_passes = -(-spp // pass_size)
     height, width = film.crop_height, film.crop_width
     th, tw = min(tile, height), min(tile, width)
@@ -156,7 +162,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, 
                 v, w = render_tile(
                     scene, i32(frame), i32(seed), i32(y), i32(x), i32(first), i32(min(chunk, n_passes - first)),
                     i32(spp), jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32),
-                    tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh)
+                    tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh, path_pool=path_pool)
                 value, weight = value + np.asarray(v), weight + np.asarray(w)
             h, w = min(th, height - y), min(tw, width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])

@@ -6,12 +6,13 @@ partitioned over: the same rays traced on 1 and on 2 devices then differ in the 
 (measured: 28 of 2,592 paths of examples/materials.xml). Capping the instruction set at AVX (no
 FMA) makes every rounding explicit, so a work unit gives the same bits on any device count, host
 count, or x86 CPU generation. It costs about a fifth of the speed (Cornell box, 2 cores: 0.46 ->
-0.35 Msamples/s). The farm's CPU workers always use it; set it in your own process (before JAX
-starts) to get a farm job's bits from ``tracer.render``.
+0.35 Msamples/s). The farm's CPU workers always use it (``cluster.bootstrap`` starts them); set
+it in your own process (``set_in_environment()`` before JAX starts) to get a farm job's bits from
+``tracer.render``.
 """
 import os
 
-__all__ = ["DETERMINISTIC_CPU", "with_flags"]
+__all__ = ["DETERMINISTIC_CPU", "with_flags", "set_in_environment"]
 
 DETERMINISTIC_CPU = "--xla_cpu_max_isa=AVX"
 

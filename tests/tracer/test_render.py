@@ -124,10 +124,9 @@ def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
     scene = tracer.load_scene("examples/materials.xml", width=24, height=24)
     images = []
     for pool, min_phase in ((1 << 30, 1 << 30), (256, 32)):
-        monkeypatch.setattr(integrator, "_pool_size", lambda scene, pool=pool: pool)
         monkeypatch.setattr(integrator, "_MIN_PHASE", min_phase)
-        jax.clear_caches()  # the constants are read while tracing
-        images.append(tracer.render(scene, spp=8, pass_size=8))
+        jax.clear_caches()  # the constant is read while tracing
+        images.append(tracer.render(scene, spp=8, pass_size=8, path_pool=pool))
     jax.clear_caches()
     assert images[0].mean() > 0.01
     np.testing.assert_array_equal(images[0], images[1])

@@ -1,0 +1,144 @@
+"""How a worker process starts JAX: its environment, then JAX, its configuration, then
+``jax.distributed``. The one place that keeps that order.
+
+JAX reads ``JAX_PLATFORMS`` and ``XLA_FLAGS`` once, when its backend starts; ``jax.config``
+options must be set before the first compilation; ``jax.distributed.initialize`` must come before
+any device is touched. The driver computes a member's environment (``worker_env``: plain strings,
+no JAX); the member applies it in its own process (``start_jax``: environment, import, config),
+then joins its group (``join_group``).
+
+What a worker runs with:
+
+* CPU: ``tracer.xla_flags.DETERMINISTIC_CPU`` (no FMA contraction: the same bits on any device
+  count, host count or x86 CPU) and one XLA device per core unless the group names a count
+  (``tracer.cpu``: XLA runs a device's kernels on one core at a time); gloo collectives.
+* GPU / TPU: ``JAX_PLATFORMS`` names the platform; nothing else.
+* Every platform: JAX's persistent compilation cache in ``cache_dir()``, so that a second run of a
+  job (a resume, a refine, the next job on the same scene) loads its programs instead of
+  compiling them. Executables that call back into Python (the Embree and Warp intersection
+  backends) are cached too: JAX serializes them with their callbacks' descriptors and reconnects
+  them on load (measured: ``scripts/bench_vs_mitsuba.py``).
+"""
+import os
+import sys
+
+from tracer.xla_flags import with_flags
+
+__all__ = ["CACHE_ENV", "cache_dir", "worker_env", "start_jax", "enable_compilation_cache", "join_group",
+           "compile_stats"]
+
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # a compilation, or a load from the cache
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_stats = {"programs": 0, "cache_hits": 0, "seconds": 0.0}
+_listening = False
+# The persistent compilation cache's folder; empty or "off" turns the cache off.
+CACHE_ENV = "JAXFARM_XLA_CACHE"
+_PLATFORM_NAMES = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}  # GroupShape's name -> JAX_PLATFORMS
+_DEVICE_COUNT = "--xla_force_host_platform_device_count"
+
+
+def cache_dir(environ=None):
+    """The persistent compilation cache's folder for this process, or None when turned off:
+    ``$JAXFARM_XLA_CACHE``, else ``$XDG_CACHE_HOME/jaxfarm/xla`` (``~/.cache/jaxfarm/xla``)."""
+    environ = os.environ if environ is None else environ
+    if CACHE_ENV in environ:
+        value = environ[CACHE_ENV].strip()
+        return None if value.lower() in ("", "off", "0", "none") else os.path.expanduser(value)
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jaxfarm", "xla")
+
+
+def worker_env(platform, devices_per_host=None, environ=None):
+    """Environment variables of a member process (driver side; ``environ``: the driver's).
+
+    The driver's own XLA_FLAGS pass through (less the flags set here). The cache folder is
+    passed only when the driver names one: otherwise each host takes its own user's default.
+    """
+    environ = os.environ if environ is None else environ
+    env = {"JAX_PLATFORMS": _PLATFORM_NAMES[platform]}
+    if platform == "cpu":
+        env["XLA_FLAGS"] = with_flags(environ.get("XLA_FLAGS", ""), devices_per_host)
+    if CACHE_ENV in environ:
+        env[CACHE_ENV] = environ[CACHE_ENV]
+    return env
+
+
+def _one_device_per_core(flags):
+    """A CPU member given no device count takes one per core it may run on."""
+    from tracer import cpu
+
+    return flags if _DEVICE_COUNT in flags else f"{flags} {_DEVICE_COUNT}={cpu.cores()}".strip()
+
+
+def start_jax(env):
+    """Member side: put ``env`` (``worker_env``) in this process's environment, import JAX and
+    configure it; returns the ``jax`` module. Refuses a process whose JAX already started with
+    other settings (its flags can no longer change)."""
+    env = dict(env)
+    if env.get("JAX_PLATFORMS") == "cpu":
+        env["XLA_FLAGS"] = _one_device_per_core(env.get("XLA_FLAGS", ""))
+    if "jax" in sys.modules:
+        from jax._src import xla_bridge
+
+        stale = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        if stale and xla_bridge.backends_are_initialized():
+            raise RuntimeError(f"JAX already started in process {os.getpid()} with other settings "
+                               f"({', '.join(sorted(stale))})")
+    os.environ.update(env)
+    import jax
+
+    if env.get("JAX_PLATFORMS") == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    enable_compilation_cache(cache_dir())
+    return jax
+
+
+def enable_compilation_cache(directory):
+    """JAX's persistent compilation cache in ``directory`` (None: off), for every program: JAX's
+    defaults skip programs that compile in under a second, and small ones."""
+    import jax
+
+    _listen()
+    if directory is None:
+        return
+    os.makedirs(directory, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def join_group(coordinator, size, rank, timeout_s, heartbeat_s):
+    """Join the group's JAX program (``jax.distributed``); a one-member group needs none."""
+    import jax
+
+    if size > 1:
+        jax.distributed.initialize(coordinator, num_processes=size, process_id=rank,
+                                   initialization_timeout=int(timeout_s), heartbeat_timeout_seconds=int(heartbeat_s),
+                                   shutdown_timeout_seconds=5)
+
+
+def _listen():
+    """Count this process's compilations through JAX's monitoring events (once per process)."""
+    global _listening
+    if _listening:
+        return
+    from jax import monitoring
+
+    def on_event(event, **_):
+        if event == _CACHE_HIT:
+            _stats["cache_hits"] += 1
+
+    def on_duration(event, seconds, **_):
+        if event == _BACKEND_COMPILE:
+            _stats["programs"] += 1
+            _stats["seconds"] += seconds
+
+    monitoring.register_event_listener(on_event)
+    monitoring.register_event_duration_secs_listener(on_duration)
+    _listening = True
+
+
+def compile_stats():
+    """This process's XLA programs so far: ``programs`` made, ``cache_hits`` of them loaded from the
+    persistent cache (the rest were compiled), ``seconds`` spent making them (loads included)."""
+    return dict(_stats, compiled=_stats["programs"] - _stats["cache_hits"])

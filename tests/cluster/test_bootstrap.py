@@ -1,0 +1,60 @@
+"""A worker's start-up (cluster.bootstrap): its environment, and the persistent compilation cache
+that lets a second run of a job compile nothing."""
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+from cluster import bootstrap
+from cluster.group import GroupShape, WorkerGroup
+from cluster.task import SceneRef, TileTask
+from tracer.xla_flags import DETERMINISTIC_CPU
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_worker_environment():
+    env = bootstrap.worker_env("cpu", 3, environ={"XLA_FLAGS": "--xla_cpu_max_isa=AVX2 --xla_dump_to=/x"})
+    flags = env["XLA_FLAGS"].split()
+    assert env["JAX_PLATFORMS"] == "cpu" and DETERMINISTIC_CPU in flags and "--xla_cpu_max_isa=AVX2" not in flags
+    assert "--xla_force_host_platform_device_count=3" in flags and "--xla_dump_to=/x" in flags
+    assert bootstrap.worker_env("gpu", environ={}) == {"JAX_PLATFORMS": "cuda"}
+    # The cache folder travels only when the driver names one; otherwise each host takes its own default.
+    assert bootstrap.worker_env("tpu", environ={bootstrap.CACHE_ENV: "/c"})[bootstrap.CACHE_ENV] == "/c"
+
+
+def test_cache_folder():
+    assert bootstrap.cache_dir({"XDG_CACHE_HOME": "/xdg"}) == "/xdg/jaxfarm/xla"
+    assert bootstrap.cache_dir({"XDG_CACHE_HOME": "/xdg", bootstrap.CACHE_ENV: "/mine"}) == "/mine"
+    assert bootstrap.cache_dir({bootstrap.CACHE_ENV: "off"}) is None
+    assert bootstrap.cache_dir({bootstrap.CACHE_ENV: ""}) is None
+
+
+def test_a_process_whose_jax_started_otherwise_is_refused():
+    code = ("import jax; jax.devices(); from cluster import bootstrap; "
+            "bootstrap.start_jax(bootstrap.worker_env('cpu', 3))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode != 0 and "JAX already started" in result.stderr
+
+
+def test_a_second_group_compiles_nothing(local_ray, tmp_path, monkeypatch):
+    """New member processes load the first group's programs from the persistent cache, host
+    callbacks (Embree) included, and render the same bits."""
+    monkeypatch.setenv(bootstrap.CACHE_ENV, str(tmp_path))
+    scene = SceneRef(path=str(ROOT / "examples" / "cbox.xml"), params=(("res", 16),), accel="embree")
+    task = TileTask(scene=scene, frame=0, seed=1, spp=4, tile_y=0, tile_x=0, tile_h=16, tile_w=16,
+                    first_pass=0, n_passes=1, pass_size=4)
+    runs = []
+    for name in ("cold", "warm"):
+        group = WorkerGroup(GroupShape(hosts=1, devices_per_host=1, strategy="PACK"), name=name).start()
+        try:
+            value, _, _ = group.result(group.submit(task))
+            runs.append((value, group.compile_stats()))
+        finally:
+            group.teardown()
+    (cold, cold_stats), (warm, warm_stats) = runs
+    assert cold_stats["compiled"] > 0 and any(tmp_path.iterdir())
+    assert warm_stats["compiled"] == 0 and warm_stats["cache_hits"] == warm_stats["programs"] > 0
+    assert cold.mean() > 0
+    np.testing.assert_array_equal(warm, cold)
