@@ -181,7 +181,8 @@ def add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radian
     ems, tex, si = scene.emitters, scene.textures, surface.si
     do_nee = more & bsdfs.has_nondelta_lobe(scene.materials, mat)
     ds, em_weight = _stage(emitters.sample_direction(ems, tex, si.p, uniforms[Dims.EMITTER_SELECT],
-                                                     uniforms[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2]))
+                                                     uniforms[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
+                                                     reuse=rng.REUSES_EMITTER_SELECT[scene.settings.sampler]))
     do_nee = do_nee & (ds.pdf > 0)
     shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, surface.ng, ds.d, ds.dist)
     blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))

@@ -28,6 +28,9 @@ __all__ = ["hash32", "sample_key", "uniform", "uniform2", "Dims", "SAMPLERS", "S
            "draw_bounce"]
 
 SAMPLERS = ("independent", "sobol")
+# Whether a sampler's emitter selection is its light point's first coordinate, to be reused by
+# the emitter (``emitters.sample_direction(reuse=True)``, as Mitsuba's ``sample_emitter``).
+REUSES_EMITTER_SELECT = {"independent": False, "sobol": True}
 
 _GOLDEN = np.uint32(0x9E3779B9)
 
@@ -135,16 +138,19 @@ def draw_bounce(keys, depth):
     """(Dims.SPARE, N) float32: the numbers of bounce ``depth`` ((N,) int32 or an int), rows in
     the order of Dims' per-bounce offsets.
 
-    For sobol, the light sample (which emitter, where on it) and the BSDF sample (which lobe, which
-    direction) are one 3D group each: the 2D point takes Sobol dimensions 0 and 1, a (0, 2)-
-    sequence, and the choice dimension 2, so that the samples of one light or one lobe stay
-    stratified among themselves (as Mitsuba's reuse of one 2D sample for both).
+    For sobol, each group is stratified over the pixel's samples on its own. The light sample is
+    one 2D point whose first coordinate is also the emitter selection, which the emitter reuses
+    (``REUSES_EMITTER_SELECT``, as Mitsuba's ``sample_emitter``): the points that land on one
+    light remain a net. The BSDF sample (which lobe, which direction) is one 3D group, a (1, 3)-
+    sequence: the direction takes Sobol dimensions 0 and 1, a (0, 2)-sequence, the lobe
+    dimension 2, so the directions of one lobe stay stratified among themselves too.
     """
     if keys.sampler == "independent":
         return jnp.stack([uniform(keys.key, Dims.bounce(depth, k)) for k in range(Dims.SPARE)])
     rows = [None] * Dims.SPARE
-    for choice, point in ((Dims.EMITTER_SELECT, Dims.EMITTER_POINT), (Dims.BSDF_COMPONENT, Dims.BSDF_DIRECTION)):
-        u = _to_unit(_sobol_group(keys, Dims.bounce(depth, choice), 3))
-        rows[choice], rows[point], rows[point + 1] = u[2], u[0], u[1]
+    light = _to_unit(_sobol_group(keys, Dims.bounce(depth, Dims.EMITTER_SELECT), 2))
+    rows[Dims.EMITTER_SELECT], rows[Dims.EMITTER_POINT], rows[Dims.EMITTER_POINT + 1] = light[0], light[0], light[1]
+    bsdf = _to_unit(_sobol_group(keys, Dims.bounce(depth, Dims.BSDF_COMPONENT), 3))
+    rows[Dims.BSDF_COMPONENT], rows[Dims.BSDF_DIRECTION], rows[Dims.BSDF_DIRECTION + 1] = bsdf[2], bsdf[0], bsdf[1]
     rows[Dims.ROULETTE] = _to_unit(_sobol_group(keys, Dims.bounce(depth, Dims.ROULETTE), 1))[0]
     return jnp.stack(rows)

@@ -2,7 +2,7 @@
 
 Point ``i`` depends on ``i`` and the seeds only, never on how many points are drawn, and every
 aligned run of 2^m indices [k 2^m, (k+1) 2^m) -- the first 2^m points in particular -- is a
-(t, m, s)-net in base 2: with t = 0 for the 2D projections used here, each of the 2^m
+(t, m, s)-net in base 2: with t = 0 for the 2D points drawn here (dimensions 0 and 1), each of the 2^m
 elementary intervals of area 2^-m ([a 2^-p, (a+1) 2^-p) x [b 2^-q, (b+1) 2^-q), p + q = m)
 holds exactly one point. That is what makes the farm's refinement exact (32 spp raised to 64
 keeps the first 32 points) while each power-of-two prefix is stratified.
@@ -16,8 +16,8 @@ its own. The scrambling hash is Vegdahl's improved Laine-Karras permutation, as 
 flips bit k by a function of the bits below it, which is exactly a nested uniform scramble.
 
 Dimensions: 0 is van der Corput (the bit reversal of the index), 1 and 2 are Sobol's next two
-(primitive polynomials x + 1 and x^2 + x + 1, Joe and Kuo's direction numbers). Pairs (0, 1)
-and (0, 2) are (0, 2)-sequences; (1, 2) has t = 1, and the three together a (1, 3)-sequence.
+(primitive polynomials x + 1 and x^2 + x + 1, Joe and Kuo's direction numbers). The pair (0, 1)
+is a (0, 2)-sequence; (0, 2) and (1, 2) have t = 1, and the three together are a (1, 3)-sequence.
 Values are 32-bit fractions (bit 31 weighs 1/2); ``tracer.rng`` turns them into floats.
 """
 import jax.numpy as jnp
