@@ -95,12 +95,15 @@ def test_tiles_agree_with_the_whole_image():
 
 
 DEVICES_SCRIPT = textwrap.dedent("""
+    import dataclasses
     import numpy as np, jax, jax.numpy as jnp
     from jax.sharding import Mesh
     import tracer
     from tracer.rendering import render_tile
-    for path, params in (("examples/cbox.xml", dict(res=20)), ("examples/materials.xml", dict(width=20, height=20))):
+    for path, params, sampler in (("examples/cbox.xml", dict(res=20), "independent"),
+                                  ("examples/materials.xml", dict(width=20, height=20), "sobol")):
         scene = tracer.load_scene(path, **params)
+        scene = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler=sampler))
         out = []
         for n in (1, 2, 4):
             mesh = Mesh(np.array(jax.devices()[:n]), ("rays",))
@@ -109,17 +112,21 @@ DEVICES_SCRIPT = textwrap.dedent("""
             v, w = render_tile(scene, 0, 3, 0, 0, 0, 2, 8, *z, tile_h=18, tile_w=20, pass_size=4, mesh=mesh)
             out.append(np.asarray(v))
         assert out[0].mean() > 0
-        print(path, "same" if all(np.array_equal(out[0], o) for o in out) else "different")
+        print(path, sampler, "same" if all(np.array_equal(out[0], o) for o in out) else "different")
 """)
 
 
 def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
     """A 256-lane pool that regenerates paths (and drains in phases down to 32 lanes) renders the
-    same bits as one pool holding every path of the batch (every BSDF kind, glass included)."""
+    same bits as one pool holding every path of the batch (every BSDF kind, glass included). With
+    the sobol sampler, whose keys are two words (pixel and sample index) carried with each lane."""
+    import dataclasses
+
     import jax
 
     from tracer import integrator
     scene = tracer.load_scene("examples/materials.xml", width=24, height=24)
+    scene = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler="sobol"))
     images = []
     for pool, min_phase in ((1 << 30, 1 << 30), (256, 32)):
         monkeypatch.setattr(integrator, "_pool_size", lambda scene, pool=pool: pool)
@@ -139,4 +146,4 @@ def test_one_two_and_four_devices_render_the_same_bits():
                             timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
-    assert lines == ["examples/cbox.xml same", "examples/materials.xml same"], result.stdout
+    assert lines == ["examples/cbox.xml independent same", "examples/materials.xml sobol same"], result.stdout
