@@ -24,8 +24,8 @@ import numpy as np
 from tracer import sobol
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["hash32", "sample_key", "uniform", "uniform2", "Dims", "SAMPLERS", "SampleKeys", "sample_keys", "draw",
-           "draw_bounce"]
+__all__ = ["hash32", "sample_key", "uniform", "uniform2", "Dims", "SAMPLERS", "REUSES_EMITTER_SELECT", "SampleKeys",
+           "sample_keys", "draw", "draw_bounce"]
 
 SAMPLERS = ("independent", "sobol")
 # Whether a sampler's emitter selection is its light point's first coordinate, to be reused by
@@ -104,7 +104,7 @@ class SampleKeys:
     """Where N pixel samples draw their random numbers (``draw``, ``draw_bounce``)."""
 
     key: jnp.ndarray    # (N,) uint32: independent, the sample's key; sobol, its pixel's key
-    index: jnp.ndarray  # (N,) uint32 sample index in its pixel (sobol); None for independent
+    index: jnp.ndarray  # (N,) uint32 sample index in its pixel, bit-reversed (sobol); None for independent
     sampler: str = static("independent")  # one of SAMPLERS
 
 
@@ -114,7 +114,7 @@ def sample_keys(sampler, seed, frame, pixel, sample):
         return SampleKeys(sample_key(seed, frame, pixel, sample), None, sampler)
     if sampler == "sobol":
         key = _pixel_key(seed, frame, pixel)
-        key, index = jnp.broadcast_arrays(key, jnp.asarray(sample, jnp.uint32))
+        key, index = jnp.broadcast_arrays(key, sobol.reverse_bits(sample))
         return SampleKeys(key, index, sampler)
     raise ValueError(f"unknown sampler {sampler!r} ({', '.join(SAMPLERS)})")
 

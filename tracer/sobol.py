@@ -46,6 +46,7 @@ def _direction_numbers(degree, coefficients, initial):
 
 # Joe-Kuo's dimension 3 (s=2, a=1, m=1,3); their dimension 2 is the Pascal matrix (``_pascal``).
 _DIM2_COLUMNS = _direction_numbers(2, 1, (1, 3))
+_DIM2_REVERSED = np.array([int(f"{c:032b}"[::-1], 2) for c in _DIM2_COLUMNS], np.uint32)
 
 
 def reverse_bits(x):
@@ -101,19 +102,22 @@ def sobol_bits(index, width):
     return jnp.stack(dims[:width])
 
 
-def scrambled_sobol(index, seeds, width):
+def scrambled_sobol(reversed_index, seeds, width):
     """Shuffled, Owen-scrambled Sobol points (Burley 2020): (width, N) uint32 fractions.
 
-    index: (N,) uint32 position in the sequence; seeds: ``width + 1`` uint32 arrays broadcasting
-    against index, seeds[0] shuffles the index and seeds[1 + j] scrambles dimension j.
+    reversed_index: (N,) uint32 position in the sequence, bit-reversed (``reverse_bits(i)``: a
+    sample computes it once for all its groups); seeds: ``width + 1`` uint32 arrays broadcasting
+    against it, seeds[0] shuffles the index and seeds[1 + j] scrambles dimension j.
     """
     if not 1 <= width <= DIMENSIONS:
         raise ValueError(f"width must be in [1, {DIMENSIONS}], got {width}")
-    shuffled = owen_scramble(jnp.asarray(index, jnp.uint32), seeds[0])
-    # owen_scramble(reverse_bits(i)) = reverse_bits(permutation(i)): the van der Corput dimension
-    # and the Pascal one (whose bits come out reversed) skip a reversal pair each.
-    seed = lambda j: jnp.asarray(seeds[1 + j], jnp.uint32)
-    dims = [lambda: reverse_bits(_nested_permutation(shuffled, seed(0))),
-            lambda: reverse_bits(_nested_permutation(_pascal(shuffled), seed(1))),
-            lambda: owen_scramble(_multiply(_DIM2_COLUMNS, shuffled), seed(2))]
-    return jnp.stack([dims[j]() for j in range(width)])
+    seed = lambda j: jnp.asarray(seeds[j], jnp.uint32)
+    shuffled = reverse_bits(_nested_permutation(jnp.asarray(reversed_index, jnp.uint32), seed(0)))
+    # Each dimension is owen_scramble(d) = reverse_bits(permutation(reverse_bits(d))), with
+    # reverse_bits(d) at hand: the van der Corput point is reverse_bits(index), the Pascal product
+    # comes out reversed, and dimension 2 multiplies by its matrix's reversed columns (reversal is
+    # linear over GF(2)). Four reversals for three dimensions instead of eight.
+    dims = [lambda: shuffled,
+            lambda: _pascal(shuffled),
+            lambda: _multiply(_DIM2_REVERSED, shuffled)]
+    return jnp.stack([reverse_bits(_nested_permutation(dims[j](), seed(1 + j))) for j in range(width)])

@@ -4,11 +4,11 @@ import subprocess
 import sys
 import textwrap
 
-import jax.numpy as jnp
 import numpy as np
 
 import tracer
-from tracer.rendering import local_mesh, render_tile
+from tests.helpers.tiles import render_passes as _tile
+from tracer.rendering import render_tile
 from tracer.xla_flags import with_flags
 
 FURNACE = """<scene version="3.0.0">
@@ -49,15 +49,6 @@ def test_white_furnace_dielectric_sphere_is_invisible(tmp_path):
     scene = tracer.load_scene(_furnace(tmp_path, "dielectric", "specular_reflectance"), albedo="1.0")
     image = tracer.render(scene, spp=64)
     assert abs(image.mean() - 1.0) < 0.01, image.mean()
-
-
-def _tile(scene, first_pass, n_passes, acc=None, frame=0, tile=(0, 0), size=(16, 16), pass_size=4, spp=16):
-    th, tw = size
-    if acc is None:
-        acc = (jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32))
-    i32 = jnp.int32
-    return render_tile(scene, i32(frame), i32(7), i32(tile[0]), i32(tile[1]), i32(first_pass), i32(n_passes),
-                       i32(spp), *acc, tile_h=th, tile_w=tw, pass_size=pass_size, mesh=local_mesh())
 
 
 def test_passes_split_across_calls_are_bit_identical():

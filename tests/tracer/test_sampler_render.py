@@ -3,15 +3,15 @@ what the loader makes of them, split renders bit for bit with one compile, and i
 Mitsuba's noise at the same sample count."""
 import dataclasses
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import tracer
 from tests.helpers import image_metrics as im
 from tests.helpers.mitsuba_render import assert_matches_mitsuba, mitsuba_image
+from tests.helpers.tiles import render_passes
 from tracer.io.scene_info import RENDERED_WITH
-from tracer.rendering import local_mesh, render_tile
+from tracer.rendering import render_tile
 from tracer.rng import SAMPLERS
 
 # Mitsuba's sampler gallery scene in small (tests/.../docs/scenes/include/sampler_scene.xml):
@@ -62,13 +62,8 @@ def test_each_mitsuba_sampler_renders_with_ours(tmp_path, mitsuba_sampler):
     assert scene.settings.sampler == ("independent" if mitsuba_sampler == "independent" else "sobol")
 
 
-def _tile(scene, first_pass, n_passes, acc=None, frame=0, tile=(0, 0), size=(8, 8), pass_size=4, spp=16):
-    th, tw = size
-    if acc is None:
-        acc = (jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32))
-    i32 = jnp.int32
-    return render_tile(scene, i32(frame), i32(7), i32(tile[0]), i32(tile[1]), i32(first_pass), i32(n_passes),
-                       i32(spp), *acc, tile_h=th, tile_w=tw, pass_size=pass_size, mesh=local_mesh())
+def _tile(scene, first_pass, n_passes, **kwargs):
+    return render_passes(scene, first_pass, n_passes, size=(8, 8), **kwargs)
 
 
 def test_sobol_passes_split_across_calls_are_bit_identical_with_one_compile(tmp_path):
