@@ -11,7 +11,8 @@ regression mode where Mitsuba's test reference exists (``refs/<name>_ref_rgb.exr
 
 * Gallery mode. Both renderers load the scene with ``spp=--spp`` where it names ``$spp`` (as
   Mitsuba's ``render_documentation_images.py`` loads its documentation scenes) and render it
-  at ``--res`` pixels wide (height keeping the film's aspect) and ``--spp``: ours ``--seeds``
+  at ``--res`` pixels wide (height keeping the film's aspect) and ``--spp`` as Mitsuba's sampler
+  rounds it (an ``orthogonal`` sampler takes 121 for 64, both renderers render 121): ours ``--seeds``
   times, Mitsuba 8 times or more, plus a reference of ``--ref-spp``. They agree when, as in
   ``tests/tracer/test_images.py``, (1) the per-channel mean of our averaged renders is within
   ``MEAN_TOLERANCE`` (1%) of the reference's, widened to 4 standard errors where the sample count
@@ -165,6 +166,7 @@ def mitsuba_worker(job, out):
     t0 = time.perf_counter()
     try:
         scene = mi.load_file(job["path"], **job["params"])
+        info["taken_spp"] = taken_spp(scene, job.get("spp_asked", job["spp"]))
         if job["width"]:
             resize_film(mi, scene, job["width"])
         load_s, times, seeds = time.perf_counter() - t0, [], []
@@ -181,6 +183,14 @@ def mitsuba_worker(job, out):
     np.savez(out / "images.npz", **images)
     return {**info, "status": "rendered", "load_s": load_s, "first_s": times[0], "render_s": min(times),
             "ref_s": time.perf_counter() - t0}
+
+
+def taken_spp(scene, spp):
+    """The samples per pixel that Mitsuba's ``render(spp=spp)`` takes: its sampler rounds the count
+    (an ``orthogonal`` sampler asked for 64 takes 121, the square of a prime)."""
+    sampler = scene.sensors()[0].sampler().fork()
+    sampler.set_sample_count(spp)
+    return int(sampler.sample_count())
 
 
 def variant_worker(job, _out):
@@ -285,15 +295,16 @@ def failed_row(case, result, note=None, mitsuba_self=None):
 def run_gallery(case, args):
     params = {"spp": args.spp} if case.uses_spp else {}  # as Mitsuba's own documentation renders
     base = {"path": str(case.path), "params": params, "variant": args.variant}
-    probe = run_worker("mitsuba", {**base, "width": args.res, "spp": 1, "seeds": [0], "ref_spp": 0},
-                       args.timeout)
+    probe = run_worker("mitsuba", {**base, "width": args.res, "spp": 1, "spp_asked": args.spp, "seeds": [0],
+                                   "ref_spp": 0}, args.timeout)
     if probe["status"] != "rendered":
         return failed_row(case, probe)
+    spp = probe["taken_spp"]  # ours renders the samples Mitsuba's render takes: equal spp
     if args.self_check:  # Mitsuba in our place, with seeds that its other renders never use
         ours = run_worker("mitsuba", {**base, "width": args.res, "spp": args.spp, "ref_spp": 0,
                                       "seeds": [SELF_CHECK_SEEDS + s for s in range(args.seeds)]}, args.timeout)
     else:
-        ours = run_worker("ours", {**base, "resolution": list(probe["seeds"].shape[2:0:-1]), "spp": args.spp,
+        ours = run_worker("ours", {**base, "resolution": list(probe["seeds"].shape[2:0:-1]), "spp": spp,
                                    "seeds": list(range(args.seeds))}, args.timeout)
     if ours["status"] != "rendered":
         return failed_row(case, ours)
@@ -301,7 +312,9 @@ def run_gallery(case, args):
                                     "seeds": list(range(max(MITSUBA_SEEDS, args.seeds)))}, args.timeout)
     if theirs["status"] != "rendered":
         return failed_row(case, theirs)
-    agree, figures = judge_gallery(ours["seeds"], theirs["seeds"], theirs["ref"], args.spp, args.ref_spp)
+    agree, figures = judge_gallery(ours["seeds"], theirs["seeds"], theirs["ref"], spp, args.ref_spp)
+    if spp != args.spp:
+        figures = f"{figures} at {spp} spp (as Mitsuba's sampler takes {args.spp})"
     times = (f"ours {ours['first_s']:.1f}s first render, then {ours['render_s']:.1f}s; "
              f"Mitsuba {theirs['render_s']:.1f}s")
     return Row(case, "agree" if agree else "differ", f"{figures}; {times}")

@@ -23,7 +23,7 @@ __all__ = ["trace_direct"]
 
 
 def trace_direct(scene, keys, origin, direction, t_max, active):
-    """Radiance (3, N) arriving along camera rays; ``keys`` (N,) uint32 address each ray's randomness.
+    """Radiance (3, N) arriving along camera rays; ``keys`` (``rng.SampleKeys``) address each ray's randomness.
 
     Light sample i draws its numbers from the path integrator's bounce block i, BSDF sample i
     from the same block's BSDF dimensions.
@@ -31,7 +31,7 @@ def trace_direct(scene, keys, origin, direction, t_max, active):
     settings = scene.settings
     n_light, n_bsdf = settings.emitter_samples, settings.bsdf_samples
     light_share, bsdf_share = n_light / (n_light + n_bsdf), n_bsdf / (n_light + n_bsdf)
-    camera = fresh_paths(keys, origin, direction, t_max, active)
+    camera = fresh_paths(origin, direction, t_max, active)
     surface = find_surfaces(scene, camera, skip_hidden_emitters=False)
     radiance = add_emission(scene, camera, surface, jnp.zeros_like(origin))
     mat, frame = material_and_frame(scene, surface)

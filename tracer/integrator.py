@@ -115,9 +115,9 @@ def _bounce(scene, keys, state):
 
 
 def bounce_uniforms(keys, depth):
-    """(Dims.SPARE, N) random numbers of bounce ``depth`` (Dims' per-bounce block), hashed once:
-    consumers fused apart would each rehash them."""
-    return _stage(jnp.stack([rng.uniform(keys, Dims.bounce(depth, k)) for k in range(Dims.SPARE)]))
+    """(Dims.SPARE, N) random numbers of bounce ``depth`` (Dims' per-bounce block), drawn once:
+    consumers fused apart would each draw them again."""
+    return _stage(rng.draw_bounce(keys, depth))
 
 
 def find_surfaces(scene, state, skip_hidden_emitters=True):
@@ -191,7 +191,8 @@ def add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radian
     ems, tex, si = scene.emitters, scene.textures, surface.si
     do_nee = more & bsdfs.has_nondelta_lobe(scene.materials, mat)
     ds, em_weight = _stage(emitters.sample_direction(ems, tex, si.p, uniforms[Dims.EMITTER_SELECT],
-                                                     uniforms[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2]))
+                                                     uniforms[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
+                                                     reuse=rng.REUSES_EMITTER_SELECT[scene.settings.sampler]))
     do_nee = do_nee & (ds.pdf > 0)
     shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, surface.ng, ds.d, ds.dist)
     blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
@@ -234,14 +235,14 @@ def _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radian
     )
 
 
-def fresh_paths(keys, origin, direction, t_max, active):
+def fresh_paths(origin, direction, t_max, active):
     """Paths at their camera rays; *_like: inside shard_map the carry varies over the ray axis."""
-    ones = jnp.ones_like(keys, jnp.float32)
+    ones = jnp.ones_like(t_max, jnp.float32)
     return PathState(
-        depth=jnp.zeros_like(keys, jnp.int32), origin=origin, direction=direction, t_max=t_max,
+        depth=jnp.zeros_like(t_max, jnp.int32), origin=origin, direction=direction, t_max=t_max,
         throughput=jnp.ones_like(origin), radiance=jnp.zeros_like(origin),
         eta=ones, active=active, prev_p=origin,
-        prev_bsdf_pdf=ones, prev_bsdf_delta=jnp.ones_like(keys, bool),
+        prev_bsdf_pdf=ones, prev_bsdf_delta=jnp.ones_like(t_max, bool),
     )
 
 
@@ -266,13 +267,14 @@ def _store(out, index, radiance):
 
 
 def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL):
-    """Radiance (3, N) arriving along camera rays; ``keys`` (N,) uint32 address each path's randomness.
+    """Radiance (3, N) arriving along camera rays; ``keys`` (``rng.SampleKeys`` of N samples)
+    address each path's randomness.
 
     ``pool`` (static): lanes in flight (``pool_size``). A path's arithmetic depends only on its
     own key and ray, never on its lane or on which other paths share the pool, so any pool size
     or schedule gives the same bits.
     """
-    n = keys.shape[0]
+    n = t_max.shape[0]
     if scene.settings.max_depth == 0:
         return jnp.zeros_like(origin)
     pool = min(n, pool)
@@ -285,8 +287,7 @@ def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL
         take = want & (position < count)
         index = jnp.where(take, queue[jnp.minimum(position, n - 1)], none)
         j = jnp.minimum(index, n - 1)
-        k = keys[j]
-        return index, k, fresh_paths(k, origin[:, j], direction[:, j], t_max[j], take)
+        return index, jax.tree.map(lambda a: a[j], keys), fresh_paths(origin[:, j], direction[:, j], t_max[j], take)
 
     lane = jnp.arange(pool, dtype=jnp.int32)
     index, lane_keys, state = pull(lane, lane >= 0)
@@ -302,7 +303,8 @@ def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL
         new_index, new_keys, new = pull(position, done)
         state = jax.tree.map(lambda a, b: jnp.where(done, a, b), new, state)
         head = jnp.minimum(head + jnp.sum(done, dtype=jnp.int32), count)
-        return state, jnp.where(done, new_keys, lane_keys), jnp.where(done, new_index, index), head, out
+        lane_keys = jax.tree.map(lambda a, b: jnp.where(done, a, b), new_keys, lane_keys)
+        return state, lane_keys, jnp.where(done, new_index, index), head, out
 
     if pool < n:  # (a batch that fits the pool skips a loop body: compiling one takes seconds)
         state, lane_keys, index, _, out = jax.lax.while_loop(lambda c: c[3] < count, regenerate, carry)

@@ -56,7 +56,8 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
             py, px = film.crop_y + tile_y - m + gy, film.crop_x + tile_x - m + gx
             sample = first_sample + s
             valid = (gy < gh) & (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
-            keys = rng.sample_key(seed, frame, (py * film.width + px).astype(jnp.uint32), sample.astype(jnp.uint32))
+            keys = rng.sample_keys(scene.settings.sampler, seed, frame, (py * film.width + px).astype(jnp.uint32),
+                                   sample.astype(jnp.uint32))
             return py, px, valid, keys
 
         device = jax.lax.axis_index(RAY_AXIS)
@@ -64,10 +65,10 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
         rest = flat % (gh * gw)
         py, px, valid, keys = samples(flat // (gh * gw), rest // gw, rest % gw)
         valid = valid & (flat < n)
-        offset = rng.uniform2(keys, Dims.FILM)
+        offset = rng.draw(keys, Dims.FILM)
         film_uv = jnp.stack([(px.astype(jnp.float32) + offset[0]) / film.width,
                              (py.astype(jnp.float32) + offset[1]) / film.height])
-        origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.uniform2(keys, Dims.APERTURE))
+        origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.draw(keys, Dims.APERTURE))
         # Each device's path loop ends when its own paths do.
         if scene.settings.integrator == "direct":
             radiance = trace_direct(scene, keys, origin, direction, t_max, valid)
@@ -88,7 +89,7 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
                 first_row + jnp.arange(rows + 2 * m, dtype=jnp.int32)[None, :, None],
                 jnp.arange(gw, dtype=jnp.int32)[None, None, :])
         _, _, band_valid, band_keys = samples(*grid)
-        value, weight = films.splat_tile(film, rng.uniform2(band_keys, Dims.FILM), radiance, band_valid, rows, tile_w)
+        value, weight = films.splat_tile(film, rng.draw(band_keys, Dims.FILM), radiance, band_valid, rows, tile_w)
         whole = lambda a: jax.lax.all_gather(a, RAY_AXIS, axis=0, tiled=True)[:tile_h]
         return whole(value), whole(weight)
 

@@ -43,6 +43,7 @@ class Settings:
     rr_depth: int = static(5)       # depth from which Russian roulette applies
     hide_emitters: bool = static(False)
     spp: int = static(16)           # the scene's default samples per pixel
+    sampler: str = static("independent")  # tracer.rng.SAMPLERS: 'independent' or 'sobol'
     emitter_samples: int = static(1)  # direct: light samples per camera ray
     bsdf_samples: int = static(1)     # direct: BSDF samples per camera ray
 

@@ -5,12 +5,12 @@ import subprocess
 import sys
 import textwrap
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import tracer
-from tracer.rendering import local_mesh, render_tile
+from tests.helpers.tiles import render_passes as _tile
+from tracer.rendering import render_tile
 from tracer.xla_flags import with_flags
 
 FURNACE = """<scene version="3.0.0">
@@ -53,15 +53,6 @@ def test_white_furnace_dielectric_sphere_is_invisible(tmp_path):
     assert abs(image.mean() - 1.0) < 0.01, image.mean()
 
 
-def _tile(scene, first_pass, n_passes, acc=None, frame=0, tile=(0, 0), size=(16, 16), pass_size=4, spp=16):
-    th, tw = size
-    if acc is None:
-        acc = (jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32))
-    i32 = jnp.int32
-    return render_tile(scene, i32(frame), i32(7), i32(tile[0]), i32(tile[1]), i32(first_pass), i32(n_passes),
-                       i32(spp), *acc, tile_h=th, tile_w=tw, pass_size=pass_size, mesh=local_mesh())
-
-
 def test_passes_split_across_calls_are_bit_identical():
     scene = tracer.load_scene("examples/cbox.xml", res=32)
     whole = _tile(scene, 0, 4)
@@ -97,12 +88,15 @@ def test_tiles_agree_with_the_whole_image():
 
 
 DEVICES_SCRIPT = textwrap.dedent("""
+    import dataclasses
     import numpy as np, jax, jax.numpy as jnp
     from jax.sharding import Mesh
     import tracer
     from tracer.rendering import render_tile
-    for path, params in (("examples/cbox.xml", dict(res=20)), ("examples/materials.xml", dict(width=20, height=20))):
+    for path, params, sampler in (("examples/cbox.xml", dict(res=20), "independent"),
+                                  ("examples/materials.xml", dict(width=20, height=20), "sobol")):
         scene = tracer.load_scene(path, **params)
+        scene = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler=sampler))
         out = []
         for n in (1, 2, 4):
             mesh = Mesh(np.array(jax.devices()[:n]), ("rays",))
@@ -111,17 +105,21 @@ DEVICES_SCRIPT = textwrap.dedent("""
             v, w = render_tile(scene, 0, 3, 0, 0, 0, 2, 8, *z, tile_h=18, tile_w=20, pass_size=4, mesh=mesh)
             out.append(np.asarray(v))
         assert out[0].mean() > 0
-        print(path, "same" if all(np.array_equal(out[0], o) for o in out) else "different")
+        print(path, sampler, "same" if all(np.array_equal(out[0], o) for o in out) else "different")
 """)
 
 
 def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
     """A 256-lane pool that regenerates paths (and drains in phases down to 32 lanes) renders the
-    same bits as one pool holding every path of the batch (every BSDF kind, glass included)."""
+    same bits as one pool holding every path of the batch (every BSDF kind, glass included). With
+    the sobol sampler, whose keys are two words (pixel and sample index) carried with each lane."""
+    import dataclasses
+
     import jax
 
     from tracer import integrator
     scene = tracer.load_scene("examples/materials.xml", width=24, height=24)
+    scene = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler="sobol"))
     images = []
     for pool, min_phase in ((1 << 30, 1 << 30), (256, 32)):
         monkeypatch.setattr(integrator, "_MIN_PHASE", min_phase)
@@ -140,7 +138,7 @@ def test_one_two_and_four_devices_render_the_same_bits():
                             timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
-    assert lines == ["examples/cbox.xml same", "examples/materials.xml same"], result.stdout
+    assert lines == ["examples/cbox.xml independent same", "examples/materials.xml sobol same"], result.stdout
 
 
 @pytest.mark.parametrize("kwargs, needle", [

@@ -46,8 +46,12 @@ def _sample_kind(kind, emitters, textures, e, ref, u):
     return envmap.sample(emitters, ref, u, distant.far_distance(emitters, ref))
 
 
-def sample_direction(emitters, textures, ref_p, u_select, u):
+def sample_direction(emitters, textures, ref_p, u_select, u, reuse=False):
     """Choose an emitter with u_select (N,) and sample it from ref_p (3, N) with u (2, N).
+
+    With ``reuse`` (static), the point's first coordinate is u_select rescaled inside the chosen
+    emitter's share, as Mitsuba's ``sample_emitter`` reuses it, and u[0] is not read: a
+    low-discrepancy sampler's points then stay stratified per emitter.
 
     Returns (DirectionSample, weight (3, N)): weight = emitted radiance / pdf (for delta lights
     the irradiance they deliver at ref_p, over the selection probability); visibility is not
@@ -55,7 +59,9 @@ def sample_direction(emitters, textures, ref_p, u_select, u):
     zero-density envmap direction, an emitter of zero selection probability); a point outside a
     spot light's cone keeps pdf = selection probability, with zero weight, as Mitsuba.
     """
-    e, _ = sampling.sample_discrete(emitters.select_cdf, u_select)
+    e, u_reused = sampling.sample_discrete(emitters.select_cdf, u_select)
+    if reuse:
+        u = jnp.stack([u_reused, u[1]])
     e = e.astype(jnp.int32)
     kinds = emitters.kinds_present
     out = _sample_kind(kinds[0], emitters, textures, e, ref_p, u)

@@ -16,13 +16,18 @@ from tracer.io.errors import SceneError
 from tracer.io.films import read_film
 from tracer.io.xml import parse_file
 
-__all__ = ["SceneInfo", "SceneFile", "describe", "the_sensor", "film_size", "sample_count",
-           "DEFAULT_SPP", "SAMPLERS"]
+__all__ = ["SceneInfo", "SceneFile", "describe", "the_sensor", "film_size", "sample_count", "sampler_type",
+           "DEFAULT_SPP", "SAMPLERS", "RENDERED_WITH"]
 
 DEFAULT_SPP = 4                 # Mitsuba's default sampler
-# Mitsuba's samplers, and what each does with ``sample_count`` (its set_sample_count): ours
-# differs but converges to the same image, so only the count they take matters.
-SAMPLERS = ("independent", "stratified", "multijitter", "orthogonal", "ldsampler")
+# Mitsuba's samplers, and ours that renders each (tracer.rng.SAMPLERS). Their sample counts are
+# taken as Mitsuba rounds them (``mitsuba_sample_count``); their patterns are not: Mitsuba's
+# stratified, multijitter, orthogonal and ldsampler lay out the whole sample count at once, and a
+# farm job's sample i must not depend on it (refining 32 spp to 64 continues the first 32), so
+# all four render with our progressive Owen-scrambled Sobol sequence.
+RENDERED_WITH = {"independent": "independent", "stratified": "sobol", "multijitter": "sobol", "orthogonal": "sobol",
+                 "ldsampler": "sobol"}
+SAMPLERS = tuple(RENDERED_WITH)
 # Sampler parameters that change nothing in our image: the seed (ours comes from the job) and
 # the stratification of the other samplers.
 SAMPLER_HARMLESS = ("seed", "jitter", "strength", "scramble", "samples_per_pass")
@@ -96,17 +101,28 @@ def film_size(sensor):
 def sample_count(sensor):
     """Samples per pixel of the sensor's sampler: its ``sample_count`` rounded as Mitsuba's
     sampler of that type rounds it (stratified 7 -> 9), 4 when it has none."""
-    sampler = _one(sensor, "sampler")
+    sampler = _sampler(sensor)
     if sampler is None:
         return DEFAULT_SPP
-    if sampler.type not in SAMPLERS:
-        raise SceneError(f"{sampler.source}: unsupported sampler '{sampler.type}' ({', '.join(SAMPLERS)})")
     count = sampler.get_int("sample_count", DEFAULT_SPP)
     if count < 1:
         raise SceneError(f"{sampler.source}: sample_count must be at least 1, got {count}")
     sampler.mark_used(*(name for name in SAMPLER_HARMLESS if sampler.has(name)))
     sampler.check_unused()
     return mitsuba_sample_count(sampler.type, count)
+
+
+def sampler_type(sensor):
+    """Our sampler for the sensor's (``RENDERED_WITH``): 'independent' when it has none."""
+    sampler = _sampler(sensor)
+    return "independent" if sampler is None else RENDERED_WITH[sampler.type]
+
+
+def _sampler(sensor):
+    sampler = _one(sensor, "sampler")
+    if sampler is not None and sampler.type not in SAMPLERS:
+        raise SceneError(f"{sampler.source}: unsupported sampler '{sampler.type}' ({', '.join(SAMPLERS)})")
+    return sampler
 
 
 def mitsuba_sample_count(sampler_type, count):

@@ -19,7 +19,7 @@ from tracer.io import meshes, ply, serialized, shapegroups
 from tracer.io.checks import check_extent, check_texels, checked_to_world
 from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
-from tracer.io.scene_info import the_sensor
+from tracer.io.scene_info import sampler_type, the_sensor
 from tracer.io.sensors import load_sensor
 from tracer.io.xml import PluginNode, parse_file
 from tracer.scene import Scene, Settings, Shapes
@@ -128,7 +128,8 @@ class _SceneBuilder:
     def build(self) -> Scene:
         root = self.root
         settings = self._integrator()
-        camera, film, spp = load_sensor(the_sensor(root), self.resolution)
+        sensor = the_sensor(root)
+        camera, film, spp = load_sensor(sensor, self.resolution)
         nested = _nested(root)
         for node in root.children:
             if id(node) in nested:
@@ -157,7 +158,7 @@ class _SceneBuilder:
         shapes = Shapes(bsdf_front=column(rows, "bsdf_front", np.int32), bsdf_back=column(rows, "bsdf_back", np.int32),
                         flip_back=column(rows, "flip_back", bool), emitter=column(rows, "emitter", np.int32),
                         flip_normals=column(rows, "flip_normals", bool))
-        settings = dataclasses.replace(settings, spp=spp)
+        settings = dataclasses.replace(settings, spp=spp, sampler=sampler_type(sensor))
         textures = self.textures.build(geo.attribute_slots)
         return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(textures),
                      textures=textures, emitters=emitters, camera=camera, film=film,
