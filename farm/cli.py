@@ -247,8 +247,15 @@ def export(store, fmt, frames, out, partial):
     from farm.job import open_store
     from farm.spec import parse_frames
     spec, fs = open_store(store)
-    paths = export_frames(spec, fs, parse_frames(frames) if frames else None, fmt, out, partial=partial)
-    click.echo(f"wrote {len(paths)} frame(s) to {out}", err=True)
+    written = export_frames(spec, fs, parse_frames(frames) if frames else None, fmt, out, partial=partial)
+    click.echo(f"wrote {sum(1 for _, path, _ in written if path)} frame(s) to {out}", err=True)
+    unfinished = [f"{frame} ({100 * done:.0f}%)" for frame, path, done in written if path and done < 1.0]
+    skipped = [str(frame) for frame, path, _ in written if path is None]
+    if unfinished:
+        click.echo(f"partial (tiles without samples are a grey checker in PNGs, zeros in EXR/npy): "
+                   f"frame {', '.join(unfinished)}", err=True)
+    if skipped:
+        click.echo(f"not written, no samples yet: frame {', '.join(skipped)}", err=True)
 
 
 def _submission_id(spec):

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from farm.errors import FarmError
+from farm.export import NO_SAMPLES, checkered
 from farm.job import frame_status, open_store
 from farm.store import FIELDS, FOLDED, TAIL_PASSES, FrameStore, StoreError
 from tracer.reduction import resolve
@@ -33,8 +34,6 @@ __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summariz
 
 STALE_S = 120.0  # seconds without progress notes after which a running job is called stalled
 LINK_CHECK_S = 2.0  # seconds a store's walk for links out of the root is taken as still true
-NO_SAMPLES = (96, 136)  # the 8-bit greys of the 8-pixel checker shown where a tile has no samples yet
-_CHECKER = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,12 +285,7 @@ def _png(fs, image, sampled, max_size):
     from PIL import Image
 
     from tracer.io.images import srgb8
-    pixels = srgb8(image)
-    y, x = np.mgrid[:fs.height, :fs.width]
-    checker = np.where((y // _CHECKER + x // _CHECKER) % 2 == 0, *NO_SAMPLES).astype(np.uint8)
-    empty = np.repeat(np.repeat(~sampled, fs.tile, axis=0), fs.tile, axis=1)[:fs.height, :fs.width]
-    pixels[empty] = checker[empty, None]
-    picture = Image.fromarray(pixels)
+    picture = Image.fromarray(checkered(srgb8(image), sampled, fs.tile))
     if max_size and max(fs.width, fs.height) > max_size:
         picture.thumbnail((max_size, max_size), Image.Resampling.LANCZOS)
     out = io.BytesIO()

@@ -80,7 +80,7 @@ def main():
     if proc.returncode != 0:
         raise SystemExit(f"farm failed: {proc.stderr.read()[-2000:]}")
     spec, fs = open_store(str(store))
-    farm_images = [np.load(p) for p in export_frames(spec, fs, None, "npy", str(tmp / "farm"))]
+    farm_images = [np.load(path) for _, path, _ in export_frames(spec, fs, None, "npy", str(tmp / "farm"))]
 
     spec_path = tmp / "spec.json"
     spec_path.write_text(json.dumps(fs.spec_json))

@@ -7,9 +7,11 @@ import shutil
 
 import numpy as np
 import pytest
+from PIL import Image
 
+from farm.export import NO_SAMPLES
 from farm.job import open_store
-from tests.helpers.farm_cases import farm_main, filled_store, store_files
+from tests.helpers.farm_cases import farm_main, filled_store, orbit_spec, store_files
 
 COMMANDS = (("status",), ("resume", "--no-progress"), ("export", "--out", "{tmp}/frames"), ("cancel",))
 
@@ -137,7 +139,7 @@ def test_status_and_export_check_what_is_recorded_reads_back(finished, tmp_path)
         in out
     assert "Traceback" not in out + err
     code, out, err = farm_main("export", store, "--out", tmp_path / "frames")
-    _one_line(code, out, err, 3, "rendered (1 recorded task(s) do not read back); finish it "
+    _one_line(code, out, err, 3, "rendered (1 tile(s) whose recorded data does not read back); finish it "
                                  f"(farm resume {store}) or export with --partial")
     assert err.startswith("error: frame 0 is 81% rendered"), err
     assert not (tmp_path / "frames").exists()
@@ -145,7 +147,19 @@ def test_status_and_export_check_what_is_recorded_reads_back(finished, tmp_path)
     assert code == 0, out + err
     frame = np.load(tmp_path / "part" / "frame_0001.npy")
     assert np.all(frame[0:16, 16:32] == 0) and np.all(frame[16:, :] > 0)  # the broken tile is left out
+    assert "partial (tiles without samples are a grey checker in PNGs, zeros in EXR/npy): frame 0 (81%)" in err
+    code, out, err = farm_main("export", store, "--partial", "--format", "png", "--out", tmp_path / "png")
+    png = np.asarray(Image.open(tmp_path / "png" / "frame_0001.png").convert("RGB"))
+    assert set(np.unique(png[0:16, 16:32])) == set(NO_SAMPLES) and len(np.unique(png[16:, :])) > 2
     assert store_files(store) == before
+
+
+def test_export_partial_never_writes_a_frame_without_samples(tmp_path):
+    from farm import job
+    job.prepare(orbit_spec(tmp_path / "new.zarr", frames=(0, 1)))
+    code, out, err = farm_main("export", tmp_path / "new.zarr", "--partial", "--out", tmp_path / "frames")
+    assert code == 0 and "wrote 0 frame(s)" in err and "not written, no samples yet: frame 0, 1" in err, err
+    assert not list((tmp_path / "frames").iterdir())
 
 
 def test_export_into_a_file_or_a_folder_it_cannot_write_is_one_line(finished, tmp_path):

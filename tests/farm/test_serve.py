@@ -71,7 +71,7 @@ def exported_png(store, frame, tmp_path):
     from farm.export import export_frames
     out = tmp_path / f"export-{len(list(tmp_path.iterdir()))}"
     spec, fs = job.open_store(str(store))
-    (path,) = export_frames(spec, fs, (frame, frame), "png", str(out))
+    ((_, path, _),) = export_frames(spec, fs, (frame, frame), "png", str(out))
     return np.asarray(Image.open(path).convert("RGB"))
 
 

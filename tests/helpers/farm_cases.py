@@ -48,8 +48,8 @@ def reference(spec):
 
 def exported(store, tmp_path, name="npy"):
     """Every frame of the store at URL ``store``, exported as npy under ``tmp_path / name`` and read back."""
-    paths = export_frames(*open_store(str(store)), None, "npy", str(tmp_path / name))
-    return [np.load(p) for p in paths]
+    written = export_frames(*open_store(str(store)), None, "npy", str(tmp_path / name))
+    return [np.load(path) for _, path, _ in written]
 
 
 def farm_main(*args):
