@@ -198,7 +198,7 @@ def status(store):
     if damaged:
         frames = sorted({spec.frames[0] + key[0] for key in damaged})
         shown = ", ".join(map(str, frames[:10])) + (", ..." if len(frames) > 10 else "")
-        click.echo(f"damaged: {len(damaged)} recorded task(s) do not read back (frames {shown}); "
+        click.echo(f"damaged: {len(damaged)} tile(s) whose recorded data does not read back (frames {shown}); "
                    f"`farm resume {store}` renders them again")
     line = _last_run(fs.progress())
     if line:

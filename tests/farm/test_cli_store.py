@@ -135,7 +135,7 @@ def test_status_and_export_check_what_is_recorded_reads_back(finished, tmp_path)
     before = store_files(store)
     code, out, err = farm_main("status", store)
     assert code == 0 and "frames:  0-2 (0/3 finished)" in out, out + err
-    assert f"damaged: 3 recorded task(s) do not read back (frames 0, 1, 2); `farm resume {store}` renders them again" \
+    assert f"damaged: 3 tile(s) whose recorded data does not read back (frames 0, 1, 2); `farm resume {store}` renders them again" \
         in out
     assert "Traceback" not in out + err
     code, out, err = farm_main("export", store, "--out", tmp_path / "frames")

@@ -132,10 +132,10 @@ def test_corrupted_chunks_are_reported_refused_and_rendered_again(local_ray, tmp
     before = exported(store.url, tmp_path, "before")[0]
     (tmp_path / "d.zarr" / "tail" / "c" / "0" / "0" / "0" / "0").write_bytes(b"\x00garbage" * 3)
     (tmp_path / "d.zarr" / "records" / "c" / "0" / "1" / "2" / "0").write_bytes(b"\x00garbage")
-    with pytest.raises(StoreError, match="2 recorded task"):
+    with pytest.raises(StoreError, match=r"2 tile\(s\) whose recorded data"):
         exported(store.url, tmp_path, "broken")
     code, out, _ = farm_main("status", store.url)
-    assert code == 0 and "damaged: 2 recorded task(s) do not read back (frames 1)" in out, out
+    assert code == 0 and "damaged: 2 tile(s) whose recorded data does not read back (frames 1)" in out, out
     messages = []
     plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append)
     assert sorted(t.key for t in plan.todo) == [(0, 0, 0, 0), (0, 0, 1, 2)] and "2 stored tile" in messages[0]
