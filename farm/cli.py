@@ -5,7 +5,6 @@ problem, 4 the job failed, 5 cancelled, 70 a bug (an unexpected exception, repor
 with where it was raised), 130 interrupted. No command prints a traceback.
 """
 import hashlib
-import math
 import os
 import re
 import sys
@@ -218,11 +217,10 @@ def _last_run(progress):
         return "last run: unknown (its progress notes do not read back; the next run writes them again)"
     if not progress:
         return None
+    from farm.store import progress_number
 
     def number(key):
-        value = progress.get(key)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return value if ok else None
+        return progress_number(progress, key)
     state, updated, rate, eta = str(progress.get("state", "?")), number("updated"), number("rate"), number("eta_s")
     line = f"last run: {state}" + (f" ({time.time() - updated:.0f} s ago)" if updated is not None else "")
     if rate:

@@ -26,7 +26,7 @@ import numpy as np
 from farm.errors import FarmError
 from farm.export import NO_SAMPLES, checkered
 from farm.job import frame_status, open_store
-from farm.store import FIELDS, FOLDED, TAIL_PASSES, FrameStore, StoreError
+from farm.store import FIELDS, FOLDED, TAIL_PASSES, FrameStore, StoreError, error_line, progress_number
 from tracer.reduction import resolve
 
 __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "preview",
@@ -168,7 +168,7 @@ def _summarize(name, opener, now, hide=None):
     except FarmError as e:
         error = str(e)
     except Exception as e:  # a store no check foresaw: still one job shown damaged, not a broken page
-        error = f"{name}: does not read ({_why(e)})"
+        error = f"{name}: does not read ({error_line(e)})"
     else:
         return _summary(name, spec, fs, time.time() if now is None else now)
     return JobSummary(store=name, state="damaged", error=error.replace(hide, "") if hide else error)
@@ -180,18 +180,19 @@ def _summary(name, spec, fs, now):
         done = frame_status(fs, spec, records)
         notes = fs.progress()
     except Exception as e:  # sums or records that zarr cannot read at all: damaged, not a broken page
-        return JobSummary(store=name, state="damaged", error=f"{name}: damaged store: {_why(e)}")
+        return JobSummary(store=name, state="damaged", error=f"{name}: damaged store: {error_line(e)}")
     notes = notes if notes is not None else {}
     per_frame = fs.width * fs.height * spec.spp
     finished = sum(1 for d in done if d >= 1.0)
     state = _state(notes, finished == len(done), any(d > 0 for d in done), now)
-    rate = _number(notes, "rate")
+    rate = progress_number(notes, "rate")
     running = state == "running"
     return JobSummary(
         store=name, state=state, error=str(notes["error"]) if notes.get("error") else None, scene=spec.scene,
         first_frame=spec.frames[0], frames=spec.n_frames, frames_done=finished, spp=spec.spp, width=fs.width,
         height=fs.height, samples_done=round(sum(done) * per_frame), samples_total=per_frame * len(done),
-        rate=rate, eta_s=_number(notes, "eta_s") if running else None, updated=_number(notes, "updated"),
+        rate=rate, eta_s=progress_number(notes, "eta_s") if running else None,
+        updated=progress_number(notes, "updated"),
         damaged_tasks=len(bad), frame_list=_frames(spec, done, per_frame, rate if running else None, running))
 
 
@@ -200,7 +201,7 @@ def _state(notes, finished, started, now):
     if finished:
         return "done"
     if last == "running":
-        updated = _number(notes, "updated")
+        updated = progress_number(notes, "updated")
         return "stalled" if updated is None or now - updated > STALE_S else "running"
     if last in ("failed", "cancelled", "interrupted"):
         return last
@@ -220,18 +221,6 @@ def _frames(spec, done, per_frame, rate, running):
         eta = left / rate if rate and d < 1.0 else None
         out.append(FrameProgress(frame=spec.frames[0] + f, done=d, spp_done=d * spec.spp, state=state, eta_s=eta))
     return tuple(out)
-
-
-def _number(notes, key):
-    """A progress note's number, None where it is missing or not a finite number (notes, not the job)."""
-    value = notes.get(key)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
-    return value if ok else None
-
-
-def _why(error):
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 # -- a frame's preview -----------------------------------------------------------------------

@@ -36,6 +36,7 @@ whose data fails its CRC (``verified_records``). The progress and cancel nodes a
 notes, not the job's data: unreadable, they are reported and written afresh by the next run.
 """
 import json
+import math
 import time
 import zlib
 
@@ -47,7 +48,7 @@ from farm.tree import STATE_CHANNELS, tile_sums
 from tracer.defaults import MAX_FILM_SIZE
 
 __all__ = ["FrameStore", "StoreError", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC", "TAIL_PASSES",
-           "TAIL_SPP", "TAIL_CRC"]
+           "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
 
 FORMAT = "jaxfarm-frames/2"
 # The group's only attribute while a store is being made (or replaced): not a store yet.
@@ -67,7 +68,7 @@ _ABSENT = (FileNotFoundError, NotADirectoryError, FileExistsError,  # a file whe
            zarr.errors.GroupNotFoundError, zarr.errors.NodeTypeValidationError, zarr.errors.ContainsArrayError)
 
 
-def _why(error):
+def error_line(error):
     """One line for an error zarr or fsspec raised (they raise many types for bad metadata or URLs)."""
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
@@ -80,7 +81,7 @@ def _open_group(url, mode):
     except _ABSENT:
         return None
     except Exception as e:  # JSON, UTF-8, zarr's metadata validation, fsspec protocols and I/O
-        raise StoreError(f"{url}: cannot read the store (zarr.json: {_why(e)})") from None
+        raise StoreError(f"{url}: cannot read the store (zarr.json: {error_line(e)})") from None
 
 
 def _node(group, name, url):
@@ -89,10 +90,10 @@ def _node(group, name, url):
         return group[name]
     except KeyError as e:
         if e.args != (name,):  # a key missing from the node's metadata
-            raise StoreError(f"{url}: damaged store: {name}/zarr.json does not read ({_why(e)})") from None
+            raise StoreError(f"{url}: damaged store: {name}/zarr.json does not read ({error_line(e)})") from None
         raise StoreError(f"{url}: damaged store: '{name}' is missing") from None
     except Exception as e:
-        raise StoreError(f"{url}: damaged store: {name}/zarr.json does not read ({_why(e)})") from None
+        raise StoreError(f"{url}: damaged store: {name}/zarr.json does not read ({error_line(e)})") from None
 
 
 def _layout(meta, url):
@@ -202,7 +203,7 @@ class FrameStore:
                 raise StoreError(f"{url}: a store whose making was cut short; add --replace to make it again") from None
             raise StoreError(f"{url}: already exists and is not a frame store of this job") from None
         except (OSError, ValueError) as e:  # a file on the way, no permission, an unknown URL scheme
-            raise StoreError(f"{url}: cannot make a store here ({_why(e)})") from None
+            raise StoreError(f"{url}: cannot make a store here ({error_line(e)})") from None
 
     @classmethod
     def replaceable(cls, url):
@@ -456,6 +457,14 @@ class FrameStore:
         if _has(self.group, "cancel"):
             self._check_lease()
             del self.group["cancel"]  # by name: unreadable metadata there goes too
+
+
+def progress_number(notes, key):
+    """A progress note's number (``FrameStore.progress``), None where it is missing or not a
+    finite number: the notes are the driver's, not the job's, and may be of any type."""
+    value = notes.get(key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value if ok else None
 
 
 def _short(value):
