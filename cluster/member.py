@@ -82,18 +82,32 @@ class GroupMember:
         return self._scene[1]
 
     def render(self, task):
-        """Render a ``cluster.task.TileTask``; rank 0 returns (value, weight, seconds), others None."""
+        """Render a ``cluster.task.TileTask``. Rank 0 returns (value, weight, seconds), or, for a
+        task with an ``out``, (what ``out.write`` returns, seconds) once its result is written
+        there; others return None."""
+        t0 = time.perf_counter()
+        if task.start is not None:
+            start = tuple(np.asarray(a, np.float32) for a in task.start)
+        elif task.out is not None:
+            start = task.out.start(task.tile_h, task.tile_w)
+        else:
+            start = (np.zeros((task.tile_h, task.tile_w, 3), np.float32), np.zeros((task.tile_h, task.tile_w), np.float32))
+        out = self._work(task, start)
+        if self.rank != 0:
+            return None
+        if task.out is not None:
+            return task.out.write(*out), time.perf_counter() - t0
+        return (*out, time.perf_counter() - t0)
+
+    def _work(self, task, start):
+        """The work unit: (value, weight) of the task's passes added to ``start``, host numpy on
+        rank 0 (others: None)."""
         import jax
 
         from tracer.integrator import pool_size
         from tracer.rendering import render_tile
 
-        t0 = time.perf_counter()
         scene = self._load(task.scene)
-        if task.start is None:
-            start = (np.zeros((task.tile_h, task.tile_w, 3), np.float32), np.zeros((task.tile_h, task.tile_w), np.float32))
-        else:
-            start = tuple(np.asarray(a, np.float32) for a in task.start)
         ints = [np.int32(v) for v in (task.frame, task.seed, task.tile_y, task.tile_x, task.first_pass,
                                       task.n_passes, task.spp)]
         args = self._replicate((*ints, *start))
@@ -106,4 +120,4 @@ class GroupMember:
         if self.rank != 0:
             return None
         local = lambda a: np.asarray(a.addressable_data(0)) if isinstance(a, jax.Array) else np.asarray(a)
-        return local(value), local(weight), time.perf_counter() - t0
+        return local(value), local(weight)

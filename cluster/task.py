@@ -22,7 +22,8 @@ class TileTask:
     """Passes [first_pass, first_pass + n_passes) of the tile at (tile_y, tile_x) of ``frame``.
 
     The result is the sum of those passes added one at a time, in pass order, to the accumulator
-    ``start`` (None: zeros): value (tile_h, tile_w, 3) and weight (tile_h, tile_w) float32.
+    ``start`` (None: zeros, or what ``out`` reads): value (tile_h, tile_w, 3) and weight
+    (tile_h, tile_w) float32, handed back, or written by the member where ``out`` says.
     """
 
     scene: SceneRef
@@ -37,6 +38,10 @@ class TileTask:
     n_passes: int
     pass_size: int
     start: tuple = None       # (value, weight) numpy arrays to continue from, or None
+    # Where rank 0 writes the result instead of returning it, or None: an object with
+    # ``start(tile_h, tile_w)`` (the accumulator to continue from, when ``start`` is None) and
+    # ``write(value, weight)`` (its answer), such as ``farm.results.Slot``.
+    out: object = None
 
     @property
     def samples(self):

@@ -1,7 +1,10 @@
 """The driver loop: keep every worker group busy, retry what fails, fold results into the store.
 
-A queue, not lockstep: each group takes the next task as soon as it hands one back. The driver
-is the store's only writer, and folds each tile's chunks in chunk order (``farm.folding``).
+A queue, not lockstep: each group takes the next task as soon as it hands one back. Where the
+workers can reach the store (a local path), each writes its task's result under a key unique
+to its dispatch and the driver commits records only (``farm.results``: a tile's next chunk is
+sent once its last one is committed); elsewhere (an fsspec URL such as ``memory://``) results
+come back to the driver, which folds each tile's chunks in chunk order (``farm.folding``).
 Every sending of a task is one ``Dispatch`` record; a result counts only if its dispatch is
 still its task's live one, so a task that was given up on and sent elsewhere can never be
 written twice when its first group comes back (fencing). A lost member fails its group's task
@@ -22,6 +25,7 @@ from cluster.task import SceneRef, TileTask
 from farm.errors import FarmError
 from farm.folding import Folds
 from farm.planner import Task, plan
+from farm.results import Commits, shared_root
 
 __all__ = ["run_job", "JobFailed", "Cancelled", "Dispatch"]
 
@@ -46,6 +50,7 @@ class Dispatch:
     handle: list        # the group's handle of the render (``WorkerGroup.submit``)
     generation: int     # the group's generation when sent: an answer of an older one is stale
     started: float      # time.monotonic() when sent
+    slot: object = None  # where its member writes the result (farm.results.Slot), or None: sent back
 
 
 def _remote_error(exc):
@@ -62,8 +67,8 @@ class _JobRun:
     """One run of ``run_job``: the groups, the queue of a plan's tasks, retries and writes to the store."""
 
     def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
-                 task_timeout_s):
-        self.spec, self.store, self.shapes = spec, store, shapes
+                 task_timeout_s, make_group=WorkerGroup):
+        self.spec, self.store, self.shapes, self.make_group = spec, store, shapes, make_group
         self.init_timeout_s, self.task_timeout_s = init_timeout_s, task_timeout_s
         self.slowest = 0.0  # seconds of the slowest task that counted
         self.fenced = 0     # answers dropped because their dispatch had been given up on
@@ -76,7 +81,7 @@ class _JobRun:
         self.live = {}                              # task key -> its live Dispatch
         self.inflight = {}                          # ray ref -> Dispatch not yet answered
         self.load = collections.Counter()           # group -> dispatches in flight
-        self.folds = None
+        self.folds = None     # farm.results.Commits (workers write), or farm.folding.Folds
         self.compiles = None  # the groups' XLA programs (cluster.bootstrap.compile_stats), summed
 
     # -- checking what the store has ---------------------------------------------------------
@@ -93,8 +98,10 @@ class _JobRun:
     def tile_task(self, task):
         spec = self.spec
         _, _, ty, tx = task.key
-        start = None
-        if task.continues:
+        start, out = None, None
+        if isinstance(self.folds, Commits):
+            out = self.folds.slot(task)
+        elif task.continues:
             tail = self.store.read_tail(task.line)
             start = np.zeros((self.th, self.tw, 4), np.float32)
             start[:tail.shape[0], :tail.shape[1]] = tail
@@ -103,7 +110,7 @@ class _JobRun:
                          accel=spec.accel)
         return TileTask(scene=scene, frame=task.frame, seed=spec.seed, spp=spec.spp, tile_y=ty * spec.tile,
                         tile_x=tx * spec.tile, tile_h=self.th, tile_w=self.tw, first_pass=task.first_pass,
-                        n_passes=task.n_passes, pass_size=spec.pass_size, start=start)
+                        n_passes=task.n_passes, pass_size=spec.pass_size, start=start, out=out)
 
     def units(self, task):
         """Samples x pixels the task adds, for progress."""
@@ -125,7 +132,8 @@ class _JobRun:
             store.write_progress(state="done", done_units=job.total_units, total_units=job.total_units)
             return job
         groups = self.start_groups()
-        self.folds = Folds(store, records, spec.spp)
+        root = shared_root(store)
+        self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
         self.queue = collections.deque(job.todo)
         progress = _Progress(self, job)
         try:
@@ -133,10 +141,13 @@ class _JobRun:
                 self.dispatch(groups)
                 if not self.inflight:
                     raise JobFailed("no worker group is left to render on")
-                ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
+                ready, rest = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
+                if ready and rest:  # every answer that is in: their commits go in one batch
+                    ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
                 self.give_up_on_stragglers()
                 for ref in ready:
                     self.collect(self.inflight.pop(ref), groups, progress)
+                self.commit()
                 progress.note(final=not (self.queue or self.inflight or self.parked))
             progress.finish()
             self.compiles = _sum_stats(group.compile_stats() for group in groups)
@@ -148,6 +159,8 @@ class _JobRun:
             progress.close()
             for group in groups:
                 group.teardown()
+            if isinstance(self.folds, Commits):
+                self.folds.close()
 
     def dispatch(self, groups):
         """Fill every group up to ``_DEPTH`` dispatches: the next task is already queued in the
@@ -157,7 +170,8 @@ class _JobRun:
                 task = self.next_task()
                 if task is None:
                     return
-                d = Dispatch(task, group, group.submit(self.tile_task(task)), group.generation, time.monotonic())
+                tile = self.tile_task(task)
+                d = Dispatch(task, group, group.submit(tile), group.generation, time.monotonic(), tile.out)
                 self.live[task.key] = d
                 self.inflight[group.ready_ref(d.handle)] = d
                 self.load[group] += 1
@@ -179,7 +193,7 @@ class _JobRun:
         # task elsewhere like any other.
         live = self.live.get(d.task.key) is d
         try:
-            value, weight, _ = d.group.result(d.handle)
+            answer = d.group.result(d.handle)
         except GroupFailed as e:
             if live:
                 self.retry(d.task, str(e))
@@ -197,12 +211,25 @@ class _JobRun:
             return
         if not live:
             self.fenced += 1
+            if d.slot is not None:
+                self.folds.drop(d.slot)
             return  # fenced: this dispatch was given up on
         del self.live[d.task.key]
         self.slowest = max(self.slowest, time.monotonic() - d.started)
-        if self.folds.accept(d.task, value, weight):
-            self.queue.extendleft(reversed(self.parked.pop(d.task.line, [])))
+        if d.slot is not None:
+            self.folds.accept(d.task, d.slot, answer[0])
+        elif self.folds.accept(d.task, *answer[:2]):
+            self.unpark(d.task.line)
         progress.done(d.task)
+
+    def commit(self):
+        """Commit the answers collected (workers wrote their data); their tiles' next chunks may go."""
+        if isinstance(self.folds, Commits):
+            for line in self.folds.flush():
+                self.unpark(line)
+
+    def unpark(self, line):
+        self.queue.extendleft(reversed(self.parked.pop(line, [])))
 
     def task_timeout(self):
         """How long a dispatch may run before it is given up on: the fixed timeout, or ten times
@@ -241,7 +268,7 @@ class _JobRun:
             except GroupError as e:
                 return str(e)
 
-        candidates = [WorkerGroup(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
+        candidates = [self.make_group(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
                       for i, shape in enumerate(self.shapes)]
         if len(candidates) == 1:
             outcomes = [start(candidates[0])]
@@ -275,16 +302,17 @@ def _sum_stats(stats):
 
 
 def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print, init_timeout_s=60,
-            task_timeout_s=None):
+            task_timeout_s=None, make_group=WorkerGroup):
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
     ``task_timeout_s`` (default: adaptive) is when a running task is given up on and sent
-    elsewhere. Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
+    elsewhere. ``make_group(shape, name=, init_timeout_s=)`` makes a group (``WorkerGroup``; the
+    simulated groups of ``cluster.simulated`` for benchmarks and fault tests). Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
     the groups' XLA programs, how many came from the persistent compilation cache).
     """
     runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
-                     task_timeout_s)
+                     task_timeout_s, make_group)
     plan = runner.run()
     if runner.compiles:
         c = runner.compiles

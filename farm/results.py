@@ -1,0 +1,258 @@
+"""Workers write their own results; the driver commits records, not pixels.
+
+A store that the workers can reach (a local POSIX path, shared by every host) has a dispatch
+area next to its arrays::
+
+    dispatch/state/      float32 (2**62, tile, tile, 10): one Zarr chunk per dispatch, a tile's
+                         new running state (a complete chunk folded onto the committed state)
+    dispatch/tail/       float32 (2**62, tile, tile, 4): one Zarr chunk per dispatch, a tile's tail
+
+Both are encoded as ``state/`` and ``tail/`` are (same chunk shape, same codecs), so a dispatch's
+chunk file *is* the tile's chunk of ``state/`` or ``tail/`` once renamed into place.
+
+Every sending of a task gets a ``Slot``: the tile, the kind of result, and a dispatch index
+unique in the store (the driver's lease epoch, or a random run number without a lease, times
+2**32, plus a serial). The member renders, then ``Slot.write``: reads the committed state it
+folds onto (CRC-checked against the record the driver saw), folds (``farm.tree.fold``), writes
+the chunk at the slot's index, and makes it durable (fsync of the file and its folder) before it
+answers with the block's CRC. The slot is plain data pickled with the task: the worker imports
+``farm.tree`` and ``farm.results`` when it runs it (no JAX there), so ``cluster`` stays below ``farm``.
+
+The driver commits in batches (``Commits.flush``): one lease check; the records naming the CRCs
+about to land (``NEXT_CRC``: ``farm.store``'s protocol, so a kill anywhere leaves a store that
+``verified_records`` reads right); the renames (fsync of the folders they land in); the records
+of the new counts. A tile's next chunk is sent only once its previous one is committed (the
+state it folds onto must exist), so each tile has at most one dispatch in flight.
+
+Orphans: a dispatch that wrote and was never committed (its member died before answering, its
+answer was fenced, its driver died or was fenced) leaves a chunk in ``dispatch/`` that no record
+names. Nothing reads them; the driver deletes the whole area when a run starts (before it sends
+anything) and when it ends. A fenced or dead driver's workers write only at indexes of its own
+epoch, which the live driver never renames: their writes can never become committed.
+"""
+import dataclasses
+import os
+import random
+import shutil
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import zarr
+from zarr.storage import LocalStore
+
+from farm.store import FIELDS, FOLDED, NEXT_CRC, STATE_CRC, TAIL_CRC, TAIL_PASSES, TAIL_SPP
+from farm.tree import STATE_CHANNELS, fold
+
+__all__ = ["Slot", "Commits", "shared_root", "DispatchError"]
+
+_AREA = "dispatch"
+_INDEXES = 2 ** 62
+_arrays = {}  # (folder, run) -> zarr.Array: a member opens each array once a run
+
+
+class DispatchError(Exception):
+    """A member could not read what its task folds onto (missing or failing its CRC)."""
+
+
+def shared_root(store):
+    """The store's folder where workers can write to it (a local filesystem store), else None."""
+    return store.group.store.root.as_posix() if isinstance(store.group.store, LocalStore) else None
+
+
+def _crc(block):
+    return zlib.crc32(np.ascontiguousarray(block, np.float32).tobytes()) & 0xFFFFFFFF
+
+
+def _array(folder, run):
+    """The Zarr array at ``folder``, opened once per run (a run does not reshape the store)."""
+    if (folder, run) not in _arrays:
+        _arrays[(folder, run)] = zarr.open_array(folder, mode="r+")
+    return _arrays[(folder, run)]
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """Where one dispatch writes, and what it builds on (plain data, pickled with the task).
+
+    kind: 'state' (a complete chunk folded onto the committed state ``base_crc`` of ``folded``
+    chunks; 0 chunks: zeros) or 'tail' (the chunk's sums as they stand). ``start_crc``: the
+    committed tail the task continues from (None: from zeros).
+    """
+
+    root: str
+    kind: str
+    index: int
+    key: tuple          # (frame index, tile row, tile column)
+    box: tuple          # (y0, y1, x0, x1) of the tile in the film
+    folded: int
+    base_crc: int
+    start_crc: int = None
+
+    @property
+    def path(self):
+        """The chunk file this dispatch writes."""
+        return os.path.join(self._area, self._dispatch.metadata.encode_chunk_key((self.index, 0, 0, 0)))
+
+    @property
+    def _area(self):
+        return os.path.join(self.root, _AREA, self.kind)
+
+    @property
+    def _dispatch(self):
+        return _array(self._area, self.index >> 32)
+
+    def _read(self, kind, crc):
+        f, _, _ = self.key
+        y0, y1, x0, x1 = self.box
+        block = _array(os.path.join(self.root, kind), self.index >> 32)[f, y0:y1, x0:x1, :]
+        if _crc(block) != crc:
+            raise DispatchError(f"tile {self.key}: its committed {kind} does not match its record's CRC")
+        return block
+
+    def start(self, tile_h, tile_w):
+        """(value (tile_h, tile_w, 3), weight (tile_h, tile_w)) the task adds its passes to."""
+        start = np.zeros((tile_h, tile_w, 4), np.float32)
+        if self.start_crc is not None:
+            tail = self._read("tail", self.start_crc)
+            start[:tail.shape[0], :tail.shape[1]] = tail
+        return start[..., :3], start[..., 3]
+
+    def write(self, value, weight):
+        """Write the task's result (value (th, tw, 3), weight (th, tw), the tile's full size)
+        at this slot, durably; returns the CRC-32 of the block written (cropped to the film)."""
+        y0, y1, x0, x1 = self.box
+        h, w = y1 - y0, x1 - x0
+        value, weight = np.asarray(value, np.float32)[:h, :w], np.asarray(weight, np.float32)[:h, :w]
+        if self.kind == "state":
+            base = (self._read("state", self.base_crc) if self.folded
+                    else np.zeros((h, w, STATE_CHANNELS), np.float32))
+            block = fold(base, value, weight)
+        else:
+            block = np.concatenate([value, weight[..., None]], axis=-1)
+        block = np.ascontiguousarray(block, np.float32)
+        self._dispatch[self.index, :h, :w, :] = block
+        path = self.path
+        _fsync(path)
+        _fsync(os.path.dirname(path))
+        return _crc(block)
+
+
+@dataclasses.dataclass
+class _Written:
+    task: object
+    slot: Slot
+    crc: int
+
+
+class Commits:
+    """The driver's side: slots for the tasks it sends, and the commits of their answers.
+
+    ``records`` (F, TY, TX, FIELDS) are the store's, verified; they are kept here as the run
+    changes them (the driver reads no record back while it runs).
+    """
+
+    def __init__(self, store, records, spp, root):
+        self.store, self.records, self.spp, self.root = store, records, spp, root
+        lease = store.lease
+        run = lease.holder.epoch if lease is not None else random.getrandbits(29) | 2 ** 29
+        self.next_index = run * 2 ** 32
+        self.pending = []   # _Written answers not yet committed
+        self.pool = ThreadPoolExecutor(8)  # fsyncs of the folders renames land in
+        self._arrays = {kind: self._make_area(kind) for kind in ("state", "tail")}
+
+    def _make_area(self, kind):
+        """The dispatch array of ``kind``, emptied (any chunk there is an orphan: nothing of
+        this run has been sent yet)."""
+        like = getattr(self.store, kind)
+        area = self.store.group.require_group(_AREA)
+        if kind in area:
+            shutil.rmtree(os.path.join(self.root, _AREA, kind), ignore_errors=True)
+        t = self.store.tile
+        area.create_array(kind, shape=(_INDEXES, t, t, like.shape[-1]), chunks=(1, t, t, like.shape[-1]),
+                          dtype="float32", fill_value=0.0, compressors=like.compressors,
+                          serializer=like.serializer, overwrite=True)
+        return like
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def may_start(self, task):
+        """A tile's chunk is sent once the chunks before it are committed."""
+        return task.chunk == int(self.records[task.line][FOLDED])
+
+    def slot(self, task):
+        """A new slot for a dispatch of ``task`` (its tile's earlier chunks committed)."""
+        record = self.records[task.line]
+        self.next_index += 1
+        start = int(record[TAIL_CRC]) if task.continues else None
+        return Slot(root=self.root, kind="tail" if task.tail else "state", index=self.next_index, key=task.line,
+                    box=self.store.tile_box(*task.line[1:]), folded=int(record[FOLDED]),
+                    base_crc=int(record[STATE_CRC]), start_crc=start)
+
+    # -- committing ------------------------------------------------------------------------
+
+    def accept(self, task, slot, crc):
+        """A live dispatch's answer: its slot holds a block of CRC ``crc``; committed by ``flush``."""
+        self.pending.append(_Written(task, slot, crc))
+
+    def drop(self, slot):
+        """Delete what a dispatch that will never be committed wrote (a fenced answer)."""
+        try:
+            os.remove(slot.path)
+        except FileNotFoundError:
+            pass
+
+    def flush(self):
+        """Commit the answers accepted since the last flush; returns the tiles that advanced."""
+        if not self.pending:
+            return []
+        batch, self.pending = self.pending, []
+        self.store._check_lease()
+        keys = [w.task.line for w in batch]
+        before = [self.records[k].copy() for k in keys]
+        marked = []
+        for w, record in zip(batch, before):
+            if w.slot.kind == "state":  # the CRC about to land: a kill after the rename still counts it
+                record = record.copy()
+                record[NEXT_CRC], record[TAIL_PASSES:] = w.crc, 0
+            marked.append(record)
+        self._put(keys, marked)
+        folders = set()
+        for w in batch:
+            target = os.path.join(self.root, w.slot.kind, self._arrays[w.slot.kind].metadata.encode_chunk_key(
+                (w.task.line[0], w.task.line[1], w.task.line[2], 0)))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(w.slot.path, target)
+            folders.add(os.path.dirname(target))
+        list(self.pool.map(_fsync, folders))
+        done = []
+        for w, record in zip(batch, before):
+            new = record.copy()
+            if w.slot.kind == "state":
+                new[:] = 0
+                new[FOLDED], new[STATE_CRC] = record[FOLDED] + 1, w.crc
+            else:
+                new[NEXT_CRC], new[TAIL_PASSES], new[TAIL_SPP], new[TAIL_CRC] = 0, w.task.chunk_end, self.spp, w.crc
+            self.records[w.task.line] = new
+            done.append(new)
+        self._put(keys, done)
+        return keys
+
+    def _put(self, keys, records):
+        """Write the records of ``keys`` in one batch (the lease was checked by ``flush``)."""
+        f, ty, tx = (np.array(k)[:, None] for k in zip(*keys))
+        self.store.records.vindex[f, ty, tx, np.arange(len(FIELDS))[None, :]] = np.stack(records)
+
+    def close(self):
+        """Delete the dispatch area's chunks (orphans only: everything answered is committed)."""
+        self.pool.shutdown()
+        for kind in ("state", "tail"):
+            shutil.rmtree(os.path.join(self.root, _AREA, kind, "c"), ignore_errors=True)
