@@ -17,7 +17,7 @@ import ray
 
 from cluster import bootstrap
 
-__all__ = ["GroupMember"]
+__all__ = ["GroupMember", "Member"]
 
 def _free_port(host):
     """A port that was free a moment ago (another process may still take it: callers retry)."""
@@ -26,8 +26,9 @@ def _free_port(host):
         return s.getsockname()[1]
 
 
-@ray.remote(max_restarts=0, max_task_retries=0)
-class GroupMember:
+class Member:
+    """A member's work (``GroupMember`` is the Ray actor; ``cluster.simulated`` replaces the work unit)."""
+
     def __init__(self, rank, size, env):
         """``env``: the process's environment for JAX (``cluster.bootstrap.worker_env``)."""
         self.rank, self.size, self.env = rank, size, env
@@ -121,3 +122,8 @@ class GroupMember:
             return None
         local = lambda a: np.asarray(a.addressable_data(0)) if isinstance(a, jax.Array) else np.asarray(a)
         return local(value), local(weight)
+
+
+@ray.remote(max_restarts=0, max_task_retries=0)
+class GroupMember(Member):
+    """The Ray actor of ``Member`` (its process title names ``GroupMember.render`` while it renders)."""

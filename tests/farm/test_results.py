@@ -1,0 +1,127 @@
+"""Workers write their own results (``farm.results``): killed after writing and before answering,
+a worker's result is never committed and the job ends in the bits of an uninterrupted run; a
+driver killed between its worker's write and its commit leaves an orphan that resume deletes, and
+ends in the same bits; a fenced driver's worker's write never becomes committed. The work unit is
+``cluster.simulated``'s stub (what is tested is the write path, not the tracer)."""
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from cluster.group import GroupShape
+from cluster.simulated import Hosts
+from farm import job
+from farm.lease import Fenced, Lease
+from farm.planner import plan
+from farm.results import Commits, shared_root
+from farm.scheduler import run_job
+from farm.store import FrameStore
+from tests.helpers.farm_cases import ROOT, orbit_spec
+from tests.helpers.hang_guard import hang_guard
+
+SPP = 96  # one complete chunk (64 samples) and a tail of 32 a tile: both kinds of commit
+
+
+def _render(store, spp=SPP, groups=2, **faults):
+    """Render the orbit job's frames 0-1 into ``store`` on simulated groups; the run's log."""
+    spec, fs = job.prepare(orbit_spec(store, frames=(0, 1), spp=spp))
+    hosts, messages = Hosts(groups, **faults), []
+    try:
+        run_job(spec, fs, [GroupShape()] * groups, show_progress=False, log=messages.append,
+                make_group=hosts.make_group)
+    finally:
+        hosts.shutdown()
+    return messages
+
+
+def _contents(store):
+    """(records, every frame's sums) of the store at ``store``: what must match bit for bit."""
+    fs = FrameStore.open(str(store), mode="r")
+    records, damaged = fs.verified_records()
+    assert damaged == []
+    return records, [np.concatenate([v, w[..., None]], -1) for v, w in (fs.frame_sums(f, records[f]) for f in range(2))]
+
+
+def _assert_same(got, want):
+    np.testing.assert_array_equal(got[0], want[0])
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def _orphans(store):
+    return glob.glob(os.path.join(store, "dispatch", "*", "c", "**", "0"), recursive=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(local_ray, tmp_path_factory):
+    store = tmp_path_factory.mktemp("whole") / "s.zarr"
+    _render(store)
+    return _contents(store)
+
+
+def test_a_worker_killed_after_writing_is_never_committed(local_ray, tmp_path, uninterrupted):
+    store = tmp_path / "s.zarr"
+    with hang_guard(120):
+        messages = _render(store, after_write="exit")
+    assert any("rebuilding it" in m for m in messages), messages  # both first results were lost
+    _assert_same(_contents(store), uninterrupted)
+    assert _orphans(str(store)) == []  # what the killed members wrote was deleted
+
+
+def test_the_driver_killed_between_write_and_commit_then_resumed(local_ray, tmp_path, uninterrupted):
+    store, marker = tmp_path / "s.zarr", tmp_path / "written"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.stub_driver", str(store), str(marker), str(SPP)],
+                            cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, FARM_LEASE_S="2", PYTHONPATH=str(ROOT)))
+    try:
+        with hang_guard(120):
+            while not marker.exists():
+                assert proc.poll() is None, "the driver ended before its worker wrote"
+                time.sleep(0.1)
+        time.sleep(0.2)  # the other group's write too, maybe
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    orphans = _orphans(str(store))
+    assert orphans, "a worker wrote, and nothing was committed"
+    records, _ = FrameStore.open(str(store), mode="r").verified_records()
+    assert not records.any()  # what they wrote is not the store's
+    time.sleep(2.5)  # the dead driver's lease lapses
+    spec, fs = job.prepare(orbit_spec(store, frames=(0, 1), spp=SPP), lease=True)
+    hosts = Hosts(2)
+    try:
+        run_job(spec, fs, [GroupShape()] * 2, show_progress=False, log=lambda m: None, make_group=hosts.make_group)
+    finally:
+        hosts.shutdown()
+        fs.lease.release()
+    assert not any(os.path.exists(p) for p in orphans)
+    _assert_same(_contents(store), uninterrupted)
+
+
+def test_a_fenced_drivers_worker_write_is_never_committed(tmp_path):
+    """Driver A's worker writes; A's lease lapses and B takes the store; A's commit is refused
+    before anything is written, and B's run never names A's data."""
+    spec, a = job.prepare(orbit_spec(tmp_path / "s.zarr", frames=(0, 1), spp=SPP))
+    a.lease = Lease.acquire(a.group, a.url, duration=0.5, heartbeat=False)
+    records, _ = a.verified_records()
+    commits = Commits(a, records, spec.spp, shared_root(a))
+    task = plan(spec, records, a.tiles_y, a.tiles_x, a.tile_pixels).todo[0]
+    slot = commits.slot(task)
+    crc = slot.write(np.ones((16, 16, 3), np.float32), np.ones((16, 16), np.float32))  # the worker's write
+    assert os.path.exists(slot.path)
+    time.sleep(0.6)
+    b = FrameStore.open(a.url)
+    b.lease = Lease.acquire(b.group, b.url, duration=30, heartbeat=False)
+    commits.accept(task, slot, crc)
+    with pytest.raises(Fenced):
+        commits.flush()
+    assert not b.all_records().any()
+    assert not os.path.exists(os.path.join(a.url, "state", "c"))  # nothing renamed into place
+    theirs = Commits(b, b.verified_records()[0], spec.spp, shared_root(b))  # B's run starts: A's write is gone
+    assert not os.path.exists(slot.path) and theirs.next_index >> 32 != slot.index >> 32
+    b.lease.release()
