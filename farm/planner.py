@@ -51,12 +51,14 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels):
     n_chunks = tree.n_chunks(spec.spp)
     per_frame = [[] for _ in range(n_chunks)]  # per chunk: its tasks, tile by tile
     todo, total, done = [], 0, 0
+    pixels_of = [[tile_pixels(ty, tx) for tx in range(tiles_x)] for ty in range(tiles_y)]
+    rows = records[:spec.n_frames, ..., :TAIL_SPP + 1].tolist()  # plain ints: a tenth of the time
     for f in range(spec.n_frames):
         for ty in range(tiles_y):
             for tx in range(tiles_x):
-                pixels = tile_pixels(ty, tx)
+                pixels = pixels_of[ty][tx]
                 total += spec.spp * pixels
-                tasks, samples = _tile_tasks(tree, spec, f, ty, tx, records[f, ty, tx], full, tail)
+                tasks, samples = _tile_tasks(tree, spec, f, ty, tx, rows[f][ty][tx], full, tail)
                 done += samples * pixels
                 for task in tasks:
                     per_frame[task.chunk].append(task)
@@ -68,7 +70,7 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels):
 
 def _tile_tasks(tree, spec, f, ty, tx, record, full, tail):
     """(the tile's tasks, the samples per pixel the store has of it) at the job's spp."""
-    folded, kept, cut = int(record[FOLDED]), int(record[TAIL_PASSES]), int(record[TAIL_SPP])
+    folded, kept, cut = record[FOLDED], record[TAIL_PASSES], record[TAIL_SPP]
     g, frame = spec.chunk_passes, spec.frames[0] + f
     if folded > full or (folded == full and kept > tail):
         folded, kept = 0, 0  # more than the job asks: not this job's (planning never gets here)

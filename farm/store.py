@@ -37,11 +37,13 @@ notes, not the job's data: unreadable, they are reported and written afresh by t
 """
 import json
 import math
+import os
 import time
 import zlib
 
 import numpy as np
 import zarr
+from zarr.storage import LocalStore
 
 from farm.errors import FarmError, shown
 from farm.tree import STATE_CHANNELS, tile_sums
@@ -286,18 +288,33 @@ class FrameStore:
 
     def read_records(self):
         """Every tile's record, (F, TY, TX, FIELDS) uint32, and the keys of those that do not
-        decode (zeros here: nothing done)."""
-        try:
-            return self.records[...], []
-        except Exception:  # a chunk that does not decode: read them one by one
-            pass
+        decode (zeros here: nothing done). Only frames with a record written are read, where
+        the store lists its files (a new job of 10,000 frames reads none)."""
         records, bad = np.zeros(self.records.shape, np.uint32), []
-        for key in np.ndindex(records.shape[:3]):
+        for f in self._frames_recorded():
             try:
-                records[key] = self.records[key]
-            except Exception:
-                bad.append(key)
+                records[f] = self.records[f]
+            except Exception:  # a chunk that does not decode: read them one by one
+                for key in np.ndindex(records.shape[1:3]):
+                    try:
+                        records[(f, *key)] = self.records[(f, *key)]
+                    except Exception:
+                        bad.append((f, *key))
         return records, bad
+
+    def _frames_recorded(self):
+        """Frame indexes that may hold a written record: those with a folder of record chunks on
+        a local store (zarr's default chunk keys, ``records/c/F/...``), else every frame."""
+        encoding = self.records.metadata.chunk_key_encoding
+        if not (isinstance(self.group.store, LocalStore) and getattr(encoding, "separator", None) == "/"
+                and getattr(encoding, "name", None) == "default"):
+            return range(self.n_frames)
+        folder = os.path.join(self.group.store.root, self.records.path, "c")
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(int(n) for n in names if n.isdigit() and int(n) < self.n_frames)
 
     def verified_records(self, repair=False):
         """``read_records``, checked against the data (see the module's docstring): (records as
