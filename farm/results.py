@@ -19,8 +19,8 @@ answers with the block's CRC. The slot is plain data pickled with the task: the 
 ``farm.tree`` and ``farm.results`` when it runs it (no JAX there), so ``cluster`` stays below ``farm``.
 
 The driver commits in batches (``Commits.flush``): one lease check; the records naming the CRCs
-about to land (``NEXT_CRC``: ``farm.store``'s protocol, so a kill anywhere leaves a store that
-``verified_records`` reads right); the renames (fsync of the folders they land in); the records
+about to land where a tile has folded chunks already (``NEXT_CRC``: ``farm.store``'s protocol,
+so a kill anywhere leaves a store that ``verified_records`` reads right); the renames (fsync of the folders they land in); the records
 of the new counts. A tile's next chunk is sent only once its previous one is committed (the
 state it folds onto must exist), so each tile has at most one dispatch in flight.
 
@@ -220,11 +220,14 @@ class Commits:
         before = [self.records[k].copy() for k in keys]
         marked = []
         for w, record in zip(batch, before):
-            if w.slot.kind == "state":  # the CRC about to land: a kill after the rename still counts it
+            # The CRC about to land, so that a kill after the rename still counts the tile's
+            # earlier chunks; a first fold needs none (a kill then loses that chunk alone).
+            if w.slot.kind == "state" and record[FOLDED]:
                 record = record.copy()
                 record[NEXT_CRC], record[TAIL_PASSES:] = w.crc, 0
-            marked.append(record)
-        self._put(keys, marked)
+                marked.append((w.task.line, record))
+        if marked:
+            self._put(*zip(*marked))
         folders = set()
         for w in batch:
             target = os.path.join(self.root, w.slot.kind, self._arrays[w.slot.kind].metadata.encode_chunk_key(

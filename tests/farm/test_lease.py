@@ -35,8 +35,9 @@ def _wait_until(condition, poll=0.1):
 
 
 def _data_files(store):
-    """The store's files other than its lease (the job's data and the driver's notes)."""
-    return {path: data for path, data in store_files(store).items() if not path.startswith("lease")}
+    """The store's files other than its lease and the workers' uncommitted writes (``dispatch/``,
+    which no record names): the job's data and the driver's notes."""
+    return {path: data for path, data in store_files(store).items() if not path.startswith(("lease", "dispatch"))}
 
 
 @pytest.mark.parametrize("where", ["path", "memory"])
