@@ -24,6 +24,7 @@ segments of the shape); uv.u is the angle around the curve in Mitsuba's ``local_
 shading frame's tangent is left to ``coordinate_system(n)`` (Mitsuba's for linear curves; its
 B-spline dp/du would orient anisotropic BSDFs differently).
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -136,20 +137,17 @@ def _cone_entry(p0, p1, r0, r1, o, d):
 
 
 def _round_cone(p0, p1, r0, r1, o, d, cap0=True, cap1=True):
-    """(t, v) of the first entry into the hull of balls p0/r0 and p1/r1 (with either ball left out)."""
+    """(t, v) of the first entry into the hull of balls p0/r0 and p1/r1; ``cap0``/``cap1`` (bool or
+    bool arrays) leave a ball out where false."""
     t, v = _cone_entry(p0, p1, r0, r1, o, d)
     for cap, center, r, at in ((cap0, p0, r0, 0.0), (cap1, p1, r1, 1.0)):
-        if cap:
-            tb = _ball_entry(center, r, o, d)
-            t, v = jnp.where(tb < t, tb, t), jnp.where(tb < t, at, v)
+        tb = jnp.where(cap, _ball_entry(center, r, o, d), INF)
+        t, v = jnp.where(tb < t, tb, t), jnp.where(tb < t, at, v)
     return t, v
 
 
 def _linear(to_world, o, d):
     return _round_cone(to_world[:, 0], to_world[:, 1], to_world[0, 2], to_world[1, 2], o, d)
-
-
-_BASIS = np.array([[-1.0, 3.0, -3.0, 1.0], [3.0, -6.0, 0.0, 4.0], [-3.0, 3.0, 3.0, 1.0], [1.0, 0.0, 0.0, 0.0]]) / 6.0
 
 
 def _cubic(v, values):
@@ -170,27 +168,32 @@ def _spline(to_world, to_local, v):
     return c, dc, ddc, r, dr
 
 
+def _newton_step(to_world, to_local, o, d, t, v):
+    """One Newton step on (t, v) for g = (p - c) . c' = 0 and f = |p - c|^2 - r^2 = 0."""
+    c, dc, ddc, r, dr = _spline(to_world, to_local, v)
+    rad = o + t * d - c
+    g, f = vm.dot(rad, dc), vm.dot(rad, rad) - r * r
+    g_t, g_v = vm.dot(d, dc), vm.dot(rad, ddc) - vm.dot(dc, dc)
+    f_t, f_v = 2.0 * vm.dot(d, rad), -2.0 * g - 2.0 * r * dr
+    det = g_t * f_v - g_v * f_t
+    inv = jnp.where(det != 0, 1.0 / jnp.where(det != 0, det, 1.0), 0.0)
+    return t - (f_v * g - g_v * f) * inv, jnp.clip(v - (g_t * f - f_t * g) * inv, -0.5, 1.5)
+
+
 def _bspline(to_world, to_local, o, d, t_max):
     """(t, v) of rays entering B-spline segments: the best chord, then Newton on the sweep."""
-    best_t, best_v = INF, jnp.float32(0)
-    knots = [_spline(to_world, to_local, np.float32(k / CHORDS))[::3] for k in range(CHORDS + 1)]
-    for k in range(CHORDS):
-        (c0, r0), (c1, r1) = knots[k], knots[k + 1]
-        t, v = _round_cone(c0, c1, r0, r1, o, d, cap0=k > 0, cap1=k < CHORDS - 1)
-        closer = t < best_t
-        best_t, best_v = jnp.where(closer, t, best_t), jnp.where(closer, (k + v) / CHORDS, best_v)
+    # The chords along a second axis: (3, CHORDS + 1, ...) knots (one graph, not CHORDS copies).
+    rest = (1,) * (to_world.ndim - 2)
+    knots = np.arange(CHORDS + 1, dtype=np.float32).reshape(-1, *rest) / CHORDS
+    c, _, _, r, _ = _spline(to_world[:, :, None], to_local[:, :, None], knots)
+    k = np.arange(CHORDS).reshape(-1, *rest)
+    t, v = _round_cone(c[:, :-1], c[:, 1:], r[:-1], r[1:], o[:, None], d[:, None], cap0=k > 0, cap1=k < CHORDS - 1)
+    best = jnp.argmin(t, axis=0)
+    best_t = jnp.min(t, axis=0)
+    best_v = (best + jnp.take_along_axis(v, best[None], axis=0)[0]) / CHORDS
     found = best_t < INF
     t, v = jnp.where(found, best_t, 0.0), best_v
-    for _ in range(NEWTON_STEPS):
-        c, dc, ddc, r, dr = _spline(to_world, to_local, v)
-        rad = o + t * d - c
-        g, f = vm.dot(rad, dc), vm.dot(rad, rad) - r * r
-        g_t, g_v = vm.dot(d, dc), vm.dot(rad, ddc) - vm.dot(dc, dc)
-        f_t, f_v = 2.0 * vm.dot(d, rad), -2.0 * g - 2.0 * r * dr
-        det = g_t * f_v - g_v * f_t
-        inv = 1.0 / jnp.where(det != 0, det, 1.0)
-        step_t, step_v = (f_v * g - g_v * f) * inv, (g_t * f - f_t * g) * inv
-        t, v = t - jnp.where(det != 0, step_t, 0.0), jnp.clip(v - jnp.where(det != 0, step_v, 0.0), -0.5, 1.5)
+    t, v = jax.lax.fori_loop(0, NEWTON_STEPS, lambda _, tv: _newton_step(to_world, to_local, o, d, *tv), (t, v))
     c, dc, ddc, r, dr = _spline(to_world, to_local, v)
     rad = o + t * d - c
     n = (vm.dot(dc, dc) - vm.dot(rad, ddc)) * rad - (dr * r) * dc
