@@ -190,7 +190,7 @@ def _bspline(to_world, to_local, o, d, t_max):
     t, v = _round_cone(c[:, :-1], c[:, 1:], r[:-1], r[1:], o[:, None], d[:, None], cap0=k > 0, cap1=k < CHORDS - 1)
     best = jnp.argmin(t, axis=0)
     best_t = jnp.min(t, axis=0)
-    best_v = (best + jnp.take_along_axis(v, best[None], axis=0)[0]) / CHORDS
+    best_v = (best.astype(jnp.float32) + jnp.take_along_axis(v, best[None], axis=0)[0]) / CHORDS
     found = best_t < INF
     t, v = jnp.where(found, best_t, 0.0), best_v
     t, v = jax.lax.fori_loop(0, NEWTON_STEPS, lambda _, tv: _newton_step(to_world, to_local, o, d, *tv), (t, v))

@@ -26,9 +26,10 @@ PLUGINS = {"linearcurve": (SurfaceKind.LINEAR_CURVE, curves.pack_linear),
            "bsplinecurve": (SurfaceKind.BSPLINE_CURVE, curves.pack_bspline)}
 
 
-def _rays(points, n, seed):
+def _rays(points, radii, n, seed):
+    """Rays aimed near ``points`` (within about two radii), from 6 units away."""
     rng = np.random.default_rng(seed)
-    target = points[rng.integers(0, len(points), n)] + rng.normal(scale=0.3, size=(n, 3))
+    target = points[rng.integers(0, len(points), n)] + rng.normal(scale=min(0.3, 2 * radii.max()), size=(n, 3))
     d = rng.normal(size=(n, 3))
     d /= np.linalg.norm(d, axis=1, keepdims=True)
     return target - 6.0 * d, d
@@ -44,7 +45,9 @@ def test_hits_match_mitsuba(plugin, name, tmp_path):
     shapes = [geometry.AnalyticShape(kind, m, 0, -1, local) for m, local in pack(data.points, data.radii, data.starts)]
     geo = geometry.build_geometry([], shapes, accel="jax")
     n = 600
-    o, d = _rays(data.points, n, seed=len(name))
+    p = data.points  # the curve passes through its points, a B-spline's near (p[i] + 4 p[i + 1] + p[i + 2]) / 6
+    aims = p if plugin == "linearcurve" else (p[:-2] + 4 * p[1:-1] + p[2:]) / 6
+    o, d = _rays(aims, data.radii, n, seed=len(name))
     oj, dj = jnp.asarray(o.T, jnp.float32), jnp.asarray(d.T, jnp.float32)
     hit = geometry.closest_hit(geo, oj, dj, jnp.full(n, jnp.inf))
     si = geometry.surface_interaction(geo, oj, dj, hit)
