@@ -261,10 +261,10 @@ def _analytic_arrays(analytic):
     return kind, cols(to_world), cols(to_local), shape
 
 
-def analytic_bounds(kind, to_world, to_local):
+def analytic_bounds(kind, to_world, to_local=None):
     """World boxes (3, A) as Mitsuba's ``bbox()``: spheres from center and radius, disks from their
     corners, cylinders from the circles at their two ends, curve segments (``curves.bounds``);
-    to_world, to_local (3, 4, A) float32."""
+    to_world, to_local (3, 4, A) float32 (to_local is needed only for curve segments)."""
     center = to_world[:, 3]
     radius = np.sqrt(np.sum(to_world[:, 0].astype(np.float64) ** 2, axis=0))
     corners = [to_world[:, 3] + sx * to_world[:, 0] + sy * to_world[:, 1] for sx in (-1, 1) for sy in (-1, 1)]
