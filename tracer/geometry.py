@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bvh as bvh_traversal
-from tracer import bvh_build, elementary, instancing
+from tracer import bvh_build, curves, elementary, instancing
 from tracer import instance_bvh as two_level
 from tracer import intersect as isect
 from tracer import vecmath as vm
@@ -140,12 +140,14 @@ class AttributeSlot(NamedTuple):
 
 class AnalyticShape(NamedTuple):
     """A sphere, a disk or a cylinder: ``to_world`` maps the unit sphere, the unit disk in z = 0,
-    or the unit-radius tube 0 <= z <= 1 (as Mitsuba's plugins)."""
+    or the unit-radius tube 0 <= z <= 1 (as Mitsuba's plugins); or a curve segment."""
 
-    kind: int                    # SurfaceKind.SPHERE, DISK or CYLINDER
+    kind: int                    # SurfaceKind.SPHERE, DISK, CYLINDER, or a curve segment's
     to_world: np.ndarray         # (4, 4)
     shape: int                   # the scene's shape index
     group: int = -1              # the shape group it belongs to (to_world is then to object space)
+    local: np.ndarray | None = None  # (4, 4) what to_local holds: to_world's inverse when None
+                                     # (a curve segment packs data in both: tracer.curves)
 
 
 class Instance(NamedTuple):
@@ -252,15 +254,17 @@ def _analytic_arrays(analytic):
     analytic = [AnalyticShape(*a) for a in analytic]
     kind = np.array([a.kind for a in analytic], np.int32)
     to_world = np.stack([np.asarray(a.to_world, np.float64) for a in analytic]) if analytic else np.zeros((0, 4, 4))
-    to_local = np.linalg.inv(to_world) if analytic else np.zeros((0, 4, 4))
+    to_local = np.stack([np.linalg.inv(a.to_world) if a.local is None else np.asarray(a.local, np.float64)
+                         for a in analytic]) if analytic else np.zeros((0, 4, 4))
     shape = np.array([a.shape for a in analytic], np.int32)
     cols = lambda m: np.ascontiguousarray(m[:, :3, :4].transpose(1, 2, 0), np.float32)
     return kind, cols(to_world), cols(to_local), shape
 
 
-def analytic_bounds(kind, to_world):
+def analytic_bounds(kind, to_world, to_local=None):
     """World boxes (3, A) as Mitsuba's ``bbox()``: spheres from center and radius, disks from their
-    corners, cylinders from the circles at their two ends; to_world (3, 4, A) float32."""
+    corners, cylinders from the circles at their two ends, curve segments (``curves.bounds``);
+    to_world, to_local (3, 4, A) float32 (to_local is needed only for curve segments)."""
     center = to_world[:, 3]
     radius = np.sqrt(np.sum(to_world[:, 0].astype(np.float64) ** 2, axis=0))
     corners = [to_world[:, 3] + sx * to_world[:, 0] + sy * to_world[:, 1] for sx in (-1, 1) for sy in (-1, 1)]
@@ -271,6 +275,10 @@ def analytic_bounds(kind, to_world):
     reach = np.sqrt(m[:, 0] ** 2 + m[:, 1] ** 2)
     lo = np.where(kind == SurfaceKind.CYLINDER, np.minimum(m[:, 3], m[:, 3] + m[:, 2]) - reach, lo)
     hi = np.where(kind == SurfaceKind.CYLINDER, np.maximum(m[:, 3], m[:, 3] + m[:, 2]) + reach, hi)
+    if kind.size and np.isin(kind, SurfaceKind.CURVES).any():
+        c_lo, c_hi = curves.bounds(kind, to_world, to_local)
+        is_curve = np.isin(kind, SurfaceKind.CURVES)
+        lo, hi = np.where(is_curve, c_lo, lo), np.where(is_curve, c_hi, hi)
     # Round outward so the float32 box contains the float64 one.
     return (np.nextafter(lo.astype(np.float32), -np.inf), np.nextafter(hi.astype(np.float32), np.inf))
 
@@ -352,7 +360,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
         accel = "brute" if not instances else "bvh"
     lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
     hi = np.maximum(np.maximum(tri.p[0], tri.p[1]), tri.p[2])
-    a_lo, a_hi = analytic_bounds(kind, to_world)
+    a_lo, a_hi = analytic_bounds(kind, to_world, to_local)
     bvh = None
     world = np.r_[0:n_world_tri, n_tri:n_tri + n_world_analytic]
     if accel == "bvh" and world.size:
@@ -564,10 +572,15 @@ def _analytic_surface(geo, o, d, hit):
         fields[SurfaceKind.DISK] = _disk_surface(p_ray, to_world, to_local, hit)
     if SurfaceKind.CYLINDER in geo.analytic_kinds:
         fields[SurfaceKind.CYLINDER] = _cylinder_surface(p_ray, to_world, to_local)
+    curve_kinds = tuple(k for k in SurfaceKind.CURVES if k in geo.analytic_kinds)
+    if curve_kinds:  # one set of fields for both curve kinds, keyed by the first
+        fields[curve_kinds[0]] = curves.surface(geo.analytic_kind[q], curve_kinds, p_ray, to_world, to_local, hit.u)
     kinds = sorted(fields)
     out = fields[kinds[0]]
     for kind in kinds[1:]:
         mine = geo.analytic_kind[q] == kind
+        if kind in SurfaceKind.CURVES:
+            mine = (geo.analytic_kind[q] == SurfaceKind.LINEAR_CURVE) | (geo.analytic_kind[q] == SurfaceKind.BSPLINE_CURVE)
         out = tuple(vm.select(mine, a, b) for a, b in zip(fields[kind], out))
     return out
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import lanes
+from tracer import curves, lanes
 from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass
 
@@ -195,7 +195,7 @@ def intersect_cylinder(to_local, o, d, t_max):
 
 
 def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
-    """Spheres, disks and cylinders by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
+    """Spheres, disks, cylinders and curve segments by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
 
     ``kinds`` (static): the kinds that may occur; the others' tests are left out.
     """
@@ -209,6 +209,10 @@ def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=SurfaceKind.
         t, u, v = jnp.where(is_disk, t_disk, t), jnp.where(is_disk, x, u), jnp.where(is_disk, y, v)
     if SurfaceKind.CYLINDER in kinds:
         t = jnp.where(kind == SurfaceKind.CYLINDER, intersect_cylinder(to_local, o, d, t_max), t)
+    if any(k in kinds for k in SurfaceKind.CURVES):  # u: the segment's v_local
+        t_curve, v_local = curves.intersect(kind, to_world, to_local, o, d, t_max, kinds)
+        is_curve = (kind == SurfaceKind.LINEAR_CURVE) | (kind == SurfaceKind.BSPLINE_CURVE)
+        t, u = jnp.where(is_curve, t_curve, t), jnp.where(is_curve, v_local, u)
     shape = jnp.broadcast_shapes(jnp.shape(kind), jnp.shape(o[0]), jnp.shape(t_max))
     return tuple(jnp.broadcast_to(a, shape) for a in (t, u, v))
 

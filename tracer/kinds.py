@@ -13,8 +13,11 @@ __all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMod
 class SurfaceKind:
     """What a primitive, or the shape an area emitter is attached to, is."""
 
-    MESH, SPHERE, DISK, CYLINDER = 0, 1, 2, 3
-    ANALYTIC = (SPHERE, DISK, CYLINDER)  # intersected in closed form, not as triangles
+    MESH, SPHERE, DISK, CYLINDER, RECTANGLE, LINEAR_CURVE, BSPLINE_CURVE = range(7)
+    CURVES = (LINEAR_CURVE, BSPLINE_CURVE)  # a segment of Mitsuba's curve shapes (tracer.curves)
+    ANALYTIC = (SPHERE, DISK, CYLINDER, *CURVES)  # intersected as themselves, not as triangles
+    # RECTANGLE: intersected as its two triangles, but an area light on it is sampled through its
+    # square parametrisation, as Mitsuba's ``Rectangle::sample_position``.
 
 
 class EmitterKind:

@@ -1,7 +1,10 @@
-"""Area lights: diffuse emission from the front side of a triangle mesh, sphere, disk or cylinder.
+"""Area lights: diffuse emission from the front side of a triangle mesh, rectangle, sphere, disk or
+cylinder.
 
 Sampling follows Mitsuba 3: a mesh picks a triangle by area with ``sample_reuse`` on u.y and a
-point with the square-root triangle warp (``Mesh::sample_position``), a disk maps u with the
+point with the square-root triangle warp (``Mesh::sample_position``), a rectangle maps u onto its
+square (``Rectangle::sample_position``: not as the two triangles it is intersected as, which low-
+discrepancy samplers would feel), a disk maps u with the
 concentric map (``Disk::sample_position``), a cylinder takes phi = 2 pi u.y and z = u.x
 (``Cylinder::sample_position``: uniform in area); all convert the area density to solid angle
 (``Shape::sample_direction``). A sphere seen from outside samples the cone it subtends
@@ -47,13 +50,23 @@ def _sample_mesh(em, e, ref, u):
     return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
 
 
-def _sample_disk(em, e, ref, u):
+def _sample_planar(em, e, ref, q):
+    """The point to_world (q.x, q.y, 0) of a disk or rectangle, its normal the inverse transpose
+    applied to +z (Mitsuba's ``m_frame.n``)."""
     m = em.to_world[:, :, e]
-    q = sampling.square_to_uniform_disk_concentric(u)
     p = m[:, 0] * q[0] + m[:, 1] * q[1] + m[:, 3]
-    n = vm.normalize(em.to_local[2][:3, e])  # the inverse transpose applied to +z
+    n = vm.normalize(em.to_local[2][:3, e])
     n = vm.select(em.flip[e], -n, n)
     return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
+
+
+def _sample_disk(em, e, ref, u):
+    return _sample_planar(em, e, ref, sampling.square_to_uniform_disk_concentric(u))
+
+
+def _sample_rectangle(em, e, ref, u):
+    """Mitsuba's ``Rectangle::sample_position``: u in [0, 1]^2 to (2 u - 1, 0) in [-1, 1]^2."""
+    return _sample_planar(em, e, ref, u * 2.0 - 1.0)
 
 
 def _sample_cylinder(em, e, ref, u):
@@ -111,7 +124,7 @@ def _sample_sphere(em, e, ref, u):
 
 
 _SAMPLERS = {SurfaceKind.MESH: _sample_mesh, SurfaceKind.SPHERE: _sample_sphere, SurfaceKind.DISK: _sample_disk,
-             SurfaceKind.CYLINDER: _sample_cylinder}
+             SurfaceKind.CYLINDER: _sample_cylinder, SurfaceKind.RECTANGLE: _sample_rectangle}
 
 
 def sample(em, e, ref, u):

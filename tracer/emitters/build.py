@@ -1,7 +1,7 @@
 """Host side: Mitsuba emitter plugins -> the ``Emitters`` table (numpy only, no tracing).
 
 ``EmitterTableBuilder.add_area`` takes the area light of a shape (its triangles in world space,
-or an analytic sphere, disk or cylinder); ``add`` takes ``point``, ``spot``, ``directional``, ``constant``
+or a sphere, disk, rectangle or cylinder by its to_world); ``add`` takes ``point``, ``spot``, ``directional``, ``constant``
 and ``envmap`` nodes; ``build`` packs everything once the scene's bounds are known. Parameters
 and defaults are Mitsuba 3.9's; a bad value raises ``SceneError`` naming the plugin and line.
 """
@@ -129,9 +129,9 @@ class EmitterTableBuilder:
         Give either ``triangles`` = (p0, e1, e2), each (T, 3) world space (p1 - p0, p2 - p0), with
         optional per-vertex ``normals`` = (n0, n1, n2), each (T, 3) (smooth meshes: Mitsuba then
         uses the interpolated normal for the emitting side and the pdf), or ``analytic`` =
-        (kind, to_world 4x4) with kind ``SurfaceKind.SPHERE``, ``DISK`` or ``CYLINDER``; the sphere's
-        to_world maps the unit sphere, center and radius included; the disk's the unit disk, without
-        any flip folded in; the cylinder's the unit tube, p0, p1 and radius included (its
+        (kind, to_world 4x4) with kind ``SurfaceKind.SPHERE``, ``DISK``, ``RECTANGLE`` or ``CYLINDER``;
+        the sphere's to_world maps the unit sphere, center and radius included; the disk's the unit
+        disk and the rectangle's [-1, 1]^2 at z = 0, without any flip folded in; the cylinder's the unit tube, p0, p1 and radius included (its
         ``flip_normals`` with Mitsuba's flip for a mirroring transform folded in).
         """
         if node.type != "area":
@@ -175,8 +175,9 @@ class EmitterTableBuilder:
             area = 4.0 * math.pi * float(np.dot(to_world[:3, 0], to_world[:3, 0]))
         elif kind == SurfaceKind.CYLINDER:  # Mitsuba's 2 pi |M e_x| |M e_z|, exact without shear
             area = 2.0 * math.pi * float(np.linalg.norm(to_world[:3, 0]) * np.linalg.norm(to_world[:3, 2]))
-        else:
-            area = math.pi * float(np.linalg.norm(np.cross(to_world[:3, 0], to_world[:3, 1])))
+        else:  # a disk (the unit disk) or a rectangle ([-1, 1]^2: Mitsuba's |dp_du x dp_dv|)
+            scale = 4.0 if kind == SurfaceKind.RECTANGLE else math.pi
+            area = scale * float(np.linalg.norm(np.cross(to_world[:3, 0], to_world[:3, 1])))
         if not area > 0 or not np.isfinite(area):
             raise SceneError(f"{node.describe()}: the emitting shape has no surface area", node.source)
         return dataclasses.replace(row, area_shape=kind, inv_area=1.0 / area, to_world=_affine(to_world),

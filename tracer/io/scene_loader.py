@@ -12,9 +12,10 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tracer import geometry
+from tracer import curves, geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
+from tracer.io import curves as curve_files
 from tracer.io import meshes, ply, serialized, shapegroups
 from tracer.io.checks import check_extent, check_texels, checked_to_world
 from tracer.io.errors import SceneError, SceneNotice
@@ -31,6 +32,8 @@ __all__ = ["load_scene"]
 
 MESH_TYPES = {"obj", "ply", "serialized", "rectangle", "cube"}
 ANALYTIC_TYPES = {"sphere": SurfaceKind.SPHERE, "disk": SurfaceKind.DISK, "cylinder": SurfaceKind.CYLINDER}
+CURVE_TYPES = {"linearcurve": (SurfaceKind.LINEAR_CURVE, curves.pack_linear),
+               "bsplinecurve": (SurfaceKind.BSPLINE_CURVE, curves.pack_bspline)}
 # Integrators rendered with 'path': without participating media (which the loader refuses) their
 # image is the same in expectation.
 PATH_LIKE = {"volpath", "volpathmis", "prb", "prb_basic"}
@@ -72,6 +75,15 @@ def _corners(to_world):
     """(8, 3) world-space corners of the [-1, 1]^3 box an analytic shape's ``to_world`` maps."""
     corners = np.array([[x, y, z, 1.0] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
     return (corners @ np.asarray(to_world).T)[:, :3]
+
+
+def _box_points(shape):
+    """World-space points whose box is an analytic shape's (a curve segment's own bounds)."""
+    if shape.kind in SurfaceKind.CURVES:
+        cols = lambda m: np.asarray(m, np.float64)[:3, :, None]
+        lo, hi = curves.bounds(np.array([shape.kind]), cols(shape.to_world), cols(shape.local))
+        return np.stack([lo[:, 0], hi[:, 0]])
+    return _corners(shape.to_world)
 
 
 def _load(node, loader, *args, **kwargs):
@@ -169,7 +181,7 @@ class _SceneBuilder:
         group's shapes in its object space."""
         cube = np.array([[x, y, z, 1.0] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
         points = [m.positions for m in self.meshes if m.group == group]
-        points += [(cube @ np.asarray(a.to_world).T)[:, :3] for a in self.analytic if a.group == group]
+        points += [_box_points(a) for a in self.analytic if a.group == group]
         for instance in self.instances if group < 0 else ():
             lo, hi = self._bounds(instance.group)
             box = np.concatenate([np.where(cube[:, :3] > 0, hi, lo), cube[:, 3:]], axis=1)
@@ -255,7 +267,9 @@ class _SceneBuilder:
                                                   mesh.attributes, group))
             p = mesh.positions[mesh.faces]
             triangles = (p[:, 0], p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
-            if mesh.normals is not None:
+            if node.type == "rectangle":  # a light on it samples its square, as Mitsuba's
+                triangles, analytic = None, (SurfaceKind.RECTANGLE, to_world)
+            elif mesh.normals is not None:
                 n = mesh.normals[mesh.faces]
                 vertex_normals = (n[:, 0], n[:, 1], n[:, 2])
         elif node.type in ANALYTIC_TYPES:
@@ -273,6 +287,8 @@ class _SceneBuilder:
             check_extent(node, node.describe(), _corners(to_world))
             analytic = (ANALYTIC_TYPES[node.type], to_world)
             self.analytic.append(geometry.AnalyticShape(*analytic, index, group))
+        elif node.type in CURVE_TYPES:
+            self._curve(node, to_world, index, group)
         else:
             raise SceneError(f"{node.source}: unsupported shape type '{node.type}'")
 
@@ -290,6 +306,9 @@ class _SceneBuilder:
                 raise SceneError(f"{em.source}: only 'area' emitters can be attached to a shape, got '{em.type}'")
             if emitter >= 0:
                 raise SceneError(f"{em.source}: a shape takes at most one area emitter")
+            if node.type in CURVE_TYPES:
+                raise SceneError(f"{em.source}: a '{node.type}' cannot carry an area emitter (Mitsuba cannot "
+                                 "sample points on curves)")
             emitter = self.emitters.add_area(em, index, triangles=triangles, analytic=analytic,
                                              flip_normals=flip_normals, normals=vertex_normals,
                                              add_texture=self.add_texture)
@@ -309,6 +328,17 @@ class _SceneBuilder:
             for shape in shapegroups.group_shapes(node):
                 self._shape(shape, group)
         return self.group_ids[id(node)]
+
+    def _curve(self, node, to_world, index, group):
+        """A ``linearcurve`` or ``bsplinecurve``: one analytic primitive per segment
+        (tracer.curves), control points in world space, radii as in the file."""
+        kind, pack = CURVE_TYPES[node.type]
+        data = _load(node, curve_files.load_curves, node.get_path("filename"), node.type)
+        points = data.points @ to_world[:3, :3].T + to_world[:3, 3]
+        check_extent(node, node.describe(), points)
+        check_extent(node, node.describe(), data.radii[:, None])
+        for m, local in pack(points, data.radii, data.starts):
+            self.analytic.append(geometry.AnalyticShape(kind, m, index, group, local))
 
     def _cylinder(self, node, to_world):
         """(to_world of the unit tube, flip_normals) of a ``cylinder``: p0, p1 and radius folded in

@@ -131,11 +131,12 @@ def _area_case(name, flip, tmp_path):
         analytic = (SurfaceKind.SPHERE, C.sphere_to_world(center, radius))
         spec = {"type": "sphere", "center": center.tolist(), "radius": radius}
         add = dict(analytic=analytic)
-    elif name == "disk":
+    elif name in ("disk", "rectangle"):  # rectangle: its square parametrisation, not its triangles
         t = (mi.ScalarTransform4f().translate([0.1, 0.2, 0.3]) @ mi.ScalarTransform4f().rotate([0.6, 0.8, 0], 30)
              @ mi.ScalarTransform4f().scale([1.5, 0.7, 1]))
-        spec = {"type": "disk", "to_world": t}
-        add = dict(analytic=(SurfaceKind.DISK, np.array(t.matrix)))
+        spec = {"type": name, "to_world": t}
+        kind = SurfaceKind.DISK if name == "disk" else SurfaceKind.RECTANGLE
+        add = dict(analytic=(kind, np.array(t.matrix)))
     elif name.startswith("cylinder"):
         from tracer import geometry
         t = mi.ScalarTransform4f().translate([0.1, 0.2, 0.3]) @ mi.ScalarTransform4f().rotate([0.6, 0.8, 0], 30)
@@ -164,8 +165,8 @@ def _area_case(name, flip, tmp_path):
 
 
 @pytest.mark.parametrize("flip", [False, True])
-@pytest.mark.parametrize("name", ["sphere", "sphere_inside", "disk", "cylinder", "cylinder_mirrored", "mesh",
-                                  "smooth_mesh"])
+@pytest.mark.parametrize("name", ["sphere", "sphere_inside", "disk", "rectangle", "cylinder", "cylinder_mirrored",
+                                  "mesh", "smooth_mesh"])
 def test_area_samples_match_mitsuba(name, flip, tmp_path):
     emitters, spec, refs = _area_case(name, flip, tmp_path)
     u = np.random.default_rng(4).random((2, N), np.float32)

@@ -27,6 +27,9 @@ def _disk_to_world():
 
 
 DISK_TO_WORLD = _disk_to_world()
+# A sheared rectangle facing down onto the reference point (Mitsuba's [-1, 1]^2 at z = 0 mapped).
+RECT_TO_WORLD = np.array([[0.9, 0.3, 0.0, 0.1], [0.1, -0.6, 0.0, 0.2], [0.2, 0.1, -1.0, 1.7], [0, 0, 0, 1.0]])
+RECT_CORNERS = [(RECT_TO_WORLD @ (x, y, 0.0, 1.0))[:3] for x, y in [(-1, -1), (1, -1), (1, 1), (-1, 1)]]
 # A tilted tube of radius 0.6 and length 1.8 (p0 = (0.2, -0.1, 1.2), p1 = (0.5, 0.3, 2.9)), seen
 # from outside; and a wide one around the reference point, emitting inward.
 CYLINDER_TO_WORLD = geometry.cylinder_to_world((0.2, -0.1, 1.2), (0.5, 0.3, 2.9), 0.6)
@@ -61,6 +64,9 @@ CASES = {
     "disk": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.DISK, DISK_TO_WORLD))),
              np.array([0.0, 0.0, 0.0]),
              lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_disk(o, d, DISK_TO_WORLD))),
+    "rectangle": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.RECTANGLE, RECT_TO_WORLD))),
+                  np.array([0.0, 0.1, 0.0]),
+                  lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_triangles(o, d, C.quad(RECT_CORNERS)))),
     "cylinder": (lambda: C.table(lambda b: b.add_area(C.area_node(), 0, analytic=(SurfaceKind.CYLINDER, CYLINDER_TO_WORLD))),
                  np.array([1.5, -0.5, 1.6]),  # beside the tube: its outside and, through its ends, its inside
                  lambda o, d: (lambda t, p, n: (np.isfinite(t), p, n))(*C.hit_cylinder(o, d, CYLINDER_TO_WORLD))),
@@ -163,6 +169,12 @@ def test_irradiance_of_quad_mesh():
     x, normal = np.array([0.1, 0.2, 0.0]), np.array([0.0, 0.0, 1.0])
     emitters = CASES["mesh"][0]()
     _assert_irradiance(emitters, x, normal, C.polygon_irradiance(x, normal, QUAD, C.RADIANCE))
+
+
+def test_irradiance_of_rectangle():
+    x, normal = np.array([0.0, 0.1, 0.0]), np.array([0.0, 0.0, 1.0])
+    emitters = CASES["rectangle"][0]()
+    _assert_irradiance(emitters, x, normal, C.polygon_irradiance(x, normal, RECT_CORNERS, C.RADIANCE))
 
 
 def test_back_side_of_area_light_is_dark():
