@@ -135,8 +135,8 @@ def test_curves_render_like_mitsuba(tmp_path):
     scene = tracer.load_scene(str(xml), accel="brute")
     assert scene.geometry.analytic_kinds == SurfaceKind.CURVES
     assert scene.emitters.area_shapes_present == (SurfaceKind.RECTANGLE,)
-    ours = np.asarray(tracer.render(scene, spp=512, seed=0))
-    theirs = np.array(mi.render(mi.load_file(str(xml)), spp=2048, seed=3))
+    ours = np.asarray(tracer.render(scene, spp=256, seed=0))  # 512 spp: 15 s of CPU; 256 uses under 0.3 of the tolerances
+    theirs = np.array(mi.render(mi.load_file(str(xml)), spp=8192, seed=3))  # 3 s
     assert np.all(np.isfinite(ours))
     np.testing.assert_allclose(ours.mean((0, 1)), theirs.mean((0, 1)), rtol=0.02)
     block = lambda img: img.reshape(8, 3, 8, 4, -1).mean((1, 3))
