@@ -221,13 +221,19 @@ def intersect(kind, to_world, to_local, o, d, t_max, kinds):
 # Traced: surface data.
 
 def _local_frame(tangent):
-    """Mitsuba's curve ``local_frame``: (v_rot, v_rad) around the unit tangent, guided by +z."""
-    guide = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], jnp.float32).reshape(3, *([1] * (tangent.ndim - 1))),
-                             tangent.shape)
-    v_rot = vm.normalize(guide - tangent * tangent[2])
-    singular = jnp.abs(tangent[2]) == 1.0
-    v_rot = vm.select(singular, jnp.broadcast_to(jnp.array([0.0, 1.0, 0.0], jnp.float32).reshape(3, *([1] * (tangent.ndim - 1))),
-                                                  tangent.shape), v_rot)
+    """Mitsuba's curve ``local_frame``: (v_rot, v_rad) around the unit tangent, guided by +z.
+
+    v_rot = normalize(z - tangent tangent_z), written as (-t_x t_z, -t_y t_z, t_x^2 + t_y^2): for a
+    unit tangent the same vector, but exact where t_z rounds near 1 (compiled, XLA's rsqrt leaves
+    a vertical tangent's t_z at 1 - 2^-24, and z - t t_z at rounding noise). Singular, (0, 1, 0),
+    where the tangent is along z (Mitsuba: |t_z| == 1)."""
+    tx, ty, tz = tangent[0], tangent[1], tangent[2]
+    across = tx * tx + ty * ty
+    singular = across == 0
+    v_rot = vm.normalize(jnp.stack([-tx * tz, -ty * tz, jnp.where(singular, 1.0, across)]))
+    y_axis = jnp.broadcast_to(jnp.array([0.0, 1.0, 0.0], jnp.float32).reshape(3, *([1] * (tangent.ndim - 1))),
+                              tangent.shape)
+    v_rot = vm.select(singular, y_axis, v_rot)
     return v_rot, vm.cross(v_rot, tangent)
 
 

@@ -1,12 +1,13 @@
-"""Mitsuba's ``linearcurve`` and ``bsplinecurve``: hits, normals and uvs against Mitsuba's own
-(Embree's curves) ray by ray, a small scene rendered by both, and bad curve files refused in one
-line naming file and line."""
+"""Mitsuba's ``linearcurve`` and ``bsplinecurve``: hits, normals and uvs of the curve kernel
+(``tracer.curves``, jitted alone on rays) against Mitsuba's own (Embree's curves) ray by ray,
+the segments' bounds around every hit, one small scene rendered by both, and bad curve files
+refused by the loader in one line naming file and line."""
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jax.numpy as jnp
-
-from tracer import curves, geometry
+from tracer import curves
 from tracer.io import curves as curve_files
 from tracer.io.errors import SceneError
 from tracer.kinds import SurfaceKind
@@ -24,6 +25,8 @@ FILES = {
 }
 PLUGINS = {"linearcurve": (SurfaceKind.LINEAR_CURVE, curves.pack_linear),
            "bsplinecurve": (SurfaceKind.BSPLINE_CURVE, curves.pack_bspline)}
+SLOTS = 8      # segments per file, padded (every case then runs the one compiled kernel)
+N_RAYS = 600
 
 
 def _rays(points, radii, n, seed):
@@ -35,25 +38,48 @@ def _rays(points, radii, n, seed):
     return target - 6.0 * d, d
 
 
+@jax.jit
+def _closest_curve_hit(kind, to_world, to_local, o, d):
+    """Closest hits of rays o, d (3, N) with segments ``kind`` (S,), matrices (3, 4, S), both curve
+    kinds in the program as in a scene with both: (t, segment, p, n, uv) per ray."""
+    t, v = curves.intersect(kind[:, None], to_world[..., None], to_local[..., None], o[:, None], d[:, None],
+                            jnp.float32(jnp.inf), SurfaceKind.CURVES)
+    best = jnp.argmin(t, axis=0)
+    t, v = jnp.min(t, axis=0), jnp.take_along_axis(v, best[None], axis=0)[0]
+    p = o + jnp.where(jnp.isfinite(t), t, 0.0) * d
+    _, _, n, uv, _, _ = curves.surface(kind[best], SurfaceKind.CURVES, p, to_world[..., best], to_local[..., best], v)
+    return t, best, p, n, uv
+
+
+def _segments(plugin, data):
+    """(kind (SLOTS,), to_world (3, 4, SLOTS), to_local (3, 4, SLOTS)) of a file's segments, padded
+    with kind -1 (no curve)."""
+    kind, pack = PLUGINS[plugin]
+    packed = pack(data.points, data.radii, data.starts)
+    assert len(packed) <= SLOTS
+    kinds = np.full(SLOTS, -1, np.int32)
+    kinds[:len(packed)] = kind
+    mats = np.zeros((2, 3, 4, SLOTS), np.float32)
+    for i, (m, local) in enumerate(packed):
+        mats[:, :, :, i] = m[:3], local[:3]
+    return kinds, mats[0], mats[1]
+
+
 @pytest.mark.parametrize("name", sorted(FILES))
 @pytest.mark.parametrize("plugin", sorted(PLUGINS))
 def test_hits_match_mitsuba(plugin, name, tmp_path):
     path = tmp_path / f"{name}.txt"
     path.write_text(FILES[name])
     data = curve_files.load_curves(str(path), plugin)
-    kind, pack = PLUGINS[plugin]
-    shapes = [geometry.AnalyticShape(kind, m, 0, -1, local) for m, local in pack(data.points, data.radii, data.starts)]
-    geo = geometry.build_geometry([], shapes, accel="jax")
-    n = 600
+    kinds, to_world, to_local = _segments(plugin, data)
     p = data.points  # the curve passes through its points, a B-spline's near (p[i] + 4 p[i + 1] + p[i + 2]) / 6
     aims = p if plugin == "linearcurve" else (p[:-2] + 4 * p[1:-1] + p[2:]) / 6
+    n = N_RAYS
     o, d = _rays(aims, data.radii, n, seed=len(name))
-    oj, dj = jnp.asarray(o.T, jnp.float32), jnp.asarray(d.T, jnp.float32)
-    hit = geometry.closest_hit(geo, oj, dj, jnp.full(n, jnp.inf))
-    si = geometry.surface_interaction(geo, oj, dj, hit)
-    t, normal, uv = np.asarray(hit.t), np.asarray(si.ns).T, np.asarray(si.uv).T
+    t, segment, hit_p, normal, uv = (np.asarray(a) for a in _closest_curve_hit(
+        kinds, to_world, to_local, jnp.asarray(o.T, jnp.float32), jnp.asarray(d.T, jnp.float32)))
+    normal, uv = normal.T, uv.T
 
-    mi.set_variant("scalar_rgb")
     scene = mi.load_dict({"type": "scene", "c": {"type": plugin, "filename": str(path)}})
     ref = [scene.ray_intersect(mi.Ray3f(o[i], d[i])) for i in range(n)]
     ref_t = np.array([r.t for r in ref])
@@ -68,6 +94,11 @@ def test_hits_match_mitsuba(plugin, name, tmp_path):
     du = np.abs(uv[both, 0] - ref_uv[both, 0])
     assert np.all(np.minimum(du, 1.0 - du) < 2e-3)  # the angle around the curve wraps at 1
     np.testing.assert_allclose(uv[both, 1], ref_uv[both, 1], atol=2e-4)
+    # The BVH finds a segment only inside its box: every hit point lies in its segment's bounds.
+    hit = np.isfinite(t)
+    lo, hi = curves.bounds(kinds, to_world, to_local)
+    s = segment[hit]
+    assert np.all(hit_p.T[hit] >= lo.T[s] - 1e-4) and np.all(hit_p.T[hit] <= hi.T[s] + 1e-4)
 
 
 SCENE = """<scene version="3.0.0">
@@ -93,19 +124,19 @@ SCENE = """<scene version="3.0.0">
 </scene>"""
 
 
-@pytest.mark.parametrize("accel", ["brute", "bvh"])
-def test_curves_render_like_mitsuba(tmp_path, accel):
+def test_curves_render_like_mitsuba(tmp_path):
+    """Both curve kinds in one scene (by brute force: the BVH's boxes, ``curves.bounds``, are checked
+    around every hit above, and its compiled program costs minutes more)."""
     import tracer
     for name in ("zigzag", "varying"):
         (tmp_path / f"{name}.txt").write_text(FILES[name])
     xml = tmp_path / "curves.xml"
     xml.write_text(SCENE)
-    scene = tracer.load_scene(str(xml), accel=accel)
+    scene = tracer.load_scene(str(xml), accel="brute")
     assert scene.geometry.analytic_kinds == SurfaceKind.CURVES
     assert scene.emitters.area_shapes_present == (SurfaceKind.RECTANGLE,)
-    ours = np.mean([np.asarray(tracer.render(scene, spp=128, seed=seed)) for seed in range(4)], axis=0)
-    mi.set_variant("scalar_rgb")
-    theirs = np.array(mi.render(mi.load_file(str(xml)), spp=2048, seed=3))
+    ours = np.asarray(tracer.render(scene, spp=256, seed=0))  # 512 spp: 15 s of CPU; 256 uses under 0.3 of the tolerances
+    theirs = np.array(mi.render(mi.load_file(str(xml)), spp=8192, seed=3))  # 3 s
     assert np.all(np.isfinite(ours))
     np.testing.assert_allclose(ours.mean((0, 1)), theirs.mean((0, 1)), rtol=0.02)
     block = lambda img: img.reshape(8, 3, 8, 4, -1).mean((1, 3))
