@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from cluster.group import GroupError, GroupFailed, WorkerGroup
 from cluster.task import SceneRef, TileTask
+from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
 from farm.planner import Task, plan
@@ -120,7 +121,8 @@ class _JobRun:
         records, damaged = self.verify_store()
         if damaged:
             self.log(f"{damaged} stored tile(s) did not read back intact: rendering them again")
-        job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels)
+        self.shot = Shot(spec, store)  # a noise target's decisions (farm.adaptive)
+        job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, self.shot.tile_spp(records))
         if not job.todo:
             store.write_progress(state="done", done_units=job.total_units, total_units=job.total_units)
             return job
@@ -201,7 +203,9 @@ class _JobRun:
         del self.live[d.task.key]
         self.slowest = max(self.slowest, time.monotonic() - d.started)
         if self.folds.accept(d.task, value, weight):
-            self.queue.extendleft(reversed(self.parked.pop(d.task.line, [])))
+            more = self.shot.more(d.task.line, self.folds.records[d.task.line])
+            progress.grow(more)
+            self.queue.extendleft(reversed(self.parked.pop(d.task.line, []) + more))
         progress.done(d.task)
 
     def task_timeout(self):
@@ -311,6 +315,13 @@ class _Progress:
         self.done_units += units
         self.bar.update(units)
         self.frames_left[task.key[0]] -= 1
+
+    def grow(self, tasks):
+        """Tasks a noise target added (``farm.adaptive``): more to do."""
+        units = sum(self.run.units(t) for t in tasks)
+        self.job = dataclasses.replace(self.job, total_units=self.job.total_units + units)
+        self.bar.total += units
+        self.frames_left.update(t.key[0] for t in tasks)
 
     def rate(self):
         return (self.done_units - self.job.done_units) / max(time.monotonic() - self.t_start, 1e-9)
