@@ -101,6 +101,11 @@ class Shot:
             self.full = tree.complete(spec.spp)  # complete chunks at the job's spp
         self.goal = {}  # tile -> the chunks it is to hold (a checkpoint): decided by this run
 
+    @property
+    def least(self):
+        """The spp every tile gets at least (the first checkpoint's)."""
+        return self.spp_of(self.checkpoints[0]) if self.active else self.spec.spp
+
     def spp_of(self, chunks):
         """The spp of ``chunks`` chunks: the job's at the last, else a whole number of chunks."""
         return self.spec.spp if chunks >= self.last else chunks * self.chunk
@@ -115,6 +120,15 @@ class Shot:
             self.goal[key] = self._decide(key, records[key])
             out[key] = self.spp_of(self.goal[key])
         return out
+
+    def frame_totals(self, records):
+        """Per frame index: the pixel samples it is to hold (with a target: as decided so far)."""
+        pixels = np.array([[self.store.tile_pixels(ty, tx) for tx in range(records.shape[2])]
+                           for ty in range(records.shape[1])], np.int64)
+        spp = self.tile_spp(records)
+        if spp is None:
+            return [int(pixels.sum()) * self.spec.spp] * records.shape[0]
+        return [int((spp[f] * pixels).sum()) for f in range(records.shape[0])]
 
     def more(self, line, record):
         """The tasks a tile gets once a chunk has folded (``record``: its new record): none unless
