@@ -3,8 +3,8 @@ stub work unit whose noise grows across the film: every tile ends at or below th
 spp, its spp is a function of its samples alone (any order of results, any interruption, ends in
 the same bits), and a tile at s spp holds the bits of a uniform job at s spp.
 
-The stub has the real work unit's contract (``cluster.task.TileTask``, as in test_tree.py): passes
-added in order to the start accumulator, samples past the spp masked out. The real work unit is
+The stub is test_tree.py's (the real work unit's contract: passes added in order to the start
+accumulator, samples past the spp masked out) with samples of a known spread. The real work unit is
 held to the same by test_adaptive_render.py.
 """
 import dataclasses
@@ -23,6 +23,7 @@ from farm.planner import plan
 from farm.scheduler import _JobRun
 from farm.store import FOLDED, TAIL_PASSES
 from farm.tree import STATE_CHANNELS, fold
+from tests.farm.test_tree import stub_unit
 from tests.helpers.farm_cases import orbit_spec
 
 WIDTH, HEIGHT, TILE = 32, 8, 8
@@ -35,7 +36,7 @@ def _mix(x):
     return (x ^ (x >> np.uint64(33))) >> np.uint64(40)
 
 
-def _sample(frame, ys, xs, s):
+def _sample(seed, frame, ys, xs, s):
     """One sample (value (h, w, 3), weight (h, w)) at film pixels (ys, xs): 0.5 plus a hashed
     uniform whose spread grows with x (tiles to the right are noisier) and with the frame."""
     key = (np.uint64(frame) * np.uint64(1_000_003) + ys.astype(np.uint64) * np.uint64(7919)
@@ -43,22 +44,6 @@ def _sample(frame, ys, xs, s):
     u = np.stack([_mix(key + np.uint64(c)).astype(np.float32) / np.float32(2 ** 24) for c in (1, 2, 3)], axis=-1)
     spread = (np.float32(0.05) + (xs / WIDTH).astype(np.float32) ** 2 * np.float32(1 + frame))[..., None]
     return np.float32(0.5) + spread * (u - np.float32(0.5)), np.ones(ys.shape, np.float32)
-
-
-def stub_unit(task):
-    ys, xs = np.meshgrid(task.tile_y + np.arange(task.tile_h), task.tile_x + np.arange(task.tile_w), indexing="ij")
-    if task.start is None:
-        value, weight = np.zeros((task.tile_h, task.tile_w, 3), np.float32), np.zeros((task.tile_h, task.tile_w), np.float32)
-    else:
-        value, weight = (np.array(a, np.float32) for a in task.start)
-    for k in range(task.n_passes):
-        pv, pw = np.zeros_like(value), np.zeros_like(weight)
-        first = (task.first_pass + k) * task.pass_size
-        for s in range(first, min(first + task.pass_size, task.spp)):
-            sv, sw = _sample(task.frame, ys, xs, s)
-            pv, pw = pv + sv, pw + sw
-        value, weight = value + pv, weight + pw
-    return value, weight
 
 
 class Kill(Exception):
@@ -78,7 +63,7 @@ def _run(spec, store, order, kill_after=None, groups=4):
     while queue or inflight:
         for t in [t for t in queue if folds.may_start(t)][:groups - len(inflight)]:
             queue.remove(t)
-            inflight.append((t, stub_unit(runner.tile_task(t))))
+            inflight.append((t, stub_unit(runner.tile_task(t), _sample)))
         task, (value, weight) = inflight.pop(order.randrange(len(inflight)))
         if kill_after is not None and done >= kill_after:
             raise Kill()

@@ -2,7 +2,6 @@
 Cornell box, folded as the farm folds them, give an estimated relative MSE (noise^2) within
 ``FACTOR`` of the real relative MSE against Mitsuba 3's 16384-spp reference
 (tests/data/references), at two sample counts."""
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -11,8 +10,8 @@ from farm.adaptive import tile_noise
 from farm.tree import STATE_CHANNELS, fold, tile_sums
 from tests.helpers.farm_cases import ROOT
 from tests.helpers.image_metrics import read_exr, relative_mse
+from tests.helpers.tiles import render_passes
 from tracer.reduction import resolve
-from tracer.rendering import local_mesh, render_tile
 
 FACTOR = 1.5     # estimated / real relative MSE, either way
 CHUNK_SPP = 16   # one pass of 16 samples a chunk
@@ -22,12 +21,9 @@ CHUNK_SPP = 16   # one pass of 16 samples a chunk
 def chunks():
     """The states of the 48x48 Cornell box, one tile, after 4 and after 8 chunks of 16 samples."""
     scene = tracer.load_scene(str(ROOT / "examples" / "cbox.xml"), res=48)
-    i32, mesh, states = jnp.int32, local_mesh(), {}
-    state = np.zeros((48, 48, STATE_CHANNELS), np.float32)
+    states, state = {}, np.zeros((48, 48, STATE_CHANNELS), np.float32)
     for c in range(8):
-        v, w = render_tile(scene, i32(0), i32(7), i32(0), i32(0), i32(c), i32(1), i32(1 << 20),
-                           jnp.zeros((48, 48, 3), jnp.float32), jnp.zeros((48, 48), jnp.float32),
-                           tile_h=48, tile_w=48, pass_size=CHUNK_SPP, mesh=mesh)
+        v, w = render_passes(scene, c, 1, size=(48, 48), pass_size=CHUNK_SPP, spp=1 << 20)
         state = fold(state, np.asarray(v), np.asarray(w))
         if c + 1 in (4, 8):
             states[c + 1] = state
