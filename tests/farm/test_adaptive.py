@@ -189,3 +189,16 @@ def test_the_estimator_is_the_spread_of_the_chunks():
 def test_a_bad_target_is_refused_by_name(fields, message):
     with pytest.raises(SpecError, match=message):
         dataclasses.replace(orbit_spec("s.zarr", spp=64), **fields)
+
+
+def test_a_job_file_and_the_command_line_set_the_target(tmp_path):
+    from farm.spec import JobSpec
+    from tests.helpers.farm_cases import ORBIT, farm_main
+    path = tmp_path / "job.toml"
+    path.write_text(f'scene = "{ORBIT}"\nstore = "a.zarr"\nspp = 1024\nnoise = 0.05\nmin_spp = 128\n')
+    spec = JobSpec.from_toml(str(path))
+    assert (spec.noise, spec.min_spp) == (0.05, 128)
+    assert JobSpec.from_json(spec.to_json()) == spec
+    code, _, err = farm_main("render", ORBIT, "--out", tmp_path / "b.zarr", "--spp", "64", "--min-spp", "16")
+    assert code == 2 and "min_spp is only for a noise target" in err, err
+    assert not (tmp_path / "b.zarr").exists()
