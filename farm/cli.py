@@ -48,7 +48,7 @@ def _with_groups(spec, groups, hosts, devices, platform):
     return dataclasses.replace(spec, groups=new)
 
 
-def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out):
+def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise=None, min_spp=None):
     from farm.curves import parse_set
     from farm.spec import JobSpec, parse_frames, parse_res
     import dataclasses
@@ -74,6 +74,10 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out):
             overrides["accel"] = accel
         if out is not None:
             overrides["store"] = out
+        if noise is not None:
+            overrides["noise"] = noise
+        if min_spp is not None:
+            overrides["min_spp"] = min_spp
         return dataclasses.replace(spec, **overrides)
     if not os.path.isfile(source):
         raise FarmError(f"scene file not found: {source}")
@@ -83,8 +87,7 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out):
         spp = _scene_spp(source, sets)
     return JobSpec(scene=os.path.abspath(source), frames=parse_frames(frames or "0"), spp=spp, store=out,
                    resolution=parse_res(res), seed=seed or 0, tile=DEFAULT_TILE if tile is None else tile,
-                   accel=accel or "auto",
-                   curves=tuple(parse_set(s) for s in sets))
+                   accel=accel or "auto", curves=tuple(parse_set(s) for s in sets), noise=noise, min_spp=min_spp)
 
 
 def _scene_spp(path, sets):
@@ -104,7 +107,7 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
     registry.record(store.url)
     try:
-        click.echo(f"{spec.n_frames} frame(s) x {spec.spp} spp at {store.width}x{store.height} -> {store.url}",
+        click.echo(f"{spec.n_frames} frame(s) x {_spp_text(spec, store)} at {store.width}x{store.height} -> {store.url}",
                    err=True)
         session.run(spec, store, address=address, show_progress=not no_progress,
                     log=lambda m: click.echo(m, err=True))
@@ -113,6 +116,14 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     finally:
         store.lease.release()
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
+
+
+def _spp_text(spec, store):
+    """'64 spp', or with a noise target what a tile gets: 'noise 0.05: 256 to 4096 spp a tile'."""
+    if spec.noise is None:
+        return f"{spec.spp} spp"
+    from farm.adaptive import Shot
+    return f"noise {spec.noise:g}: {Shot(spec, store).least} to {spec.spp} spp a tile"
 
 
 def _redo_option(f):
@@ -139,6 +150,11 @@ def _job_options(f):
         click.option("--seed", type=int, default=None, help="Job seed, 0 to 2147483647 (default 0)."),
         click.option("--tile", type=int, default=None,
                      help=f"Tile size in pixels, 8 to 4096 (default {DEFAULT_TILE})."),
+        click.option("--noise", type=float, default=None,
+                     help="A noise target (relative RMS error, e.g. 0.05): tiles get samples until their estimated "
+                          "noise is at most this, --spp then the most a tile gets."),
+        click.option("--min-spp", type=int, default=None,
+                     help="With --noise: the least a tile gets (default 4 chunks: 256 samples)."),
     )):
         f = option(f)
     return f
@@ -153,14 +169,14 @@ def _job_options(f):
 @_redo_option
 @click.option("--replace", is_flag=True, help="Replace the content of a frame store of another job with this job.")
 @_group_options
-def render(source, frames, spp, res, sets, seed, tile, accel, out, redo, replace, address, no_progress, groups,
-           hosts_per_group, devices_per_host, platform):
+def render(source, frames, spp, res, sets, seed, tile, noise, min_spp, accel, out, redo, replace, address, no_progress,
+           groups, hosts_per_group, devices_per_host, platform):
     """Render SOURCE (a scene .xml, or a job .toml) into a Zarr store.
 
     Running it again on the store of the same job renders only what is missing; a higher --spp
     adds samples to a finished job, and a later last frame adds frames.
     """
-    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out)
+    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise, min_spp)
     spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform)
     _render(spec, address, no_progress, redo, replace)
 
@@ -179,19 +195,25 @@ def resume(store, redo, address, no_progress, groups, hosts_per_group, devices_p
 
 @cli.command()
 @click.argument("store")
-def status(store):
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the job and, per frame, its spp and noise.")
+def status(store, as_json):
     """Show STORE's job: frames, samples done (tasks that do not read back count as not done), rate, ETA,
-    and the driver that holds it."""
+    the driver that holds it, and each frame's samples per pixel and estimated noise."""
+    from farm.adaptive import shot_noise
     from farm.job import frame_status, open_store
     from farm.lease import holder
     spec, fs = open_store(store)
     records, damaged = fs.verified_records()
     done = frame_status(fs, spec, records)
+    noise = shot_noise(fs, spec, records)
+    if as_json:
+        _status_json(store, spec, done, noise, damaged)
+        return
     finished = sum(1 for d in done if d >= 1.0)
     click.echo(f"store:   {store}")
     click.echo(f"scene:   {spec.scene}")
     click.echo(f"frames:  {spec.frames[0]}-{spec.frames[1]} ({finished}/{len(done)} finished)")
-    click.echo(f"film:    {fs.width}x{fs.height}, {spec.spp} spp, tile {spec.tile}, pass {spec.pass_size}, "
+    click.echo(f"film:    {fs.width}x{fs.height}, {_spp_text(spec, fs)}, tile {spec.tile}, pass {spec.pass_size}, "
                f"chunk {spec.chunk_passes} passes")
     click.echo(f"samples: {100 * sum(done) / len(done):.1f}% done")
     if damaged:
@@ -205,9 +227,18 @@ def status(store):
     driver = holder(fs.group)
     click.echo("driver:  " + ("none yet" if driver is None else "unknown (its lease does not read)" if driver is False
                               else driver.describe(time.time())))
-    for f, d in enumerate(done):
-        if 0 < d < 1:
-            click.echo(f"  frame {spec.frames[0] + f}: {100 * d:.0f}%")
+    for fn, d in zip(noise, done):
+        estimate = "-" if fn.noise is None else f"{fn.noise:.4f}"
+        click.echo(f"  frame {fn.frame}: {fn.spp:.1f} spp, noise {estimate}" + (f" ({100 * d:.0f}%)" if d < 1 else ""))
+
+
+def _status_json(store, spec, done, noise, damaged):
+    """`farm status --json`: the job, and per frame its mean spp and estimated noise (farm.adaptive)."""
+    import json
+    click.echo(json.dumps({
+        "store": store, "scene": spec.scene, "frames": list(spec.frames), "spp": spec.spp, "noise_target": spec.noise,
+        "frames_finished": sum(1 for d in done if d >= 1.0), "damaged_tiles": len(damaged),
+        "per_frame": [{"frame": fn.frame, "spp": fn.spp, "noise": fn.noise} for fn in noise]}))
 
 
 def _last_run(progress):
@@ -265,14 +296,14 @@ def _submission_id(spec):
 @click.option("--address", required=True, help="Ray dashboard address of the cluster, e.g. http://head:8265.")
 @_job_options
 @click.option("--out", default=None, help="The job's store: a path every node sees, or an object-store URL.")
-def submit(source, address, frames, spp, res, sets, seed, tile, out):
+def submit(source, address, frames, spp, res, sets, seed, tile, noise, min_spp, out):
     """Submit SOURCE to a Ray cluster through the Jobs API; prints the job id and returns."""
     import shlex
 
-    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, None, out)
+    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, None, out, noise, min_spp)
     args = ["farm", "render", source, "--address", "auto", "--no-progress"]
     for flag, value in (("--frames", frames), ("--spp", spp), ("--res", res), ("--seed", seed), ("--tile", tile),
-                        ("--out", out)):
+                        ("--noise", noise), ("--min-spp", min_spp), ("--out", out)):
         if value is not None:
             args += [flag, str(value)]
     for s in sets:

@@ -62,7 +62,8 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
 
 def _edit(spec, stored, store, digest, redo):
     """Bind ``store`` (of the job ``stored``) to ``spec`` and discard the frames to ``redo``."""
-    if (spec.frames, spec.groups, spec.accel) != (stored.frames, stored.groups, stored.accel) or spec.spp > stored.spp:
+    if ((spec.frames, spec.groups, spec.accel, spec.noise, spec.min_spp)
+            != (stored.frames, stored.groups, stored.accel, stored.noise, stored.min_spp) or spec.spp > stored.spp):
         store.grow(spec.to_json(), spec.identity(digest), spec.n_frames)
     store.forget_frames(sorted({frame - spec.frames[0] for frame in redo}))
     return spec, store
@@ -158,12 +159,15 @@ def group_shapes(spec, local):
 
 
 def frame_status(store, spec, records):
-    """Per frame index: the fraction of its samples done at the job's spp, as ``records``
+    """Per frame index: the fraction of its samples done at the job's spp (with a noise target:
+    at the spp its tiles are decided to get so far, ``farm.adaptive``), as ``records``
     (``FrameStore.verified_records``) have them."""
+    from farm.adaptive import Shot
     from farm.planner import plan
-    out = []
+    out, spp = [], Shot(spec, store).tile_spp(records)
     for f in range(spec.n_frames):
         one = dataclasses.replace(spec, frames=(spec.frames[0] + f, spec.frames[0] + f))
-        p = plan(one, records[f:f + 1], store.tiles_y, store.tiles_x, store.tile_pixels)
+        p = plan(one, records[f:f + 1], store.tiles_y, store.tiles_x, store.tile_pixels,
+                 None if spp is None else spp[f:f + 1])
         out.append(p.done_units / p.total_units if p.total_units else 1.0)
     return out

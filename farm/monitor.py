@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from farm.adaptive import Shot, shot_noise
 from farm.errors import FarmError
 from farm.export import NO_SAMPLES, checkered
 from farm.job import frame_status, open_store
@@ -41,6 +42,7 @@ class FrameProgress:
     frame: int              # frame number
     done: float             # fraction of the frame's pixel samples recorded, 0 to 1
     spp_done: float         # samples per pixel recorded, on average over the film
+    noise: float | None     # its estimated noise (farm.adaptive.frame_noise; None below two chunks a tile)
     state: str              # done; while its job runs: rendering, waiting; else: partial, empty
     eta_s: float | None     # seconds until it is done at the run's rate (frames render in order)
 
@@ -54,7 +56,8 @@ class JobSummary:
     first_frame: int | None = None
     frames: int | None = None         # how many frames
     frames_done: int | None = None
-    spp: int | None = None
+    spp: int | None = None            # with a noise target: the most a tile gets
+    noise_target: float | None = None  # farm.adaptive
     width: int | None = None
     height: int | None = None
     samples_done: int | None = None   # pixel samples recorded, all frames
@@ -178,22 +181,23 @@ def _summary(name, spec, fs, now):
     try:
         records, bad = fs.read_records()
         done = frame_status(fs, spec, records)
+        noise = shot_noise(fs, spec, records)
+        totals = Shot(spec, fs).frame_totals(records)  # with a noise target: as its tiles are decided so far
         notes = fs.progress()
     except Exception as e:  # sums or records that zarr cannot read at all: damaged, not a broken page
         return JobSummary(store=name, state="damaged", error=f"{name}: damaged store: {error_line(e)}")
     notes = notes if notes is not None else {}
-    per_frame = fs.width * fs.height * spec.spp
     finished = sum(1 for d in done if d >= 1.0)
     state = _state(notes, finished == len(done), any(d > 0 for d in done), now)
     rate = progress_number(notes, "rate")
     running = state == "running"
     return JobSummary(
         store=name, state=state, error=str(notes["error"]) if notes.get("error") else None, scene=spec.scene,
-        first_frame=spec.frames[0], frames=spec.n_frames, frames_done=finished, spp=spec.spp, width=fs.width,
-        height=fs.height, samples_done=round(sum(done) * per_frame), samples_total=per_frame * len(done),
-        rate=rate, eta_s=progress_number(notes, "eta_s") if running else None,
+        first_frame=spec.frames[0], frames=spec.n_frames, frames_done=finished, spp=spec.spp, noise_target=spec.noise,
+        width=fs.width, height=fs.height, samples_done=round(sum(d * t for d, t in zip(done, totals))),
+        samples_total=sum(totals), rate=rate, eta_s=progress_number(notes, "eta_s") if running else None,
         updated=progress_number(notes, "updated"),
-        damaged_tasks=len(bad), frame_list=_frames(spec, done, per_frame, rate if running else None, running))
+        damaged_tasks=len(bad), frame_list=_frames(done, noise, totals, rate if running else None, running))
 
 
 def _state(notes, finished, started, now):
@@ -208,10 +212,10 @@ def _state(notes, finished, started, now):
     return "incomplete" if started or last == "done" else "new"
 
 
-def _frames(spec, done, per_frame, rate, running):
+def _frames(done, noise, totals, rate, running):
     out, left = [], 0.0
-    for f, d in enumerate(done):
-        left += (1.0 - d) * per_frame
+    for d, n, total in zip(done, noise, totals):
+        left += (1.0 - d) * total
         if d >= 1.0:
             state = "done"
         elif running:
@@ -219,7 +223,7 @@ def _frames(spec, done, per_frame, rate, running):
         else:
             state = "partial" if d > 0 else "empty"
         eta = left / rate if rate and d < 1.0 else None
-        out.append(FrameProgress(frame=spec.frames[0] + f, done=d, spp_done=d * spec.spp, state=state, eta_s=eta))
+        out.append(FrameProgress(frame=n.frame, done=d, spp_done=n.spp, noise=n.noise, state=state, eta_s=eta))
     return tuple(out)
 
 

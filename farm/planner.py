@@ -11,7 +11,7 @@ import dataclasses
 
 from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
 
-__all__ = ["Plan", "Task", "plan"]
+__all__ = ["Plan", "Task", "plan", "tile_tasks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +44,12 @@ class Plan:
     stats: dict = None  # filled in by the scheduler after a run
 
 
-def plan(spec, records, tiles_y, tiles_x, tile_pixels):
-    """What is left of ``spec`` (planned) given the store's records (F, TY, TX, fields)."""
+def plan(spec, records, tiles_y, tiles_x, tile_pixels, spp=None):
+    """What is left of ``spec`` (planned) given the store's records (F, TY, TX, fields).
+
+    ``spp`` (F, TY, TX) ints: what each tile is to hold now (a noise target's, ``farm.adaptive``;
+    a multiple of the chunk size, or the job's spp); default the job's spp for every tile."""
     tree = spec.tree
-    full, tail = tree.complete(spec.spp), tree.tail_passes(spec.spp)
     n_chunks = tree.n_chunks(spec.spp)
     per_frame = [[] for _ in range(n_chunks)]  # per chunk: its tasks, tile by tile
     todo, total, done = [], 0, 0
@@ -57,8 +59,9 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels):
         for ty in range(tiles_y):
             for tx in range(tiles_x):
                 pixels = pixels_of[ty][tx]
-                total += spec.spp * pixels
-                tasks, samples = _tile_tasks(tree, spec, f, ty, tx, rows[f][ty][tx], full, tail)
+                goal = spec.spp if spp is None else int(spp[f, ty, tx])
+                total += goal * pixels
+                tasks, samples = tile_tasks(spec, (f, ty, tx), rows[f][ty][tx], goal)
                 done += samples * pixels
                 for task in tasks:
                     per_frame[task.chunk].append(task)
@@ -68,17 +71,21 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels):
     return Plan(todo=todo, n_chunks=n_chunks, total_units=total, done_units=done)
 
 
-def _tile_tasks(tree, spec, f, ty, tx, record, full, tail):
-    """(the tile's tasks, the samples per pixel the store has of it) at the job's spp."""
-    folded, kept, cut = record[FOLDED], record[TAIL_PASSES], record[TAIL_SPP]
+def tile_tasks(spec, line, record, spp):
+    """(the tasks that bring the tile ``line`` (frame index, tile row, tile column) to ``spp``,
+    the samples per pixel the store has of it): ``spp`` is the job's, or a multiple of the chunk
+    size below it (then no tail: samples past the job's spp are the only ones ever masked)."""
+    tree, (f, ty, tx) = spec.tree, line
+    full, tail = tree.complete(spp), tree.tail_passes(spp)
+    folded, kept, cut = int(record[FOLDED]), int(record[TAIL_PASSES]), int(record[TAIL_SPP])
     g, frame = spec.chunk_passes, spec.frames[0] + f
     if folded > full or (folded == full and kept > tail):
         folded, kept = 0, 0  # more than the job asks: not this job's (planning never gets here)
     # The stored tail counts where its passes hold the samples the job asks of them now: a pass
     # cut short by an earlier spp would differ from the same pass rendered now.
-    if kept and tree.covered(folded, kept, cut) != tree.covered(folded, kept, spec.spp):
+    if kept and tree.covered(folded, kept, cut) != tree.covered(folded, kept, spp):
         kept = 0
-    samples = folded * tree.chunk_samples + tree.covered(folded, kept, spec.spp)
+    samples = folded * tree.chunk_samples + tree.covered(folded, kept, spp)
     tasks = []
     for c in range(folded, full + (1 if tail else 0)):
         end = g if c < full else tail

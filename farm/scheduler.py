@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from cluster.group import GroupError, GroupFailed, WorkerGroup
 from cluster.task import SceneRef, TileTask
+from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
 from farm.planner import Task, plan
@@ -127,7 +128,8 @@ class _JobRun:
         records, damaged = self.verify_store()
         if damaged:
             self.log(f"{damaged} stored tile(s) did not read back intact: rendering them again")
-        job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels)
+        self.shot = Shot(spec, store)  # a noise target's decisions (farm.adaptive)
+        job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, self.shot.tile_spp(records))
         if not job.todo:
             store.write_progress(state="done", done_units=job.total_units, total_units=job.total_units)
             return job
@@ -147,7 +149,7 @@ class _JobRun:
                 self.give_up_on_stragglers()
                 for ref in ready:
                     self.collect(self.inflight.pop(ref), groups, progress)
-                self.commit()
+                self.commit(progress)
                 progress.note(final=not (self.queue or self.inflight or self.parked))
             progress.finish()
             self.compiles = _sum_stats(group.compile_stats() for group in groups)
@@ -219,17 +221,21 @@ class _JobRun:
         if d.slot is not None:
             self.folds.accept(d.task, d.slot, answer[0])
         elif self.folds.accept(d.task, *answer[:2]):
-            self.unpark(d.task.line)
+            self.unpark(d.task.line, progress)
         progress.done(d.task)
 
-    def commit(self):
+    def commit(self, progress):
         """Commit the answers collected (workers wrote their data); their tiles' next chunks may go."""
         if isinstance(self.folds, Commits):
             for line in self.folds.flush():
-                self.unpark(line)
+                self.unpark(line, progress)
 
-    def unpark(self, line):
-        self.queue.extendleft(reversed(self.parked.pop(line, [])))
+    def unpark(self, line, progress):
+        """The tile at ``line`` has folded a chunk: its parked chunks may go, and a noise target
+        may ask for more (decided from the committed record alone)."""
+        more = self.shot.more(line, self.folds.records[line])
+        progress.grow(more)
+        self.queue.extendleft(reversed(self.parked.pop(line, []) + more))
 
     def task_timeout(self):
         """How long a dispatch may run before it is given up on: the fixed timeout, or ten times
@@ -339,6 +345,13 @@ class _Progress:
         self.done_units += units
         self.bar.update(units)
         self.frames_left[task.key[0]] -= 1
+
+    def grow(self, tasks):
+        """Tasks a noise target added (``farm.adaptive``): more to do."""
+        units = sum(self.run.units(t) for t in tasks)
+        self.job = dataclasses.replace(self.job, total_units=self.job.total_units + units)
+        self.bar.total += units
+        self.frames_left.update(t.key[0] for t in tasks)
 
     def rate(self):
         return (self.done_units - self.job.done_units) / max(time.monotonic() - self.t_start, 1e-9)

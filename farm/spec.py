@@ -16,6 +16,8 @@ Job file (paths relative to the file)::
     seed = 0
     tile = 128                    # optional
     accel = "auto"                # optional: auto, embree, warp, jax
+    noise = 0.05                  # optional: a noise target, spp then the most a tile gets (farm.adaptive)
+    min_spp = 256                 # optional, with noise: the least a tile gets
     [groups]                      # optional
     count = 1
     hosts = 1
@@ -29,7 +31,8 @@ Job file (paths relative to the file)::
 
 Limits (each refused by name, before a store exists): spp 1 to 2^30 (``MAX_SPP``); frame numbers
 0 to 2^31 - 1 (``MAX_FRAME``: the traced program takes both as int32), at most 100,000 frames a
-job (``MAX_FRAMES``); tile 8 to 4096 pixels; pass_size 1 to 1024; seed 0 to 2^31 - 1; film
+job (``MAX_FRAMES``); noise above 0 and at most 1e6, min_spp 1 to the spp (and only with noise);
+tile 8 to 4096 pixels; pass_size 1 to 1024; seed 0 to 2^31 - 1; film
 width and height 1 to 16384 (``MAX_FILM_SIZE``); a job file at most 1 MiB of UTF-8 TOML. A value
 of the wrong type (``scene = 5``, ``params = 5``) is a ``SpecError`` naming the field.
 """
@@ -55,6 +58,7 @@ ACCELS = ("auto", "embree", "warp", "jax")
 MAX_FRAMES = 100_000
 MIN_TILE, MAX_TILE = 8, 4096
 MAX_JOB_FILE = 1 << 20   # bytes
+MAX_NOISE = 1e6          # a noise target past any image's (it is a relative error)
 
 
 def parse_frames(text):
@@ -164,6 +168,8 @@ class JobSpec:
     curves: tuple = ()         # farm.curves.Curve
     accel: str = "auto"
     groups: GroupsSpec = GroupsSpec()
+    noise: float = None        # a noise target (farm.adaptive): spp is then the most a tile gets
+    min_spp: int = None        # with noise: the least a tile gets (default farm.adaptive.DEFAULT_MIN_CHUNKS chunks)
 
     def __post_init__(self):
         for name in ("scene", "store"):
@@ -195,6 +201,17 @@ class JobSpec:
             raise SpecError("a parameter is set twice")
         if not isinstance(self.groups, GroupsSpec):
             raise SpecError(f"groups must be a GroupsSpec, got {shown(self.groups)}")
+        self._check_noise()
+
+    def _check_noise(self):
+        noise = self.noise
+        if noise is not None and not (isinstance(noise, (int, float)) and not isinstance(noise, bool)
+                                      and 0 < noise <= MAX_NOISE):
+            raise SpecError(f"noise must be a number above 0 and at most {MAX_NOISE:g}, got {shown(noise)}")
+        if self.min_spp is not None:
+            if noise is None:
+                raise SpecError("min_spp is only for a noise target (set noise too)")
+            _check_count("min_spp", self.min_spp, 1, self.spp, " of samples (at most the spp)")
 
     # -- derived -------------------------------------------------------------------------------
 
@@ -268,7 +285,7 @@ class JobSpec:
     @classmethod
     def _from_toml_doc(cls, doc, base):
         known = {"scene", "frames", "spp", "resolution", "store", "seed", "tile", "pass_size", "accel", "groups",
-                 "params"}
+                 "params", "noise", "min_spp"}
         unknown = sorted(set(doc) - known)
         if unknown:
             raise SpecError(f"unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
@@ -298,7 +315,8 @@ class JobSpec:
         return cls(scene=os.path.join(base, doc["scene"]), frames=frames, spp=doc["spp"], store=store,
                    resolution=res, seed=doc.get("seed", 0), tile=doc.get("tile", DEFAULT_TILE),
                    pass_size=doc.get("pass_size"), curves=_curves(doc.get("params", {})),
-                   accel=doc.get("accel", "auto"), groups=_groups(doc.get("groups", {})))
+                   accel=doc.get("accel", "auto"), groups=_groups(doc.get("groups", {})), noise=doc.get("noise"),
+                   min_spp=doc.get("min_spp"))
 
 
 def _read_toml(path):

@@ -58,7 +58,8 @@ _JOB = """<!doctype html><html><head><meta charset="utf-8"><title>farm: {{ j.sto
 <table>
 <tr><th>scene</th><td>{{ j.scene }}</td></tr>
 <tr><th>frames</th><td>{{ j.first_frame }}-{{ j.first_frame + j.frames - 1 }}: {{ j.frames_done }} of {{ j.frames }} done</td></tr>
-<tr><th>film</th><td>{{ j.width }}x{{ j.height }}, {{ j.spp }} spp</td></tr>
+<tr><th>film</th><td>{{ j.width }}x{{ j.height }}, {% if j.noise_target is not none %}noise target {{ j.noise_target }},
+up to {% endif %}{{ j.spp }} spp</td></tr>
 <tr><th>samples</th><td>{{ pct(j.samples_done, j.samples_total) }} ({{ j.samples_done }} of {{ j.samples_total }} pixel samples)</td></tr>
 <tr><th>rate</th><td>{{ rate(j.rate) }} (the last run's)</td></tr>
 <tr><th>ETA</th><td>{{ clock(j.eta_s) }}</td></tr>
@@ -72,7 +73,7 @@ _JOB = """<!doctype html><html><head><meta charset="utf-8"><title>farm: {{ j.sto
 <a href="{{ url_for('frame_png', store=j.store, frame=f.frame) }}"><img alt="frame {{ f.frame }}"
  src="{{ url_for('frame_png', store=j.store, frame=f.frame, max=thumb) }}"></a>
 <figcaption>frame {{ f.frame }}: <span class="{{ f.state }}">{{ f.state }}</span><br>
-{{ "%.1f" | format(f.spp_done) }}/{{ j.spp }} spp{% if f.eta_s is not none %}, ETA {{ clock(f.eta_s) }}{% endif %}
+{{ "%.1f" | format(f.spp_done) }}/{{ j.spp }} spp, noise {{ noise(f.noise) }}{% if f.eta_s is not none %}, ETA {{ clock(f.eta_s) }}{% endif %}
 <progress max="1" value="{{ f.done }}"></progress></figcaption></figure>{% endfor %}</div>
 {% endif %}</body></html>"""
 
@@ -92,6 +93,7 @@ def _helpers():
         "pct": lambda done, total: f"{100 * done / total:.1f}%" if total else "-",
         "ago": lambda t: "none yet" if t is None else f"{max(0, time.time() - t):.0f} s ago",
         "basename": lambda p: os.path.basename(p or ""),
+        "noise": lambda n: "-" if n is None else f"{n:.4f}",
         "thumb": 240,
     }
 

@@ -37,8 +37,9 @@ def _sample(seed, frame, ys, xs, s):
     return np.stack(u[:3], axis=-1) * scale[..., None], np.float32(0.5) + u[3]
 
 
-def stub_unit(task):
-    """What ``tracer.rendering.render_tile`` does to a ``TileTask``, with hashed samples."""
+def stub_unit(task, sample=_sample):
+    """What ``tracer.rendering.render_tile`` does to a ``TileTask``, with hashed samples
+    (``sample(seed, frame, ys, xs, s)``)."""
     ys, xs = np.meshgrid(task.tile_y + np.arange(task.tile_h), task.tile_x + np.arange(task.tile_w), indexing="ij")
     if task.start is None:
         value, weight = np.zeros((task.tile_h, task.tile_w, 3), np.float32), np.zeros((task.tile_h, task.tile_w), np.float32)
@@ -48,7 +49,7 @@ def stub_unit(task):
         pv, pw = np.zeros_like(value), np.zeros_like(weight)
         first = (task.first_pass + k) * task.pass_size
         for s in range(first, min(first + task.pass_size, task.spp)):
-            sv, sw = _sample(task.seed, task.frame, ys, xs, s)
+            sv, sw = sample(task.seed, task.frame, ys, xs, s)
             pv, pw = pv + sv, pw + sw
         value, weight = value + pv, weight + pw
     return value, weight
