@@ -8,7 +8,6 @@ import hashlib
 import os
 import re
 import sys
-import time
 import traceback
 
 import click
@@ -179,57 +178,16 @@ def resume(store, redo, address, no_progress, groups, hosts_per_group, devices_p
 
 @cli.command()
 @click.argument("store")
-def status(store):
-    """Show STORE's job: frames, samples done (tasks that do not read back count as not done), rate, ETA,
-    and the driver that holds it."""
-    from farm.job import frame_status, open_store
-    from farm.lease import holder
-    spec, fs = open_store(store)
-    records, damaged = fs.verified_records()
-    done = frame_status(fs, spec, records)
-    finished = sum(1 for d in done if d >= 1.0)
-    click.echo(f"store:   {store}")
-    click.echo(f"scene:   {spec.scene}")
-    click.echo(f"frames:  {spec.frames[0]}-{spec.frames[1]} ({finished}/{len(done)} finished)")
-    click.echo(f"film:    {fs.width}x{fs.height}, {spec.spp} spp, tile {spec.tile}, pass {spec.pass_size}, "
-               f"chunk {spec.chunk_passes} passes")
-    click.echo(f"samples: {100 * sum(done) / len(done):.1f}% done")
-    if damaged:
-        frames = sorted({spec.frames[0] + key[0] for key in damaged})
-        shown = ", ".join(map(str, frames[:10])) + (", ..." if len(frames) > 10 else "")
-        click.echo(f"damaged: {len(damaged)} tile(s) whose recorded data does not read back (frames {shown}); "
-                   f"`farm resume {store}` renders them again")
-    line = _last_run(fs.progress())
-    if line:
-        click.echo(line)
-    driver = holder(fs.group)
-    click.echo("driver:  " + ("none yet" if driver is None else "unknown (its lease does not read)" if driver is False
-                              else driver.describe(time.time())))
-    for f, d in enumerate(done):
-        if 0 < d < 1:
-            click.echo(f"  frame {spec.frames[0] + f}: {100 * d:.0f}%")
-
-
-def _last_run(progress):
-    """The status line of the last run's progress notes (None before any run); any field may be
-    missing or of the wrong type (they are notes, not the job)."""
-    if progress is None:
-        return "last run: unknown (its progress notes do not read back; the next run writes them again)"
-    if not progress:
-        return None
-    from farm.store import progress_number
-
-    def number(key):
-        return progress_number(progress, key)
-    state, updated, rate, eta = str(progress.get("state", "?")), number("updated"), number("rate"), number("eta_s")
-    line = f"last run: {state}" + (f" ({time.time() - updated:.0f} s ago)" if updated is not None else "")
-    if rate:
-        line += f", {rate / 1e6:.2f} M pixel-samples/s"
-    if state == "running" and eta is not None:
-        line += f", ETA {eta:.0f} s"
-    if progress.get("error"):
-        line += f"; {progress['error']}"
-    return line
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: the job (state, phase, frames, samples, rate, eta_s, error) with per_frame.")
+@click.option("--watch", is_flag=True,
+              help="Show it again every 2 s until the job is no longer running (Ctrl-C stops); with --json, "
+                   "one object a line.")
+def status(store, as_json, watch):
+    """Show STORE's job: frames, samples done (tasks that do not read back count as not done), the
+    last run's state and phase, rate and ETA (from its steady state), and the driver that holds it."""
+    from farm.status import show
+    show(store, as_json=as_json, watch=watch)
 
 
 @cli.command()

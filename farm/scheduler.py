@@ -15,13 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import ray
-from tqdm import tqdm
 
 from cluster.group import GroupError, GroupFailed, WorkerGroup
 from cluster.task import SceneRef, TileTask
 from farm.errors import FarmError
 from farm.folding import Folds
 from farm.planner import Task, plan
+from farm.progress import RunProgress
 
 __all__ = ["run_job", "JobFailed", "Cancelled", "Dispatch"]
 
@@ -61,14 +61,14 @@ def _remote_error(exc):
 class _JobRun:
     """One run of ``run_job``: the groups, the queue of a plan's tasks, retries and writes to the store."""
 
-    def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
+    def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
                  task_timeout_s):
         self.spec, self.store, self.shapes = spec, store, shapes
         self.init_timeout_s, self.task_timeout_s = init_timeout_s, task_timeout_s
         self.slowest = 0.0  # seconds of the slowest task that counted
         self.fenced = 0     # answers dropped because their dispatch had been given up on
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
-        self.show_progress, self.log = show_progress, log
+        self.progress, self.log = progress, log
         self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
         self.queue = collections.deque()           # tasks to send, first first
         self.parked = collections.defaultdict(list)  # tile -> tasks past its window, in chunk order
@@ -115,20 +115,24 @@ class _JobRun:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self):
-        spec, store = self.spec, self.store
+        spec, store, progress = self.spec, self.store, self.progress
         store.clear_cancel()  # a cancel was meant for an earlier run
         records, damaged = self.verify_store()
         if damaged:
             self.log(f"{damaged} stored tile(s) did not read back intact: rendering them again")
         job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels)
+        progress.start(job, spec.n_frames)
         if not job.todo:
-            store.write_progress(state="done", done_units=job.total_units, total_units=job.total_units)
+            progress.phase("finishing")
+            progress.finish()
             return job
-        groups = self.start_groups()
-        self.folds = Folds(store, records, spec.spp)
-        self.queue = collections.deque(job.todo)
-        progress = _Progress(self, job)
+        groups = []
         try:
+            progress.phase("forming groups")
+            groups = self.start_groups()
+            self.folds = Folds(store, records, spec.spp)
+            self.queue = collections.deque(job.todo)
+            progress.phase("compiling")  # until the first task comes back: the groups' first tasks compile
             while self.queue or self.inflight or self.parked:
                 self.dispatch(groups)
                 if not self.inflight:
@@ -136,18 +140,24 @@ class _JobRun:
                 ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
                 self.give_up_on_stragglers()
                 for ref in ready:
-                    self.collect(self.inflight.pop(ref), groups, progress)
-                progress.note(final=not (self.queue or self.inflight or self.parked))
-            progress.finish()
+                    self.collect(self.inflight.pop(ref), groups)
+                if progress.note() and store.cancel_requested():
+                    raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
+            progress.phase("finishing")
             self.compiles = _sum_stats(group.compile_stats() for group in groups)
+            self.teardown(groups)
+            progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            progress.fail(e)
+            progress.fail(e, {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), "interrupted"))
             raise
         finally:
-            progress.close()
-            for group in groups:
-                group.teardown()
+            self.teardown(groups)
+
+    def teardown(self, groups):
+        for group in groups:
+            group.teardown()
+        groups.clear()
 
     def dispatch(self, groups):
         """Fill every group up to ``_DEPTH`` dispatches: the next task is already queued in the
@@ -171,7 +181,7 @@ class _JobRun:
             self.parked[task.line].append(task)
         return None
 
-    def collect(self, d, groups, progress):
+    def collect(self, d, groups):
         """A finished dispatch: a result folded in, a failure retried (its group rebuilt)."""
         self.load[d.group] -= 1
         # Only the task's live dispatch counts, failed or not. A whole answer counts even from
@@ -202,7 +212,7 @@ class _JobRun:
         self.slowest = max(self.slowest, time.monotonic() - d.started)
         if self.folds.accept(d.task, value, weight):
             self.queue.extendleft(reversed(self.parked.pop(d.task.line, [])))
-        progress.done(d.task)
+        self.progress.done(self.units(d.task), d.task.key[0])
 
     def task_timeout(self):
         """How long a dispatch may run before it is given up on: the fixed timeout, or ten times
@@ -275,7 +285,7 @@ def _sum_stats(stats):
 
 
 def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print, init_timeout_s=60,
-            task_timeout_s=None):
+            task_timeout_s=None, progress=None):
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
@@ -283,62 +293,18 @@ def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=T
     elsewhere. Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
     the groups' XLA programs, how many came from the persistent compilation cache).
     """
-    runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
+    own = progress is None
+    progress = RunProgress(store, show_progress) if own else progress
+    runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
                      task_timeout_s)
-    plan = runner.run()
+    try:
+        plan = runner.run()
+    finally:
+        if own:
+            progress.close()
     if runner.compiles:
         c = runner.compiles
         log(f"XLA: {c['programs']} program(s), {c['compiled']} compiled and {c['cache_hits']} loaded from "
             f"the compilation cache, in {c['seconds']:.1f} s")
     return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest,
                                             "compile": runner.compiles})
-
-
-class _Progress:
-    """A run's progress: the bar, and the notes in the store that `farm status` reads (every
-    2 s, when the cancel node is checked too)."""
-
-    def __init__(self, run, job):
-        self.run, self.job, self.spec, self.store = run, job, run.spec, run.store
-        self.done_units = job.done_units
-        self.frames_left = collections.Counter(t.key[0] for t in job.todo)
-        self.t_start, self.last = time.monotonic(), 0.0
-        self.bar = tqdm(total=job.total_units, initial=job.done_units, unit="px-sample", unit_scale=True,
-                        desc="rendering", disable=not run.show_progress, dynamic_ncols=True)
-
-    def done(self, task):
-        units = self.run.units(task)
-        self.done_units += units
-        self.bar.update(units)
-        self.frames_left[task.key[0]] -= 1
-
-    def rate(self):
-        return (self.done_units - self.job.done_units) / max(time.monotonic() - self.t_start, 1e-9)
-
-    def note(self, final):
-        now = time.monotonic()
-        if now - self.last <= 2.0 and not final:
-            return
-        self.last = now
-        n = self.spec.n_frames
-        frames_done = n - sum(1 for v in self.frames_left.values() if v > 0)
-        rate = self.rate()
-        eta = (self.job.total_units - self.done_units) / rate if rate > 0 else None
-        self.bar.set_postfix_str(f"frames {frames_done}/{n}")
-        self.store.write_progress(state="running", done_units=self.done_units, total_units=self.job.total_units,
-                                  frames_done=frames_done, n_frames=n, rate=rate, eta_s=eta)
-        if self.store.cancel_requested():
-            raise Cancelled(f"cancelled; `farm resume {self.store.url}` goes on from here")
-
-    def finish(self):
-        n = self.spec.n_frames
-        self.store.write_progress(state="done", done_units=self.done_units, total_units=self.job.total_units,
-                                  frames_done=n, n_frames=n, rate=self.rate(), eta_s=0)
-
-    def fail(self, error):
-        state = {JobFailed: "failed", Cancelled: "cancelled"}.get(type(error), "interrupted")
-        self.store.write_progress(state=state, error=str(error), done_units=self.done_units,
-                                  total_units=self.job.total_units)
-
-    def close(self):
-        self.bar.close()

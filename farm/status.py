@@ -1,0 +1,94 @@
+"""What ``farm status`` shows of a job: lines for a person, or one JSON object (the one ``farm
+serve`` answers at ``/api/jobs/STORE``: ``farm.monitor.JobSummary``), once, or again every
+``WATCH_S`` seconds until the job is no longer running (``--watch``; Ctrl-C stops it).
+
+Samples count as done only where the store's data passes its CRC (the whole store is read, as
+``farm resume`` reads it); the state, phase, rate and ETA come from the last run's progress notes
+(``farm.progress``).
+"""
+import json
+import sys
+import time
+
+import click
+
+from farm.job import open_store
+from farm.lease import holder
+from farm.monitor import summary_of
+from farm.store import StoreError, progress_number
+
+__all__ = ["show", "WATCH_S"]
+
+WATCH_S = 2.0  # seconds between two looks with --watch (the driver notes its progress as often)
+
+
+def show(store, as_json=False, watch=False, interval=WATCH_S):
+    """Print the job at ``store`` (a path or URL); with ``watch``, again every ``interval``
+    seconds while it runs. Returns the last ``JobSummary`` (None if Ctrl-C stopped the watch)."""
+    try:
+        while True:
+            summary = _show_once(store, as_json, clear=watch and not as_json and sys.stdout.isatty())
+            if not watch or summary.state != "running":
+                return summary
+            time.sleep(interval)
+            if not as_json:
+                click.echo()
+    except KeyboardInterrupt:  # how a watch is stopped: not an error
+        return None
+
+
+def _show_once(store, as_json, clear):
+    spec, fs = open_store(store)
+    summary = summary_of(store, spec, fs, verify=True)
+    if summary.state == "damaged":
+        raise StoreError(summary.error)
+    if as_json:
+        click.echo(json.dumps(summary.to_json(frames=True), allow_nan=False))
+        return summary
+    lines = _lines(store, spec, fs, summary)
+    if clear:
+        click.clear()
+    click.echo("\n".join(lines))
+    return summary
+
+
+def _lines(store, spec, fs, s):
+    """The lines of ``farm status`` for the job ``spec`` in ``fs``, summarized as ``s``."""
+    lines = [f"store:   {store}", f"scene:   {spec.scene}",
+             f"frames:  {spec.frames[0]}-{spec.frames[1]} ({s.frames_done}/{s.frames} finished)",
+             f"film:    {fs.width}x{fs.height}, {spec.spp} spp, tile {spec.tile}, pass {spec.pass_size}, "
+             f"chunk {spec.chunk_passes} passes",
+             f"samples: {100 * s.samples_done / s.samples_total:.1f}% done"]
+    if s.damaged_tasks:
+        frames = s.damaged_frames
+        shown = ", ".join(map(str, frames[:10])) + (", ..." if len(frames) > 10 else "")
+        lines.append(f"damaged: {s.damaged_tasks} tile(s) whose recorded data does not read back (frames {shown}); "
+                     f"`farm resume {store}` renders them again")
+    line = _last_run(fs.progress(), s)
+    if line:
+        lines.append(line)
+    driver = holder(fs.group)
+    lines.append("driver:  " + ("none yet" if driver is None else "unknown (its lease does not read)"
+                                if driver is False else driver.describe(time.time())))
+    lines += [f"  frame {f.frame}: {100 * f.done:.0f}% ({f.spp:.1f} spp)" for f in s.per_frame if 0 < f.done < 1]
+    return lines
+
+
+def _last_run(notes, s):
+    """The status line of the last run's progress notes (None before any run); any field may be
+    missing or of the wrong type (they are notes, not the job)."""
+    if notes is None:
+        return "last run: unknown (its progress notes do not read back; the next run writes them again)"
+    if not notes:
+        return None
+    state, updated = str(notes.get("state", "?")), progress_number(notes, "updated")
+    line = f"last run: {state}" + (f", {s.phase}" if s.phase else "")
+    if updated is not None:
+        line += f" ({time.time() - updated:.0f} s ago)"
+    if s.rate:
+        line += f", {s.rate / 1e6:.2f} M pixel-samples/s"
+    if s.eta_s is not None:
+        line += f", ETA {s.eta_s:.0f} s"
+    if notes.get("error"):
+        line += f"; {notes['error']}"
+    return line
