@@ -119,7 +119,7 @@ class RunProgress:
         rate, eta = self.throughput.rate(), self.throughput.eta(self.total_units - self.done_units, now)
         shown = [f"frames {self.frames_done()}/{self.n_frames}"] if self.n_frames else []
         if rate:
-            shown.append(f"{rate / 1e6:.2f}M px-sample/s")
+            shown.append(f"{tqdm.format_sizeof(rate)}px-sample/s")
         if eta is not None:
             shown.append(f"ETA {_clock(eta)}")
         self.bar.set_postfix_str(", ".join(shown))

@@ -12,6 +12,7 @@ import pytest
 
 from farm import status as farm_status
 from farm.job import frame_status, open_store
+from farm.web import make_app
 from farm.progress import MIN_TASKS, NOTE_EVERY_S, PHASES, RunProgress, Throughput
 from tests.helpers.farm_cases import ORBIT, ROOT, farm_cli, farm_main, filled_store
 from tests.helpers.hang_guard import hang_guard
@@ -131,6 +132,16 @@ def test_status_json_is_what_the_store_holds(tmp_path):
     assert [f["state"] for f in job["per_frame"]] == ["done", "waiting", "rendering"]
     text = farm_main("status", fs.url)[1]
     assert "last run: running, rendering (" in text and "  frame 2: " in text
+    # The web monitor answers the same (it reads records without their CRCs: none is damaged here).
+    web = make_app(str(tmp_path)).test_client()
+    served = web.get("/api/jobs/job.zarr").get_json()
+    assert served["store"] == "job.zarr" and served["eta_s"] <= job["eta_s"]
+    for answer in (served, job):  # (ETAs count down between the two looks)
+        del answer["store"], answer["eta_s"]
+        for frame in answer["per_frame"]:
+            del frame["eta_s"]
+    assert served == job
+    assert b"running: rendering" in web.get("/jobs/job.zarr").data and b"running: rendering" in web.get("/").data
 
 
 def test_watch_stops_when_the_job_is_not_running_and_on_ctrl_c(tmp_path, monkeypatch):
