@@ -8,7 +8,6 @@ import hashlib
 import os
 import re
 import sys
-import time
 import traceback
 
 import click
@@ -102,12 +101,13 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm import job, registry, session
     from farm.scene_check import check_scene
     from farm.spec import parse_frame_list
+    from farm.status import spp_text
     job.check_params(spec)
     check_scene(spec)
     spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
     registry.record(store.url)
     try:
-        click.echo(f"{spec.n_frames} frame(s) x {_spp_text(spec, store)} at {store.width}x{store.height} -> {store.url}",
+        click.echo(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> {store.url}",
                    err=True)
         session.run(spec, store, address=address, show_progress=not no_progress,
                     log=lambda m: click.echo(m, err=True))
@@ -116,14 +116,6 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     finally:
         store.lease.release()
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
-
-
-def _spp_text(spec, store):
-    """'64 spp', or with a noise target what a tile gets: 'noise 0.05: 256 to 4096 spp a tile'."""
-    if spec.noise is None:
-        return f"{spec.spp} spp"
-    from farm.adaptive import Shot
-    return f"noise {spec.noise:g}: {Shot(spec, store).least} to {spec.spp} spp a tile"
 
 
 def _redo_option(f):
@@ -195,72 +187,16 @@ def resume(store, redo, address, no_progress, groups, hosts_per_group, devices_p
 
 @cli.command()
 @click.argument("store")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: the job and, per frame, its spp and noise.")
-def status(store, as_json):
-    """Show STORE's job: frames, samples done (tasks that do not read back count as not done), rate, ETA,
-    the driver that holds it, and each frame's samples per pixel and estimated noise."""
-    from farm.adaptive import shot_noise
-    from farm.job import frame_status, open_store
-    from farm.lease import holder
-    spec, fs = open_store(store)
-    records, damaged = fs.verified_records()
-    done = frame_status(fs, spec, records)
-    noise = shot_noise(fs, spec, records)
-    if as_json:
-        _status_json(store, spec, done, noise, damaged)
-        return
-    finished = sum(1 for d in done if d >= 1.0)
-    click.echo(f"store:   {store}")
-    click.echo(f"scene:   {spec.scene}")
-    click.echo(f"frames:  {spec.frames[0]}-{spec.frames[1]} ({finished}/{len(done)} finished)")
-    click.echo(f"film:    {fs.width}x{fs.height}, {_spp_text(spec, fs)}, tile {spec.tile}, pass {spec.pass_size}, "
-               f"chunk {spec.chunk_passes} passes")
-    click.echo(f"samples: {100 * sum(done) / len(done):.1f}% done")
-    if damaged:
-        frames = sorted({spec.frames[0] + key[0] for key in damaged})
-        shown = ", ".join(map(str, frames[:10])) + (", ..." if len(frames) > 10 else "")
-        click.echo(f"damaged: {len(damaged)} tile(s) whose recorded data does not read back (frames {shown}); "
-                   f"`farm resume {store}` renders them again")
-    line = _last_run(fs.progress())
-    if line:
-        click.echo(line)
-    driver = holder(fs.group)
-    click.echo("driver:  " + ("none yet" if driver is None else "unknown (its lease does not read)" if driver is False
-                              else driver.describe(time.time())))
-    for fn, d in zip(noise, done):
-        estimate = "-" if fn.noise is None else f"{fn.noise:.4f}"
-        click.echo(f"  frame {fn.frame}: {fn.spp:.1f} spp, noise {estimate}" + (f" ({100 * d:.0f}%)" if d < 1 else ""))
-
-
-def _status_json(store, spec, done, noise, damaged):
-    """`farm status --json`: the job, and per frame its mean spp and estimated noise (farm.adaptive)."""
-    import json
-    click.echo(json.dumps({
-        "store": store, "scene": spec.scene, "frames": list(spec.frames), "spp": spec.spp, "noise_target": spec.noise,
-        "frames_finished": sum(1 for d in done if d >= 1.0), "damaged_tiles": len(damaged),
-        "per_frame": [{"frame": fn.frame, "spp": fn.spp, "noise": fn.noise} for fn in noise]}))
-
-
-def _last_run(progress):
-    """The status line of the last run's progress notes (None before any run); any field may be
-    missing or of the wrong type (they are notes, not the job)."""
-    if progress is None:
-        return "last run: unknown (its progress notes do not read back; the next run writes them again)"
-    if not progress:
-        return None
-    from farm.store import progress_number
-
-    def number(key):
-        return progress_number(progress, key)
-    state, updated, rate, eta = str(progress.get("state", "?")), number("updated"), number("rate"), number("eta_s")
-    line = f"last run: {state}" + (f" ({time.time() - updated:.0f} s ago)" if updated is not None else "")
-    if rate:
-        line += f", {rate / 1e6:.2f} M pixel-samples/s"
-    if state == "running" and eta is not None:
-        line += f", ETA {eta:.0f} s"
-    if progress.get("error"):
-        line += f"; {progress['error']}"
-    return line
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: the job (state, phase, frames, samples, rate, eta_s, error) with per_frame.")
+@click.option("--watch", is_flag=True,
+              help="Show it again every 2 s until the job is no longer running (Ctrl-C stops); with --json, "
+                   "one object a line.")
+def status(store, as_json, watch):
+    """Show STORE's job: frames, samples done (tasks that do not read back count as not done), the
+    last run's state and phase, rate and ETA (from its steady state), and the driver that holds it."""
+    from farm.status import show
+    show(store, as_json=as_json, watch=watch)
 
 
 @cli.command()

@@ -30,8 +30,8 @@ from farm.job import frame_status, open_store
 from farm.store import FIELDS, FOLDED, TAIL_PASSES, FrameStore, StoreError, error_line, progress_number
 from tracer.reduction import resolve
 
-__all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "preview",
-           "STALE_S", "NO_SAMPLES"]
+__all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "summary_of",
+           "preview", "STALE_S", "NO_SAMPLES"]
 
 STALE_S = 120.0  # seconds without progress notes after which a running job is called stalled
 LINK_CHECK_S = 2.0  # seconds a store's walk for links out of the root is taken as still true
@@ -41,7 +41,7 @@ LINK_CHECK_S = 2.0  # seconds a store's walk for links out of the root is taken 
 class FrameProgress:
     frame: int              # frame number
     done: float             # fraction of the frame's pixel samples recorded, 0 to 1
-    spp_done: float         # samples per pixel recorded, on average over the film
+    spp: float              # samples per pixel recorded, on average over the film
     noise: float | None     # its estimated noise (farm.adaptive.frame_noise; None below two chunks a tile)
     state: str              # done; while its job runs: rendering, waiting; else: partial, empty
     eta_s: float | None     # seconds until it is done at the run's rate (frames render in order)
@@ -51,6 +51,7 @@ class FrameProgress:
 class JobSummary:
     store: str              # as asked for: the path relative to the root, or a URL
     state: str              # new, running, stalled, done, incomplete, failed, cancelled, interrupted, damaged
+    phase: str | None = None          # while it runs: one of farm.progress.PHASES
     error: str | None = None          # the last run's error, or why the store does not read
     scene: str | None = None
     first_frame: int | None = None
@@ -62,17 +63,19 @@ class JobSummary:
     height: int | None = None
     samples_done: int | None = None   # pixel samples recorded, all frames
     samples_total: int | None = None  # pixel samples of the whole job
-    rate: float | None = None         # pixel samples per second of the last run
-    eta_s: float | None = None        # seconds left, while it runs
+    rate: float | None = None         # pixel samples per second of the last run, in its steady state
+    eta_s: float | None = None        # seconds left, while it runs (None until the rate is known)
     updated: float | None = None      # Unix time of the last run's last progress note
-    damaged_tasks: int = 0            # records that do not decode
-    frame_list: tuple = ()            # FrameProgress per frame
+    damaged_tasks: int = 0            # records that do not decode (or, verified, tiles that do not read back)
+    damaged_frames: tuple = ()        # the frame numbers of those
+    per_frame: tuple = ()             # FrameProgress per frame
 
     def to_json(self, frames=False):
+        """A dict for JSON (``farm status --json``, ``farm serve``'s API); ``per_frame`` with ``frames``."""
         out = dataclasses.asdict(self)
-        out.pop("frame_list")
+        out.pop("per_frame")
         if frames:
-            out["frame_list"] = [dataclasses.asdict(p) for p in self.frame_list]
+            out["per_frame"] = [dataclasses.asdict(p) for p in self.per_frame]
         return out
 
 
@@ -160,12 +163,14 @@ def summarize(root, store, now=None):
     return _summarize(store, lambda: _open(root, store), now, hide=os.path.realpath(root) + os.sep)
 
 
-def summarize_url(url, now=None):
-    """The ``JobSummary`` of the store at ``url`` (any path or URL ``farm status`` takes)."""
-    return _summarize(url, lambda: open_store(url, mode="r"), now)
+def summarize_url(url, now=None, verify=False):
+    """The ``JobSummary`` of the store at ``url`` (any path or URL ``farm status`` takes). With
+    ``verify``, what is done counts only tiles whose data passes its CRC (the whole store is read;
+    ``damaged_tasks``: tiles that do not read back), as ``farm resume`` would count it."""
+    return _summarize(url, lambda: open_store(url, mode="r"), now, verify=verify)
 
 
-def _summarize(name, opener, now, hide=None):
+def _summarize(name, opener, now, hide=None, verify=False):
     try:
         spec, fs = opener()
     except FarmError as e:
@@ -173,13 +178,19 @@ def _summarize(name, opener, now, hide=None):
     except Exception as e:  # a store no check foresaw: still one job shown damaged, not a broken page
         error = f"{name}: does not read ({error_line(e)})"
     else:
-        return _summary(name, spec, fs, time.time() if now is None else now)
+        return _summary(name, spec, fs, time.time() if now is None else now, verify)
     return JobSummary(store=name, state="damaged", error=error.replace(hide, "") if hide else error)
 
 
-def _summary(name, spec, fs, now):
+def summary_of(name, spec, fs, now=None, verify=False):
+    """The ``JobSummary`` of an open store (``open_store``'s pair), named ``name``; ``verify``: as
+    ``summarize_url``'s."""
+    return _summary(name, spec, fs, time.time() if now is None else now, verify)
+
+
+def _summary(name, spec, fs, now, verify=False):
     try:
-        records, bad = fs.read_records()
+        records, bad = fs.verified_records() if verify else fs.read_records()
         done = frame_status(fs, spec, records)
         noise = shot_noise(fs, spec, records)
         totals = Shot(spec, fs).frame_totals(records)  # with a noise target: as its tiles are decided so far
@@ -191,13 +202,18 @@ def _summary(name, spec, fs, now):
     state = _state(notes, finished == len(done), any(d > 0 for d in done), now)
     rate = progress_number(notes, "rate")
     running = state == "running"
+    phase = notes.get("phase") if running and isinstance(notes.get("phase"), str) else None
+    updated, eta = progress_number(notes, "updated"), progress_number(notes, "eta_s")
+    if running and eta is not None and updated is not None:
+        eta = max(0.0, eta - max(0.0, now - updated))  # counted down from when it was noted
     return JobSummary(
-        store=name, state=state, error=str(notes["error"]) if notes.get("error") else None, scene=spec.scene,
-        first_frame=spec.frames[0], frames=spec.n_frames, frames_done=finished, spp=spec.spp, noise_target=spec.noise,
-        width=fs.width, height=fs.height, samples_done=round(sum(d * t for d, t in zip(done, totals))),
-        samples_total=sum(totals), rate=rate, eta_s=progress_number(notes, "eta_s") if running else None,
-        updated=progress_number(notes, "updated"),
-        damaged_tasks=len(bad), frame_list=_frames(done, noise, totals, rate if running else None, running))
+        store=name, state=state, phase=phase, error=str(notes["error"]) if notes.get("error") else None,
+        scene=spec.scene, first_frame=spec.frames[0], frames=spec.n_frames, frames_done=finished, spp=spec.spp,
+        noise_target=spec.noise, width=fs.width, height=fs.height,
+        samples_done=round(sum(d * t for d, t in zip(done, totals))), samples_total=sum(totals), rate=rate,
+        eta_s=eta if running else None, updated=updated,
+        damaged_tasks=len(bad), damaged_frames=tuple(sorted({spec.frames[0] + int(key[0]) for key in bad})),
+        per_frame=_frames(done, noise, totals, eta if running else None, running))
 
 
 def _state(notes, finished, started, now):
@@ -212,8 +228,10 @@ def _state(notes, finished, started, now):
     return "incomplete" if started or last == "done" else "new"
 
 
-def _frames(done, noise, totals, rate, running):
-    out, left = [], 0.0
+def _frames(done, noise, totals, eta, running):
+    """FrameProgress per frame; ``eta``: the job's, shared out by what each frame and those before
+    it have left (frames render in order); ``totals``: each frame's pixel samples to do."""
+    out, left, total_left = [], 0.0, sum((1.0 - d) * t for d, t in zip(done, totals))
     for d, n, total in zip(done, noise, totals):
         left += (1.0 - d) * total
         if d >= 1.0:
@@ -222,8 +240,8 @@ def _frames(done, noise, totals, rate, running):
             state = "rendering" if d > 0 else "waiting"
         else:
             state = "partial" if d > 0 else "empty"
-        eta = left / rate if rate and d < 1.0 else None
-        out.append(FrameProgress(frame=n.frame, done=d, spp_done=n.spp, noise=n.noise, state=state, eta_s=eta))
+        frame_eta = eta * left / total_left if eta is not None and d < 1.0 and total_left > 0 else None
+        out.append(FrameProgress(frame=n.frame, done=d, spp=n.spp, noise=n.noise, state=state, eta_s=frame_eta))
     return tuple(out)
 
 

@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import ray
-from tqdm import tqdm
 
 from cluster.group import GroupError, GroupFailed, WorkerGroup
 from cluster.task import SceneRef, TileTask
@@ -26,6 +25,7 @@ from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
 from farm.planner import Task, plan
+from farm.progress import RunProgress
 from farm.results import Commits, shared_root
 
 __all__ = ["run_job", "JobFailed", "Cancelled", "Dispatch"]
@@ -67,14 +67,14 @@ def _remote_error(exc):
 class _JobRun:
     """One run of ``run_job``: the groups, the queue of a plan's tasks, retries and writes to the store."""
 
-    def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
+    def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
                  task_timeout_s, make_group=WorkerGroup):
         self.spec, self.store, self.shapes, self.make_group = spec, store, shapes, make_group
         self.init_timeout_s, self.task_timeout_s = init_timeout_s, task_timeout_s
         self.slowest = 0.0  # seconds of the slowest task that counted
         self.fenced = 0     # answers dropped because their dispatch had been given up on
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
-        self.show_progress, self.log = show_progress, log
+        self.progress, self.log = progress, log
         self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
         self.queue = collections.deque()           # tasks to send, first first
         self.parked = collections.defaultdict(list)  # tile -> tasks past its window, in chunk order
@@ -123,22 +123,26 @@ class _JobRun:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self):
-        spec, store = self.spec, self.store
+        spec, store, progress = self.spec, self.store, self.progress
         store.clear_cancel()  # a cancel was meant for an earlier run
         records, damaged = self.verify_store()
         if damaged:
             self.log(f"{damaged} stored tile(s) did not read back intact: rendering them again")
         self.shot = Shot(spec, store)  # a noise target's decisions (farm.adaptive)
         job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, self.shot.tile_spp(records))
+        progress.start(job, spec.n_frames)
         if not job.todo:
-            store.write_progress(state="done", done_units=job.total_units, total_units=job.total_units)
+            progress.phase("finishing")
+            progress.finish()
             return job
-        groups = self.start_groups()
-        root = shared_root(store)
-        self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
-        self.queue = collections.deque(job.todo)
-        progress = _Progress(self, job)
+        groups = []
         try:
+            progress.phase("forming groups")
+            groups = self.start_groups()
+            root = shared_root(store)
+            self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
+            self.queue = collections.deque(job.todo)
+            progress.phase("compiling")  # until the first task comes back: the groups' first tasks compile
             while self.queue or self.inflight or self.parked:
                 self.dispatch(groups)
                 if not self.inflight:
@@ -148,21 +152,27 @@ class _JobRun:
                     ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
                 self.give_up_on_stragglers()
                 for ref in ready:
-                    self.collect(self.inflight.pop(ref), groups, progress)
-                self.commit(progress)
-                progress.note(final=not (self.queue or self.inflight or self.parked))
-            progress.finish()
+                    self.collect(self.inflight.pop(ref), groups)
+                self.commit()
+                if progress.note() and store.cancel_requested():
+                    raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
+            progress.phase("finishing")
             self.compiles = _sum_stats(group.compile_stats() for group in groups)
+            self.teardown(groups)
+            progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            progress.fail(e)
+            progress.fail(e, {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), "interrupted"))
             raise
         finally:
-            progress.close()
-            for group in groups:
-                group.teardown()
+            self.teardown(groups)
             if isinstance(self.folds, Commits):
                 self.folds.close()
+
+    def teardown(self, groups):
+        for group in groups:
+            group.teardown()
+        groups.clear()
 
     def dispatch(self, groups):
         """Fill every group up to ``_DEPTH`` dispatches: the next task is already queued in the
@@ -187,7 +197,7 @@ class _JobRun:
             self.parked[task.line].append(task)
         return None
 
-    def collect(self, d, groups, progress):
+    def collect(self, d, groups):
         """A finished dispatch: a result folded in, a failure retried (its group rebuilt)."""
         self.load[d.group] -= 1
         # Only the task's live dispatch counts, failed or not. A whole answer counts even from
@@ -221,20 +231,20 @@ class _JobRun:
         if d.slot is not None:
             self.folds.accept(d.task, d.slot, answer[0])
         elif self.folds.accept(d.task, *answer[:2]):
-            self.unpark(d.task.line, progress)
-        progress.done(d.task)
+            self.unpark(d.task.line)
+        self.progress.done(self.units(d.task), d.task.key[0])
 
-    def commit(self, progress):
+    def commit(self):
         """Commit the answers collected (workers wrote their data); their tiles' next chunks may go."""
         if isinstance(self.folds, Commits):
             for line in self.folds.flush():
-                self.unpark(line, progress)
+                self.unpark(line)
 
-    def unpark(self, line, progress):
+    def unpark(self, line):
         """The tile at ``line`` has folded a chunk: its parked chunks may go, and a noise target
         may ask for more (decided from the committed record alone)."""
         more = self.shot.more(line, self.folds.records[line])
-        progress.grow(more)
+        self.progress.grow(sum(self.units(t) for t in more), [t.key[0] for t in more])
         self.queue.extendleft(reversed(self.parked.pop(line, []) + more))
 
     def task_timeout(self):
@@ -308,7 +318,7 @@ def _sum_stats(stats):
 
 
 def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print, init_timeout_s=60,
-            task_timeout_s=None, make_group=WorkerGroup):
+            task_timeout_s=None, make_group=WorkerGroup, progress=None):
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
@@ -317,69 +327,18 @@ def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=T
     simulated groups of ``cluster.simulated`` for benchmarks and fault tests). Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
     the groups' XLA programs, how many came from the persistent compilation cache).
     """
-    runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, show_progress, log, init_timeout_s,
+    own = progress is None
+    progress = RunProgress(store, show_progress) if own else progress
+    runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
                      task_timeout_s, make_group)
-    plan = runner.run()
+    try:
+        plan = runner.run()
+    finally:
+        if own:
+            progress.close()
     if runner.compiles:
         c = runner.compiles
         log(f"XLA: {c['programs']} program(s), {c['compiled']} compiled and {c['cache_hits']} loaded from "
             f"the compilation cache, in {c['seconds']:.1f} s")
     return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest,
                                             "compile": runner.compiles})
-
-
-class _Progress:
-    """A run's progress: the bar, and the notes in the store that `farm status` reads (every
-    2 s, when the cancel node is checked too)."""
-
-    def __init__(self, run, job):
-        self.run, self.job, self.spec, self.store = run, job, run.spec, run.store
-        self.done_units = job.done_units
-        self.frames_left = collections.Counter(t.key[0] for t in job.todo)
-        self.t_start, self.last = time.monotonic(), 0.0
-        self.bar = tqdm(total=job.total_units, initial=job.done_units, unit="px-sample", unit_scale=True,
-                        desc="rendering", disable=not run.show_progress, dynamic_ncols=True)
-
-    def done(self, task):
-        units = self.run.units(task)
-        self.done_units += units
-        self.bar.update(units)
-        self.frames_left[task.key[0]] -= 1
-
-    def grow(self, tasks):
-        """Tasks a noise target added (``farm.adaptive``): more to do."""
-        units = sum(self.run.units(t) for t in tasks)
-        self.job = dataclasses.replace(self.job, total_units=self.job.total_units + units)
-        self.bar.total += units
-        self.frames_left.update(t.key[0] for t in tasks)
-
-    def rate(self):
-        return (self.done_units - self.job.done_units) / max(time.monotonic() - self.t_start, 1e-9)
-
-    def note(self, final):
-        now = time.monotonic()
-        if now - self.last <= 2.0 and not final:
-            return
-        self.last = now
-        n = self.spec.n_frames
-        frames_done = n - sum(1 for v in self.frames_left.values() if v > 0)
-        rate = self.rate()
-        eta = (self.job.total_units - self.done_units) / rate if rate > 0 else None
-        self.bar.set_postfix_str(f"frames {frames_done}/{n}")
-        self.store.write_progress(state="running", done_units=self.done_units, total_units=self.job.total_units,
-                                  frames_done=frames_done, n_frames=n, rate=rate, eta_s=eta)
-        if self.store.cancel_requested():
-            raise Cancelled(f"cancelled; `farm resume {self.store.url}` goes on from here")
-
-    def finish(self):
-        n = self.spec.n_frames
-        self.store.write_progress(state="done", done_units=self.done_units, total_units=self.job.total_units,
-                                  frames_done=n, n_frames=n, rate=self.rate(), eta_s=0)
-
-    def fail(self, error):
-        state = {JobFailed: "failed", Cancelled: "cancelled"}.get(type(error), "interrupted")
-        self.store.write_progress(state=state, error=str(error), done_units=self.done_units,
-                                  total_units=self.job.total_units)
-
-    def close(self):
-        self.bar.close()

@@ -41,8 +41,19 @@ def ray_session(address=None, groups=None):
 
 
 def run(spec, store, address=None, show_progress=True, log=print):
-    """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address``."""
+    """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address``; the
+    run's phases from the start of Ray on are in the store's progress notes (``farm.progress``)."""
+    from farm.progress import RunProgress
     from farm.scheduler import run_job
 
-    with ray_session(address, spec.groups):
-        return run_job(spec, store, group_shapes(spec, address is None), show_progress=show_progress, log=log)
+    progress = RunProgress(store, show_progress)
+    try:
+        progress.phase("starting Ray")
+        with ray_session(address, spec.groups):
+            return run_job(spec, store, group_shapes(spec, address is None), log=log, progress=progress)
+    except BaseException as e:
+        if not progress.ended:  # Ray did not start, or the run stopped outside the scheduler's loop
+            progress.fail_quietly(e)
+        raise
+    finally:
+        progress.close()

@@ -5,7 +5,7 @@ Routes (``<store>``: a store's path relative to the folder, as ``GET /api/jobs``
     GET /                                       the jobs, refreshing itself while one runs
     GET /jobs/<store>                           a job: its frames as thumbnails with progress, refreshing itself
     GET /api/jobs                               JSON: one object per job (``farm.monitor.JobSummary``)
-    GET /api/jobs/<store>                       JSON: the job, with ``frame_list``
+    GET /api/jobs/<store>                       JSON: the job, with ``per_frame`` (as ``farm status --json``)
     GET /api/jobs/<store>/frames/<frame>.png    the frame from the samples done so far (``?max=N``: a thumbnail)
 
 Every store is read through ``farm.monitor``, which opens stores read-only and answers only for
@@ -41,7 +41,7 @@ _LIST = """<!doctype html><html><head><meta charset="utf-8"><title>farm: jobs</t
 <table><tr><th>store</th><th>state</th><th class="num">frames</th><th class="num">samples</th>
 <th class="num">rate</th><th class="num">ETA</th><th>scene, or what is wrong</th></tr>
 {% for j in jobs %}<tr>
-<td><a href="{{ url_for('job_page', store=j.store) }}">{{ j.store }}</a></td><td class="{{ j.state }}">{{ j.state }}</td>
+<td><a href="{{ url_for('job_page', store=j.store) }}">{{ j.store }}</a></td><td class="{{ j.state }}">{{ j.state }}{% if j.phase %}: {{ j.phase }}{% endif %}</td>
 {% if j.state == "damaged" %}<td></td><td></td><td></td><td></td><td class="error">{{ j.error }}</td>
 {% else %}<td class="num">{{ j.frames_done }}/{{ j.frames }}</td>
 <td class="num">{{ pct(j.samples_done, j.samples_total) }} of {{ j.spp }} spp</td>
@@ -53,7 +53,7 @@ _LIST = """<!doctype html><html><head><meta charset="utf-8"><title>farm: jobs</t
 _JOB = """<!doctype html><html><head><meta charset="utf-8"><title>farm: {{ j.store }}</title>
 {% if refresh %}<meta http-equiv="refresh" content="{{ refresh }}">{% endif %}""" + _STYLE + """</head><body>
 <p><a href="{{ url_for('job_list') }}">all jobs</a></p>
-<h1>{{ j.store }} <span class="{{ j.state }}">{{ j.state }}</span></h1>
+<h1>{{ j.store }} <span class="{{ j.state }}">{{ j.state }}{% if j.phase %}: {{ j.phase }}{% endif %}</span></h1>
 {% if j.state == "damaged" %}<p class="error">{{ j.error }}</p>{% else %}
 <table>
 <tr><th>scene</th><td>{{ j.scene }}</td></tr>
@@ -61,7 +61,7 @@ _JOB = """<!doctype html><html><head><meta charset="utf-8"><title>farm: {{ j.sto
 <tr><th>film</th><td>{{ j.width }}x{{ j.height }}, {% if j.noise_target is not none %}noise target {{ j.noise_target }},
 up to {% endif %}{{ j.spp }} spp</td></tr>
 <tr><th>samples</th><td>{{ pct(j.samples_done, j.samples_total) }} ({{ j.samples_done }} of {{ j.samples_total }} pixel samples)</td></tr>
-<tr><th>rate</th><td>{{ rate(j.rate) }} (the last run's)</td></tr>
+<tr><th>rate</th><td>{{ rate(j.rate) }} (the last run's, in its steady state)</td></tr>
 <tr><th>ETA</th><td>{{ clock(j.eta_s) }}</td></tr>
 <tr><th>last note</th><td>{{ ago(j.updated) }}</td></tr>
 {% if j.error %}<tr><th>last error</th><td class="error">{{ j.error }}</td></tr>{% endif %}
@@ -69,11 +69,11 @@ up to {% endif %}{{ j.spp }} spp</td></tr>
 `farm resume` renders them again</td></tr>{% endif %}
 </table>
 <p><progress max="{{ j.samples_total }}" value="{{ j.samples_done }}"></progress></p>
-<div class="grid">{% for f in j.frame_list %}<figure>
+<div class="grid">{% for f in j.per_frame %}<figure>
 <a href="{{ url_for('frame_png', store=j.store, frame=f.frame) }}"><img alt="frame {{ f.frame }}"
  src="{{ url_for('frame_png', store=j.store, frame=f.frame, max=thumb) }}"></a>
 <figcaption>frame {{ f.frame }}: <span class="{{ f.state }}">{{ f.state }}</span><br>
-{{ "%.1f" | format(f.spp_done) }}/{{ j.spp }} spp, noise {{ noise(f.noise) }}{% if f.eta_s is not none %}, ETA {{ clock(f.eta_s) }}{% endif %}
+{{ "%.1f" | format(f.spp) }}/{{ j.spp }} spp, noise {{ noise(f.noise) }}{% if f.eta_s is not none %}, ETA {{ clock(f.eta_s) }}{% endif %}
 <progress max="1" value="{{ f.done }}"></progress></figcaption></figure>{% endfor %}</div>
 {% endif %}</body></html>"""
 

@@ -105,7 +105,7 @@ def test_a_render_seen_through_the_monitor_as_samples_arrive(local_ray, tmp_path
         final = get_json(port, "/api/jobs/shots/orbit.zarr")
         assert (final["state"], final["frames_done"], final["eta_s"]) == ("done", 2, None)
         assert final["samples_done"] == final["samples_total"] == 2 * 40 * 30 * 4
-        assert [(f["frame"], f["state"], f["spp_done"]) for f in final["frame_list"]] == [(0, "done", 4.0),
+        assert [(f["frame"], f["state"], f["spp"]) for f in final["per_frame"]] == [(0, "done", 4.0),
                                                                                          (1, "done", 4.0)]
         after = pixels(get(port, "/api/jobs/shots/orbit.zarr/frames/0.png")[2])
         assert not is_checker(after)

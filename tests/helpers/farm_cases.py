@@ -4,9 +4,12 @@ frames a store exports, stores filled without rendering, and the ``farm`` comman
 subprocess or in this process."""
 import contextlib
 import io
+import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -89,3 +92,24 @@ def store_files(store):
     """{path relative to the store: bytes} of every file of a local store (to show it unchanged)."""
     root = pathlib.Path(store)
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def stop_when_rendered(proc, store, tiles=1, timeout=300):
+    """Stop the driver ``proc`` (a ``farm render`` subprocess; SIGSTOP) once the store at
+    ``store`` holds samples of ``tiles`` tiles; returns (tiles with samples, tiles) as they are
+    with the driver stopped. The store is read only while the driver is stopped, and the driver
+    runs 20 ms between two looks: the driver is the store's only writer, so what is read stays
+    true until it continues, and it cannot finish a job of more than a few tiles between two looks
+    however fast its workers are (a warm compilation cache, a fast machine)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            done, total = tiles_done(store)
+        except Exception:  # not made yet, or half made
+            done = total = 0
+        if done >= tiles:
+            return done, total
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError(f"the job ended (exit {proc.poll()}) or took {timeout} s before {tiles} tile(s) were rendered")

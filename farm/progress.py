@@ -1,0 +1,161 @@
+"""A run's progress as its user sees it: the phase it is in, the steady-state rate and ETA, the
+bar, and the notes in the store that ``farm status`` and ``farm serve`` read from other processes.
+
+Phases, in order (``PHASES``): ``starting Ray`` (the session), ``forming groups`` (worker
+processes, JAX, ``jax.distributed``), ``compiling`` (until the first task comes back: a group's
+first tasks wait on XLA), ``rendering``, ``finishing`` (the groups torn down, the last notes
+written). The notes (``FrameStore.write_progress``) hold the phase and when each phase began.
+
+The rate counts only the steady state (``Throughput``): the first task's samples are left out
+(its time is start-up and compilation), and the rate is taken over the tasks finished in the
+last ``WINDOW_S`` seconds. No ETA is given until ``MIN_TASKS`` tasks have come back after the
+first: before that, any figure would be start-up divided by a guess.
+"""
+import collections
+import time
+
+from tqdm import tqdm
+
+from farm.errors import FarmError
+from farm.store import error_line
+
+__all__ = ["PHASES", "Throughput", "RunProgress", "WINDOW_S", "MIN_TASKS", "NOTE_EVERY_S"]
+
+PHASES = ("starting Ray", "forming groups", "compiling", "rendering", "finishing")
+WINDOW_S = 30.0     # seconds of finished tasks the rate is taken over
+MIN_TASKS = 3       # tasks finished after the first before a rate (and an ETA) is given
+NOTE_EVERY_S = 2.0  # seconds between progress notes in the store (and checks for a cancel)
+
+
+class Throughput:
+    """Pixel samples per second in the steady state, and the time left at that rate.
+
+    ``add(units, now)`` for each task that comes back (``now``: its time on any monotonic clock).
+    The first task is the anchor: its units are not counted, since its time is start-up and
+    compilation. The rate is over the tasks of the last ``window_s`` seconds (at least
+    ``min_tasks`` of them), so a slow start is forgotten as the run goes on."""
+
+    def __init__(self, window_s=WINDOW_S, min_tasks=MIN_TASKS):
+        self.window_s, self.min_tasks = window_s, min_tasks
+        self.points = collections.deque()  # (time, units counted up to then), the anchor first
+        self.counted = 0                   # tasks after the anchor
+
+    def add(self, units, now):
+        total = self.points[-1][1] + units if self.points else 0
+        if self.points:
+            self.counted += 1
+        self.points.append((now, total))
+        while len(self.points) > self.min_tasks + 1 and self.points[1][0] <= now - self.window_s:
+            self.points.popleft()
+
+    def rate(self):
+        """Units per second, or None before ``min_tasks`` tasks came back after the first."""
+        if self.counted < self.min_tasks:
+            return None
+        (t0, u0), (t1, u1) = self.points[0], self.points[-1]
+        return (u1 - u0) / (t1 - t0) if t1 > t0 else None
+
+    def eta(self, left, now):
+        """Seconds until ``left`` more units are done (counted from the last task back), or None."""
+        rate = self.rate()
+        if rate is None or rate <= 0:
+            return None
+        return max(0.0, left / rate - (now - self.points[-1][0]))
+
+
+def _clock(seconds):
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class RunProgress:
+    """One run's progress: the bar (``show``) and the store's notes, written at each phase and
+    then every ``NOTE_EVERY_S`` seconds (when a cancel is looked for too)."""
+
+    _BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+    def __init__(self, store, show=True, clock=time.monotonic):
+        self.store, self.clock = store, clock
+        self.phase_name, self.phases = None, {}   # the phase, and when each began (Unix time)
+        self.total_units = self.done_units = 0
+        self.n_frames, self.frames_left = 0, collections.Counter()
+        self.throughput, self.last_note = Throughput(), None
+        self.ended = False  # the run's last notes (done, or how it failed) are written
+        self.bar = tqdm(total=None, unit="px-sample", unit_scale=True, desc="starting", disable=not show,
+                        dynamic_ncols=True, bar_format=self._BAR)
+
+    def start(self, job, n_frames):
+        """The plan is known: ``job`` (``farm.planner.plan``) of ``n_frames`` frames."""
+        self.total_units, self.done_units, self.n_frames = job.total_units, job.done_units, n_frames
+        self.frames_left = collections.Counter(t.key[0] for t in job.todo)
+        self.bar.reset(total=job.total_units)
+        self.bar.update(job.done_units)
+
+    def phase(self, name):
+        """Enter the phase ``name`` (one of ``PHASES``): shown at once, and noted in the store."""
+        self.phase_name = name
+        self.phases[name] = time.time()
+        self.bar.set_description_str(name)
+        self.note(force=True)
+
+    def done(self, units, frame_index):
+        """A task of frame index ``frame_index`` came back with ``units`` pixel samples."""
+        if self.phase_name != "rendering":
+            self.phase("rendering")
+        self.throughput.add(units, self.clock())
+        self.done_units += units
+        self.bar.update(units)
+        self.frames_left[frame_index] -= 1
+
+    def grow(self, units, frame_indexes):
+        """A noise target asked for more (``farm.adaptive``): ``units`` more pixel samples, in
+        tasks of ``frame_indexes``."""
+        self.total_units += units
+        self.bar.total = self.total_units
+        self.frames_left.update(frame_indexes)
+
+    def frames_done(self):
+        return self.n_frames - sum(1 for v in self.frames_left.values() if v > 0)
+
+    def note(self, force=False):
+        """Write the notes if ``NOTE_EVERY_S`` passed (or ``force``); a cancel found then raises."""
+        now = self.clock()
+        if not force and self.last_note is not None and now - self.last_note < NOTE_EVERY_S:
+            return False
+        self.last_note = now
+        rate, eta = self.throughput.rate(), self.throughput.eta(self.total_units - self.done_units, now)
+        shown = [f"frames {self.frames_done()}/{self.n_frames}"] if self.n_frames else []
+        if rate:
+            shown.append(f"{tqdm.format_sizeof(rate)}px-sample/s")
+        if eta is not None:
+            shown.append(f"ETA {_clock(eta)}")
+        self.bar.set_postfix_str(", ".join(shown))
+        self.write("running", rate=rate, eta_s=eta)
+        return True
+
+    def write(self, state, **fields):
+        """The store's notes: ``state`` and this run's phase, samples and frames, and ``fields``."""
+        self.store.write_progress(state=state, phase=self.phase_name, phases=dict(self.phases),
+                                  done_units=self.done_units, total_units=self.total_units,
+                                  frames_done=self.frames_done(), n_frames=self.n_frames, **fields)
+
+    def finish(self):
+        self.ended = True
+        self.write("done", rate=self.throughput.rate(), eta_s=0)
+
+    def fail(self, error, state):
+        self.ended = True
+        self.write(state, error=str(error), rate=self.throughput.rate())
+
+    def fail_quietly(self, error):
+        """``fail`` for an error from outside the render loop; nothing is written where the
+        store refuses it (a lease lost is one such error)."""
+        state = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+        try:
+            message = str(error) if isinstance(error, FarmError) else error_line(error)
+            self.fail(message if state == "failed" else "interrupted", state)
+        except Exception:
+            pass
+
+    def close(self):
+        self.bar.close()

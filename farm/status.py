@@ -1,0 +1,85 @@
+"""What ``farm status`` shows of a job: lines for a person, or one JSON object (the one ``farm
+serve`` answers at ``/api/jobs/STORE``: ``farm.monitor.JobSummary``), once, or again every
+``WATCH_S`` seconds until the job is no longer running (``--watch``; Ctrl-C stops it).
+
+Samples count as done only where the store's data passes its CRC (the whole store is read, as
+``farm resume`` reads it); the state, phase, rate and ETA come from the last run's progress notes
+(``farm.progress``).
+"""
+import json
+import sys
+import time
+
+import click
+
+from farm.job import open_store
+from farm.lease import holder
+from farm.monitor import summary_of
+from farm.store import StoreError, progress_number
+
+__all__ = ["show", "spp_text", "WATCH_S"]
+
+WATCH_S = 2.0  # seconds between two looks with --watch (the driver notes its progress as often)
+
+
+def show(store, as_json=False, watch=False, interval=WATCH_S):
+    """Print the job at ``store`` (a path or URL); with ``watch``, again every ``interval``
+    seconds while it runs. Returns the last ``JobSummary`` (None if Ctrl-C stopped the watch)."""
+    try:
+        while True:
+            summary = _show_once(store, as_json, clear=watch and not as_json and sys.stdout.isatty())
+            if not watch or summary.state != "running":
+                return summary
+            time.sleep(interval)
+            if not as_json:
+                click.echo()
+    except KeyboardInterrupt:  # how a watch is stopped: not an error
+        return None
+
+
+def _show_once(store, as_json, clear):
+    spec, fs = open_store(store)
+    summary = summary_of(store, spec, fs, verify=True)
+    if summary.state == "damaged":
+        raise StoreError(summary.error)
+    if as_json:
+        click.echo(json.dumps(summary.to_json(frames=True), allow_nan=False))
+        return summary
+    lines = _lines(store, spec, fs, summary)
+    if clear:
+        click.clear()
+    click.echo("\n".join(lines))
+    return summary
+
+
+def _lines(store, spec, fs, s):
+    """The lines of ``farm status`` for the job ``spec`` in ``fs``, summarized as ``s``."""
+    lines = [f"store:   {store}", f"scene:   {spec.scene}",
+             f"frames:  {spec.frames[0]}-{spec.frames[1]} ({s.frames_done}/{s.frames} finished)",
+             f"film:    {fs.width}x{fs.height}, {spp_text(spec, fs)}, tile {spec.tile}, pass {spec.pass_size}, "
+             f"chunk {spec.chunk_passes} passes",
+             f"samples: {100 * s.samples_done / s.samples_total:.1f}% done"]
+    if s.damaged_tasks:
+        frames = s.damaged_frames
+        shown = ", ".join(map(str, frames[:10])) + (", ..." if len(frames) > 10 else "")
+        lines.append(f"damaged: {s.damaged_tasks} tile(s) whose recorded data does not read back (frames {shown}); "
+                     f"`farm resume {store}` renders them again")
+    line = _last_run(fs.progress(), s)
+    if line:
+        lines.append(line)
+    driver = holder(fs.group)
+    lines.append("driver:  " + ("none yet" if driver is None else "unknown (its lease does not read)"
+                                if driver is False else driver.describe(time.time())))
+    for f in s.per_frame:
+        estimate = "-" if f.noise is None else f"{f.noise:.4f}"
+        lines.append(f"  frame {f.frame}: {f.spp:.1f} spp, noise {estimate}"
+                     + (f" ({100 * f.done:.0f}%)" if f.done < 1 else ""))
+    return lines
+
+
+def spp_text(spec, store):
+    """'64 spp', or with a noise target what a tile gets: 'noise 0.05: 256 to 4096 spp a tile'."""
+    if spec.noise is None:
+        return f"{spec.spp} spp"
+    from farm.adaptive import Shot
+    return f"noise {spec.noise:g}: {Shot(spec, store).least} to {spec.spp} spp a tile"
