@@ -91,7 +91,7 @@ class GroupMember:
         t0 = time.perf_counter()
         scene = self._load(task.scene)
         if task.start is None:
-            start = (np.zeros((task.tile_h, task.tile_w, 3), np.float32), np.zeros((task.tile_h, task.tile_w), np.float32))
+            start = (np.zeros((task.tile_h, task.tile_w, task.channels), np.float32), np.zeros((task.tile_h, task.tile_w), np.float32))
         else:
             start = tuple(np.asarray(a, np.float32) for a in task.start)
         ints = [np.int32(v) for v in (task.frame, task.seed, task.tile_y, task.tile_x, task.first_pass,

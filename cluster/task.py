@@ -22,7 +22,8 @@ class TileTask:
     """Passes [first_pass, first_pass + n_passes) of the tile at (tile_y, tile_x) of ``frame``.
 
     The result is the sum of those passes added one at a time, in pass order, to the accumulator
-    ``start`` (None: zeros): value (tile_h, tile_w, 3) and weight (tile_h, tile_w) float32.
+    ``start`` (None: zeros): value (tile_h, tile_w, channels) and weight (tile_h, tile_w) float32;
+    ``channels``: RGB, then the scene's AOV channels (``tracer.io.aovs``).
     """
 
     scene: SceneRef
@@ -37,6 +38,7 @@ class TileTask:
     n_passes: int
     pass_size: int
     start: tuple = None       # (value, weight) numpy arrays to continue from, or None
+    channels: int = 3         # of value: RGB, then the scene's AOVs
 
     @property
     def samples(self):

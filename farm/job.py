@@ -7,7 +7,7 @@ import os
 
 from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
-from farm.spec import GroupsSpec, JobSpec, film_size, scene_defaults, scene_hash
+from farm.spec import GroupsSpec, JobSpec, film_size, scene_aovs, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
 __all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
@@ -82,7 +82,8 @@ def _create(spec, digest, replace, lease):
     try:
         if held is not None:
             held.check()
-        store = FrameStore.create(spec.store, spec.identity(digest), spec.to_json(), film, spec.n_frames, over=over)
+        store = FrameStore.create(spec.store, spec.identity(digest), spec.to_json(), film, spec.n_frames, over=over,
+                                  aovs=scene_aovs(spec))
         if lease and held is None:
             held = Lease.acquire(store.group, store.url)
     except BaseException:

@@ -47,7 +47,7 @@ from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults",
-           "scene_hash", "film_size", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
+           "scene_hash", "film_size", "scene_aovs", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
 
 ACCELS = ("auto", "embree", "warp", "jax")
 # A job's frames are planned, hashed and recorded one by one on the driver: longer films are
@@ -423,6 +423,11 @@ def _file_sha256(path):
         for block in iter(lambda: f.read(1 << 20), b""):
             sha.update(block)
     return sha.digest()
+
+
+def scene_aovs(spec):
+    """The (name, type) AOVs of the job's scene (``tracer.io.aovs``) at its first frame."""
+    return scene_info(spec.scene, spec.params_at(spec.frames[0])).aovs
 
 
 def film_size(spec):

@@ -12,11 +12,12 @@ import os
 
 import numpy as np
 
+from tracer.io.aovs import parse_aovs
 from tracer.io.errors import SceneError
 from tracer.io.films import read_film
 from tracer.io.xml import parse_file
 
-__all__ = ["SceneInfo", "SceneFile", "describe", "the_sensor", "film_size", "sample_count", "sampler_type",
+__all__ = ["SceneInfo", "SceneFile", "describe", "scene_aovs", "the_sensor", "film_size", "sample_count", "sampler_type",
            "DEFAULT_SPP", "SAMPLERS", "RENDERED_WITH"]
 
 DEFAULT_SPP = 4                 # Mitsuba's default sampler
@@ -52,6 +53,7 @@ class SceneInfo:
     spp: int            # samples per pixel its sampler takes
     defaults: dict      # <default> name -> value as written (the first of each name)
     files: tuple        # SceneFile: the top XML first, then in document order (see files_of)
+    aovs: tuple = ()    # its ``aov`` integrator's (name, type) pairs (tracer.io.aovs): channels after RGB
 
 
 def describe(path, **params):
@@ -61,7 +63,13 @@ def describe(path, **params):
     root = parse_file(path, **params)
     sensor = the_sensor(root)
     return SceneInfo(film_size=film_size(sensor), spp=sample_count(sensor), defaults=dict(root.defaults),
-                     files=files_of(root))
+                     files=files_of(root), aovs=scene_aovs(root))
+
+
+def scene_aovs(root):
+    """The (name, type) AOVs of the scene's ``aov`` integrator (none without one)."""
+    nodes = [node for node in root.children_of("integrator") if node.type == "aov"]
+    return parse_aovs(nodes[0].get_string("aovs"), nodes[0].source) if nodes else ()
 
 
 def files_of(root):
