@@ -235,17 +235,23 @@ def _last_run(progress):
 @cli.command()
 @click.argument("store")
 @click.option("--format", "fmt", type=click.Choice(["png", "exr", "npy"]), default="png", show_default=True,
-              help="png: tone-mapped 8-bit sRGB; exr and npy: linear float32 RGB.")
+              help="png: tone-mapped 8-bit sRGB; exr: linear float32 RGB with AOV and variance layers; "
+                   "npy: linear float32 RGB and AOVs.")
 @click.option("--frames", default=None, help="FIRST-LAST (default: all).")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for frame_NNNN.<format>.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for the frames.")
 @click.option("--partial", is_flag=True, help="Also export frames that are not finished (the tasks that read back).")
-def export(store, fmt, frames, out, partial):
-    """Write STORE's frames as PNG (sRGB), EXR or npy (linear float32 (H, W, 3))."""
+@click.option("--denoise", is_flag=True,
+              help="Denoise the RGB with Open Image Denoise, fed with the scene's albedo and normal AOVs.")
+@click.option("--name", "name", default="frame_{frame:04d}.{ext}", show_default=True,
+              help="File name template: {job} (the store's name), {frame} (e.g. {frame:04d}), {ext}.")
+def export(store, fmt, frames, out, partial, denoise, name):
+    """Write STORE's frames as PNG (sRGB), EXR (layers) or npy (linear float32 (H, W, 3 + AOVs))."""
     from farm.export import export_frames
     from farm.job import open_store
     from farm.spec import parse_frames
     spec, fs = open_store(store)
-    written = export_frames(spec, fs, parse_frames(frames) if frames else None, fmt, out, partial=partial)
+    written = export_frames(spec, fs, parse_frames(frames) if frames else None, fmt, out, partial=partial,
+                            denoised=denoise, name=name)
     click.echo(f"wrote {sum(1 for _, path, _ in written if path)} frame(s) to {out}", err=True)
     unfinished = [f"{frame} ({100 * done:.0f}%)" for frame, path, done in written if path and done < 1.0]
     skipped = [str(frame) for frame, path, _ in written if path is None]
