@@ -20,7 +20,8 @@ zeros (Mitsuba zeroes the interaction of an invalid hit). Per type (Mitsuba's ao
   render's: a job's samples must not depend on its spp, ``farm.tree``).
 - ``prim_index``: the triangle's index in its mesh, 0 for shapes Mitsuba makes one primitive
   (sphere, disk, cylinder; a rectangle is two triangles there too); ``shape_index``: 1 + the shape's place among the world's
-  shapes and instances in the file (an instance's for a hit through it), 0 for a miss.
+  shapes and instances in the file (an instance's for a hit through it), 0 for a miss (Mitsuba
+  3.9.1 counts its scene's shapes in its loader's object order, which is not always the file's).
 """
 import jax.numpy as jnp
 import numpy as np
