@@ -84,3 +84,33 @@ def test_two_nested_integrators_are_refused(tmp_path):
     path = aov_scene(tmp_path / "two.xml", inner='<integrator type="path"/><integrator type="direct"/>')
     with pytest.raises(SceneError, match="at most one nested integrator"):
         tracer.load_scene(path)
+
+
+def test_a_jobs_aovs_and_filter_render_as_the_scene_written_with_them(tmp_path):
+    written = aov_scene(tmp_path / "w.xml", aovs="a:albedo,n:sh_normal", spp=4)
+    text = open(written).read().replace("</film>", '<rfilter type="box"/></film>')
+    open(written, "w").write(text)
+    plain = tmp_path / "plain.xml"
+    plain.write_text(text.replace('<rfilter type="box"/>', "").replace(
+        '<integrator type="aov"><string name="aovs" value="a:albedo,n:sh_normal"/><integrator type="path" '
+        'name="image"/></integrator>', '<integrator type="path"/>'))
+    assert "aov" not in plain.read_text() and describe(str(plain)).rfilter == "gaussian"
+    overridden = tracer.load_scene(plain, aovs="a:albedo,n:sh_normal", rfilter="box")
+    assert overridden.settings.aovs == (("a", "albedo"), ("n", "sh_normal"))
+    np.testing.assert_array_equal(tracer.render(overridden, spp=4), tracer.render(tracer.load_scene(written), spp=4))
+
+
+def test_a_jobs_aovs_follow_the_scenes_own_and_take_no_name_twice(tmp_path):
+    path = aov_scene(tmp_path / "own.xml", aovs="d:depth")
+    info = describe(path, aovs="a:albedo", rfilter="box")
+    assert info.aovs == (("d", "depth"), ("a", "albedo")) and info.rfilter == "box"
+    bare = tmp_path / "bare.xml"  # no integrator: Mitsuba's path inside the aov integrator
+    bare.write_text(open(path).read().replace(open(path).read().splitlines()[1], ""))
+    assert describe(str(bare), aovs="n:sh_normal").aovs == (("n", "sh_normal"),)
+    for aovs, message in [("d:albedo", r"AOV name 'd' is taken by the scene's aov integrator \(.*own.xml:2\)"),
+                          ("x:depth,x:uv", "AOV name 'x' is given twice"), ("x:normal", "unsupported AOV type")]:
+        with pytest.raises(SceneError, match=message) as e:
+            describe(path, aovs=aovs)
+        assert str(e.value).startswith("the job's aovs: ")
+    with pytest.raises(SceneError, match="the job's rfilter: unknown reconstruction filter 'boxx'"):
+        describe(path, rfilter="boxx")

@@ -16,7 +16,7 @@ from tracer import aov, geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
 from tracer.io import aovs as aov_names
-from tracer.io import meshes, ply, serialized, shapegroups
+from tracer.io import meshes, overrides, ply, serialized, shapegroups
 from tracer.io.checks import check_extent, check_texels, checked_to_world
 from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
@@ -47,13 +47,15 @@ BITMAP_FORMATS = ("auto", "variant", "float16", "fp16", "uint8")
 
 
 def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = None, accel: str = "auto",
-               **params: object) -> Scene:
+               aovs: str | None = None, rfilter: str | None = None, **params: object) -> Scene:
     """Load a Mitsuba 3 XML scene; ``params`` override its ``<default>`` values.
 
-    ``resolution`` (width, height) overrides the film size. Raises ``SceneError`` with file and
-    line for anything malformed or unsupported.
+    ``resolution`` (width, height) overrides the film size; ``aovs`` (``"name:type,..."``) adds
+    AOV channels as Mitsuba's ``aov`` integrator would, and ``rfilter`` (a filter name) replaces
+    the film's reconstruction filter (``tracer.io.overrides``). Raises ``SceneError`` with file
+    and line for anything malformed or unsupported.
     """
-    root = parse_file(str(path), **params)
+    root = overrides.apply(parse_file(str(path), **params), aovs, rfilter)
     return _SceneBuilder(root, accel, resolution).build()
 
 
