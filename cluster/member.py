@@ -75,7 +75,8 @@ class GroupMember:
         if ref != self._scene_key:
             if self._scene is not None:
                 self._scene[0].close()  # the previous frame's Embree scene goes first
-            scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel, **dict(ref.params))
+            scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel, aovs=ref.aovs,
+                                      rfilter=ref.rfilter, **dict(ref.params))
             # The replicated copy names the host engine's scene by handle; the original owns it.
             self._scene = (scene, self._replicate(scene))
             self._scene_key = ref

@@ -15,6 +15,8 @@ class SceneRef:
     params: tuple = ()        # sorted (name, value) pairs for the scene's <default> names
     resolution: tuple = None  # (width, height) overriding the film, or None
     accel: str = "auto"       # intersection backend
+    aovs: str = None          # AOVs the job adds (tracer.io.overrides)
+    rfilter: str = None       # the reconstruction filter the job sets
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,12 @@ at least two chunks (otherwise the layer is left out, said on the terminal).
 
 ``denoise`` replaces the RGB by Intel Open Image Denoise's (``pyoidn``, its ``RT`` filter, HDR,
 high quality) fed with the job's albedo and normal AOVs (the first ``albedo``, and the first
-``sh_normal`` or else ``geo_normal``); a job without both is refused before anything is
-written. OIDN on the CPU gives the same bits on every run for the same input.
+``sh_normal`` or else ``geo_normal``: its scene's ``aov`` integrator's, or the job's option
+``aovs``); a job without both is refused before anything is written. OIDN takes the noise of
+each pixel to be its own: a film filter wider than the box (Mitsuba's default is a gaussian)
+shares samples between pixels, and OIDN then removes little noise, which ``filter_warning``
+says (the job option ``rfilter = "box"`` renders for it). OIDN on the CPU gives the same bits
+on every run for the same input.
 """
 import os
 
@@ -28,11 +32,12 @@ from farm.tree import variance
 from tracer.io.aovs import channel_names, find
 from tracer.reduction import resolve
 
-__all__ = ["export_frames", "checkered", "denoise", "NO_SAMPLES", "AUX_HINT"]
+__all__ = ["export_frames", "checkered", "denoise", "filter_warning", "NO_SAMPLES", "AUX_HINT"]
 
-# What a scene needs for --denoise, said when it lacks it.
-AUX_HINT = ('wrap the scene\'s integrator in <integrator type="aov"><string name="aovs" '
-            'value="albedo:albedo,N:sh_normal"/>...</integrator> and render it again')
+# What a job needs for --denoise (farm.spec: the job options aovs and rfilter), said when it lacks it.
+DENOISE_OPTIONS = "--aovs albedo:albedo,nn:sh_normal --rfilter box"
+AUX_HINT = (f"render the job into another store with {DENOISE_OPTIONS} (a job file: "
+            f"aovs = \"albedo:albedo,nn:sh_normal\" and rfilter = \"box\")")
 
 NO_SAMPLES = (96, 136)  # the 8-bit greys of the checker shown where a tile has no samples yet
 CHECKER = 8              # its squares' side in pixels
@@ -89,6 +94,17 @@ def _aux_channels(store):
         raise FarmError(f"{store.url}: --denoise needs the albedo and normal AOVs of the job's scene, which has "
                         f"{missing} AOV too few: {AUX_HINT}")
     return albedo, normal
+
+
+def filter_warning(store):
+    """A line saying why denoising the store's frames gains little, or None: a film whose
+    reconstruction filter is not a box (Mitsuba's default is a gaussian) spreads each sample over
+    neighbouring pixels, and OIDN keeps noise that is correlated across pixels as detail
+    (measured on the Cornell box at 4 spp: 1.1x less error with the gaussian, 6-8x with a box)."""
+    if store.rfilter in (None, "box"):
+        return None
+    return (f"warning: {store.url} was rendered with a {store.rfilter} reconstruction filter, whose noise spans "
+            f"neighbouring pixels: the denoiser removes little of it (render with --rfilter box)")
 
 
 def denoise(image, albedo, normal):

@@ -101,7 +101,7 @@ class _JobRun:
             start[:tail.shape[0], :tail.shape[1]] = tail
             start = split_tail(start)
         scene = SceneRef(path=spec.scene, params=spec.params_at(task.frame), resolution=spec.resolution,
-                         accel=spec.accel)
+                         accel=spec.accel, aovs=spec.aovs, rfilter=spec.rfilter)
         return TileTask(scene=scene, frame=task.frame, seed=spec.seed, spp=spec.spp, tile_y=ty * spec.tile,
                         tile_x=tx * spec.tile, tile_h=self.th, tile_w=self.tw, first_pass=task.first_pass,
                         n_passes=task.n_passes, pass_size=spec.pass_size, start=start, channels=self.store.channels)

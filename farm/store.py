@@ -20,6 +20,8 @@ The store is bounded: folded chunks are dropped, so a finished frame holds 14 fl
 pixel (3.5 times its float32 RGBA image; 2 K more with K AOV channels) at any spp, and nothing
 per chunk. The AOVs (``attributes["farm"]["aovs"]``, [name, type] pairs as ``tracer.io.aovs``
 parses them; absent for none) fold and add up exactly as the RGB sums do (``farm.tree``).
+``attributes["farm"]["rfilter"]`` names the film's reconstruction filter (absent in stores made
+before it was recorded).
 
 Writes: only the driver writes, and a record never points at data that is not there. Every
 Zarr chunk is written whole and at once (a local store writes a file and renames it; an object
@@ -50,6 +52,7 @@ from farm.errors import FarmError, shown
 from farm.tree import state_channels, tail_block, tail_channels, tile_sums
 from tracer.io.aovs import SUFFIXES, channel_count
 from tracer.defaults import MAX_FILM_SIZE
+from tracer.filters import NAMES as FILTERS
 
 __all__ = ["FrameStore", "StoreError", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC", "TAIL_PASSES",
            "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
@@ -122,6 +125,13 @@ def _aovs(meta, url):
     return tuple(tuple(p) for p in aovs)
 
 
+def _rfilter(meta, url):
+    rfilter = meta.get("rfilter")
+    if rfilter is not None and rfilter not in FILTERS:
+        raise StoreError(f"{url}: damaged store: zarr.json's rfilter is {shown(rfilter)}, not one of {', '.join(FILTERS)}")
+    return rfilter
+
+
 def _whole(value, high):
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high
 
@@ -155,6 +165,7 @@ class FrameStore:
         self.meta = group.attrs.get("farm")
         self.width, self.height, self.tile = _layout(self.meta, url)
         self.aovs = _aovs(self.meta, url)
+        self.rfilter = _rfilter(self.meta, url)  # the film's reconstruction filter; None: not recorded
         self.channels = 3 + channel_count(self.aovs)  # of a tile's value: RGB, then the AOVs
         self.tiles_y, self.tiles_x = -(-self.height // self.tile), -(-self.width // self.tile)
         self.state = _node(group, "state", url)
@@ -188,10 +199,11 @@ class FrameStore:
         return group is not None and "farm" in group.attrs
 
     @classmethod
-    def create(cls, url, identity, spec_json, film, n_frames, over=None, aovs=()):
+    def create(cls, url, identity, spec_json, film, n_frames, over=None, aovs=(), rfilter=None):
         """A new store; fails if ``url`` already holds anything. ``over``: the group of a store
         (``replaceable``) whose content the new one replaces (its lease stays). ``aovs``: the
-        scene's (name, type) AOVs, whose channels the tiles' sums carry after the RGB."""
+        scene's (name, type) AOVs, whose channels the tiles' sums carry after the RGB; ``rfilter``:
+        the name of the film's reconstruction filter (export's denoiser wants a box)."""
         group = cls._new_group(url) if over is None else over
         if over is not None:  # not a store from here until its attributes are written: --replace again
             group.attrs.put({_INCOMPLETE: FORMAT})
@@ -212,6 +224,8 @@ class FrameStore:
         meta = {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}
         if aovs:
             meta["aovs"] = [list(pair) for pair in aovs]
+        if rfilter:
+            meta["rfilter"] = rfilter
         group.attrs.put({"farm": meta})
         return cls(group, url)
 

@@ -14,6 +14,7 @@ from farm.export import denoise, export_frames
 from farm.names import frame_names
 from farm.scheduler import run_job
 from farm.spec import JobSpec
+from farm.store import StoreError
 from farm.tree import variance
 from tests.helpers.aov_scenes import aov_scene
 from tests.helpers.farm_cases import farm_main, reference
@@ -55,6 +56,9 @@ def test_aov_job_exports_exact_layers_and_denoises(local_ray, tmp_path):
     np.testing.assert_array_equal(runs[0], runs[1])
     np.testing.assert_array_equal(runs[0][..., 3:], image[..., 3:])
     assert np.abs(runs[0][..., :3] - image[..., :3]).max() > 0
+    # The scene's film has Mitsuba's default gaussian filter: the export says what it costs.
+    code, _, err = farm_main("export", store.url, "--denoise", "--format", "npy", "--out", tmp_path / "dn_cli")
+    assert code == 0 and "rendered with a gaussian reconstruction filter" in err and "--rfilter box" in err
 
 
 def test_denoising_the_cornell_box_cuts_its_error_several_fold():
@@ -81,7 +85,45 @@ def test_denoise_without_albedo_and_normal_is_one_line(local_ray, tmp_path):
     run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
     code, _, err = farm_main("export", store.url, "--denoise", "--out", tmp_path / "out")
     assert code == 1 and err.count("\n") == 1 and "an albedo and a normal AOV too few" in err
+    assert "--aovs albedo:albedo,nn:sh_normal --rfilter box" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_plain_scene_rendered_with_the_denoising_options(local_ray, tmp_path):
+    """The job options aovs and rfilter: the Cornell box, whose file has neither, rendered with
+    both gives the bits of the tracer's render with them; the store keeps them for a refine that
+    does not name them, refuses a job with other AOVs, and exports denoised without a warning."""
+    plain = JobSpec(scene=CBOX, frames=(0, 0), spp=4, store=str(tmp_path / "plain.zarr"), resolution=(24, 16),
+                    tile=16, pass_size=4)
+    for spec in (dataclasses.replace(plain, aovs="albedo:albedo,nn:sh_normal", rfilter="box"),
+                 dataclasses.replace(plain, spp=8)):  # refined: the store's AOVs and filter are kept
+        spec, store = job.prepare(spec)
+        run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
+    spec, store = job.open_store(plain.store)
+    assert (spec.spp, spec.aovs, spec.rfilter) == (8, "albedo:albedo,nn:sh_normal", "box")
+    assert store.aovs == (("albedo", "albedo"), ("nn", "sh_normal")) and store.rfilter == "box"
+    (_, npy, _), = export_frames(spec, store, None, "npy", str(tmp_path / "npy"))
+    np.testing.assert_array_equal(np.load(npy), reference(spec)[0])
+    with pytest.raises(StoreError, match=r'holds a different job: aovs differs \(store: \[\["albedo"'):
+        job.prepare(dataclasses.replace(plain, spp=8, aovs="albedo:albedo"))
+    code, _, err = farm_main("export", plain.store, "--denoise", "--out", tmp_path / "dn")
+    assert code == 0 and "warning" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--aovs", "albedo"), "aovs: AOV 'albedo' is not a name:type pair"),
+    (("--rfilter", "boxx"), "Invalid value for '--rfilter'"),
+])
+def test_bad_denoising_options_are_one_line_before_a_store(tmp_path, args, message):
+    code, _, err = farm_main("render", CBOX, *args, "--out", tmp_path / "x.zarr")
+    assert code == 2 and message in err and not (tmp_path / "x.zarr").exists()
+
+
+def test_a_jobs_aov_name_the_scene_has_is_refused_before_a_store(tmp_path):
+    scene = aov_scene(tmp_path / "own.xml", aovs="albedo:albedo", width=8, height=8, spp=1)
+    code, _, err = farm_main("render", scene, "--aovs", "albedo:depth", "--out", tmp_path / "x.zarr")
+    assert code != 0 and err.count("\n") == 1 and "the job's aovs: AOV name 'albedo' is taken by the scene's" in err
+    assert not (tmp_path / "x.zarr").exists()
 
 
 def test_name_templates():
