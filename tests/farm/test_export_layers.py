@@ -132,11 +132,11 @@ def test_name_templates():
                               ("../{frame}", "not a plain file name"), ("{frame}{user}", "unknown field {user}"),
                               ("{frame:04d", "unmatched"), ("{frame:zz}", "Unknown format code"),
                               ("{job.__class__}{frame}", "unknown field"), ("{frame}\n", "not a usable file name"),
-                              ("{frame:.0}x", "")]:
+                              ("{frame:.0}x", "Precision not allowed")]:
         with pytest.raises(SpecError, match=message.replace("{", r"\{").replace("}", r"\}")):
-            names = frame_names(template, "orbit", [1, 2], "png")
-            if template == "{frame:.0}x":  # two frames, one name
-                raise SpecError(str(names))
+            frame_names(template, "orbit", [1, 2], "png")
+    with pytest.raises(SpecError, match=r"frames 10 and 14 both get the name '1e\+01.png'"):
+        frame_names("{frame:.0e}.{ext}", "orbit", [10, 14], "png")
 
 
 def test_a_bad_template_is_refused_before_anything_is_written(tmp_path):
