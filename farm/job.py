@@ -7,7 +7,7 @@ import os
 
 from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
-from farm.spec import GroupsSpec, JobSpec, film_size, scene_aovs, scene_defaults, scene_hash, scene_rfilter
+from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
 __all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
@@ -77,14 +77,14 @@ def _check_redo(spec, redo):
 
 def _create(spec, digest, replace, lease):
     """A new store of ``spec``, or (``replace``) one in place of the frame store there."""
-    film = film_size(spec)
+    film, info = film_size(spec), frame_info(spec)
     over = FrameStore.replaceable(spec.store) if replace else None
     held = Lease.acquire(over, spec.store) if lease and over is not None else None
     try:
         if held is not None:
             held.check()
         store = FrameStore.create(spec.store, spec.identity(digest), spec.to_json(), film, spec.n_frames, over=over,
-                                  aovs=scene_aovs(spec), rfilter=scene_rfilter(spec))
+                                  aovs=info.aovs, rfilter=info.rfilter)
         if lease and held is None:
             held = Lease.acquire(store.group, store.url)
     except BaseException:

@@ -51,7 +51,7 @@ from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults",
-           "scene_hash", "film_size", "scene_aovs", "scene_rfilter", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
+           "scene_hash", "film_size", "frame_info", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
 
 ACCELS = ("auto", "embree", "warp", "jax")
 # A job's frames are planned, hashed and recorded one by one on the driver: longer films are
@@ -403,13 +403,13 @@ def _frame_order(frame):
 
 # -- the scene, read on the driver without JAX ------------------------------------------------
 
-def scene_info(path, params=(), aovs=None):
+def scene_info(path, params=(), aovs=None, rfilter=None):
     """``tracer.io.scene_info.describe`` of the scene with ``params`` ((name, value) pairs) set
-    and a job's ``aovs`` added; a bad scene is a ``SceneFileError``."""
+    and a job's ``aovs`` and ``rfilter`` applied; a bad scene is a ``SceneFileError``."""
     if not os.path.isfile(path):
         raise SceneFileError(f"scene file not found: {path}")
     try:
-        return describe(path, aovs=aovs, **dict(params))
+        return describe(path, aovs=aovs, rfilter=rfilter, **dict(params))
     except SceneError as e:
         raise SceneFileError(str(e)) from None
 
@@ -453,15 +453,12 @@ def _file_sha256(path):
     return sha.digest()
 
 
-def scene_aovs(spec):
-    """The (name, type) AOVs of the job's frames (``tracer.io.aovs``): its scene's, then the job's
-    own, at its first frame; a job's AOV name the scene has too is a ``SceneFileError``."""
-    return scene_info(spec.scene, spec.params_at(spec.frames[0]), spec.aovs).aovs
-
-
-def scene_rfilter(spec):
-    """The reconstruction filter the job's frames are rendered with: the job's, or its scene's."""
-    return spec.rfilter or scene_info(spec.scene, spec.params_at(spec.frames[0])).rfilter
+def frame_info(spec):
+    """``scene_info`` of the job's first frame as the workers render it, the job's ``aovs`` and
+    ``rfilter`` applied (``tracer.io.overrides``): its ``aovs`` are the scene's then the job's
+    (a job's AOV name the scene has too is a ``SceneFileError``), its ``rfilter`` the job's or
+    the scene's."""
+    return scene_info(spec.scene, spec.params_at(spec.frames[0]), spec.aovs, spec.rfilter)
 
 
 def film_size(spec):
