@@ -76,7 +76,8 @@ class Member:
         if ref != self._scene_key:
             if self._scene is not None:
                 self._scene[0].close()  # the previous frame's Embree scene goes first
-            scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel, **dict(ref.params))
+            scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel, aovs=ref.aovs,
+                                      rfilter=ref.rfilter, **dict(ref.params))
             # The replicated copy names the host engine's scene by handle; the original owns it.
             self._scene = (scene, self._replicate(scene))
             self._scene_key = ref
@@ -92,7 +93,8 @@ class Member:
         elif task.out is not None:
             start = task.out.start(task.tile_h, task.tile_w)
         else:
-            start = (np.zeros((task.tile_h, task.tile_w, 3), np.float32), np.zeros((task.tile_h, task.tile_w), np.float32))
+            start = (np.zeros((task.tile_h, task.tile_w, task.channels), np.float32),
+                     np.zeros((task.tile_h, task.tile_w), np.float32))
         out = self._work(task, start)
         if self.rank != 0:
             return None

@@ -15,6 +15,8 @@ class SceneRef:
     params: tuple = ()        # sorted (name, value) pairs for the scene's <default> names
     resolution: tuple = None  # (width, height) overriding the film, or None
     accel: str = "auto"       # intersection backend
+    aovs: str = None          # AOVs the job adds (tracer.io.overrides)
+    rfilter: str = None       # the reconstruction filter the job sets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,8 +24,9 @@ class TileTask:
     """Passes [first_pass, first_pass + n_passes) of the tile at (tile_y, tile_x) of ``frame``.
 
     The result is the sum of those passes added one at a time, in pass order, to the accumulator
-    ``start`` (None: zeros, or what ``out`` reads): value (tile_h, tile_w, 3) and weight
-    (tile_h, tile_w) float32, handed back, or written by the member where ``out`` says.
+    ``start`` (None: zeros, or what ``out`` reads): value (tile_h, tile_w, channels) and weight
+    (tile_h, tile_w) float32, handed back, or written by the member where ``out`` says;
+    ``channels``: RGB, then the scene's AOV channels (``tracer.io.aovs``).
     """
 
     scene: SceneRef
@@ -38,6 +41,7 @@ class TileTask:
     n_passes: int
     pass_size: int
     start: tuple = None       # (value, weight) numpy arrays to continue from, or None
+    channels: int = 3         # of value: RGB, then the scene's AOVs
     # Where rank 0 writes the result instead of returning it, or None: an object with
     # ``start(tile_h, tile_w)`` (the accumulator to continue from, when ``start`` is None) and
     # ``write(value, weight)`` (its answer), such as ``farm.results.Slot``.

@@ -14,6 +14,7 @@ import click
 
 from farm.errors import FarmError, Interrupted, SpecError
 from tracer.defaults import DEFAULT_TILE, MAX_FRAME, MAX_SPP, PLATFORMS
+from tracer.filters import NAMES as FILTERS
 
 __all__ = ["main"]
 
@@ -47,7 +48,8 @@ def _with_groups(spec, groups, hosts, devices, platform):
     return dataclasses.replace(spec, groups=new)
 
 
-def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise=None, min_spp=None):
+def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise=None, min_spp=None,
+                    aovs=None, rfilter=None):
     from farm.curves import parse_set
     from farm.spec import JobSpec, parse_frames, parse_res
     import dataclasses
@@ -77,6 +79,10 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, nois
             overrides["noise"] = noise
         if min_spp is not None:
             overrides["min_spp"] = min_spp
+        if aovs is not None:
+            overrides["aovs"] = aovs
+        if rfilter is not None:
+            overrides["rfilter"] = rfilter
         return dataclasses.replace(spec, **overrides)
     if not os.path.isfile(source):
         raise FarmError(f"scene file not found: {source}")
@@ -86,7 +92,8 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, nois
         spp = _scene_spp(source, sets)
     return JobSpec(scene=os.path.abspath(source), frames=parse_frames(frames or "0"), spp=spp, store=out,
                    resolution=parse_res(res), seed=seed or 0, tile=DEFAULT_TILE if tile is None else tile,
-                   accel=accel or "auto", curves=tuple(parse_set(s) for s in sets), noise=noise, min_spp=min_spp)
+                   accel=accel or "auto", curves=tuple(parse_set(s) for s in sets), noise=noise, min_spp=min_spp,
+                   aovs=aovs, rfilter=rfilter)
 
 
 def _scene_spp(path, sets):
@@ -147,6 +154,12 @@ def _job_options(f):
                           "noise is at most this, --spp then the most a tile gets."),
         click.option("--min-spp", type=int, default=None,
                      help="With --noise: the least a tile gets (default 4 chunks: 256 samples)."),
+        click.option("--aovs", default=None, metavar="NAME:TYPE,...",
+                     help="Add AOV channels, as Mitsuba's aov integrator (e.g. albedo:albedo,nn:sh_normal, what "
+                          "export --denoise needs); after the scene's own if it has one."),
+        click.option("--rfilter", type=click.Choice(FILTERS), default=None,
+                     help="Replace the film's reconstruction filter (box for export --denoise: wider filters "
+                          "correlate the noise of neighbouring pixels, which the denoiser keeps)."),
     )):
         f = option(f)
     return f
@@ -161,14 +174,14 @@ def _job_options(f):
 @_redo_option
 @click.option("--replace", is_flag=True, help="Replace the content of a frame store of another job with this job.")
 @_group_options
-def render(source, frames, spp, res, sets, seed, tile, noise, min_spp, accel, out, redo, replace, address, no_progress,
-           groups, hosts_per_group, devices_per_host, platform):
+def render(source, frames, spp, res, sets, seed, tile, noise, min_spp, aovs, rfilter, accel, out, redo, replace, address,
+           no_progress, groups, hosts_per_group, devices_per_host, platform):
     """Render SOURCE (a scene .xml, or a job .toml) into a Zarr store.
 
     Running it again on the store of the same job renders only what is missing; a higher --spp
     adds samples to a finished job, and a later last frame adds frames.
     """
-    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise, min_spp)
+    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise, min_spp, aovs, rfilter)
     spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform)
     _render(spec, address, no_progress, redo, replace)
 
@@ -202,17 +215,26 @@ def status(store, as_json, watch):
 @cli.command()
 @click.argument("store")
 @click.option("--format", "fmt", type=click.Choice(["png", "exr", "npy"]), default="png", show_default=True,
-              help="png: tone-mapped 8-bit sRGB; exr and npy: linear float32 RGB.")
+              help="png: tone-mapped 8-bit sRGB; exr: linear float32 RGB with AOV and variance layers; "
+                   "npy: linear float32 RGB and AOVs.")
 @click.option("--frames", default=None, help="FIRST-LAST (default: all).")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for frame_NNNN.<format>.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder for the frames.")
 @click.option("--partial", is_flag=True, help="Also export frames that are not finished (the tasks that read back).")
-def export(store, fmt, frames, out, partial):
-    """Write STORE's frames as PNG (sRGB), EXR or npy (linear float32 (H, W, 3))."""
-    from farm.export import export_frames
+@click.option("--denoise", is_flag=True,
+              help="Denoise the RGB with Open Image Denoise, fed with the scene's albedo and normal AOVs.")
+@click.option("--name", "name", default="frame_{frame:04d}.{ext}", show_default=True,
+              help="File name template: {job} (the store's name), {frame} (e.g. {frame:04d}), {ext}.")
+def export(store, fmt, frames, out, partial, denoise, name):
+    """Write STORE's frames as PNG (sRGB), EXR (layers) or npy (linear float32 (H, W, 3 + AOVs))."""
+    from farm.export import export_frames, filter_warning
     from farm.job import open_store
     from farm.spec import parse_frames
     spec, fs = open_store(store)
-    written = export_frames(spec, fs, parse_frames(frames) if frames else None, fmt, out, partial=partial)
+    written = export_frames(spec, fs, parse_frames(frames) if frames else None, fmt, out, partial=partial,
+                            denoised=denoise, name=name)
+    warning = filter_warning(fs) if denoise else None
+    if warning:
+        click.echo(warning, err=True)
     click.echo(f"wrote {sum(1 for _, path, _ in written if path)} frame(s) to {out}", err=True)
     unfinished = [f"{frame} ({100 * done:.0f}%)" for frame, path, done in written if path and done < 1.0]
     skipped = [str(frame) for frame, path, _ in written if path is None]
@@ -232,14 +254,15 @@ def _submission_id(spec):
 @click.option("--address", required=True, help="Ray dashboard address of the cluster, e.g. http://head:8265.")
 @_job_options
 @click.option("--out", default=None, help="The job's store: a path every node sees, or an object-store URL.")
-def submit(source, address, frames, spp, res, sets, seed, tile, noise, min_spp, out):
+def submit(source, address, frames, spp, res, sets, seed, tile, noise, min_spp, aovs, rfilter, out):
     """Submit SOURCE to a Ray cluster through the Jobs API; prints the job id and returns."""
     import shlex
 
-    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, None, out, noise, min_spp)
+    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, None, out, noise, min_spp, aovs, rfilter)
     args = ["farm", "render", source, "--address", "auto", "--no-progress"]
     for flag, value in (("--frames", frames), ("--spp", spp), ("--res", res), ("--seed", seed), ("--tile", tile),
-                        ("--noise", noise), ("--min-spp", min_spp), ("--out", out)):
+                        ("--noise", noise), ("--min-spp", min_spp), ("--aovs", aovs), ("--rfilter", rfilter),
+                        ("--out", out)):
         if value is not None:
             args += [flag, str(value)]
     for s in sets:

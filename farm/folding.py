@@ -9,7 +9,7 @@ are rendered again on resume: nothing is counted twice); everything folded is in
 import numpy as np
 
 from farm.store import FOLDED
-from farm.tree import STATE_CHANNELS, fold
+from farm.tree import fold, state_channels
 
 __all__ = ["Folds", "WINDOW"]
 
@@ -57,5 +57,5 @@ class Folds:
         if task.tail:
             self.records[line] = self.store.write_tail(line, record, value, weight, task.chunk_end, self.spp)
             return
-        state = self.store.read_state(line) if record[FOLDED] else np.zeros((h, w, STATE_CHANNELS), np.float32)
+        state = self.store.read_state(line) if record[FOLDED] else np.zeros((h, w, state_channels(self.store.channels - 3)), np.float32)
         self.records[line] = self.store.fold_tile(line, record, fold(state, value[:h, :w], weight[:h, :w]))

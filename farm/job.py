@@ -7,7 +7,7 @@ import os
 
 from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
-from farm.spec import GroupsSpec, JobSpec, film_size, scene_defaults, scene_hash
+from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 
 __all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
@@ -29,12 +29,13 @@ def _scene_hash(spec):
 def prepare(spec, create=True, redo=(), replace=False, lease=False):
     """Validate ``spec`` and bind it to its store (created, or checked to be this job's).
 
-    On an existing store the reduction tree comes from the store; a higher spp refines it and a
-    frame range that ends later adds frames (the frames stored stay as they are). ``redo``
-    (frame numbers) discards those frames' data, so that they are rendered afresh. ``replace``
-    replaces a frame store of any job (never anything else) with a new one of this job. With
-    ``lease``, the store's lease is taken (``farm.lease``; ``store.lease``, the caller releases
-    it) before anything is written to an existing store, and every write checks it.
+    On an existing store the reduction tree, and the AOVs and filter the job does not name, come
+    from the store; a higher spp refines it and a frame range that ends later adds frames (the
+    frames stored stay as they are). ``redo`` (frame numbers) discards those frames' data, so
+    that they are rendered afresh. ``replace`` replaces a frame store of any job (never anything
+    else) with a new one of this job. With ``lease``, the store's lease is taken (``farm.lease``;
+    ``store.lease``, the caller releases it) before anything is written to an existing store, and
+    every write checks it.
     Returns (planned spec, FrameStore).
     """
     check_params(spec)
@@ -77,13 +78,14 @@ def _check_redo(spec, redo):
 
 def _create(spec, digest, replace, lease):
     """A new store of ``spec``, or (``replace``) one in place of the frame store there."""
-    film = film_size(spec)
+    film, info = film_size(spec), frame_info(spec)
     over = FrameStore.replaceable(spec.store) if replace else None
     held = Lease.acquire(over, spec.store) if lease and over is not None else None
     try:
         if held is not None:
             held.check()
-        store = FrameStore.create(spec.store, spec.identity(digest), spec.to_json(), film, spec.n_frames, over=over)
+        store = FrameStore.create(spec.store, spec.identity(digest), spec.to_json(), film, spec.n_frames, over=over,
+                                  aovs=info.aovs, rfilter=info.rfilter)
         if lease and held is None:
             held = Lease.acquire(store.group, store.url)
     except BaseException:
@@ -99,8 +101,10 @@ def _bind(spec, hashes):
     ``spec.store`` without writing anything: the same job, or one that adds frames or samples.
     ``hashes``: scene hashes by frame range, filled in."""
     stored, store = open_store(spec.store, mode="r+")
-    spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size,
-                               chunk_passes=stored.chunk_passes).planned()
+    # What the job does not say it takes from the store: its tree, and its AOVs and filter (the
+    # store of a job with others is another job's, refused below by its identity).
+    spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size, chunk_passes=stored.chunk_passes,
+                               aovs=spec.aovs or stored.aovs, rfilter=spec.rfilter or stored.rfilter).planned()
     # The stored frames must be of this job (their scene and parameters); then only a later end is an edit.
     old = dataclasses.replace(spec, frames=stored.frames)
     if old.frames not in hashes:

@@ -3,9 +3,9 @@
 A store that the workers can reach (a local POSIX path, shared by every host) has a dispatch
 area next to its arrays::
 
-    dispatch/state/      float32 (2**62, tile, tile, 10): one Zarr chunk per dispatch, a tile's
+    dispatch/state/      float32 (2**62, tile, tile, 10 + K): one Zarr chunk per dispatch, a tile's
                          new running state (a complete chunk folded onto the committed state)
-    dispatch/tail/       float32 (2**62, tile, tile, 4): one Zarr chunk per dispatch, a tile's tail
+    dispatch/tail/       float32 (2**62, tile, tile, 4 + K): one Zarr chunk per dispatch, a tile's tail
 
 Both are encoded as ``state/`` and ``tail/`` are (same chunk shape, same codecs), so a dispatch's
 chunk file *is* the tile's chunk of ``state/`` or ``tail/`` once renamed into place.
@@ -42,7 +42,7 @@ import zarr
 from zarr.storage import LocalStore
 
 from farm.store import FIELDS, FOLDED, NEXT_CRC, STATE_CRC, TAIL_CRC, TAIL_PASSES, TAIL_SPP
-from farm.tree import STATE_CHANNELS, fold
+from farm.tree import fold, split_tail, state_channels, tail_block, tail_channels
 
 __all__ = ["Slot", "Commits", "shared_root", "DispatchError"]
 
@@ -96,6 +96,7 @@ class Slot:
     folded: int
     base_crc: int
     start_crc: int = None
+    aovs: int = 0       # the job's AOV channels, after the RGB (``tracer.io.aovs``)
 
     @property
     def path(self):
@@ -119,25 +120,25 @@ class Slot:
         return block
 
     def start(self, tile_h, tile_w):
-        """(value (tile_h, tile_w, 3), weight (tile_h, tile_w)) the task adds its passes to."""
-        start = np.zeros((tile_h, tile_w, 4), np.float32)
+        """(value (tile_h, tile_w, 3 + aovs), weight (tile_h, tile_w)) the task adds its passes to."""
+        start = np.zeros((tile_h, tile_w, tail_channels(self.aovs)), np.float32)
         if self.start_crc is not None:
             tail = self._read("tail", self.start_crc)
             start[:tail.shape[0], :tail.shape[1]] = tail
-        return start[..., :3], start[..., 3]
+        return split_tail(start)
 
     def write(self, value, weight):
-        """Write the task's result (value (th, tw, 3), weight (th, tw), the tile's full size)
+        """Write the task's result (value (th, tw, 3 + aovs), weight (th, tw), the tile's full size)
         at this slot, durably; returns the CRC-32 of the block written (cropped to the film)."""
         y0, y1, x0, x1 = self.box
         h, w = y1 - y0, x1 - x0
         value, weight = np.asarray(value, np.float32)[:h, :w], np.asarray(weight, np.float32)[:h, :w]
         if self.kind == "state":
             base = (self._read("state", self.base_crc) if self.folded
-                    else np.zeros((h, w, STATE_CHANNELS), np.float32))
+                    else np.zeros((h, w, state_channels(self.aovs)), np.float32))
             block = fold(base, value, weight)
         else:
-            block = np.concatenate([value, weight[..., None]], axis=-1)
+            block = tail_block(value, weight)
         block = np.ascontiguousarray(block, np.float32)
         self._dispatch[self.index, :h, :w, :] = block
         path = self.path
@@ -195,7 +196,7 @@ class Commits:
         start = int(record[TAIL_CRC]) if task.continues else None
         return Slot(root=self.root, kind="tail" if task.tail else "state", index=self.next_index, key=task.line,
                     box=self.store.tile_box(*task.line[1:]), folded=int(record[FOLDED]),
-                    base_crc=int(record[STATE_CRC]), start_crc=start)
+                    base_crc=int(record[STATE_CRC]), start_crc=start, aovs=self.store.channels - 3)
 
     # -- committing ------------------------------------------------------------------------
 

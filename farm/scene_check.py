@@ -22,7 +22,7 @@ def check_scene(spec):
     first, last = spec.frames
     param_sets = list(dict.fromkeys([spec.params_at(first), spec.params_at(last)]))
     job = {"path": spec.scene, "resolution": list(spec.resolution) if spec.resolution else None,
-           "accel": spec.accel, "param_sets": [list(map(list, p)) for p in param_sets]}
+           "accel": spec.accel, "aovs": spec.aovs, "rfilter": spec.rfilter, "param_sets": [list(map(list, p)) for p in param_sets]}
     result = subprocess.run([sys.executable, "-m", "tracer.validate"], input=json.dumps(job), text=True,
                             capture_output=True, env=_child_env())
     if result.returncode == 1 and result.stderr.strip():

@@ -24,6 +24,7 @@ from cluster.task import SceneRef, TileTask
 from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
+from farm.tree import split_tail
 from farm.planner import Task, plan
 from farm.progress import RunProgress
 from farm.results import Commits, shared_root
@@ -104,14 +105,15 @@ class _JobRun:
             out = self.folds.slot(task)
         elif task.continues:
             tail = self.store.read_tail(task.line)
-            start = np.zeros((self.th, self.tw, 4), np.float32)
+            start = np.zeros((self.th, self.tw, tail.shape[-1]), np.float32)
             start[:tail.shape[0], :tail.shape[1]] = tail
-            start = (start[..., :3], start[..., 3])
+            start = split_tail(start)
         scene = SceneRef(path=spec.scene, params=spec.params_at(task.frame), resolution=spec.resolution,
-                         accel=spec.accel)
+                         accel=spec.accel, aovs=spec.aovs, rfilter=spec.rfilter)
         return TileTask(scene=scene, frame=task.frame, seed=spec.seed, spp=spec.spp, tile_y=ty * spec.tile,
                         tile_x=tx * spec.tile, tile_h=self.th, tile_w=self.tw, first_pass=task.first_pass,
-                        n_passes=task.n_passes, pass_size=spec.pass_size, start=start, out=out)
+                        n_passes=task.n_passes, pass_size=spec.pass_size, start=start, out=out,
+                        channels=self.store.channels)
 
     def units(self, task):
         """Samples x pixels the task adds, for progress."""

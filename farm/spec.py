@@ -1,8 +1,8 @@
 """A render job: what to render (scene, frames, samples, parameters) and how (tiles, groups).
 
 Built from a TOML job file (``JobSpec.from_toml``) or from ``farm render`` flags. ``identity``
-is what a store is bound to: a store of another scene, frame range, resolution, seed or
-reduction tree (tile, pass and chunk sizes, none of them chosen from the spp: ``farm.tree``) is
+is what a store is bound to: a store of another scene, frame range, resolution, seed, AOVs,
+reconstruction filter or reduction tree (tile, pass and chunk sizes, none of them chosen from the spp: ``farm.tree``) is
 refused. ``spp`` is not part of it: raising it refines a finished job, to the bits of a job
 rendered at the new spp from the start.
 
@@ -18,6 +18,8 @@ Job file (paths relative to the file)::
     accel = "auto"                # optional: auto, embree, warp, jax
     noise = 0.05                  # optional: a noise target, spp then the most a tile gets (farm.adaptive)
     min_spp = 256                 # optional, with noise: the least a tile gets
+    aovs = "albedo:albedo,nn:sh_normal"  # optional: AOV channels, as Mitsuba's aov integrator's
+    rfilter = "box"               # optional: the film's reconstruction filter (box for denoising)
     [groups]                      # optional
     count = 1
     hosts = 1
@@ -46,11 +48,13 @@ from farm.errors import SceneFileError, SpecError, shown
 from farm.tree import CHUNK_SPP, Tree
 from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED,
                              MAX_SPP, PLATFORMS)
+from tracer.filters import NAMES as FILTERS
+from tracer.io.aovs import parse_aovs
 from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults",
-           "scene_hash", "film_size", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
+           "scene_hash", "film_size", "frame_info", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
 
 ACCELS = ("auto", "embree", "warp", "jax")
 # A job's frames are planned, hashed and recorded one by one on the driver: longer films are
@@ -170,6 +174,8 @@ class JobSpec:
     groups: GroupsSpec = GroupsSpec()
     noise: float = None        # a noise target (farm.adaptive): spp is then the most a tile gets
     min_spp: int = None        # with noise: the least a tile gets (default farm.adaptive.DEFAULT_MIN_CHUNKS chunks)
+    aovs: str = None           # AOVs added to the scene's image (tracer.io.overrides), e.g. "albedo:albedo"
+    rfilter: str = None        # the film's reconstruction filter in place of the scene's (tracer.filters)
 
     def __post_init__(self):
         for name in ("scene", "store"):
@@ -202,6 +208,7 @@ class JobSpec:
         if not isinstance(self.groups, GroupsSpec):
             raise SpecError(f"groups must be a GroupsSpec, got {shown(self.groups)}")
         self._check_noise()
+        self._check_overrides()
 
     def _check_noise(self):
         noise = self.noise
@@ -212,6 +219,23 @@ class JobSpec:
             if noise is None:
                 raise SpecError("min_spp is only for a noise target (set noise too)")
             _check_count("min_spp", self.min_spp, 1, self.spp, " of samples (at most the spp)")
+
+    def _check_overrides(self):
+        """The scene overrides (``tracer.io.overrides``): aovs a list Mitsuba reads, rfilter a
+        filter we have; their names against the scene's are checked with the scene."""
+        if self.aovs is not None:
+            try:
+                pairs = parse_aovs(self.aovs, "aovs") if isinstance(self.aovs, str) else ()
+            except SceneError as e:
+                raise SpecError(str(e)) from None
+            names = [name for name, _ in pairs]
+            if len(set(names)) != len(names):
+                raise SpecError(f"aovs: an AOV name is given twice in {shown(self.aovs)}")
+            if not pairs:
+                raise SpecError(f"aovs must be \"NAME:TYPE,...\" (e.g. \"albedo:albedo,nn:sh_normal\"), "
+                                f"got {shown(self.aovs)}")
+        if self.rfilter is not None and (not isinstance(self.rfilter, str) or self.rfilter not in FILTERS):
+            raise SpecError(f"rfilter must be one of {', '.join(FILTERS)}, got {shown(self.rfilter)}")
 
     # -- derived -------------------------------------------------------------------------------
 
@@ -242,6 +266,9 @@ class JobSpec:
             "resolution": list(self.resolution) if self.resolution else None, "seed": self.seed,
             "tile": self.tile, "pass_size": self.pass_size, "chunk_passes": self.chunk_passes,
             "params": [[c.name, c.interpolation, [list(k) for k in c.keys]] for c in self.curves],
+            # (only when given: the stores of jobs without them keep the identity they were made with)
+            **({"aovs": [list(p) for p in parse_aovs(self.aovs, "aovs")]} if self.aovs else {}),
+            **({"rfilter": self.rfilter} if self.rfilter else {}),
         }
 
     def to_json(self):
@@ -285,7 +312,7 @@ class JobSpec:
     @classmethod
     def _from_toml_doc(cls, doc, base):
         known = {"scene", "frames", "spp", "resolution", "store", "seed", "tile", "pass_size", "accel", "groups",
-                 "params", "noise", "min_spp"}
+                 "params", "noise", "min_spp", "aovs", "rfilter"}
         unknown = sorted(set(doc) - known)
         if unknown:
             raise SpecError(f"unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
@@ -316,7 +343,7 @@ class JobSpec:
                    resolution=res, seed=doc.get("seed", 0), tile=doc.get("tile", DEFAULT_TILE),
                    pass_size=doc.get("pass_size"), curves=_curves(doc.get("params", {})),
                    accel=doc.get("accel", "auto"), groups=_groups(doc.get("groups", {})), noise=doc.get("noise"),
-                   min_spp=doc.get("min_spp"))
+                   min_spp=doc.get("min_spp"), aovs=doc.get("aovs"), rfilter=doc.get("rfilter"))
 
 
 def _read_toml(path):
@@ -393,13 +420,13 @@ def _frame_order(frame):
 
 # -- the scene, read on the driver without JAX ------------------------------------------------
 
-def scene_info(path, params=()):
-    """``tracer.io.scene_info.describe`` of the scene with ``params`` ((name, value) pairs) set;
-    a bad scene is a ``SceneFileError``."""
+def scene_info(path, params=(), aovs=None, rfilter=None):
+    """``tracer.io.scene_info.describe`` of the scene with ``params`` ((name, value) pairs) set
+    and a job's ``aovs`` and ``rfilter`` applied; a bad scene is a ``SceneFileError``."""
     if not os.path.isfile(path):
         raise SceneFileError(f"scene file not found: {path}")
     try:
-        return describe(path, **dict(params))
+        return describe(path, aovs=aovs, rfilter=rfilter, **dict(params))
     except SceneError as e:
         raise SceneFileError(str(e)) from None
 
@@ -441,6 +468,14 @@ def _file_sha256(path):
         for block in iter(lambda: f.read(1 << 20), b""):
             sha.update(block)
     return sha.digest()
+
+
+def frame_info(spec):
+    """``scene_info`` of the job's first frame as the workers render it, the job's ``aovs`` and
+    ``rfilter`` applied (``tracer.io.overrides``): its ``aovs`` are the scene's then the job's
+    (a job's AOV name the scene has too is a ``SceneFileError``), its ``rfilter`` the job's or
+    the scene's."""
+    return scene_info(spec.scene, spec.params_at(spec.frames[0]), spec.aovs, spec.rfilter)
 
 
 def film_size(spec):

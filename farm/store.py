@@ -3,10 +3,11 @@
 Layout (one Zarr group; F frames, H x W pixels, TY x TX tiles; the reduction tree is ``farm.tree``'s)::
 
     zarr.json            attributes["farm"]: format, job identity, spec, film size, tiling
-    state/               float32 (F, H, W, 10): per tile, the running state of its complete chunks
+    state/               float32 (F, H, W, 10 + K): per tile, the running state of its complete chunks
                          folded in chunk order (sums of filter-weighted RGB and of filter weights, then
-                         the sums of the chunks' estimates and of their squares); one Zarr chunk per tile
-    tail/                float32 (F, H, W, 4): per tile, the sums of its partial last chunk (only
+                         the sums of the chunks' estimates and of their squares, then the sums of the
+                         K AOV channels of a scene with an ``aov`` integrator); one Zarr chunk per tile
+    tail/                float32 (F, H, W, 4 + K): per tile, the sums of its partial last chunk (only
                          where the spp is not a whole number of chunks); one Zarr chunk per tile
     records/             uint32 (F, TY, TX, 6): per tile [chunks folded, CRC-32 of its state, CRC-32
                          of the state being written (0: none), tail passes, spp the tail was cut at,
@@ -16,7 +17,11 @@ Layout (one Zarr group; F frames, H x W pixels, TY x TX tiles; the reduction tre
     lease/               the driver's lease, one document per epoch (``farm.lease``)
 
 The store is bounded: folded chunks are dropped, so a finished frame holds 14 float32 values a
-pixel (3.5 times its float32 RGBA image) at any spp, and nothing per chunk.
+pixel (3.5 times its float32 RGBA image; 2 K more with K AOV channels) at any spp, and nothing
+per chunk. The AOVs (``attributes["farm"]["aovs"]``, [name, type] pairs as ``tracer.io.aovs``
+parses them; absent for none) fold and add up exactly as the RGB sums do (``farm.tree``).
+``attributes["farm"]["rfilter"]`` names the film's reconstruction filter (absent in stores made
+before it was recorded).
 
 Writes: only the driver writes, and a record never points at data that is not there. Every
 Zarr chunk is written whole and at once (a local store writes a file and renames it; an object
@@ -46,8 +51,10 @@ import zarr
 from zarr.storage import LocalStore
 
 from farm.errors import FarmError, shown
-from farm.tree import STATE_CHANNELS, tile_sums
+from farm.tree import state_channels, tail_block, tail_channels, tile_sums
+from tracer.io.aovs import SUFFIXES, channel_count
 from tracer.defaults import MAX_FILM_SIZE
+from tracer.filters import NAMES as FILTERS
 
 __all__ = ["FrameStore", "StoreError", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC", "TAIL_PASSES",
            "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
@@ -110,6 +117,23 @@ def _layout(meta, url):
     return film[0], film[1], identity["tile"]
 
 
+def _aovs(meta, url):
+    """The store's (name, type) AOVs (none for a store without them), checked."""
+    aovs = meta.get("aovs", [])
+    ok = isinstance(aovs, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p)
+                                        and p[1] in SUFFIXES for p in aovs)
+    if not ok:
+        raise StoreError(f"{url}: damaged store: zarr.json's aovs are {shown(aovs)}, not [[NAME, TYPE], ...]")
+    return tuple(tuple(p) for p in aovs)
+
+
+def _rfilter(meta, url):
+    rfilter = meta.get("rfilter")
+    if rfilter is not None and rfilter not in FILTERS:
+        raise StoreError(f"{url}: damaged store: zarr.json's rfilter is {shown(rfilter)}, not one of {', '.join(FILTERS)}")
+    return rfilter
+
+
 def _whole(value, high):
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high
 
@@ -142,6 +166,9 @@ class FrameStore:
         self.lease = None  # farm.lease.Lease of the driver that writes, checked before each write
         self.meta = group.attrs.get("farm")
         self.width, self.height, self.tile = _layout(self.meta, url)
+        self.aovs = _aovs(self.meta, url)
+        self.rfilter = _rfilter(self.meta, url)  # the film's reconstruction filter; None: not recorded
+        self.channels = 3 + channel_count(self.aovs)  # of a tile's value: RGB, then the AOVs
         self.tiles_y, self.tiles_x = -(-self.height // self.tile), -(-self.width // self.tile)
         self.state = _node(group, "state", url)
         self.tail = _node(group, "tail", url)
@@ -155,8 +182,9 @@ class FrameStore:
             if not isinstance(array, zarr.Array) or array.ndim != 4:
                 raise StoreError(f"{self.url}: damaged store: '{name}' is not a 4-dimensional array")
         frames, t = self.state.shape[0], self.tile
-        want = {"state": (np.float32, (frames, self.height, self.width, STATE_CHANNELS), (1, t, t, STATE_CHANNELS)),
-                "tail": (np.float32, (frames, self.height, self.width, 4), (1, t, t, 4)),
+        sc, tc = state_channels(self.channels - 3), tail_channels(self.channels - 3)
+        want = {"state": (np.float32, (frames, self.height, self.width, sc), (1, t, t, sc)),
+                "tail": (np.float32, (frames, self.height, self.width, tc), (1, t, t, tc)),
                 "records": (np.uint32, (frames, self.tiles_y, self.tiles_x, len(FIELDS)), (1, 1, 1, len(FIELDS)))}
         for name, array in arrays:
             dtype, shape, chunk_shape = want[name]
@@ -173,9 +201,11 @@ class FrameStore:
         return group is not None and "farm" in group.attrs
 
     @classmethod
-    def create(cls, url, identity, spec_json, film, n_frames, over=None):
+    def create(cls, url, identity, spec_json, film, n_frames, over=None, aovs=(), rfilter=None):
         """A new store; fails if ``url`` already holds anything. ``over``: the group of a store
-        (``replaceable``) whose content the new one replaces (its lease stays)."""
+        (``replaceable``) whose content the new one replaces (its lease stays). ``aovs``: the
+        scene's (name, type) AOVs, whose channels the tiles' sums carry after the RGB; ``rfilter``:
+        the name of the film's reconstruction filter (export's denoiser wants a box)."""
         group = cls._new_group(url) if over is None else over
         if over is not None:  # not a store from here until its attributes are written: --replace again
             group.attrs.put({_INCOMPLETE: FORMAT})
@@ -185,14 +215,20 @@ class FrameStore:
         width, height = film
         tile = identity["tile"]
         ty, tx = -(-height // tile), -(-width // tile)
-        for name, channels in (("state", STATE_CHANNELS), ("tail", 4)):
+        k = channel_count(aovs)
+        for name, channels in (("state", state_channels(k)), ("tail", tail_channels(k))):
             group.create_array(name, shape=(n_frames, height, width, channels), chunks=(1, tile, tile, channels),
                                dtype="float32", fill_value=0.0, dimension_names=["frame", "y", "x", "channel"])
         group.create_array("records", shape=(n_frames, ty, tx, len(FIELDS)), chunks=(1, 1, 1, len(FIELDS)),
                            dtype="uint32", fill_value=0, dimension_names=["frame", "tile_y", "tile_x", "field"])
         group.create_group("progress")
         # Written last: a store without it is not a store (one cut short is made again by --replace).
-        group.attrs.put({"farm": {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}})
+        meta = {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}
+        if aovs:
+            meta["aovs"] = [list(pair) for pair in aovs]
+        if rfilter:
+            meta["rfilter"] = rfilter
+        group.attrs.put({"farm": meta})
         return cls(group, url)
 
     @staticmethod
@@ -366,11 +402,11 @@ class FrameStore:
             return None
 
     def read_state(self, key):
-        """The tile's folded state (h, w, STATE_CHANNELS), cropped to the film."""
+        """The tile's folded state (h, w, 10 + K), cropped to the film."""
         return self._read(self.state, key)
 
     def read_tail(self, key):
-        """The tile's tail (h, w, 4): value RGB and weight, cropped to the film."""
+        """The tile's tail (h, w, 4 + K): value RGB, weight and the AOVs, cropped to the film."""
         return self._read(self.tail, key)
 
     def fold_tile(self, key, record, state):
@@ -392,7 +428,7 @@ class FrameStore:
         cut at ``spp_cut``), then its record. Returns the new record."""
         y0, y1, x0, x1 = self.tile_box(*key[1:])
         h, w = y1 - y0, x1 - x0
-        block = np.concatenate([value[:h, :w], weight[:h, :w, None]], axis=-1).astype(np.float32)
+        block = tail_block(value[:h, :w], weight[:h, :w])
         self._write(self.tail, key, block)
         new = record.copy()
         new[NEXT_CRC], new[TAIL_PASSES], new[TAIL_SPP], new[TAIL_CRC] = 0, passes, spp_cut, _crc(block)
@@ -423,17 +459,19 @@ class FrameStore:
     # -- frames ------------------------------------------------------------------------------
 
     def frame_sums(self, f, records):
-        """(value (H, W, 3), weight (H, W)): frame index ``f``'s folded sums plus each tile's tail
-        where ``records`` (the frame's, (TY, TX, FIELDS), verified) have one; zeros where a tile
-        has nothing."""
-        value, weight = np.zeros((self.height, self.width, 3), np.float32), np.zeros((self.height, self.width), np.float32)
+        """(value (H, W, 3 + K), weight (H, W)): frame index ``f``'s folded sums plus each tile's
+        tail where ``records`` (the frame's, (TY, TX, FIELDS), verified) have one; zeros where a
+        tile has nothing."""
+        value = np.zeros((self.height, self.width, self.channels), np.float32)
+        weight = np.zeros((self.height, self.width), np.float32)
         for ty in range(self.tiles_y):
             for tx in range(self.tiles_x):
                 record = records[ty, tx]
                 if not (record[FOLDED] or record[TAIL_PASSES]):
                     continue
                 y0, y1, x0, x1 = self.tile_box(ty, tx)
-                state = self.read_state((f, ty, tx)) if record[FOLDED] else np.zeros((y1 - y0, x1 - x0, 4), np.float32)
+                state = (self.read_state((f, ty, tx)) if record[FOLDED]
+                         else np.zeros((y1 - y0, x1 - x0, state_channels(self.channels - 3)), np.float32))
                 tail = self.read_tail((f, ty, tx)) if record[TAIL_PASSES] else None
                 value[y0:y1, x0:x1], weight[y0:y1, x0:x1] = tile_sums(state, tail)
         return value, weight

@@ -33,15 +33,29 @@ import numpy as np
 
 from tracer.reduction import resolve
 
-__all__ = ["Tree", "STATE_CHANNELS", "fold", "tile_sums", "variance", "CHUNK_SPP"]
+__all__ = ["Tree", "STATE_CHANNELS", "TAIL_CHANNELS", "state_channels", "tail_channels", "fold", "tile_sums",
+           "tail_block", "split_tail", "variance", "CHUNK_SPP"]
 
 # Samples per chunk by default: a task renders one chunk of one tile. Fixed (not chosen from the
 # spp): the tree must not change when a job's spp is raised.
 CHUNK_SPP = 64
 # The running state of a tile, per pixel: sums (value RGB, weight), then the sums of the chunks'
-# estimates (RGB) and of their squares (RGB).
+# estimates (RGB) and of their squares (RGB), then the sums of the job's K AOV channels (the
+# scene's ``aov`` integrator: ``tracer.io.aovs``), which fold like the RGB sums.
 STATE_CHANNELS = 10
-SUMS, MEANS, SQUARES = slice(0, 4), slice(4, 7), slice(7, 10)
+SUMS, MEANS, SQUARES, AOVS = slice(0, 4), slice(4, 7), slice(7, 10), slice(10, None)
+# A tail, per pixel: value RGB, weight, then the K AOV sums.
+TAIL_CHANNELS = 4
+
+
+def state_channels(k):
+    """Channels of a tile's state with ``k`` AOV channels."""
+    return STATE_CHANNELS + k
+
+
+def tail_channels(k):
+    """Channels of a tile's tail with ``k`` AOV channels."""
+    return TAIL_CHANNELS + k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,23 +88,36 @@ class Tree:
 
 
 def fold(state, value, weight):
-    """The running state (h, w, STATE_CHANNELS) float32 with one more complete chunk, whose sums
-    are value (h, w, 3) and weight (h, w); a new array (numpy, in the order the module gives)."""
-    chunk = np.concatenate([value, weight[..., None]], axis=-1).astype(np.float32)
-    m = resolve(value.astype(np.float32), weight.astype(np.float32))
+    """The running state (h, w, STATE_CHANNELS + K) float32 with one more complete chunk, whose
+    sums are value (h, w, 3 + K) and weight (h, w); a new array (numpy, in the order the module
+    gives)."""
+    chunk = tail_block(value, weight)
+    m = resolve(value[..., :3].astype(np.float32), weight.astype(np.float32))
     out = np.empty_like(state, dtype=np.float32)
-    out[..., SUMS] = state[..., SUMS] + chunk
+    out[..., SUMS] = state[..., SUMS] + chunk[..., :TAIL_CHANNELS]
     out[..., MEANS] = state[..., MEANS] + m
     out[..., SQUARES] = state[..., SQUARES] + m * m
+    out[..., AOVS] = state[..., AOVS] + chunk[..., TAIL_CHANNELS:]
     return out
 
 
 def tile_sums(state, tail=None):
-    """(value (..., 3), weight (...)): the folded sums, plus the tail's (..., 4) when there is one."""
-    sums = state[..., SUMS]
+    """(value (..., 3 + K), weight (...)): the folded sums, plus the tail's (..., 4 + K) when there
+    is one."""
+    sums = np.concatenate([state[..., SUMS], state[..., AOVS]], axis=-1)
     if tail is not None:
         sums = sums + tail
-    return sums[..., :3], sums[..., 3]
+    return split_tail(sums)
+
+
+def tail_block(value, weight):
+    """A tail's (or a chunk's) channels (..., 4 + K) from value (..., 3 + K) and weight (...)."""
+    return np.concatenate([value[..., :3], weight[..., None], value[..., 3:]], axis=-1).astype(np.float32)
+
+
+def split_tail(block):
+    """(value (..., 3 + K), weight (...)) of a tail's channels (``tail_block``)."""
+    return np.concatenate([block[..., :3], block[..., TAIL_CHANNELS:]], axis=-1), block[..., 3]
 
 
 def variance(state, n):

@@ -211,7 +211,8 @@ def ours_worker(job, out):
     load_s, times, images = time.perf_counter() - t0, [], []
     for seed in job["seeds"]:
         t0 = time.perf_counter()
-        images.append(np.asarray(tracer.render(scene, spp=job["spp"], seed=seed), np.float32))
+        # The RGB, as of Mitsuba's render (an aov integrator's channels: tests/tracer/test_aov.py).
+        images.append(as_rgb(tracer.render(scene, spp=job["spp"], seed=seed)))
         times.append(time.perf_counter() - t0)
     np.savez(out / "images.npz", seeds=np.stack(images))
     return {"status": "rendered", "load_s": load_s, "first_s": times[0], "render_s": min(times)}

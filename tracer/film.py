@@ -107,8 +107,9 @@ def splat_tile(film, offset_in_pixel, radiance, valid, tile_h, tile_w):
     """Reduce the samples of one tile's source grid to the tile's sums.
 
     offset_in_pixel: (2, S, GH, GW) sample position inside its source pixel, in [0, 1)^2
-    radiance: (3, S, GH, GW); valid: (S, GH, GW) bool -- the source grid is the tile grown by
-    ``film.margin`` on every side. Returns (sum of f*L (tile_h, tile_w, 3), sum of f (tile_h, tile_w)).
+    radiance: (C, S, GH, GW) (RGB, then any AOV channels); valid: (S, GH, GW) bool -- the source
+    grid is the tile grown by ``film.margin`` on every side. Returns (sum of f*L (tile_h, tile_w,
+    C), sum of f (tile_h, tile_w)).
     Sums over samples run in sample order; the offsets are added in a fixed order, so the
     result does not depend on how the samples were batched or sharded.
     """
@@ -128,9 +129,9 @@ def splat_tile(film, offset_in_pixel, radiance, valid, tile_h, tile_w):
         w = wy[:, s][:, None] * wx[:, s][None, :]                      # (K, K, GH, GW)
         return acc[0] + w[..., None] * jnp.moveaxis(radiance[:, s], 0, -1)[None, None], acc[1] + w
 
-    zeros = (jnp.zeros((k, k, *grid, 3), jnp.float32), jnp.zeros((k, k, *grid), jnp.float32))
+    zeros = (jnp.zeros((k, k, *grid, radiance.shape[0]), jnp.float32), jnp.zeros((k, k, *grid), jnp.float32))
     weighted, weights = jax.lax.fori_loop(0, offset_in_pixel.shape[1], add_sample, zeros)
-    value = jnp.zeros((tile_h, tile_w, 3), jnp.float32)
+    value = jnp.zeros((tile_h, tile_w, radiance.shape[0]), jnp.float32)
     weight = jnp.zeros((tile_h, tile_w), jnp.float32)
     for j, ky in enumerate(ks):
         for i, kx in enumerate(ks):

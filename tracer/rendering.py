@@ -18,12 +18,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from tracer import aov
 from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
 from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP
 from tracer.direct import trace_direct
 from tracer.integrator import DEFAULT_POOL, pool_size, trace_paths
+from tracer.io.aovs import channel_count
 from tracer.reduction import resolve
 from tracer.rng import Dims
 
@@ -74,6 +76,8 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
             radiance = trace_direct(scene, keys, origin, direction, t_max, valid)
         else:
             radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool)
+        if scene.settings.aovs:  # Mitsuba's aov integrator: its AOVs after the RGB, splatted alike
+            radiance = jnp.concatenate([radiance, aov.evaluate(scene, origin, direction, t_max, valid)])
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
 
         # Each device splats its own band of output rows from every device's samples, then the
@@ -82,7 +86,7 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
         # same integer hashes), which halves what the gather moves.
         rows = -(-tile_h // n_dev)
         first_row = device * rows
-        radiance = jax.lax.all_gather(radiance, RAY_AXIS, axis=1, tiled=True)[:, :n].reshape(3, *shape)
+        radiance = jax.lax.all_gather(radiance, RAY_AXIS, axis=1, tiled=True)[:, :n].reshape(-1, *shape)
         radiance = jax.lax.dynamic_slice_in_dim(jnp.pad(radiance, [(0, 0), (0, 0), (0, n_dev * rows - tile_h), (0, 0)]),
                                                 first_row, rows + 2 * m, axis=2)
         grid = (jnp.arange(pass_size, dtype=jnp.int32)[:, None, None],
@@ -106,8 +110,9 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
 
     scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
     scalars (traced); (tile_y, tile_x) is the tile's top-left pixel in the image, the film's crop
-    window (the whole film unless it is cropped). value (tile_h, tile_w, 3) and weight (tile_h,
-    tile_w) float32: the sums of filter-weighted radiance and of filter weights so far. Pixels of
+    window (the whole film unless it is cropped). value (tile_h, tile_w, C) and weight (tile_h,
+    tile_w) float32: the sums of filter-weighted radiance and of filter weights so far; C = 3
+    channels of RGB, then the scene's AOV channels (``tracer.aov``; ``tracer.io.aovs``). Pixels of
     the tile outside the film get zeros; those outside the window but inside the film are
     rendered, and left out of the image by whoever assembles it. Returns the new (value, weight).
     ``path_pool``: paths in flight per device (``tracer.integrator.pool_size(scene)`` sizes it
@@ -132,7 +137,9 @@ def _whole(name, value, low, high):
 
 def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, mesh=None,
            chunk_passes=None, path_pool=None):
-    """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3).
+    """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3),
+    followed by the AOV channels of a scene with Mitsuba's ``aov`` integrator ((H, W, 3 + K), as
+    ``mitsuba.render`` gives them; ``tracer.io.aovs.channel_names`` names them).
 
     ``spp`` defaults to the scene's sampler ``sample_count``; ``pass_size`` to
     ``min(DEFAULT_PASS_SIZE, spp)`` (a pass size given is kept, past the spp too: its samples
@@ -153,16 +160,17 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, 
     n_passes = -(-spp // pass_size)
     height, width = film.crop_height, film.crop_width
     th, tw = min(tile, height), min(tile, width)
-    image = np.zeros((height, width, 3), np.float32)
+    channels = 3 + channel_count(scene.settings.aovs)
+    image = np.zeros((height, width, channels), np.float32)
     i32 = jnp.int32
     chunk = n_passes if chunk_passes is None else chunk_passes
     for y in range(0, height, th):
         for x in range(0, width, tw):
-            value, weight = np.zeros((th, tw, 3), np.float32), np.zeros((th, tw), np.float32)
+            value, weight = np.zeros((th, tw, channels), np.float32), np.zeros((th, tw), np.float32)
             for first in range(0, n_passes, chunk):
                 v, w = render_tile(
                     scene, i32(frame), i32(seed), i32(y), i32(x), i32(first), i32(min(chunk, n_passes - first)),
-                    i32(spp), jnp.zeros((th, tw, 3), jnp.float32), jnp.zeros((th, tw), jnp.float32),
+                    i32(spp), jnp.zeros((th, tw, channels), jnp.float32), jnp.zeros((th, tw), jnp.float32),
                     tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh, path_pool=path_pool)
                 value, weight = value + np.asarray(v), weight + np.asarray(w)
             h, w = min(th, height - y), min(tw, width - x)

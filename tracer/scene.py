@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from tracer.pytree import pytree_dataclass, static
 
 if TYPE_CHECKING:  # the table modules stay free to import this one
+    from tracer.aov import AovTables
     from tracer.bsdfs.table import Materials
     from tracer.camera import Camera
     from tracer.emitters.table import Emitters
@@ -46,6 +47,7 @@ class Settings:
     sampler: str = static("independent")  # tracer.rng.SAMPLERS: 'independent' or 'sobol'
     emitter_samples: int = static(1)  # direct: light samples per camera ray
     bsdf_samples: int = static(1)     # direct: BSDF samples per camera ray
+    aovs: tuple = static(())          # Mitsuba's aov integrator: ((name, type), ...) (tracer.io.aovs)
 
 
 @pytree_dataclass
@@ -58,6 +60,7 @@ class Scene:
     camera: Camera
     film: Film          # static fields only
     settings: Settings
+    aov: AovTables | None = None  # what the shape_index and prim_index AOVs read (None without AOVs)
 
     def close(self) -> None:
         """Free the host-side state the scene owns (a host intersection engine's scene); copies

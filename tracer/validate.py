@@ -3,7 +3,8 @@
 The farm's driver runs this in a child process before it starts Ray or makes a store, so that a
 scene the workers would refuse (an unsupported plugin, a bad parameter, a broken mesh) is a
 one-line error at once, and the driver itself never imports JAX. Input on stdin, one JSON object:
-``{"path": str, "resolution": [w, h] | null, "accel": str, "param_sets": [[[name, value], ...], ...]}``.
+``{"path": str, "resolution": [w, h] | null, "accel": str, "aovs": str | null, "rfilter": str | null,
+"param_sets": [[[name, value], ...], ...]}`` (``aovs`` and ``rfilter``: ``tracer.io.overrides``).
 Exit 0 when every set loads; 1 with the ``SceneError`` on stderr when one does not.
 """
 import json
@@ -12,11 +13,11 @@ import sys
 __all__ = ["check", "main"]
 
 
-def check(path, resolution, accel, param_sets):
+def check(path, resolution, accel, param_sets, aovs=None, rfilter=None):
     """Load the scene with each of ``param_sets``; raises the first ``SceneError``."""
     from tracer.io.scene_loader import load_scene
     for params in param_sets:
-        with load_scene(path, resolution=resolution, accel=accel, **dict(params)):
+        with load_scene(path, resolution=resolution, accel=accel, aovs=aovs, rfilter=rfilter, **dict(params)):
             pass
 
 
@@ -25,7 +26,8 @@ def main():
     job = json.load(sys.stdin)
     resolution = tuple(job["resolution"]) if job.get("resolution") else None
     try:
-        check(job["path"], resolution, job["accel"], [tuple(map(tuple, p)) for p in job["param_sets"]])
+        check(job["path"], resolution, job["accel"], [tuple(map(tuple, p)) for p in job["param_sets"]],
+              job.get("aovs"), job.get("rfilter"))
     except SceneError as e:
         print(str(e), file=sys.stderr)
         return 1

@@ -159,6 +159,12 @@ JOB = 'scene = "scene.xml"\nstore = "s.zarr"\nspp = 4\n'
     (JOB + "pass_size = 100000\n", "pass_size must be a whole number from 1 to 1024"),
     (JOB + "seed = -1\n", "seed must be a whole number from 0 to 2147483647"),
     (JOB + "accel = [1]\n", "accel must be one of auto, embree, warp, jax, got [1]"),
+    (JOB + "aovs = 5\n", "aovs must be \"NAME:TYPE,...\" (e.g. \"albedo:albedo,nn:sh_normal\"), got 5"),
+    (JOB + "aovs = \"albedo\"\n", "aovs: AOV 'albedo' is not a name:type pair"),
+    (JOB + "aovs = \"n:normal\"\n", "aovs: unsupported AOV type 'normal' in 'n:normal'"),
+    (JOB + "aovs = \"a:albedo,a:depth\"\n", "aovs: an AOV name is given twice in 'a:albedo,a:depth'"),
+    (JOB + "rfilter = \"boxx\"\n", "rfilter must be one of box, tent, gaussian, mitchell, catmullrom, lanczos, "
+                                    "got 'boxx'"),
     (JOB + "x = " + "[" * 5000 + "]" * 5000 + "\n", "not"),
     (JOB + "'\\n' = 1\n", "unknown key"),
 ])
@@ -181,3 +187,15 @@ def test_a_recorded_spec_of_the_wrong_shape_is_a_spec_error():
                          ({k: v for k, v in good.items() if k != "spp"}, "a job spec needs spp")):
         with pytest.raises(SpecError, match=re.escape(message)):
             JobSpec.from_json(bad)
+
+
+def test_a_jobs_aovs_and_filter_are_read_recorded_and_part_of_its_identity(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text(JOB + 'aovs = "albedo:albedo, nn:sh_normal"\nrfilter = "box"\n')
+    spec = JobSpec.from_toml(str(path))
+    assert (spec.aovs, spec.rfilter) == ("albedo:albedo, nn:sh_normal", "box")
+    assert JobSpec.from_json(spec.planned().to_json()) == spec.planned()
+    identity = spec.identity("h")
+    assert identity["aovs"] == [["albedo", "albedo"], ["nn", "sh_normal"]] and identity["rfilter"] == "box"
+    plain = JobSpec(scene=spec.scene, frames=spec.frames, spp=4, store=spec.store).identity("h")
+    assert "aovs" not in plain and "rfilter" not in plain  # the identity of stores made before stays

@@ -43,7 +43,8 @@ def reference(spec):
     import tracer
     out = []
     for frame in range(spec.frames[0], spec.frames[1] + 1):
-        scene = tracer.load_scene(spec.scene, resolution=spec.resolution, **dict(spec.params_at(frame)))
+        scene = tracer.load_scene(spec.scene, resolution=spec.resolution, aovs=spec.aovs, rfilter=spec.rfilter,
+                                  **dict(spec.params_at(frame)))
         out.append(tracer.render(scene, spp=spec.spp, seed=spec.seed, frame=frame, tile=spec.tile,
                                  pass_size=spec.pass_size, chunk_passes=spec.chunk_passes))
     return out

@@ -34,6 +34,7 @@ class FilmSpec:
     height: int
     crop: tuple                # (x, y, width, height): the window rendered, in film pixels
     rfilter: filters.Filter
+    rfilter_name: str = "gaussian"  # the filter's type, as the scene names it
 
     @property
     def image_size(self):
@@ -68,7 +69,7 @@ def read_film(sensor, resolution=None):
     rfilter = _rfilter(node)
     node.mark_used(*HARMLESS)
     node.check_unused()
-    return FilmSpec(width, height, crop, rfilter)
+    return FilmSpec(width, height, crop, *rfilter)
 
 
 def _crop(node, width, height):
@@ -86,7 +87,7 @@ def _rfilter(film):
     if len(nodes) > 1:
         raise SceneError(f"{nodes[1].source}: more than one <rfilter> in the film")
     if not nodes:
-        return filters.make_filter("gaussian")
+        return filters.make_filter("gaussian"), "gaussian"
     node = nodes[0]
     readers = {"tent": [("radius", node.get_float)], "gaussian": [("stddev", node.get_float)],
                "mitchell": [("B", node.get_float), ("C", node.get_float)], "lanczos": [("lobes", node.get_int)],
@@ -96,6 +97,6 @@ def _rfilter(film):
     params = {name: read(name) for name, read in readers[node.type] if node.has(name)}
     node.check_unused()
     try:
-        return filters.make_filter(node.type, **params)
+        return filters.make_filter(node.type, **params), node.type
     except ValueError as e:
         raise SceneError(f"{node.source}: rfilter '{node.type}': {e}") from None

@@ -18,7 +18,7 @@ from PIL import Image
 
 from tracer.io.errors import SceneError
 
-__all__ = ["load_image", "write_exr", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb", "srgb8",
+__all__ = ["load_image", "write_exr", "write_exr_channels", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb", "srgb8",
            "MAX_IMAGE_PIXELS"]
 
 # Pixels an image may have (a 16K x 8K environment map), checked from its header before it is
@@ -239,6 +239,14 @@ def write_exr(path, image):
     channels = {"RGB": image} if image.ndim == 3 else {"Y": image}
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
     OpenEXR.File(header, {k: np.ascontiguousarray(v) for k, v in channels.items()}).write(os.fspath(path))
+
+
+def write_exr_channels(path, channels):
+    """Write named float32 (H, W) channels as one scanline EXR (ZIP compressed): a multi-layer
+    file when names have a layer prefix (``albedo.R``, ``N.X``), as DCC tools read them."""
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    data = {name: np.ascontiguousarray(value, np.float32) for name, value in channels.items()}
+    OpenEXR.File(header, data).write(os.fspath(path))
 
 
 def srgb8(image):

@@ -12,11 +12,13 @@ import os
 
 import numpy as np
 
+from tracer.io.aovs import parse_aovs
+from tracer.io import overrides
 from tracer.io.errors import SceneError
 from tracer.io.films import read_film
 from tracer.io.xml import parse_file
 
-__all__ = ["SceneInfo", "SceneFile", "describe", "the_sensor", "film_size", "sample_count", "sampler_type",
+__all__ = ["SceneInfo", "SceneFile", "describe", "scene_aovs", "the_sensor", "film_size", "sample_count", "sampler_type",
            "DEFAULT_SPP", "SAMPLERS", "RENDERED_WITH"]
 
 DEFAULT_SPP = 4                 # Mitsuba's default sampler
@@ -52,16 +54,26 @@ class SceneInfo:
     spp: int            # samples per pixel its sampler takes
     defaults: dict      # <default> name -> value as written (the first of each name)
     files: tuple        # SceneFile: the top XML first, then in document order (see files_of)
+    aovs: tuple = ()    # its ``aov`` integrator's (name, type) pairs (tracer.io.aovs): channels after RGB
+    rfilter: str = "gaussian"  # its film's reconstruction filter (tracer.filters.NAMES)
 
 
-def describe(path, **params):
+def describe(path, aovs=None, rfilter=None, **params):
     """Film size, samples per pixel, ``<default>``s and files of the scene at ``path``, with
-    ``params`` set as ``load_scene`` sets them. Raises ``SceneError`` for a scene that does not
-    parse, has no single sensor, or names a file that does not exist."""
-    root = parse_file(path, **params)
+    ``params`` set and the job's ``aovs`` and ``rfilter`` applied as ``load_scene`` does. Raises
+    ``SceneError`` for a scene that does not parse, has no single sensor, or names a file that
+    does not exist."""
+    root = overrides.apply(parse_file(path, **params), aovs, rfilter)
     sensor = the_sensor(root)
-    return SceneInfo(film_size=film_size(sensor), spp=sample_count(sensor), defaults=dict(root.defaults),
-                     files=files_of(root))
+    film = read_film(sensor)
+    return SceneInfo(film_size=film.image_size, spp=sample_count(sensor), defaults=dict(root.defaults),
+                     files=files_of(root), aovs=scene_aovs(root), rfilter=film.rfilter_name)
+
+
+def scene_aovs(root):
+    """The (name, type) AOVs of the scene's ``aov`` integrator (none without one)."""
+    nodes = [node for node in root.children_of("integrator") if node.type == "aov"]
+    return parse_aovs(nodes[0].get_string("aovs"), nodes[0].source) if nodes else ()
 
 
 def files_of(root):

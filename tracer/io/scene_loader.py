@@ -12,11 +12,12 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tracer import curves, geometry
+from tracer import aov, curves, geometry
 from tracer.bsdfs.build import MaterialTableBuilder
 from tracer.emitters.build import EmitterTableBuilder
+from tracer.io import aovs as aov_names
 from tracer.io import curves as curve_files
-from tracer.io import meshes, ply, serialized, shapegroups
+from tracer.io import meshes, overrides, ply, serialized, shapegroups
 from tracer.io.checks import check_extent, check_texels, checked_to_world
 from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
@@ -49,13 +50,15 @@ BITMAP_FORMATS = ("auto", "variant", "float16", "fp16", "uint8")
 
 
 def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = None, accel: str = "auto",
-               **params: object) -> Scene:
+               aovs: str | None = None, rfilter: str | None = None, **params: object) -> Scene:
     """Load a Mitsuba 3 XML scene; ``params`` override its ``<default>`` values.
 
-    ``resolution`` (width, height) overrides the film size. Raises ``SceneError`` with file and
-    line for anything malformed or unsupported.
+    ``resolution`` (width, height) overrides the film size; ``aovs`` (``"name:type,..."``) adds
+    AOV channels as Mitsuba's ``aov`` integrator would, and ``rfilter`` (a filter name) replaces
+    the film's reconstruction filter (``tracer.io.overrides``). Raises ``SceneError`` with file
+    and line for anything malformed or unsupported.
     """
-    root = parse_file(str(path), **params)
+    root = overrides.apply(parse_file(str(path), **params), aovs, rfilter)
     return _SceneBuilder(root, accel, resolution).build()
 
 
@@ -111,6 +114,9 @@ class ShapeRow:
     flip_back: bool = False
     emitter: int = -1            # its area emitter's id, -1 for none
     flip_normals: bool = False
+    order: int = 0               # 1 + its place among the world's shapes and instances (Mitsuba's
+                                 # scene->shapes(), what the shape_index AOV counts); 0 in a group
+    one_prim: bool = False       # Mitsuba's shape is one primitive (sphere, disk, cylinder)
 
 
 class _SceneBuilder:
@@ -133,6 +139,8 @@ class _SceneBuilder:
         self.shape_rows: list[ShapeRow] = []
         self.group_ids = {}  # id(shapegroup node) -> its index
         self.instances: list[geometry.Instance] = []
+        self.instance_order: list[int] = []  # each instance's ShapeRow.order
+        self.world_shapes = 0  # shapes and instances in the world so far
         self.attribute_requests: list[str] = []  # mesh attributes read by textures, in order of request
         self.material_attributes: dict[int, set] = {}  # material id -> the mesh attributes it reads
 
@@ -172,9 +180,15 @@ class _SceneBuilder:
                         flip_normals=column(rows, "flip_normals", bool))
         settings = dataclasses.replace(settings, spp=spp, sampler=sampler_type(sensor))
         textures = self.textures.build(geo.attribute_slots)
+        aov_tables = None
+        if settings.aovs:
+            instance_order = [order for _, order in sorted(zip([i.group for i in self.instances], self.instance_order),
+                                                            key=lambda pair: pair[0])]  # as build_geometry sorts them
+            aov_tables = aov.make_tables(geo, column(rows, "order", np.int32), column(rows, "one_prim", bool),
+                                         np.asarray(instance_order, np.int32))
         return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(textures),
                      textures=textures, emitters=emitters, camera=camera, film=film,
-                     settings=settings)
+                     settings=settings, aov=aov_tables)
 
     def _bounds(self, group=-1):
         """The box (lo, hi) of the world's shapes and instances (as Mitsuba's scene bbox), or of a
@@ -200,6 +214,8 @@ class _SceneBuilder:
     def _integrator_settings(self, node):
         """Settings of a path, direct or moment integrator; others are refused by name, or
         stand in for one whose image is the same in expectation (with a notice)."""
+        if node.type == "aov":
+            return self._aov_settings(node)
         if node.type == "moment":  # Mitsuba's wrapper: its inner integrator's image, plus moments
             inner = node.children_of("integrator")
             if len(inner) != 1:
@@ -210,7 +226,7 @@ class _SceneBuilder:
             warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'path' (without "
                                       "participating media its image is the same in expectation)"), stacklevel=2)
         elif node.type not in ("path", "direct"):
-            raise SceneError(f"{node.source}: unsupported integrator '{node.type}' (path, direct, moment, or "
+            raise SceneError(f"{node.source}: unsupported integrator '{node.type}' (path, direct, moment, aov, or "
                              f"{', '.join(sorted(PATH_LIKE))} rendered as path)")
         hide_emitters = node.get_bool("hide_emitters", False)
         if node.type == "direct":
@@ -220,6 +236,19 @@ class _SceneBuilder:
         self._ignore(node, "integrator")
         node.check_unused()
         return settings
+
+    def _aov_settings(self, node):
+        """Mitsuba's ``aov``: its nested integrator's RGB (black without one), then the AOVs of
+        its first camera-ray hit (``tracer.aov``)."""
+        pairs = aov_names.parse_aovs(node.get_string("aovs"), node.source)
+        inner = node.children_of("integrator")
+        if len(inner) > 1:
+            raise SceneError(f"{inner[1].source}: 'aov' takes at most one nested integrator here, got {len(inner)}")
+        if inner and inner[0].type == "aov":
+            raise SceneError(f"{inner[0].source}: an 'aov' integrator cannot be nested in another")
+        node.check_unused()
+        settings = self._integrator_settings(inner[0]) if inner else Settings(max_depth=0)
+        return dataclasses.replace(settings, aovs=pairs)
 
     def _path_settings(self, node, hide_emitters):
         max_depth = node.get_int("max_depth", -1)
@@ -251,7 +280,10 @@ class _SceneBuilder:
         if node.type == "shapegroup" and group < 0:
             self._shapegroup(node)  # defined, perhaps never instanced (it is checked all the same)
             return
+        if group < 0:
+            self.world_shapes += 1
         if node.type == "instance" and group < 0:
+            self.instance_order.append(self.world_shapes)
             self.instances.append(geometry.Instance(self._shapegroup(shapegroups.instanced_group(node)),
                                                     shapegroups.instance_to_world(node)))
             node.check_unused()
@@ -317,7 +349,9 @@ class _SceneBuilder:
             if child.category not in ("bsdf", "emitter"):
                 raise SceneError(f"{child.source}: unsupported <{child.category}> inside a shape")
         self.shape_rows.append(ShapeRow(bsdf_front=sides.front, bsdf_back=sides.back, flip_back=sides.flip_back,
-                                        emitter=emitter, flip_normals=flip_normals))
+                                        emitter=emitter, flip_normals=flip_normals,
+                                        order=self.world_shapes if group < 0 else 0,
+                                        one_prim=node.type in ANALYTIC_TYPES))
         self._ignore(node, "shape")
         node.check_unused()
 
