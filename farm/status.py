@@ -83,3 +83,23 @@ def spp_text(spec, store):
         return f"{spec.spp} spp"
     from farm.adaptive import Shot
     return f"noise {spec.noise:g}: {Shot(spec, store).least} to {spec.spp} spp a tile"
+
+
+def _last_run(notes, s):
+    """The status line of the last run's progress notes (None before any run); any field may be
+    missing or of the wrong type (they are notes, not the job)."""
+    if notes is None:
+        return "last run: unknown (its progress notes do not read back; the next run writes them again)"
+    if not notes:
+        return None
+    state, updated = str(notes.get("state", "?")), progress_number(notes, "updated")
+    line = f"last run: {state}" + (f", {s.phase}" if s.phase else "")
+    if updated is not None:
+        line += f" ({time.time() - updated:.0f} s ago)"
+    if s.rate:
+        line += f", {s.rate / 1e6:.2f} M pixel-samples/s"
+    if s.eta_s is not None:
+        line += f", ETA {s.eta_s:.0f} s"
+    if notes.get("error"):
+        line += f"; {notes['error']}"
+    return line

@@ -1,11 +1,11 @@
 """Samples per second of our tracer on 1, 2 and 4 devices, next to Mitsuba 3 ``llvm_ad_rgb``.
 
     python scripts/bench_tracer.py [--scene examples/cbox.xml] [--res 512] [--spp 16]
-                                   [--devices 1,2,4] [--repeats 2]
+                                   [--devices default,1,2,4] [--repeats 2]
 
 Each measurement runs in its own process: ours with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
-``jax.local_devices()``), once with XLA's default CPU code and once with the deterministic flags
+``jax.local_devices()``; ``default``: no count set, one device per core, ``tracer.cpu``), once with XLA's default CPU code and once with the deterministic flags
 the farm's workers use (``tracer.xla_flags``: no FMA contraction), Mitsuba with every core. The first render of a process pays for
 compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
 durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), and the run time is
@@ -127,7 +127,8 @@ def main():
     parser.add_argument("--scene", type=pathlib.Path, default=ROOT / "examples" / "cbox.xml")
     parser.add_argument("--res", type=int, default=512)
     parser.add_argument("--spp", type=int, default=16)
-    parser.add_argument("--devices", default="1,2,4", help="comma-separated device counts")
+    parser.add_argument("--devices", default="default,1,2,4",
+                        help="comma-separated device counts; 'default': none set, the tracer's own choice")
     parser.add_argument("--repeats", type=int, default=2, help="timed renders after the first")
     parser.add_argument("--json", type=pathlib.Path, help="also write the results here")
     parser.add_argument("--worker", choices=["ours", "mitsuba"], help=argparse.SUPPRESS)
@@ -143,12 +144,12 @@ def main():
 
     rows = [("mitsuba llvm_ad_rgb", run_worker("mitsuba", None, args))]
     for deterministic in (False, True):
-        for d in (int(x) for x in args.devices.split(",")):
+        for d in (None if x == "default" else int(x) for x in args.devices.split(",")):
             result = run_worker("ours", d, args, deterministic)
-            if isinstance(result, dict) and result["devices"] != d:
+            if isinstance(result, dict) and d is not None and result["devices"] != d:
                 result = f"failed: asked for {d} devices, JAX saw {result['devices']}"
             accel = result["accel"] if isinstance(result, dict) else "?"
-            rows.append((f"ours{', det.' if deterministic else ''}, {accel} ({d} dev)", result))
+            rows.append((f"ours{', det.' if deterministic else ''}, {accel} ({d or 'default'} dev)", result))
     print_table(args, rows)
     if args.json:
         args.json.write_text(json.dumps({label: r for label, r in rows}, indent=2) + "\n")

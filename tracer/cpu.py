@@ -8,7 +8,9 @@ that do not split a query over cores another device is using.
 """
 import os
 
-__all__ = ["cores", "cores_per_device"]
+__all__ = ["cores", "cores_per_device", "use_every_core"]
+
+_DEVICE_COUNT = "--xla_force_host_platform_device_count"
 
 
 def cores():
@@ -26,3 +28,21 @@ def cores_per_device():
     if jax.default_backend() != "cpu":
         return None
     return max(1, cores() // max(1, jax.local_device_count()))
+
+
+def use_every_core():
+    """Give this process one XLA CPU device per core (``jax_num_cpu_devices``), unless the
+    process says otherwise: a device count in XLA_FLAGS or ``JAX_NUM_CPU_DEVICES``, the option
+    set already, or JAX's backend already started (then nothing can change; it stays as is).
+
+    Called when the tracer first imports JAX (``tracer.pytree``), so that ``tracer.render``
+    uses every core with nothing for the user to set: ``tracer.render`` splits each pass over
+    ``jax.local_devices()``, and XLA runs one device's kernels on one core at a time.
+    """
+    import jax
+    from jax._src import xla_bridge
+
+    if (_DEVICE_COUNT in os.environ.get("XLA_FLAGS", "") or "JAX_NUM_CPU_DEVICES" in os.environ
+            or jax.config.jax_num_cpu_devices >= 0 or xla_bridge.backends_are_initialized()):
+        return
+    jax.config.update("jax_num_cpu_devices", cores())

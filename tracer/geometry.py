@@ -684,7 +684,7 @@ def surface_interaction(geometry, o, d, hit):
 
 def offset_p(p, ng, d):
     """Move p along ng by (1 + max|p|) RayEpsilon, to the side d points to (Mitsuba's offset_p)."""
-    mag = (1.0 + jnp.max(jnp.abs(p), axis=0)) * RAY_EPSILON
+    mag = (1.0 + vm.max_component(jnp.abs(p))) * RAY_EPSILON
     mag = jnp.copysign(mag, vm.dot(ng, d))
     return p + mag * ng
 

@@ -221,7 +221,7 @@ def _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radian
     throughput = jnp.where(more, state.throughput * bsdf_weight, 0.0)
     eta = state.eta * jnp.where(more, bs.eta, 1.0)
 
-    beta_max = jnp.max(throughput, axis=0)
+    beta_max = vm.max_component(throughput)
     more = more & (beta_max != 0)
     rr_prob = jnp.minimum(beta_max * eta * eta, 0.95)
     rr_active = state.depth >= scene.settings.rr_depth

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import curves, lanes
+from tracer import vecmath as vm
 from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass
 
@@ -132,7 +133,7 @@ def solve_quadratic(a, b, c):
 def sphere_center_radius(to_world):
     """World center and radius of Mitsuba's sphere: to_world (3, 4, ...) applied to 0 and e_x."""
     center = to_world[:, 3]
-    radius = jnp.sqrt(jnp.sum(to_world[:, 0] ** 2, axis=0))
+    radius = jnp.sqrt(vm.dot(to_world[:, 0], to_world[:, 0]))
     return center, radius
 
 

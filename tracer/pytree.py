@@ -11,6 +11,10 @@ import dataclasses
 
 import jax
 
+from tracer import cpu
+
+cpu.use_every_core()  # before any array exists: one XLA device per core (see tracer.cpu)
+
 __all__ = ["pytree_dataclass", "static", "owned"]
 
 

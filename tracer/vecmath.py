@@ -10,9 +10,8 @@ from tracer.constants import LUMINANCE_WEIGHTS
 __all__ = [
     "dot", "cross", "norm", "normalize", "coordinate_system", "tangent_frame", "to_local", "to_world",
     "reflect", "upper_hemisphere", "luminance", "select", "safe_sqrt", "transform_point", "transform_vector",
-    "transform_normal",
+    "transform_normal", "max_component", "fold",
 ]
-
 
 
 def dot(a, b):
@@ -21,6 +20,26 @@ def dot(a, b):
 
 def cross(a, b):
     return jnp.stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+
+
+def fold(op, a, axis=0):
+    """``op`` folded over ``a``'s (short, static) ``axis`` from its first entry on, written out.
+
+    What the tracer uses instead of float reductions (``jnp.sum``, ``jnp.max``, ``jnp.prod``):
+    XLA's CPU backend hands a reduction over a batch above a few thousand lanes to a library
+    kernel that may sum in another order or with FMAs, so the bits would depend on how many
+    rays a device holds, i.e. on the device count. Elementwise ops fuse the same at any size.
+    """
+    a = jnp.moveaxis(a, axis, 0)
+    out = a[0]
+    for k in range(1, a.shape[0]):
+        out = op(out, a[k])
+    return out
+
+
+def max_component(a):
+    """The largest of the components of a (3, N) vector, (N,)."""
+    return jnp.maximum(jnp.maximum(a[0], a[1]), a[2])
 
 
 def norm(a):

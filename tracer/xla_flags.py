@@ -3,7 +3,12 @@
 XLA's CPU backend contracts a * b + c into fused multiply-adds where its fusion decisions put the
 two operations together, and those decisions change with the number of devices a program is
 partitioned over: the same rays traced on 1 and on 2 devices then differ in the last bit
-(measured: 28 of 2,592 paths of examples/materials.xml). Capping the instruction set at AVX (no
+(measured: 28 of 2,592 paths of examples/materials.xml). Float reductions were one cause
+(XLA gives those over batches above a few thousand lanes to a library kernel; the traced code
+now has none, ``tracer.vecmath.fold``, and its compiled bounce is the same at any batch size),
+but not the only one: with FMAs, 20x18-pixel tiles of examples/orbit.xml still differed in 1
+pixel between 1 and 2 devices, and examples/materials.xml in 42 between a whole-batch pool and a
+256-path pool (November 2026; both the same with this flag). Capping the instruction set at AVX (no
 FMA) makes every rounding explicit, so a work unit gives the same bits on any device count, host
 count, or x86 CPU generation. It costs about a fifth of the speed (Cornell box, 2 cores: 0.46 ->
 0.35 Msamples/s). The farm's CPU workers always use it (``cluster.bootstrap`` starts them); set

@@ -15,9 +15,12 @@ lobe, the lobe's probability) and the others with their pdf towards that directi
 then reports 1 - opacity). ``weights`` and ``choose`` give what tracer.bsdfs needs for both,
 so the images match Mitsuba's whatever the nesting.
 """
+import itertools
+
 import jax.numpy as jnp
 
 from tracer import textures as tx
+from tracer import vecmath as vm
 from tracer.pytree import pytree_dataclass
 
 __all__ = ["Layers", "weights", "choose"]
@@ -45,20 +48,20 @@ def weights(layers: Layers, textures: tx.Textures, mat: jnp.ndarray, at):
     value = jnp.clip(value, 0.0, 1.0)
     value = jnp.where(layers.complement[:, :, mat], 1.0 - value, value)
     value = jnp.where(factor >= 0, value, 1.0)
-    weight = jnp.prod(value, axis=1)
+    weight = vm.fold(jnp.multiply, value, axis=1)
     return jnp.where(layers.leaf[:, mat] >= 0, weight, 0.0)
 
 
 def choose(weight: jnp.ndarray, u: jnp.ndarray):
     """One of the slots with weights (L, N) per ray, with probability its weight: (chosen (L, N)
     bool, u rescaled to [0, 1) within the chosen slot (N,))."""
-    upper = jnp.cumsum(weight, axis=0)
+    upper = jnp.stack(list(itertools.accumulate(weight)))  # (a running sum written out: see vm.fold)
     lower = upper - weight
     # The last slot with weight takes what rounding leaves above the total.
     last = (weight > 0) & (jnp.flip(jnp.cumsum(jnp.flip(weight > 0, 0), axis=0), 0) == 1)
     chosen = (weight > 0) & (u >= lower) & ((u < upper) | last)
     chosen = chosen & (jnp.cumsum(chosen, axis=0) == 1)  # at most one slot (equal bounds)
-    pick = lambda a: jnp.sum(jnp.where(chosen, a, jnp.zeros_like(a)), axis=0)
+    pick = lambda a: vm.fold(jnp.add, jnp.where(chosen, a, jnp.zeros_like(a)))
     slot_weight, slot_lower = pick(weight), pick(lower)
     rescaled = jnp.clip((u - slot_lower) / jnp.where(slot_weight > 0, slot_weight, 1.0), 0.0,
                         jnp.float32(1.0 - 2.0**-24))

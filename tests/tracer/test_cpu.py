@@ -1,0 +1,38 @@
+"""The tracer takes one XLA CPU device per core by default, and leaves a process's own choice alone."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = """
+import jax, tracer
+from tracer import cpu
+tracer.load_scene("examples/cbox.xml", res=8)
+print(jax.local_device_count(), cpu.cores())
+"""
+
+
+def _devices(env):
+    """(JAX's local devices, tracer.cpu.cores()) in a fresh process with environment ``env``."""
+    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env | {"JAX_PLATFORMS": "cpu"}, cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return tuple(int(x) for x in result.stdout.split())
+
+
+@pytest.fixture
+def clean_env():
+    return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+
+
+def test_a_process_that_sets_nothing_gets_a_device_per_core(clean_env):
+    devices, cores = _devices(clean_env)
+    assert devices == cores
+
+
+@pytest.mark.parametrize("setting", [{"XLA_FLAGS": "--xla_force_host_platform_device_count=3"},
+                                     {"JAX_NUM_CPU_DEVICES": "3"}])
+def test_a_device_count_the_process_sets_is_kept(clean_env, setting):
+    assert _devices(clean_env | setting)[0] == 3
