@@ -16,7 +16,7 @@ import pytest
 import tracer
 from farm import job
 from farm.adaptive import Shot, stored_noise
-from farm.folding import Folds
+from farm.results import Commits
 from farm.scheduler import run_job
 from farm.store import FOLDED
 from tests.helpers.farm_cases import exported, farm_main, orbit_spec
@@ -33,15 +33,15 @@ def resumed(local_ray, tmp_path_factory):
     spec = dataclasses.replace(orbit_spec(tmp_path_factory.mktemp("adaptive") / "a.zarr", spp=SPP),
                                chunk_passes=2, noise=NOISE, min_spp=MIN_SPP)
     spec, store = job.prepare(spec)
-    accept, taken = Folds.accept, []
+    accept, taken = Commits.accept, []  # the workers write their results, the driver commits them
 
-    def interrupted(self, task, value, weight):
+    def interrupted(self, task, *answer):
         if len(taken) == INTERRUPT_AFTER:
             raise KeyboardInterrupt  # the driver stops here, mid-job
         taken.append(task)
-        return accept(self, task, value, weight)
+        return accept(self, task, *answer)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Folds, "accept", interrupted)
+        patch.setattr(Commits, "accept", interrupted)
         with pytest.raises(KeyboardInterrupt):
             run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
     stopped = store.all_records()[..., FOLDED].copy()
