@@ -56,33 +56,18 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, nois
 
     if source.endswith(".toml"):
         spec = JobSpec.from_toml(source)
-        overrides = {}
+        # Flags given override the file's values (the JobSpec field each one sets).
+        given = {"spp": spp, "seed": seed, "tile": tile, "accel": accel, "store": out, "noise": noise,
+                 "min_spp": min_spp, "aovs": aovs, "rfilter": rfilter}
+        overrides = {name: value for name, value in given.items() if value is not None}
         if frames is not None:
             overrides["frames"] = parse_frames(frames)
-        if spp is not None:
-            overrides["spp"] = spp
         if res is not None:
             overrides["resolution"] = parse_res(res)
         if sets:
             named = {c.name: c for c in spec.curves}
             named.update({c.name: c for c in (parse_set(s) for s in sets)})
             overrides["curves"] = tuple(named.values())
-        if seed is not None:
-            overrides["seed"] = seed
-        if tile is not None:
-            overrides["tile"] = tile
-        if accel is not None:
-            overrides["accel"] = accel
-        if out is not None:
-            overrides["store"] = out
-        if noise is not None:
-            overrides["noise"] = noise
-        if min_spp is not None:
-            overrides["min_spp"] = min_spp
-        if aovs is not None:
-            overrides["aovs"] = aovs
-        if rfilter is not None:
-            overrides["rfilter"] = rfilter
         return dataclasses.replace(spec, **overrides)
     if not os.path.isfile(source):
         raise FarmError(f"scene file not found: {source}")
