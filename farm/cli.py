@@ -95,18 +95,20 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm.spec import parse_frame_list
     from farm.status import spp_text
     job.check_params(spec)
-    check_scene(spec)
-    spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
-    registry.record(store.url)
-    try:
-        click.echo(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> {store.url}",
-                   err=True)
-        session.run(spec, store, address=address, show_progress=not no_progress,
-                    log=lambda m: click.echo(m, err=True))
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted; `farm resume {store.url}` goes on from here") from None
-    finally:
-        store.lease.release()
+    with session.starting_ray(address, spec.groups) as ray_start:  # Ray starts while the scene is checked
+        check_scene(spec)
+        spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
+        registry.record(store.url)
+        try:
+            click.echo(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> "
+                       f"{store.url}", err=True)
+            session.run(spec, store, address=address, show_progress=not no_progress,
+                        log=lambda m: click.echo(m, err=True), ray_start=ray_start)
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted; `farm resume {store.url}` goes on from here") from None
+        finally:
+            ray_start.close()  # every worker gone before another driver may take the store
+            store.lease.release()
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
 
 

@@ -1,55 +1,163 @@
 """The driver's Ray session: an embedded local Ray, or a connection to a cluster, for one run.
 
-``ray_session`` starts Ray for the length of a ``with`` block and shuts it down after, whatever
-happens inside. Locally it gives Ray at least one logical CPU per group member, so that every
-group of the job can be placed on this one machine; on a cluster (``address``: ``auto`` or
+``starting_ray`` starts Ray in a background thread for the length of a ``with`` block and shuts
+it down after, whatever happens inside: the driver checks the scene and opens its store while
+Ray starts (the two take about as long), and ``run`` waits for Ray only when it needs it.
+Locally it gives Ray at least one logical CPU per group member, so that every group of the job
+can be placed on this one machine; on a cluster (``address``: ``auto`` or
 ``ray://head:10001``) the cluster's own resources decide. Ray's dashboard, usage statistics and
 worker log forwarding are off: the driver reports through its own progress bar and one-line
 errors. The embedded Ray keeps Ray's default token authentication without Ray's notice of it on
 every run (a notice meant for clusters that others can reach).
+
+The embedded Ray starts as a minimal installation of Ray would (``pip install ray`` without
+``[default]``): its dashboard agent leaves out the metrics and reporting modules. ``ray.init``
+waits until the node's agents have started, and the full agent (an HTTP server, gRPC, a
+metrics exporter) took 8 to 10 of the 13 seconds that ``ray.init`` took on a loaded 2-core
+machine; minimal, ``ray.init`` took 6 (``scripts/bench_vs_mitsuba.py`` shows the start-up's
+steps). Ray decides that a node is minimal by whether ``ray.dashboard.optional_deps`` imports in
+the process that starts it; the driver hides that module while ``ray.init`` runs, and only then.
+Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
 """
 import contextlib
 import logging
 import os
+import signal
+import sys
+import threading
 
 import ray
 
 from farm.job import group_shapes
 
-__all__ = ["ray_session", "run"]
+__all__ = ["starting_ray", "ray_session", "start_local_ray", "RayStart", "run"]
 
 _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+_INIT_LOGGER = "ray._private.worker"  # says that a ray.init outside the main thread sets no SIGTERM handler
+_DASHBOARD_DEPS = "ray.dashboard.optional_deps"  # what Ray imports to tell a full install from a minimal one
+
+
+def start_local_ray(num_cpus):
+    """``ray.init`` of a new embedded, minimal Ray with ``num_cpus`` logical CPUs (see above)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    logging.getLogger(_TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
+    saved = sys.modules.get(_DASHBOARD_DEPS)
+    sys.modules[_DASHBOARD_DEPS] = None  # an import of it now raises ImportError: a minimal node
+    try:
+        # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR, configure_logging=False)
+    finally:
+        if saved is None:
+            del sys.modules[_DASHBOARD_DEPS]
+        else:
+            sys.modules[_DASHBOARD_DEPS] = saved
+
+
+def _start(address, groups):
+    if address is None:
+        members = groups.count * groups.hosts if groups is not None else 1
+        start_local_ray(max(os.cpu_count() or 1, members))
+    else:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+
+
+def _exit_on_sigterm():
+    """What ``ray.init`` does in the main thread, for one it runs in another: a SIGTERM exits
+    through Python (``finally`` blocks, then Ray's own shutdown at exit), and Ray's note that it
+    set no handler is left unsaid."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+    logging.getLogger(_INIT_LOGGER).addFilter(_not_the_sigterm_note)
+
+
+def _not_the_sigterm_note(record):
+    return "SIGTERM handler is not set" not in record.getMessage()
+
+
+class RayStart:
+    """Ray starting in a background thread: ``wait()`` until it is up (its error, if it failed),
+    ``close()`` to shut it down. The thread lives until then: Ray's processes are tied to the
+    thread that started them (Linux's parent-death signal is per thread), so it must not end
+    first. ``eager=False`` starts Ray at the first ``wait()`` instead, in the thread that waits."""
+
+    def __init__(self, address=None, groups=None, eager=True):
+        self.error, self.closed = None, False
+        self._where = (address, groups)
+        self._up, self._done = threading.Event(), threading.Event()
+        self._thread = None
+        if eager:
+            _exit_on_sigterm()
+            self._thread = threading.Thread(target=self._hold, name="ray-start", daemon=True)
+            self._thread.start()
+
+    def _start(self):
+        try:
+            _start(*self._where)
+        except BaseException as e:  # handed to the thread that waits
+            self.error = e
+        self._up.set()
+
+    def _hold(self):
+        self._start()
+        self._done.wait()
+        if self.error is None:
+            ray.shutdown()
+
+    def wait(self):
+        if self._thread is None and not self._up.is_set():
+            self._start()
+        self._up.wait()
+        if self.error is not None:
+            raise self.error
+
+    def close(self):
+        """Wait for a start under way to end (it cannot be cut short), then shut Ray down (once)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()
+        elif self._up.is_set() and self.error is None:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def starting_ray(address=None, groups=None, eager=True):
+    """Ray for a ``with`` block, started in the background: local (``address`` None) with room
+    for ``groups`` (a ``GroupsSpec``: ``count * hosts`` members), or the cluster at ``address``.
+    Yields the ``RayStart``; pass it to ``run``. ``eager=False``: only once ``run`` needs it (a
+    caller that may well stop before, such as tests of refused input)."""
+    start = RayStart(address, groups, eager)
+    try:
+        yield start
+    finally:
+        start.close()
 
 
 @contextlib.contextmanager
 def ray_session(address=None, groups=None):
-    """Ray for a ``with`` block: local (``address`` None) with room for ``groups`` (a
-    ``GroupsSpec``: ``count * hosts`` members), or the cluster at ``address``."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is None:
-        members = groups.count * groups.hosts if groups is not None else 1
-        # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
-        logging.getLogger(_TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
-        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, members), include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.ERROR, configure_logging=False)
-    else:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-    try:
+    """Ray for a ``with`` block, started before the block begins (``starting_ray``, waited on)."""
+    with starting_ray(address, groups, eager=False) as start:
+        start.wait()
         yield
-    finally:
-        ray.shutdown()
 
 
-def run(spec, store, address=None, show_progress=True, log=print):
-    """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address``; the
-    run's phases from the start of Ray on are in the store's progress notes (``farm.progress``)."""
+def run(spec, store, address=None, show_progress=True, log=print, ray_start=None):
+    """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address`` (or the
+    Ray of ``ray_start``, a ``RayStart`` of ``starting_ray``, already on its way); the run's
+    phases from the start of Ray on are in the store's progress notes (``farm.progress``)."""
     from farm.progress import RunProgress
     from farm.scheduler import run_job
 
     progress = RunProgress(store, show_progress)
     try:
         progress.phase("starting Ray")
-        with ray_session(address, spec.groups):
+        with contextlib.nullcontext() if ray_start else ray_session(address, spec.groups):
+            if ray_start:
+                ray_start.wait()
             return run_job(spec, store, group_shapes(spec, address is None), log=log, progress=progress)
     except BaseException as e:
         if not progress.ended:  # Ray did not start, or the run stopped outside the scheduler's loop

@@ -3,6 +3,7 @@ at 40x30, tiles of 16, passes of 4 samples), the tracer's own render of it in th
 frames a store exports, stores filled without rendering, and the ``farm`` command line run as a
 subprocess or in this process."""
 import contextlib
+import functools
 import io
 import os
 import pathlib
@@ -10,10 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+from unittest import mock
 
 import numpy as np
 
-from farm import job
+from farm import job, session
 from farm.cli import main
 from farm.curves import Curve
 from farm.export import export_frames
@@ -58,9 +60,12 @@ def exported(store, tmp_path, name="npy"):
 
 def farm_main(*args):
     """``farm ARGS`` in this process: (exit code, stdout, stderr). ``farm.cli.main`` turns every
-    exception into one line; 70 is its code for one it did not expect (a traceback, before)."""
+    exception into one line; 70 is its code for one it did not expect (a traceback, before).
+    Ray starts only once a run needs it (not beside the scene check: most of these are refused)."""
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    lazy = functools.partial(session.starting_ray, eager=False)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            mock.patch.object(session, "starting_ray", lazy):
         try:
             main([str(a) for a in args])
             code = 0
