@@ -26,8 +26,6 @@ import signal
 import sys
 import threading
 
-import ray
-
 from farm.job import group_shapes
 
 __all__ = ["starting_ray", "ray_session", "start_local_ray", "RayStart", "run"]
@@ -39,6 +37,8 @@ _DASHBOARD_DEPS = "ray.dashboard.optional_deps"  # what Ray imports to tell a fu
 
 def start_local_ray(num_cpus):
     """``ray.init`` of a new embedded, minimal Ray with ``num_cpus`` logical CPUs (see above)."""
+    import ray  # here, not at the top: in the thread that starts Ray, beside the driver's other imports
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     logging.getLogger(_TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     saved = sys.modules.get(_DASHBOARD_DEPS)
@@ -55,12 +55,20 @@ def start_local_ray(num_cpus):
 
 
 def _start(address, groups):
+    import ray
+
     if address is None:
         members = groups.count * groups.hosts if groups is not None else 1
         start_local_ray(max(os.cpu_count() or 1, members))
     else:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+
+
+def _shutdown():
+    import ray
+
+    ray.shutdown()
 
 
 def _exit_on_sigterm():
@@ -103,7 +111,7 @@ class RayStart:
         self._start()
         self._done.wait()
         if self.error is None:
-            ray.shutdown()
+            _shutdown()
 
     def wait(self):
         if self._thread is None and not self._up.is_set():
@@ -121,7 +129,7 @@ class RayStart:
             self._done.set()
             self._thread.join()
         elif self._up.is_set() and self.error is None:
-            ray.shutdown()
+            _shutdown()
 
 
 @contextlib.contextmanager
