@@ -1,0 +1,43 @@
+"""The driver's Ray session: the embedded Ray starts in the background, minimal, and stays up
+until it is closed (``farm.session``)."""
+import sys
+
+import pytest
+import ray
+
+from farm import session
+from tests.helpers.hang_guard import hang_guard
+
+
+def test_a_lazy_start_that_is_never_waited_on_starts_no_ray():
+    with session.starting_ray(eager=False) as start:
+        pass
+    assert start.closed and not ray.is_initialized()
+
+
+def test_a_failed_start_is_raised_by_wait_and_leaves_the_dashboard_module_importable(monkeypatch):
+    def refuse(**kw):
+        assert sys.modules[session._DASHBOARD_DEPS] is None  # hidden while ray.init runs
+        raise RuntimeError("no room for Ray")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    with session.starting_ray() as start:
+        with pytest.raises(RuntimeError, match="no room for Ray"):
+            start.wait()
+    assert sys.modules.get(session._DASHBOARD_DEPS, sys) is not None
+
+
+def _agent_command():
+    """How this Ray's raylet starts its dashboard agent."""
+    raylet = ray._private.worker._global_node.all_processes["raylet"][0].process
+    return next(a for a in raylet.args if a.startswith("--dashboard_agent_command="))
+
+
+def test_the_embedded_ray_starts_in_the_background_minimal_and_outlives_the_thread_that_waited():
+    with hang_guard(120), session.starting_ray() as start:
+        start.wait()
+        assert ray.is_initialized() and sys.modules.get(session._DASHBOARD_DEPS, sys) is not None
+        assert " --minimal" in _agent_command()
+        # Ray's processes die with the thread that started them: it must still be there.
+        assert ray.get(ray.remote(lambda: 6 * 7).remote(), timeout=60) == 42
+    assert start.closed and not ray.is_initialized()
