@@ -96,8 +96,11 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm.status import spp_text
     job.check_params(spec)
     with session.starting_ray(address, spec.groups) as ray_start:  # Ray starts while the scene is checked
-        check_scene(spec)
-        spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
+        try:
+            check_scene(spec)
+            spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
+        except FarmError as e:  # said at once; leaving the block then waits out Ray's start and stops it
+            _fail(str(e), e.exit_code)
         registry.record(store.url)
         try:
             click.echo(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> "

@@ -191,7 +191,7 @@ def test_a_render_seen_from_another_process(tmp_path):
         _, err = render.communicate()
         watched, _ = watch.communicate()
     assert render.returncode == 0 and watch.returncode == 0, err[-3000:]
-    assert seen[0] == "starting Ray" and len(seen) >= 2, seen  # Ray and the groups take seconds to start
+    assert len(seen) >= 2, seen  # the groups take seconds to form and compile (Ray may be up before the store)
     assert [PHASES.index(p) for p in seen] == sorted({PHASES.index(p) for p in seen}), seen
     final = _notes(store)
     assert final["state"] == "done" and list(final["phases"]) == list(PHASES)
