@@ -43,7 +43,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SCENE = ROOT / "examples" / "lamp.xml"
-DEFAULT_MIN_SPP = 256  # farm.adaptive.DEFAULT_MIN_CHUNKS chunks of the default 64 samples
+DEFAULT_MIN_SPP = 256  # farm.adaptive.DEFAULT_MIN_SPP (not imported: the script imports farm only in its subprocesses)
 
 
 def shade_curve(frames, hold):
