@@ -43,7 +43,6 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SCENE = ROOT / "examples" / "lamp.xml"
-DEFAULT_MIN_SPP = 256  # farm.adaptive.DEFAULT_MIN_SPP (not imported: the script imports farm only in its subprocesses)
 
 
 def shade_curve(frames, hold):
@@ -104,6 +103,7 @@ def main():
     ap.add_argument("--noise", type=float, default=None, help="The target (default: the uniform run's worst frame's).")
     ap.add_argument("--out", default="/tmp/bench_adaptive")
     args = ap.parse_args()
+    from farm.adaptive import DEFAULT_MIN_SPP
     from tests.helpers.image_metrics import relative_mse
 
     out = pathlib.Path(args.out)
