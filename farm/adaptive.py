@@ -23,7 +23,7 @@ chunks: unknown (None).
 **The decisions.** They are made at *checkpoints*, fixed chunk counts that do not depend on the
 samples: the first is ``min_spp``'s chunks, and each next one an eighth more (at least one chunk
 more), up to the job's spp: a tile overshoots its need by up to a step (steps of a quarter
-saved 1.57x the samples of uniform sampling on scripts/bench_adaptive.py's shot, an eighth 1.64x,
+saved 1.57x the samples of uniform sampling on scripts/bench_adaptive.py's --hold 0 shot, an eighth 1.64x,
 at the same worst-frame error). A tile whose state reaches a checkpoint is estimated there: at or
 below E it stops, else it is given the chunks up to the next checkpoint (rendered side by side, a
 batch). So the spp a tile gets is a function of its stored samples alone, which resume, repeat
