@@ -1,8 +1,10 @@
 """A noise target for a whole shot: samples go to the tiles, and so the frames, where the noise is.
 
 With ``noise = E`` a job's spp is the most a tile gets. Every tile is rendered to at least
-``min_spp`` (rounded up to whole chunks, at least two: the variance needs two estimates), and a
-tile above E gets more chunks until it is at or below E or at the spp.
+``min_spp`` (default 256; rounded up to whole chunks, at least two: the variance needs two
+estimates), and a tile above E gets more chunks until it is at or below E or at the spp. A job
+made with a target has chunks of ``farm.tree.NOISE_CHUNK_SPP`` samples (16, one pass), not 64:
+the estimate's degrees of freedom are its chunks' (below), 15 per pixel at 256 spp, not 3.
 
 **The estimator.** The complete chunks of a tile hold disjoint samples, so each chunk's own
 estimate of a pixel is an independent draw and their spread measures the pixel's noise
@@ -21,7 +23,7 @@ chunks: unknown (None).
 **The decisions.** They are made at *checkpoints*, fixed chunk counts that do not depend on the
 samples: the first is ``min_spp``'s chunks, and each next one an eighth more (at least one chunk
 more), up to the job's spp: a tile overshoots its need by up to a step (steps of a quarter
-saved 1.57x the samples of uniform sampling on scripts/bench_adaptive.py's shot, an eighth 1.64x,
+saved 1.57x the samples of uniform sampling on scripts/bench_adaptive.py's --hold 0 shot, an eighth 1.64x,
 at the same worst-frame error). A tile whose state reaches a checkpoint is estimated there: at or
 below E it stops, else it is given the chunks up to the next checkpoint (rendered side by side, a
 batch). So the spp a tile gets is a function of its stored samples alone, which resume, repeat
@@ -43,10 +45,10 @@ from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
 from farm.tree import tile_sums, variance
 from tracer.reduction import resolve
 
-__all__ = ["Shot", "DEFAULT_MIN_CHUNKS", "EPSILON", "relative_noise", "tile_noise", "stored_noise", "frame_noise",
+__all__ = ["Shot", "DEFAULT_MIN_SPP", "EPSILON", "relative_noise", "tile_noise", "stored_noise", "frame_noise",
            "shot_noise", "FrameNoise"]
 
-DEFAULT_MIN_CHUNKS = 4  # chunks every tile gets by default (256 spp at 64-sample chunks): 3 degrees of freedom
+DEFAULT_MIN_SPP = 256   # what every tile gets by default: 16 chunks of a noise job's 16 samples
 EPSILON = 1e-2          # keeps dark pixels from dominating (tests/helpers/image_metrics.py's)
 _GROWTH = 8             # each checkpoint 1/_GROWTH more chunks than the one before
 
@@ -98,7 +100,7 @@ class Shot:
         self.last = tree.n_chunks(spec.spp)  # chunks at the job's spp, its tail included
         self.active = spec.noise is not None and self.last > 2
         if self.active:
-            first = max(2, -(-(spec.min_spp or DEFAULT_MIN_CHUNKS * self.chunk) // self.chunk))
+            first = max(2, -(-(spec.min_spp or DEFAULT_MIN_SPP) // self.chunk))
             self.checkpoints = list(_checkpoints(min(first, self.last), self.last))
             self.full = tree.complete(spec.spp)  # complete chunks at the job's spp
         self.goal = {}  # tile -> the chunks it is to hold (a checkpoint): decided by this run

@@ -143,7 +143,7 @@ def _job_options(f):
                      help="A noise target (relative RMS error, e.g. 0.05): tiles get samples until their estimated "
                           "noise is at most this, --spp then the most a tile gets."),
         click.option("--min-spp", type=int, default=None,
-                     help="With --noise: the least a tile gets (default 4 chunks: 256 samples)."),
+                     help="With --noise: the least a tile gets (default 256)."),
         click.option("--aovs", default=None, metavar="NAME:TYPE,...",
                      help="Add AOV channels, as Mitsuba's aov integrator (e.g. albedo:albedo,nn:sh_normal, what "
                           "export --denoise needs); after the scene's own if it has one."),

@@ -45,7 +45,7 @@ import tomllib
 
 from farm.curves import Curve
 from farm.errors import SceneFileError, SpecError, shown
-from farm.tree import CHUNK_SPP, Tree
+from farm.tree import CHUNK_SPP, NOISE_CHUNK_SPP, Tree
 from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED,
                              MAX_SPP, PLATFORMS)
 from tracer.filters import NAMES as FILTERS
@@ -168,12 +168,12 @@ class JobSpec:
     seed: int = 0
     tile: int = DEFAULT_TILE
     pass_size: int = None      # default: DEFAULT_PASS_SIZE (whatever the spp)
-    chunk_passes: int = None   # default: farm.tree.CHUNK_SPP samples (whatever the spp)
+    chunk_passes: int = None   # default: farm.tree.CHUNK_SPP samples, NOISE_CHUNK_SPP with noise (whatever the spp)
     curves: tuple = ()         # farm.curves.Curve
     accel: str = "auto"
     groups: GroupsSpec = GroupsSpec()
     noise: float = None        # a noise target (farm.adaptive): spp is then the most a tile gets
-    min_spp: int = None        # with noise: the least a tile gets (default farm.adaptive.DEFAULT_MIN_CHUNKS chunks)
+    min_spp: int = None        # with noise: the least a tile gets (default farm.adaptive.DEFAULT_MIN_SPP)
     aovs: str = None           # AOVs added to the scene's image (tracer.io.overrides), e.g. "albedo:albedo"
     rfilter: str = None        # the film's reconstruction filter in place of the scene's (tracer.filters)
 
@@ -241,9 +241,10 @@ class JobSpec:
 
     def planned(self):
         """This spec with the reduction tree fixed: pass size and passes per chunk, neither
-        chosen from the spp (a job below one pass still renders whole passes, masked)."""
+        chosen from the spp (a job below one pass still renders whole passes, masked); a job made
+        with a noise target gets smaller chunks (on an existing store the store's tree is kept)."""
         pass_size = self.pass_size or DEFAULT_PASS_SIZE
-        chunk = self.chunk_passes or -(-CHUNK_SPP // pass_size)
+        chunk = self.chunk_passes or -(-(CHUNK_SPP if self.noise is None else NOISE_CHUNK_SPP) // pass_size)
         return dataclasses.replace(self, pass_size=pass_size, chunk_passes=chunk)
 
     @property

@@ -34,11 +34,16 @@ import numpy as np
 from tracer.reduction import resolve
 
 __all__ = ["Tree", "STATE_CHANNELS", "TAIL_CHANNELS", "state_channels", "tail_channels", "fold", "tile_sums",
-           "tail_block", "split_tail", "variance", "CHUNK_SPP"]
+           "tail_block", "split_tail", "variance", "CHUNK_SPP",
+           "NOISE_CHUNK_SPP"]
 
 # Samples per chunk by default: a task renders one chunk of one tile. Fixed (not chosen from the
 # spp): the tree must not change when a job's spp is raised.
 CHUNK_SPP = 64
+# Samples per chunk of a job created with a noise target (``farm.adaptive``): its chunks' spread is
+# its noise estimate, so smaller chunks give it more degrees of freedom at the same spp (15 at
+# 256 spp, not 3), for four times the tasks.
+NOISE_CHUNK_SPP = 16
 # The running state of a tile, per pixel: sums (value RGB, weight), then the sums of the chunks'
 # estimates (RGB) and of their squares (RGB), then the sums of the job's K AOV channels (the
 # scene's ``aov`` integrator: ``tracer.io.aovs``), which fold like the RGB sums.

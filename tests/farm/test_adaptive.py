@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from farm import job
-from farm.adaptive import Shot, frame_noise, relative_noise, stored_noise, tile_noise
+from farm.adaptive import DEFAULT_MIN_SPP, Shot, frame_noise, relative_noise, stored_noise, tile_noise
 from farm.errors import SpecError
 from farm.folding import Folds
 from farm.planner import plan
 from farm.scheduler import _JobRun
 from farm.store import FOLDED, TAIL_PASSES
-from farm.tree import STATE_CHANNELS, fold
+from farm.tree import CHUNK_SPP, NOISE_CHUNK_SPP, STATE_CHANNELS, fold
 from tests.farm.test_tree import stub_unit
 from tests.helpers.farm_cases import orbit_spec
 
@@ -73,7 +73,7 @@ def _run(spec, store, order, kill_after=None, groups=4):
     return done
 
 
-def _spec(store, spp=64, noise=0.02, min_spp=None, frames=(0, 1)):
+def _spec(store, spp=64, noise=0.02, min_spp=16, frames=(0, 1)):
     base = orbit_spec(store, frames=frames, spp=spp)
     return dataclasses.replace(base, resolution=(WIDTH, HEIGHT), tile=TILE, pass_size=2, chunk_passes=2,
                                noise=noise, min_spp=min_spp)
@@ -97,7 +97,7 @@ def test_tiles_end_at_or_below_the_target_or_at_the_spp(fresh):
     spec, store, records, _ = fresh
     chunk = spec.tree.chunk_samples
     spp = records[..., FOLDED] * chunk
-    assert spp.min() == 4 * chunk and spp.max() == spec.spp  # the default minimum, and the most
+    assert spp.min() == spec.min_spp and spp.max() == spec.spp  # the least, and the most
     assert len(np.unique(spp)) >= 3, spp  # samples went where the noise is
     assert np.all(spp[:, :, 0] <= spp[:, :, -1]) and np.all(spp[0] <= spp[1])
     for key in np.ndindex(records.shape[:3]):
@@ -177,6 +177,16 @@ def test_the_estimator_is_the_spread_of_the_chunks():
     value, var = rng.random((64, 3)), rng.random((64, 3)) * 1e-3
     perm = rng.permutation(64)
     assert relative_noise(value, var) == relative_noise(value[perm], var[perm])
+
+
+def test_a_new_target_job_has_small_chunks_and_a_store_keeps_its_own(tmp_path):
+    """More chunks, more degrees of freedom for the estimate: a job made with a target has chunks
+    of NOISE_CHUNK_SPP samples, and the tree of a store made without one stays its own."""
+    made, store = job.prepare(orbit_spec(tmp_path / "n.zarr", spp=1024, noise=0.05))
+    assert made.tree.chunk_samples == NOISE_CHUNK_SPP and Shot(made, store).least == DEFAULT_MIN_SPP
+    job.prepare(orbit_spec(tmp_path / "u.zarr", spp=512))
+    later, store = job.prepare(orbit_spec(tmp_path / "u.zarr", spp=1024, noise=0.05))
+    assert later.tree.chunk_samples == CHUNK_SPP and Shot(later, store).checkpoints[:2] == [4, 5]
 
 
 @pytest.mark.parametrize("fields, message", [
