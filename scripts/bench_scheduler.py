@@ -14,7 +14,9 @@ stores the workers cannot reach, and what every store did before), for a before/
 Printed: tasks per second sustained (from the first to the last commit of the middle 80% of
 tasks), the driver's CPU seconds per task (``time.process_time``: all its threads), and the time
 to plan a ``--plan-frames`` x 64-tile job: make its store (``farm.job.prepare``), read and
-verify the records (``verified_records``), and ``plan``, as a driver starting it does.
+verify the records (``verified_records``), and ``plan``, as a driver starting it does (wall and
+CPU seconds), then the time a task to make its ``Task`` records (the scheduler makes them as it
+sends them).
 """
 import argparse
 import os
@@ -53,8 +55,8 @@ def throughput(args, folder):
         spec, store = job.prepare(_spec(folder / "bench.zarr", args.frames))
         hosts = Hosts(args.groups, per_process=args.per_process, latency_s=args.latency)
         commits = []
-        done = scheduler._Progress.done
-        scheduler._Progress.done = lambda self, task: (commits.append(time.monotonic()), done(self, task))[1]
+        done = scheduler.RunProgress.done
+        scheduler.RunProgress.done = lambda self, *a: (commits.append(time.monotonic()), done(self, *a))[1]
         cpu0, t0 = time.process_time(), time.monotonic()
         plan = scheduler.run_job(spec, store, [GroupShape()] * args.groups, show_progress=False,
                                  make_group=hosts.make_group, log=lambda m: None)
@@ -68,7 +70,7 @@ def throughput(args, folder):
     rate = (hi - lo) / (commits[hi] - commits[lo])
     print(f"groups {args.groups} on {-(-args.groups // args.per_process)} processes, {args.nodes} nodes; "
           f"latency {args.latency} s; {'driver folds' if args.driver_folds else 'workers write'}")
-    print(f"tasks {len(plan.todo)} in {wall:.1f} s (start-up included); sustained {rate:.0f} tasks/s; "
+    print(f"tasks {sum(plan.frame_tasks().values())} in {wall:.1f} s (start-up included); sustained {rate:.0f} tasks/s; "
           f"driver CPU {1e3 * cpu / n:.2f} ms/task; ceiling of the groups {2 * args.groups / args.latency:.0f} tasks/s")
 
 
@@ -76,15 +78,18 @@ def planning(args, folder):
     from farm import job
     from farm.planner import plan
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     spec, store = job.prepare(_spec(folder / "plan.zarr", args.plan_frames))
     t1 = time.perf_counter()
     records, _ = store.verified_records(repair=True)
     t2 = time.perf_counter()
-    todo = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels).todo
-    t3 = time.perf_counter()
-    print(f"planning {args.plan_frames} frames x 64 tiles ({len(todo)} tasks): {t3 - t0:.2f} s "
-          f"(store made {t1 - t0:.2f} s, records read {t2 - t1:.2f} s, plan {t3 - t2:.2f} s)")
+    job_plan = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels)
+    t3, c3 = time.perf_counter(), time.process_time()
+    n = sum(1 for _ in job_plan.tasks())  # made as the scheduler sends them
+    t4 = time.perf_counter()
+    print(f"planning {args.plan_frames} frames x 64 tiles ({n} tasks): {t3 - t0:.2f} s, CPU {c3 - c0:.2f} s "
+          f"(store made {t1 - t0:.2f} s, records read {t2 - t1:.2f} s, plan {t3 - t2:.2f} s); "
+          f"making its tasks as they are sent: {1e6 * (t4 - t3) / n:.1f} us a task")
 
 
 def main():
