@@ -15,14 +15,14 @@ Every sending of a task gets a ``Slot``: the tile, the kind of result, and a dis
 unique in the store (the driver's lease epoch, or a random run number without a lease, times
 2**32, plus a serial). The member renders, then ``Slot.write``: reads the committed state it
 folds onto (CRC-checked against the record the driver saw), folds (``farm.tree.fold``), writes
-the chunk at the slot's index, and makes it durable (fsync of the file and its folder) before it
-answers with the block's CRC. The slot is plain data pickled with the task: the worker imports
+the chunk at the slot's index, makes it durable (fsync of the file) and makes the folder the
+chunk lands in once committed, before it answers with the block's CRC. The slot is plain data pickled with the task: the worker imports
 ``farm.tree`` and ``farm.results`` when it runs it (no JAX there), so ``cluster`` stays below ``farm``.
 
 The driver commits in batches (``Commits.flush``): one lease check; the records naming the CRCs
 about to land where a tile has folded chunks already (``NEXT_CRC``: ``farm.store``'s protocol,
-so a kill anywhere leaves a store that ``verified_records`` reads right); the renames (fsync of the folders they land in); the records
-of the new counts. A tile's next chunk is sent only once its previous one is committed (the
+so a kill anywhere leaves a store that ``verified_records`` reads right); the renames (fsync of
+the folders they land in); the records of the new counts. A tile's next chunk is sent only once its previous one is committed (the
 state it folds onto must exist), so each tile has at most one dispatch in flight.
 
 Orphans: a dispatch that wrote and was never committed (its member died before answering, its
@@ -132,7 +132,7 @@ class Slot:
     base_crc: int
     start_crc: int = None
     aovs: int = 0       # the job's AOV channels, after the RGB (``tracer.io.aovs``)
-    chunk_key: str = None   # the tile's chunk key in ``state/`` and ``tail/`` (relative to each)
+    chunk_key: str = None   # the tile's chunk key in ``kind``'s array (``state/`` and ``tail/`` alike)
     files: tuple = None     # (state's, tail's) ``ChunkFile``, or None: through zarr
 
     @property
@@ -199,7 +199,9 @@ class Slot:
             finally:
                 os.close(fd)
         # The folder needs no fsync: the driver renames the file out of it and makes the folder
-        # it lands in durable before any record names it.
+        # it lands in durable before any record names it. That folder is made here, so that the
+        # driver only renames (an empty folder names nothing).
+        os.makedirs(os.path.dirname(os.path.join(self.root, self.kind, self.chunk_key)), exist_ok=True)
         return _crc(block)
 
 
@@ -224,7 +226,6 @@ class Commits:
         self.next_index = run * 2 ** 32
         self.pending = []   # _Written answers not yet committed
         self.pool = ThreadPoolExecutor(8)  # fsyncs of the folders renames land in
-        self.folders = set()               # folders of state/ and tail/ known to be there
         self._arrays = {kind: self._make_area(kind) for kind in ("state", "tail")}
         files = tuple(ChunkFile.of(self._arrays[kind]) for kind in ("state", "tail"))
         same_keys = (self._arrays["state"].metadata.chunk_key_encoding
@@ -259,7 +260,7 @@ class Commits:
         return Slot(root=self.root, kind="tail" if task.tail else "state", index=self.next_index, key=task.line,
                     box=self.store.tile_box(*task.line[1:]), folded=int(record[FOLDED]),
                     base_crc=int(record[STATE_CRC]), start_crc=start, aovs=self.store.channels - 3,
-                    chunk_key=self._chunk_key("state", task.line), files=self.files)
+                    chunk_key=self._chunk_key("tail" if task.tail else "state", task.line), files=self.files)
 
     def _chunk_key(self, kind, line):
         """The tile's chunk key in ``kind``'s array."""
@@ -298,13 +299,13 @@ class Commits:
             self._put(*zip(*marked))
         folders = set()
         for w in batch:
-            target = os.path.join(self.root, w.slot.kind, self._chunk_key(w.slot.kind, w.task.line))
-            folder = os.path.dirname(target)
-            if folder not in self.folders:
-                os.makedirs(folder, exist_ok=True)
-                self.folders.add(folder)
-            os.rename(w.slot.path, target)
-            folders.add(folder)
+            target = os.path.join(self.root, w.slot.kind, w.slot.chunk_key)
+            try:
+                os.rename(w.slot.path, target)
+            except FileNotFoundError:  # its folder is gone (its member made it)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.rename(w.slot.path, target)
+            folders.add(os.path.dirname(target))
         list(self.pool.map(_fsync, folders))
         done = []
         for w, record in zip(batch, before):
