@@ -225,7 +225,7 @@ class Commits:
         run = lease.holder.epoch if lease is not None else random.getrandbits(29) | 2 ** 29
         self.next_index = run * 2 ** 32
         self.pending = []   # _Written answers not yet committed
-        self.pool = ThreadPoolExecutor(8)  # fsyncs of the folders renames land in
+        self.pool = ThreadPoolExecutor(64)  # fsyncs of the folders renames land in, side by side
         self._arrays = {kind: self._make_area(kind) for kind in ("state", "tail")}
         files = tuple(ChunkFile.of(self._arrays[kind]) for kind in ("state", "tail"))
         same_keys = (self._arrays["state"].metadata.chunk_key_encoding

@@ -6,9 +6,10 @@ Layout (one Zarr group; F frames, H x W pixels, TY x TX tiles; the reduction tre
     state/               float32 (F, H, W, 10 + K): per tile, the running state of its complete chunks
                          folded in chunk order (sums of filter-weighted RGB and of filter weights, then
                          the sums of the chunks' estimates and of their squares, then the sums of the
-                         K AOV channels of a scene with an ``aov`` integrator); one Zarr chunk per tile
+                         K AOV channels of a scene with an ``aov`` integrator); one Zarr chunk per tile,
+                         its key flat (``c.F.TY.TX.0``: one folder)
     tail/                float32 (F, H, W, 4 + K): per tile, the sums of its partial last chunk (only
-                         where the spp is not a whole number of chunks); one Zarr chunk per tile
+                         where the spp is not a whole number of chunks); one Zarr chunk per tile, flat
     records/             uint32 (F, TY, TX, 6): per tile [chunks folded, CRC-32 of its state, CRC-32
                          of the state being written (0: none), tail passes, spp the tail was cut at,
                          CRC-32 of the tail]; one Zarr chunk per frame; zeros = nothing done
@@ -37,8 +38,9 @@ Reads: a store is checked when it is opened: metadata that does not parse (``zar
 group, ``state``, ``tail`` or ``records``), attributes of the wrong shape, or arrays that do not
 match the film and tiles are a ``StoreError`` before anything is written. A store of an older
 format is refused by name, but for format 2, read and written as it is: it differs only in
-keeping a Zarr chunk of records per tile (format 3 keeps one per frame, so that committing a
-batch of tiles writes a file per frame, not one per tile). A record that does not decode counts as nothing done, like a tile
+keeping a Zarr chunk of records per tile and a folder per tile in ``state/`` and ``tail/``
+(format 3 keeps a chunk of records per frame and the tiles' chunks in one folder, so that
+committing a batch of tiles writes a file per frame and syncs one folder). A record that does not decode counts as nothing done, like a tile
 whose data fails its CRC (``verified_records``). The progress and cancel nodes are the driver's
 notes, not the job's data: unreadable, they are reported and written afresh by the next run.
 """
@@ -65,6 +67,9 @@ FORMAT = "jaxfarm-frames/3"
 # Formats read (and written as they are), and their record chunks: format 2 kept one per tile.
 _RECORDS_PER_TILE = "jaxfarm-frames/2"
 READS = (FORMAT, _RECORDS_PER_TILE)
+# The chunk keys of state/ and tail/ (format 3): ``c.F.TY.TX.0``, every tile's file in one
+# folder, so that committing a batch of tiles syncs one folder, not one per tile.
+_FLAT = {"name": "default", "separator": "."}
 # The group's only attribute while a store is being made (or replaced): not a store yet.
 _INCOMPLETE = "jaxfarm-incomplete"
 # A tile's record, field by field (uint32).
@@ -224,7 +229,8 @@ class FrameStore:
         k = channel_count(aovs)
         for name, channels in (("state", state_channels(k)), ("tail", tail_channels(k))):
             group.create_array(name, shape=(n_frames, height, width, channels), chunks=(1, tile, tile, channels),
-                               dtype="float32", fill_value=0.0, dimension_names=["frame", "y", "x", "channel"])
+                               dtype="float32", fill_value=0.0, dimension_names=["frame", "y", "x", "channel"],
+                               chunk_key_encoding=_FLAT)
         group.create_array("records", shape=(n_frames, ty, tx, len(FIELDS)), chunks=(1, ty, tx, len(FIELDS)),
                            dtype="uint32", fill_value=0, dimension_names=["frame", "tile_y", "tile_x", "field"])
         group.create_group("progress")

@@ -22,7 +22,7 @@ from farm.results import Commits, shared_root
 from farm.scheduler import run_job
 from farm.store import FrameStore
 from farm.tree import STATE_CHANNELS, fold
-from tests.helpers.farm_cases import ROOT, orbit_spec
+from tests.helpers.farm_cases import ROOT, format_2, orbit_spec
 from tests.helpers.hang_guard import hang_guard
 
 SPP = 96  # one complete chunk (64 samples) and a tail of 32 a tile: both kinds of commit
@@ -130,11 +130,15 @@ def test_a_fenced_drivers_worker_write_is_never_committed(tmp_path):
     b.lease.release()
 
 
-def test_members_write_and_read_chunks_as_zarr_does(tmp_path):
+@pytest.mark.parametrize("version", [2, 3])
+def test_members_write_and_read_chunks_as_zarr_does(tmp_path, version):
     """A member encodes and decodes its chunks itself (``ChunkFile``): the file it writes is byte
     for byte what zarr writes for the block, and the next chunk folds onto it as read back (an
-    edge tile: the chunk past the film is zeros)."""
+    edge tile: the chunk past the film is zeros), in a store of either format read."""
     spec, fs = job.prepare(orbit_spec(tmp_path / "s.zarr", frames=(0, 0), spp=128))  # two chunks a tile
+    if version == 2:
+        format_2(fs)
+        fs = FrameStore.open(fs.url)
     records, _ = fs.verified_records()
     commits = Commits(fs, records, spec.spp, shared_root(fs))
     assert commits.files is not None
@@ -148,7 +152,7 @@ def test_members_write_and_read_chunks_as_zarr_does(tmp_path):
     np.testing.assert_array_equal(fs.read_state((0, 1, 2)), state)
     _, other = job.prepare(orbit_spec(tmp_path / "z.zarr", frames=(0, 0), spp=128))
     other.state[0, 16:30, 32:40, :] = state  # through zarr
-    chunk = os.path.join("state", "c", "0", "1", "2", "0")
-    with open(os.path.join(fs.url, chunk), "rb") as a, open(os.path.join(other.url, chunk), "rb") as b:
+    chunk = lambda store: os.path.join(store.url, "state", store.state.metadata.encode_chunk_key((0, 1, 2, 0)))
+    with open(chunk(fs), "rb") as a, open(chunk(other), "rb") as b:
         assert a.read() == b.read()
     commits.close()

@@ -23,7 +23,7 @@ from farm.planner import plan
 from farm.scheduler import _JobRun
 from farm.store import FOLDED, FrameStore
 from farm.tree import STATE_CHANNELS, Tree, fold, variance
-from tests.helpers.farm_cases import orbit_spec
+from tests.helpers.farm_cases import format_2, orbit_spec
 
 
 def _sample(seed, frame, ys, xs, s):
@@ -222,24 +222,15 @@ def test_an_older_store_is_refused_by_its_format(tmp_path):
         FrameStore.open(store.url)
 
 
-def _records_per_tile(store):
-    """Make ``store`` (a new one) a format-2 store: a Zarr chunk of records per tile."""
-    shape = store.records.shape
-    del store.group["records"]
-    store.group.create_array("records", shape=shape, chunks=(1, 1, 1, shape[-1]), dtype="uint32", fill_value=0,
-                             dimension_names=["frame", "tile_y", "tile_x", "field"])
-    store.group.attrs["farm"] = dict(store.meta, format="jaxfarm-frames/2")
-
-
 def test_a_format_2_store_is_read_and_written_as_it_is(tmp_path):
-    """Format 2 kept a Zarr chunk of records per tile (format 3, one per frame): its stores open,
-    take folds (a record written alone, and records repaired by frame) and keep their layout,
-    holding what a format-3 store holds."""
+    """Format 2 kept a Zarr chunk of records per tile and a folder per tile (format 3: records per
+    frame, the tiles' chunks in one folder): its stores open, take folds (a record written alone,
+    and records repaired by frame) and keep their layout, holding what a format-3 store holds."""
     got = {}
     for name in ("2", "3"):
         spec, store = job.prepare(orbit_spec(tmp_path / f"{name}.zarr", frames=(0, 1), spp=96))
         if name == "2":
-            _records_per_tile(store)
+            format_2(store)
         store = FrameStore.open(store.url)
         records, _ = store.verified_records()
         folds = Folds(store, records, spec.spp, window=10**6)
@@ -250,8 +241,8 @@ def test_a_format_2_store_is_read_and_written_as_it_is(tmp_path):
         store = FrameStore.open(store.url)
         records, damaged = store.verified_records(repair=True)
         assert damaged == [(1, 0, 0)]
-        got[name] = records, store.state[...], store.records.chunks
+        got[name] = records, store.state[...], store.records.chunks, store.state.metadata.encode_chunk_key((1, 0, 2, 0))
     np.testing.assert_array_equal(got["2"][0], got["3"][0])
     np.testing.assert_array_equal(got["2"][1], got["3"][1])
-    assert got["2"][2] == (1, 1, 1, 6) and got["3"][2] == (1, 2, 3, 6)
+    assert got["2"][2:] == ((1, 1, 1, 6), "c/1/0/2/0") and got["3"][2:] == ((1, 2, 3, 6), "c.1.0.2.0")
     assert not FrameStore.open(str(tmp_path / "2.zarr")).verified_records()[0][1, 0, 0].any()
