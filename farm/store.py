@@ -40,9 +40,10 @@ match the film and tiles are a ``StoreError`` before anything is written. A stor
 format is refused by name, but for format 2, read and written as it is: it differs only in
 keeping a Zarr chunk of records per tile and a folder per tile in ``state/`` and ``tail/``
 (format 3 keeps a chunk of records per frame and the tiles' chunks in one folder, so that
-committing a batch of tiles writes a file per frame and syncs one folder). A record that does not decode counts as nothing done, like a tile
-whose data fails its CRC (``verified_records``). The progress and cancel nodes are the driver's
-notes, not the job's data: unreadable, they are reported and written afresh by the next run.
+committing a batch of tiles writes a file per frame and syncs one folder). A record that does
+not decode counts as nothing done, like a tile whose data fails its CRC (``verified_records``).
+The progress and cancel nodes are the driver's notes, not the job's data: unreadable, they are
+reported and written afresh by the next run.
 """
 import json
 import math
