@@ -16,11 +16,10 @@ tasks) against the groups' ceiling (``--groups / --latency``: a group renders on
 its next dispatch waiting in its member), the driver's CPU seconds per task
 (``time.process_time``: all its threads) and the whole cluster's (the driver and every process
 it started: Ray's and the members'; both barely depend on the machine's load), the load average
-over the last minute at the start and at the end, and the time
-to plan a ``--plan-frames`` x 64-tile job: make its store (``farm.job.prepare``), read and
-verify the records (``verified_records``), and ``plan``, as a driver starting it does (wall and
-CPU seconds), then the time a task to make its ``Task`` records (the scheduler makes them as it
-sends them).
+over the last minute at the start and at the end, and the time to plan a ``--plan-frames`` x
+64-tile job: make its store (``farm.job.prepare``), read and verify the records
+(``verified_records``), and ``plan``, as a driver starting it does (wall and CPU seconds), then
+the time a task takes to make its ``Task`` record (the scheduler makes them as it sends them).
 """
 import argparse
 import os
