@@ -6,8 +6,17 @@ The reduction tree is ``farm.tree``'s: passes of ``pass_size`` samples, chunks o
 tile's running state in chunk order, and keeps the partial last chunk as the tile's tail. A
 65536-spp still is one frame of 1024 chunks per tile, a 240-frame animation many frames of one:
 either way there are many tasks to spread.
+
+A plan is made frame by frame from the records, and its tasks are made when they are asked for
+(``Plan.tasks``): a frame the store has nothing of, or all of, is decided from its records at
+once (numpy), so planning a 10,000-frame job costs next to nothing, and its 640,000 ``Task``
+records are made as the scheduler sends them.
 """
+import collections
 import dataclasses
+import functools
+
+import numpy as np
 
 from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
 
@@ -37,11 +46,37 @@ class Task:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    todo: list          # Task, frame by frame, chunk by chunk, tile by tile
+    """What is left of a job: per frame index with work, its tasks (None: every chunk of every
+    tile, nothing stored), frame by frame, chunk by chunk, tile by tile."""
+
+    frames: tuple       # (frame index, tuple of Task or None), frame index ascending
+    first_frame: int    # the frame number of frame index 0
+    chunks: tuple       # (chunk, first_pass, n_passes, chunk_end, tail) of a tile with nothing stored
+    tiles: tuple        # (tile row, tile column), row by row
     n_chunks: int
     total_units: int    # samples x tile pixels of the whole job, for progress
     done_units: int     # of which the store has
     stats: dict = None  # filled in by the scheduler after a run
+
+    def tasks(self):
+        """The tasks, made as they are asked for."""
+        for f, tasks in self.frames:
+            yield from self._fresh(f) if tasks is None else tasks
+
+    def _fresh(self, f):
+        frame = self.first_frame + f
+        return [Task((f, c, ty, tx), frame, first, n, False, end, tail)
+                for c, first, n, end, tail in self.chunks for ty, tx in self.tiles]
+
+    @functools.cached_property
+    def todo(self):
+        """Every task, as a list."""
+        return list(self.tasks())
+
+    def frame_tasks(self):
+        """Tasks per frame index with any: a Counter."""
+        fresh = len(self.chunks) * len(self.tiles)
+        return collections.Counter({f: fresh if tasks is None else len(tasks) for f, tasks in self.frames})
 
 
 def plan(spec, records, tiles_y, tiles_x, tile_pixels, spp=None):
@@ -49,26 +84,47 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels, spp=None):
 
     ``spp`` (F, TY, TX) ints: what each tile is to hold now (a noise target's, ``farm.adaptive``;
     a multiple of the chunk size, or the job's spp); default the job's spp for every tile."""
-    tree = spec.tree
-    n_chunks = tree.n_chunks(spec.spp)
-    per_frame = [[] for _ in range(n_chunks)]  # per chunk: its tasks, tile by tile
-    todo, total, done = [], 0, 0
-    pixels_of = [[tile_pixels(ty, tx) for tx in range(tiles_x)] for ty in range(tiles_y)]
-    rows = records[:spec.n_frames, ..., :TAIL_SPP + 1].tolist()  # plain ints: a tenth of the time
-    for f in range(spec.n_frames):
-        for ty in range(tiles_y):
-            for tx in range(tiles_x):
-                pixels = pixels_of[ty][tx]
-                goal = spec.spp if spp is None else int(spp[f, ty, tx])
-                total += goal * pixels
-                tasks, samples = tile_tasks(spec, (f, ty, tx), rows[f][ty][tx], goal)
-                done += samples * pixels
-                for task in tasks:
-                    per_frame[task.chunk].append(task)
-        for chunk in per_frame:
-            todo.extend(chunk)
-            chunk.clear()
-    return Plan(todo=todo, n_chunks=n_chunks, total_units=total, done_units=done)
+    tree, n = spec.tree, spec.n_frames
+    g, full, tail = spec.chunk_passes, tree.complete(spec.spp), tree.tail_passes(spec.spp)
+    tiles = tuple((ty, tx) for ty in range(tiles_y) for tx in range(tiles_x))
+    pixels = np.array([[tile_pixels(ty, tx) for tx in range(tiles_x)] for ty in range(tiles_y)], np.int64)
+    goals = np.full((n, tiles_y, tiles_x), spec.spp, np.int64) if spp is None else np.asarray(spp, np.int64)[:n]
+    records = records[:n]
+    # Decided per frame from the records: nothing stored (every chunk to do), or the job's spp
+    # reached (nothing to do; a tail counts only if cut where the job's spp cuts it now).
+    busy = (records[..., FOLDED] != 0) | (records[..., TAIL_PASSES] != 0)
+    end = full * tree.chunk_samples + tail * spec.pass_size
+    whole = ((records[..., FOLDED] == full) & (records[..., TAIL_PASSES] == tail)
+             & ((tail == 0) | (np.minimum(records[..., TAIL_SPP], end) == min(spec.spp, end))))
+    uniform = spp is None
+    fresh_frame = ~busy.any(axis=(1, 2)) & uniform
+    whole_frame = whole.all(axis=(1, 2)) & uniform
+    frames, done = [], int((pixels * spec.spp).sum()) * int(whole_frame.sum())
+    for f in range(n):
+        if fresh_frame[f]:
+            frames.append((f, None))
+        elif not whole_frame[f]:
+            rows = records[f, ..., :TAIL_SPP + 1].tolist()  # plain ints: a tenth of the time
+            tasks, samples = _frame_tasks(spec, f, tiles, rows, goals[f].tolist(), pixels.tolist())
+            done += samples
+            if tasks:
+                frames.append((f, tuple(tasks)))
+    chunks = tuple((c, c * g, g if c < full else tail, g if c < full else tail, c == full)
+                   for c in range(full + (1 if tail else 0)))
+    return Plan(frames=tuple(frames), first_frame=spec.frames[0], chunks=chunks, tiles=tiles,
+                n_chunks=tree.n_chunks(spec.spp), total_units=int((goals * pixels).sum()), done_units=done)
+
+
+def _frame_tasks(spec, f, tiles, rows, goals, pixels):
+    """(frame index ``f``'s tasks, chunk by chunk, tile by tile; the pixel samples it holds)."""
+    per_chunk = collections.defaultdict(list)
+    done = 0
+    for ty, tx in tiles:
+        tasks, samples = tile_tasks(spec, (f, ty, tx), rows[ty][tx], goals[ty][tx])
+        done += samples * pixels[ty][tx]
+        for task in tasks:
+            per_chunk[task.chunk].append(task)
+    return [t for c in sorted(per_chunk) for t in per_chunk[c]], done
 
 
 def tile_tasks(spec, line, record, spp):

@@ -87,7 +87,7 @@ class RunProgress:
     def start(self, job, n_frames):
         """The plan is known: ``job`` (``farm.planner.plan``) of ``n_frames`` frames."""
         self.total_units, self.done_units, self.n_frames = job.total_units, job.done_units, n_frames
-        self.frames_left = collections.Counter(t.key[0] for t in job.todo)
+        self.frames_left = job.frame_tasks()
         self.bar.reset(total=job.total_units)
         self.bar.update(job.done_units)
 

@@ -65,6 +65,32 @@ def _remote_error(exc):
     return (text[-1] if text else type(exc).__name__), False
 
 
+class _Queue:
+    """Tasks to send, first first: those put back in front (retries, a tile's chunks let go),
+    then the plan's, made as they are taken (``Plan.tasks``)."""
+
+    def __init__(self, tasks):
+        self.front, self.rest = collections.deque(), iter(tasks)
+
+    def __bool__(self):
+        if not self.front and self.rest is not None:  # look one ahead
+            task = next(self.rest, None)
+            if task is None:
+                self.rest = None
+            else:
+                self.front.append(task)
+        return bool(self.front)
+
+    def popleft(self):
+        return self.front.popleft() if self else None
+
+    def appendleft(self, task):
+        self.front.appendleft(task)
+
+    def extendleft(self, tasks):
+        self.front.extendleft(tasks)
+
+
 class _JobRun:
     """One run of ``run_job``: the groups, the queue of a plan's tasks, retries and writes to the store."""
 
@@ -77,7 +103,7 @@ class _JobRun:
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
         self.progress, self.log = progress, log
         self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
-        self.queue = collections.deque()           # tasks to send, first first
+        self.queue = _Queue(())                      # tasks to send, first first
         self.parked = collections.defaultdict(list)  # tile -> tasks past its window, in chunk order
         self.attempts = collections.Counter()      # task key -> failed dispatches
         self.live = {}                              # task key -> its live Dispatch
@@ -133,7 +159,7 @@ class _JobRun:
         self.shot = Shot(spec, store)  # a noise target's decisions (farm.adaptive)
         job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, self.shot.tile_spp(records))
         progress.start(job, spec.n_frames)
-        if not job.todo:
+        if not job.frames:
             progress.phase("finishing")
             progress.finish()
             return job
@@ -143,7 +169,7 @@ class _JobRun:
             groups = self.start_groups()
             root = shared_root(store)
             self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
-            self.queue = collections.deque(job.todo)
+            self.queue = _Queue(job.tasks())
             progress.phase("compiling")  # until the first task comes back: the groups' first tasks compile
             while self.queue or self.inflight or self.parked:
                 self.dispatch(groups)

@@ -6,12 +6,13 @@ Layout (one Zarr group; F frames, H x W pixels, TY x TX tiles; the reduction tre
     state/               float32 (F, H, W, 10 + K): per tile, the running state of its complete chunks
                          folded in chunk order (sums of filter-weighted RGB and of filter weights, then
                          the sums of the chunks' estimates and of their squares, then the sums of the
-                         K AOV channels of a scene with an ``aov`` integrator); one Zarr chunk per tile
+                         K AOV channels of a scene with an ``aov`` integrator); one Zarr chunk per tile,
+                         its key flat (``c.F.TY.TX.0``: one folder)
     tail/                float32 (F, H, W, 4 + K): per tile, the sums of its partial last chunk (only
-                         where the spp is not a whole number of chunks); one Zarr chunk per tile
+                         where the spp is not a whole number of chunks); one Zarr chunk per tile, flat
     records/             uint32 (F, TY, TX, 6): per tile [chunks folded, CRC-32 of its state, CRC-32
                          of the state being written (0: none), tail passes, spp the tail was cut at,
-                         CRC-32 of the tail]; one Zarr chunk per tile; zeros = nothing done
+                         CRC-32 of the tail]; one Zarr chunk per frame; zeros = nothing done
     progress/zarr.json   attributes["progress"]: state, samples done, rate, ETA (for `farm status`)
     cancel/zarr.json     present once `farm cancel` asked the running driver to stop
     lease/               the driver's lease, one document per epoch (``farm.lease``)
@@ -36,9 +37,13 @@ every write checks it first.
 Reads: a store is checked when it is opened: metadata that does not parse (``zarr.json`` of the
 group, ``state``, ``tail`` or ``records``), attributes of the wrong shape, or arrays that do not
 match the film and tiles are a ``StoreError`` before anything is written. A store of an older
-format is refused by name. A record that does not decode counts as nothing done, like a tile
-whose data fails its CRC (``verified_records``). The progress and cancel nodes are the driver's
-notes, not the job's data: unreadable, they are reported and written afresh by the next run.
+format is refused by name, but for format 2, read and written as it is: it differs only in
+keeping a Zarr chunk of records per tile and a folder per tile in ``state/`` and ``tail/``
+(format 3 keeps a chunk of records per frame and the tiles' chunks in one folder, so that
+committing a batch of tiles writes a file per frame and syncs one folder). A record that does
+not decode counts as nothing done, like a tile whose data fails its CRC (``verified_records``).
+The progress and cancel nodes are the driver's notes, not the job's data: unreadable, they are
+reported and written afresh by the next run.
 """
 import json
 import math
@@ -59,7 +64,13 @@ from tracer.filters import NAMES as FILTERS
 __all__ = ["FrameStore", "StoreError", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC", "TAIL_PASSES",
            "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
 
-FORMAT = "jaxfarm-frames/2"
+FORMAT = "jaxfarm-frames/3"
+# Formats read (and written as they are), and their record chunks: format 2 kept one per tile.
+_RECORDS_PER_TILE = "jaxfarm-frames/2"
+READS = (FORMAT, _RECORDS_PER_TILE)
+# The chunk keys of state/ and tail/ (format 3): ``c.F.TY.TX.0``, every tile's file in one
+# folder, so that committing a batch of tiles syncs one folder, not one per tile.
+_FLAT = {"name": "default", "separator": "."}
 # The group's only attribute while a store is being made (or replaced): not a store yet.
 _INCOMPLETE = "jaxfarm-incomplete"
 # A tile's record, field by field (uint32).
@@ -183,9 +194,10 @@ class FrameStore:
                 raise StoreError(f"{self.url}: damaged store: '{name}' is not a 4-dimensional array")
         frames, t = self.state.shape[0], self.tile
         sc, tc = state_channels(self.channels - 3), tail_channels(self.channels - 3)
+        ty, tx = (1, 1) if self.meta.get("format") == _RECORDS_PER_TILE else (self.tiles_y, self.tiles_x)
         want = {"state": (np.float32, (frames, self.height, self.width, sc), (1, t, t, sc)),
                 "tail": (np.float32, (frames, self.height, self.width, tc), (1, t, t, tc)),
-                "records": (np.uint32, (frames, self.tiles_y, self.tiles_x, len(FIELDS)), (1, 1, 1, len(FIELDS)))}
+                "records": (np.uint32, (frames, self.tiles_y, self.tiles_x, len(FIELDS)), (1, ty, tx, len(FIELDS)))}
         for name, array in arrays:
             dtype, shape, chunk_shape = want[name]
             if array.dtype != dtype or array.shape != shape or array.chunks != chunk_shape or 0 in shape:
@@ -218,8 +230,9 @@ class FrameStore:
         k = channel_count(aovs)
         for name, channels in (("state", state_channels(k)), ("tail", tail_channels(k))):
             group.create_array(name, shape=(n_frames, height, width, channels), chunks=(1, tile, tile, channels),
-                               dtype="float32", fill_value=0.0, dimension_names=["frame", "y", "x", "channel"])
-        group.create_array("records", shape=(n_frames, ty, tx, len(FIELDS)), chunks=(1, 1, 1, len(FIELDS)),
+                               dtype="float32", fill_value=0.0, dimension_names=["frame", "y", "x", "channel"],
+                               chunk_key_encoding=_FLAT)
+        group.create_array("records", shape=(n_frames, ty, tx, len(FIELDS)), chunks=(1, ty, tx, len(FIELDS)),
                            dtype="uint32", fill_value=0, dimension_names=["frame", "tile_y", "tile_x", "field"])
         group.create_group("progress")
         # Written last: a store without it is not a store (one cut short is made again by --replace).
@@ -266,9 +279,9 @@ class FrameStore:
         meta = group.attrs.get("farm")
         if not isinstance(meta, dict) or not str(meta.get("format", "")).startswith("jaxfarm-frames/"):
             raise StoreError(f"{url}: not a farm frame store (no '{FORMAT}' attributes)")
-        if meta["format"] != FORMAT:
+        if meta["format"] not in READS:
             raise StoreError(f"{url}: store format {_short(meta['format'])} is not read by this farm (it reads "
-                             f"\"{FORMAT}\"): render the job again (another --out, or --replace)")
+                             f"{' and '.join(map(json.dumps, READS))}): render the job again (another --out, or --replace)")
         return cls(group, url)
 
     def check_identity(self, identity):
@@ -368,9 +381,10 @@ class FrameStore:
                 changed.append(key)
             if not ok:
                 bad.append(key)
-        if repair:
-            for key in changed:
-                self._put_record(key, records[key])
+        if repair:  # whole frames: a record chunk that does not decode cannot be written in part
+            for f in sorted({key[0] for key in changed}):
+                self._check_lease()
+                self.records[f] = records[f]
         return records, sorted(bad)
 
     def verify_tile(self, key, record):

@@ -52,7 +52,7 @@ keys = [[0, 0.0], [2, 90.0]]
 interpolation = "linear"
 """
 STORE_FILES = ("zarr.json", "state/zarr.json", "tail/zarr.json", "records/zarr.json", "progress/zarr.json",
-               "records/c/1/0/1/0", "state/c/1/0/1/0", "tail/c/1/0/1/0")
+               "records/c/1/0/0/0", "state/c.1.0.1.0", "tail/c.1.0.1.0")
 # Values of other types, and numbers past the limits. None that makes a legal but large job:
 # those are slow because they are large, not because they are hostile.
 JSON_VALUES = (5, -1, 0, 2**31, 2**64, 1.5, math.inf, "x", "", [], {}, None, True, [1, 2], [[0, "a"]], "é" * 300)
@@ -168,9 +168,9 @@ def test_mutated_job_files(seed_store, seed, mutations):
 @example(target="state/zarr.json", mutations=[("byte", 0, 0xFF)])
 @example(target="records/zarr.json", mutations=[("value", 0, 7)])   # shape = "x"
 @example(target="zarr.json", mutations=[("drop", 3, 0)])
-@example(target="records/c/1/0/1/0", mutations=[("truncate", 5, 0)])
-@example(target="state/c/1/0/1/0", mutations=[("flip", 30, 3)])
-@example(target="tail/c/1/0/1/0", mutations=[("flip", 30, 3)])
+@example(target="records/c/1/0/0/0", mutations=[("truncate", 5, 0)])
+@example(target="state/c.1.0.1.0", mutations=[("flip", 30, 3)])
+@example(target="tail/c.1.0.1.0", mutations=[("flip", 30, 3)])
 @example(target="progress/zarr.json", mutations=[("byte", 1, 0)])
 def test_mutated_stores(seed_store, target, mutations):
     with tempfile.TemporaryDirectory() as tmp, mock.patch.object(farm.session, "run", _without_ray):

@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+import zarr
 from PIL import Image
 
 from farm.export import NO_SAMPLES
@@ -123,19 +124,19 @@ def test_a_cancel_node_that_does_not_read_is_a_pending_cancel(finished, tmp_path
 
 
 def _chunk(store, array, key):
-    return store / array / "c" / "/".join(map(str, key))
+    return store / array / zarr.open_array(store / array, mode="r").metadata.encode_chunk_key(key)
 
 
 def test_status_and_export_check_what_is_recorded_reads_back(finished, tmp_path):
     store = _copy(finished, tmp_path)
     _chunk(store, "state", (1, 0, 1, 0)).write_bytes(b"\x00garbage" * 3)         # does not decode
-    _chunk(store, "records", (2, 1, 2, 0)).write_bytes(b"\x28\xb5\x2f\xfd\x00")  # a torn Zstd frame
+    _chunk(store, "records", (2, 0, 0, 0)).write_bytes(b"\x28\xb5\x2f\xfd\x00")  # torn Zstd: frame 2's records
     _, writer = open_store(str(store), mode="r+")
     writer.state[0, 16:30, 0:16, :] = writer.state[0, 16:30, 0:16, :] + 1.0      # decodes, fails its CRC
     before = store_files(store)
     code, out, err = farm_main("status", store)
     assert code == 0 and "frames:  0-2 (0/3 finished)" in out, out + err
-    assert f"damaged: 3 tile(s) whose recorded data does not read back (frames 0, 1, 2); `farm resume {store}` renders them again" \
+    assert f"damaged: 8 tile(s) whose recorded data does not read back (frames 0, 1, 2); `farm resume {store}` renders them again" \
         in out
     assert "Traceback" not in out + err
     code, out, err = farm_main("export", store, "--out", tmp_path / "frames")

@@ -22,7 +22,7 @@ def _render(*args):
 def _frame_files(store, f):
     """{path: bytes} of frame index ``f``'s state, tail and records chunks."""
     return {p: data for p, data in store_files(store).items()
-            if p.startswith((f"state/c/{f}/", f"tail/c/{f}/", f"records/c/{f}/"))}
+            if p.startswith((f"state/c.{f}.", f"tail/c.{f}.", f"records/c/{f}/"))}
 
 
 def test_frames_added_and_frames_redone_are_rendered_afresh_and_the_rest_is_untouched(local_ray, tmp_path):

@@ -124,8 +124,8 @@ def test_corrupted_chunks_are_reported_refused_and_rendered_again(local_ray, tmp
     spec, store = job.prepare(orbit_spec(tmp_path / "d.zarr", frames=(1, 1)))
     run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
     before = exported(store.url, tmp_path, "before")[0]
-    (tmp_path / "d.zarr" / "tail" / "c" / "0" / "0" / "0" / "0").write_bytes(b"\x00garbage" * 3)
-    (tmp_path / "d.zarr" / "records" / "c" / "0" / "1" / "2" / "0").write_bytes(b"\x00garbage")
+    (tmp_path / "d.zarr" / "tail" / "c.0.0.0.0").write_bytes(b"\x00garbage" * 3)  # does not decode
+    store.tail[0, 16:30, 32:40, 0] += 1.0  # decodes, fails its CRC
     with pytest.raises(StoreError, match=r"2 tile\(s\) whose recorded data"):
         exported(store.url, tmp_path, "broken")
     code, out, _ = farm_main("status", store.url)

@@ -5,7 +5,8 @@ of it may hold per tile at an earlier spp: complete chunks folded, and a tail (t
 chunk, its last pass possibly cut by that spp). For every tile, the chunks folded, the tail kept
 and the tasks planned must together be the tile's chunks at the job's spp, each exactly once,
 what is kept must hold the samples the job asks of it now, and each task must end where its
-chunk does (``farm.tree``).
+chunk does (``farm.tree``). Whole frames with nothing stored or everything stored are drawn
+too: the planner decides those from their records at once.
 """
 import dataclasses
 
@@ -49,6 +50,15 @@ def jobs(draw):
         if folded == tree.complete(old.spp) and tree.tail_passes(old.spp) and rng.random() < 0.7:
             records[key][TAIL_PASSES] = rng.integers(1, tree.tail_passes(old.spp) + 1)
             records[key][TAIL_SPP] = old.spp
+    # Whole frames with nothing stored, or all of the job's spp (the planner decides those at once).
+    for f in range(n_frames):
+        kind = draw(st.sampled_from(["drawn", "nothing", "all"]))
+        if kind == "nothing":
+            records[f] = 0
+        elif kind == "all":
+            records[f, ..., FOLDED] = spec.tree.complete(spec.spp)
+            records[f, ..., TAIL_PASSES] = spec.tree.tail_passes(spec.spp)
+            records[f, ..., TAIL_SPP] = draw(st.sampled_from([old.spp, spec.spp])) if records[f, ..., TAIL_PASSES].any() else 0
     return spec, film, records
 
 

@@ -1,6 +1,7 @@
 """Progress that tells the truth (farm.progress, farm.status): the steady-state rate and ETA on a
 fake clock, the phases a run goes through, and ``farm status --json`` / ``--watch``, checked
 against the store, and from another process while a real render runs."""
+import collections
 import json
 import subprocess
 import sys
@@ -79,7 +80,8 @@ def test_run_progress_notes_each_phase_at_once_and_then_every_few_seconds():
     progress.phase("starting Ray")
     assert store.written[-1]["phase"] == "starting Ray" and store.written[-1]["state"] == "running"
     tasks = [types.SimpleNamespace(key=(f, 0, 0, c)) for f in range(2) for c in range(10)]
-    progress.start(types.SimpleNamespace(total_units=2000, done_units=0, todo=tasks), 2)
+    progress.start(types.SimpleNamespace(total_units=2000, done_units=0,
+                                         frame_tasks=lambda: collections.Counter(t.key[0] for t in tasks)), 2)
     for name in ("forming groups", "compiling"):
         clock.t += 5.0
         progress.phase(name)

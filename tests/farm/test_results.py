@@ -21,7 +21,8 @@ from farm.planner import plan
 from farm.results import Commits, shared_root
 from farm.scheduler import run_job
 from farm.store import FrameStore
-from tests.helpers.farm_cases import ROOT, orbit_spec
+from farm.tree import STATE_CHANNELS, fold
+from tests.helpers.farm_cases import ROOT, format_2, orbit_spec
 from tests.helpers.hang_guard import hang_guard
 
 SPP = 96  # one complete chunk (64 samples) and a tail of 32 a tile: both kinds of commit
@@ -54,7 +55,8 @@ def _assert_same(got, want):
 
 
 def _orphans(store):
-    return glob.glob(os.path.join(store, "dispatch", "*", "c", "**", "0"), recursive=True)
+    """The dispatch area's chunk files (their keys are flat: ``c.INDEX.0.0.0``)."""
+    return glob.glob(os.path.join(store, "dispatch", "*", "c.*"))
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +123,36 @@ def test_a_fenced_drivers_worker_write_is_never_committed(tmp_path):
     with pytest.raises(Fenced):
         commits.flush()
     assert not b.all_records().any()
-    assert not os.path.exists(os.path.join(a.url, "state", "c"))  # nothing renamed into place
+    # Nothing renamed into place (the member made the folder its chunk would land in: empty).
+    assert [files for _, _, files in os.walk(os.path.join(a.url, "state", "c")) if files] == []
     theirs = Commits(b, b.verified_records()[0], spec.spp, shared_root(b))  # B's run starts: A's write is gone
     assert not os.path.exists(slot.path) and theirs.next_index >> 32 != slot.index >> 32
     b.lease.release()
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_members_write_and_read_chunks_as_zarr_does(tmp_path, version):
+    """A member encodes and decodes its chunks itself (``ChunkFile``): the file it writes is byte
+    for byte what zarr writes for the block, and the next chunk folds onto it as read back (an
+    edge tile: the chunk past the film is zeros), in a store of either format read."""
+    spec, fs = job.prepare(orbit_spec(tmp_path / "s.zarr", frames=(0, 0), spp=128))  # two chunks a tile
+    if version == 2:
+        format_2(fs)
+        fs = FrameStore.open(fs.url)
+    records, _ = fs.verified_records()
+    commits = Commits(fs, records, spec.spp, shared_root(fs))
+    assert commits.files is not None
+    rng, state = np.random.default_rng(3), np.zeros((14, 8, STATE_CHANNELS), np.float32)  # tile (1, 2): 14 x 8
+    for task in [t for t in plan(spec, records, fs.tiles_y, fs.tiles_x, fs.tile_pixels).todo if t.line == (0, 1, 2)]:
+        value, weight = rng.random((16, 16, 3), np.float32), rng.random((16, 16), np.float32)
+        slot = commits.slot(task)
+        commits.accept(task, slot, slot.write(value, weight))
+        commits.flush()
+        state = fold(state, value[:14, :8], weight[:14, :8])
+    np.testing.assert_array_equal(fs.read_state((0, 1, 2)), state)
+    _, other = job.prepare(orbit_spec(tmp_path / "z.zarr", frames=(0, 0), spp=128))
+    other.state[0, 16:30, 32:40, :] = state  # through zarr
+    chunk = lambda store: os.path.join(store.url, "state", store.state.metadata.encode_chunk_key((0, 1, 2, 0)))
+    with open(chunk(fs), "rb") as a, open(chunk(other), "rb") as b:
+        assert a.read() == b.read()
+    commits.close()

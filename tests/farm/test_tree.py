@@ -23,7 +23,7 @@ from farm.planner import plan
 from farm.scheduler import _JobRun
 from farm.store import FOLDED, FrameStore
 from farm.tree import STATE_CHANNELS, Tree, fold, variance
-from tests.helpers.farm_cases import orbit_spec
+from tests.helpers.farm_cases import format_2, orbit_spec
 
 
 def _sample(seed, frame, ys, xs, s):
@@ -214,8 +214,35 @@ def test_variance_is_the_spread_of_the_chunks():
 
 
 def test_an_older_store_is_refused_by_its_format(tmp_path):
+    """Format 1 (sums per chunk) is refused by name."""
     spec, store = job.prepare(orbit_spec(tmp_path / "old.zarr"))
     store.group.attrs["farm"] = dict(store.meta, format="jaxfarm-frames/1")
     from farm.store import StoreError
     with pytest.raises(StoreError, match='store format "jaxfarm-frames/1" is not read by this farm'):
         FrameStore.open(store.url)
+
+
+def test_a_format_2_store_is_read_and_written_as_it_is(tmp_path):
+    """Format 2 kept a Zarr chunk of records per tile and a folder per tile (format 3: records per
+    frame, the tiles' chunks in one folder): its stores open, take folds (a record written alone,
+    and records repaired by frame) and keep their layout, holding what a format-3 store holds."""
+    got = {}
+    for name in ("2", "3"):
+        spec, store = job.prepare(orbit_spec(tmp_path / f"{name}.zarr", frames=(0, 1), spp=96))
+        if name == "2":
+            format_2(store)
+        store = FrameStore.open(store.url)
+        records, _ = store.verified_records()
+        folds = Folds(store, records, spec.spp, window=10**6)
+        for task in plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels).todo:
+            value = np.full((16, 16, 3), 1.0 + sum(task.key), np.float32)
+            folds.accept(task, value, np.ones((16, 16), np.float32))
+        store.state[1, 0:16, 0:16, 0] += 1.0  # a damaged tile: its record is repaired (zeroed)
+        store = FrameStore.open(store.url)
+        records, damaged = store.verified_records(repair=True)
+        assert damaged == [(1, 0, 0)]
+        got[name] = records, store.state[...], store.records.chunks, store.state.metadata.encode_chunk_key((1, 0, 2, 0))
+    np.testing.assert_array_equal(got["2"][0], got["3"][0])
+    np.testing.assert_array_equal(got["2"][1], got["3"][1])
+    assert got["2"][2:] == ((1, 1, 1, 6), "c/1/0/2/0") and got["3"][2:] == ((1, 2, 3, 6), "c.1.0.2.0")
+    assert not FrameStore.open(str(tmp_path / "2.zarr")).verified_records()[0][1, 0, 0].any()

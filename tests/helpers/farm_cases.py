@@ -119,3 +119,15 @@ def stop_when_rendered(proc, store, tiles=1, timeout=300):
         os.kill(proc.pid, signal.SIGCONT)
         time.sleep(0.02)
     raise AssertionError(f"the job ended (exit {proc.poll()}) or took {timeout} s before {tiles} tile(s) were rendered")
+
+
+def format_2(store):
+    """Make ``store`` (a new one) a format-2 store: a Zarr chunk of records per tile, a folder per
+    tile in state/ and tail/ (zarr's default chunk keys)."""
+    for name in ("state", "tail", "records"):
+        array = store.group[name]
+        chunks = (1, 1, 1, array.shape[-1]) if name == "records" else array.chunks
+        del store.group[name]
+        store.group.create_array(name, shape=array.shape, chunks=chunks, dtype=array.dtype, fill_value=0,
+                                 dimension_names=array.metadata.dimension_names)
+    store.group.attrs["farm"] = dict(store.meta, format="jaxfarm-frames/2")
