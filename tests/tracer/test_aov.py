@@ -89,6 +89,25 @@ def test_the_farm_reads_the_channels_without_building_the_scene(tmp_path):
     assert channel_names(describe(path).aovs)[:4] == ("dd.y.T", "nn.X", "nn.Y", "nn.Z")
 
 
+def test_the_farm_reads_a_moment_integrators_channels(tmp_path):
+    """``moment``: its channels as the farm stores and exports them, named as Mitsuba names them;
+    over an ``aov`` it is refused, by the loader and the farm alike."""
+    path = aov_scene(tmp_path / "moment.xml", aovs="dd:depth", inner='<integrator type="path"/>')
+    text = (tmp_path / "moment.xml").read_text()
+    moment = text.replace('<integrator type="aov"><string name="aovs" value="dd:depth"/><integrator type="path"/>'
+                          '</integrator>', '<integrator type="moment"><integrator type="path"/></integrator>')
+    assert moment != text
+    (tmp_path / "moment.xml").write_text(moment)
+    assert channel_names(describe(path).aovs) == ("_arg_0.X", "_arg_0.Y", "_arg_0.Z", "m2__arg_0.X", "m2__arg_0.Y",
+                                                  "m2__arg_0.Z")
+    (tmp_path / "moment.xml").write_text(text.replace('<integrator type="aov">', '<integrator type="moment">'
+                                                      '<integrator type="aov">').replace('</integrator>\n<sensor',
+                                                                                          '</integrator></integrator>\n<sensor'))
+    for load in (tracer.load_scene, describe):
+        with pytest.raises(SceneError, match="a 'moment' integrator over an 'aov' integrator is not supported"):
+            load(path)
+
+
 @pytest.mark.parametrize("aovs, message", [
     ("nn:normals", "unsupported AOV type 'normals' in 'nn:normals'"),
     ("nn", "AOV 'nn' is not a name:type pair"),
