@@ -18,10 +18,13 @@ zeros (Mitsuba zeroes the interaction of an invalid hit). Per type (Mitsuba's ao
 - ``duv_dx``, ``duv_dy``: uv partials along the film from the camera's ray differentials, scaled
   by 1/sqrt(spp) as Mitsuba scales them, with the spp the scene's sampler names (not the
   render's: a job's samples must not depend on its spp, ``farm.tree``).
-- ``prim_index``: the triangle's index in its mesh, 0 for shapes Mitsuba makes one primitive
-  (sphere, disk, cylinder; a rectangle is two triangles there too); ``shape_index``: 1 + the shape's place among the world's
-  shapes and instances in the file (an instance's for a hit through it), 0 for a miss (Mitsuba
-  3.9.1 counts its scene's shapes in its loader's object order, which is not always the file's).
+- ``prim_index``: the triangle's index in its mesh (in the mesh Mitsuba merges it into: after its
+  merged predecessors' triangles), 0 for shapes Mitsuba makes one primitive (sphere, disk,
+  cylinder; a rectangle is two triangles there too); ``shape_index``: 1 + the place of the shape
+  (or of the instance it was hit through) in Mitsuba's ``scene->shapes()``, 0 for a miss: its
+  loader's order, not the file's (``tracer.io.shape_order``: meshes merged and put last).
+- ``moment_xyz``, ``moment_m2`` (Mitsuba's ``moment`` integrator, ``tracer.io.aovs``): the XYZ of
+  the sample's radiance and its square.
 """
 import jax.numpy as jnp
 import numpy as np
@@ -31,7 +34,8 @@ from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.bsdfs import layers
 from tracer.integrator import find_surfaces, fresh_paths
-from tracer.io.aovs import channel_count
+from tracer.constants import SRGB_TO_XYZ
+from tracer.io.aovs import MOMENT_TYPES, channel_count
 from tracer.kinds import BsdfKind, Perturbation, Projection
 from tracer.pytree import pytree_dataclass
 
@@ -47,33 +51,47 @@ class AovTables:
 
     shape_order: jnp.ndarray     # (S,) float32 1 + the shape's place among the world's shapes (0 in a group)
     first_prim: jnp.ndarray      # (S,) int32 the shape's first primitive id
+    prim_offset: jnp.ndarray     # (S,) int32 primitives before its own in Mitsuba's merged mesh
     one_prim: jnp.ndarray        # (S,) bool: Mitsuba's shape is a single primitive
     instance_order: jnp.ndarray  # (max(I, 1),) float32 each instance's place, as shape_order
 
 
-def make_tables(geo, order, one_prim, instance_order):
-    """Host: ``AovTables`` from the geometry and the loader's per-shape ``order`` and ``one_prim``
-    (S,) and the instances' places (I,), in the geometry's instance order."""
+def make_tables(geo, order, one_prim, instance_order, prim_offset):
+    """Host: ``AovTables`` from the geometry and the loader's per-shape ``order``, ``one_prim`` and
+    ``prim_offset`` (S,) and the instances' places (I,), in the geometry's instance order
+    (``tracer.io.shape_order``: places in Mitsuba's ``scene->shapes()``)."""
     shapes = np.concatenate([np.asarray(geo.tri_shape), np.asarray(geo.analytic_shape)]).astype(np.int64)
     first = np.zeros(len(order), np.int32)
     ids, index = np.unique(shapes, return_index=True)
     first[ids] = index
     instances = np.asarray(instance_order, np.float32) if len(instance_order) else np.zeros(1, np.float32)
     return AovTables(shape_order=jnp.asarray(np.asarray(order, np.float32)), first_prim=jnp.asarray(first),
+                     prim_offset=jnp.asarray(np.asarray(prim_offset, np.int32)),
                      one_prim=jnp.asarray(np.asarray(one_prim, bool)), instance_order=jnp.asarray(instances))
 
 
-def evaluate(scene, origin, direction, t_max, valid):
+def evaluate(scene, origin, direction, t_max, valid, radiance):
     """(K, N) float32: the AOVs of rays (origin, direction (3, N), t_max (N,)) from the camera,
-    for ``valid`` (N,) rays (zeros elsewhere and for misses)."""
+    for ``valid`` (N,) rays (zeros elsewhere and for misses); a ``moment``'s channels come from
+    the rays' ``radiance`` (3, N) (the XYZ of each sample and its square, hit or miss)."""
+    kinds = [kind for _, kind in scene.settings.aovs]
+    if set(kinds) <= set(MOMENT_TYPES):  # no hit to find
+        return jnp.concatenate([_moment(kind, radiance) for kind in kinds], axis=0)
     state = fresh_paths(origin, direction, t_max, valid)
     surface = find_surfaces(scene, state, skip_hidden_emitters=False)
     instance = None
-    if scene.geometry.n_instances and any(kind == "shape_index" for _, kind in scene.settings.aovs):
+    if scene.geometry.n_instances and "shape_index" in kinds:
         # (find_surfaces keeps the hit's surface only: the instance hit is asked for again)
         instance = geometry.closest_hit(scene.geometry, origin, direction, jnp.where(valid, t_max, 0.0)).instance
-    out = jnp.concatenate([_one(scene, kind, state, instance, surface) for _, kind in scene.settings.aovs], axis=0)
-    return jnp.where(surface.valid, out, 0.0)
+    out = [_moment(kind, radiance) if kind in MOMENT_TYPES
+           else jnp.where(surface.valid, _one(scene, kind, state, instance, surface), 0.0) for kind in kinds]
+    return jnp.concatenate(out, axis=0)
+
+
+def _moment(kind, radiance):
+    """Mitsuba's ``moment``: the XYZ (3, N) of each sample's radiance (3, N), or its square."""
+    xyz = jnp.asarray(SRGB_TO_XYZ, jnp.float32) @ radiance
+    return xyz * xyz if kind == "moment_m2" else xyz
 
 
 def _one(scene, kind, state, instance, surface):
@@ -96,7 +114,7 @@ def _one(scene, kind, state, instance, surface):
         return _uv_partials(scene, state, surface)[kind == "duv_dy"]
     tables, shape = scene.aov, surface.shape
     if kind == "prim_index":
-        local = si.prim - tables.first_prim[shape]
+        local = si.prim - tables.first_prim[shape] + tables.prim_offset[shape]
         return jnp.where(tables.one_prim[shape], 0, local).astype(jnp.float32)[None]
     order = tables.shape_order[shape]  # shape_index
     if instance is not None:

@@ -6,7 +6,7 @@ Float32, as the traced code computes; host code that works in float64 converts w
 import numpy as np
 
 __all__ = ["PI", "TWO_PI", "FOUR_PI", "INV_PI", "INV_TWO_PI", "INV_FOUR_PI", "INV_TWO_PI_SQUARED",
-           "INV_SQRT_PI", "RAY_EPSILON", "SHADOW_EPSILON", "LUMINANCE_WEIGHTS"]
+           "INV_SQRT_PI", "RAY_EPSILON", "SHADOW_EPSILON", "LUMINANCE_WEIGHTS", "SRGB_TO_XYZ"]
 
 PI = np.float32(np.pi)
 TWO_PI = np.float32(2.0 * np.pi)
@@ -22,5 +22,9 @@ INV_SQRT_PI = np.float32(1.0 / np.sqrt(np.pi))
 RAY_EPSILON = np.float32(1500 * 2.0**-24)
 SHADOW_EPSILON = np.float32(RAY_EPSILON * 10)
 
-# Mitsuba's luminance of linear sRGB (Rec. 709 primaries, D65): Y of (r, g, b).
-LUMINANCE_WEIGHTS = (0.212671, 0.715160, 0.072169)
+# Mitsuba's linear sRGB (Rec. 709 primaries, D65) to CIE XYZ (``srgb_to_xyz``), and its luminance:
+# Y of (r, g, b), the middle row.
+SRGB_TO_XYZ = ((0.412453, 0.357580, 0.180423),
+               (0.212671, 0.715160, 0.072169),
+               (0.019334, 0.119193, 0.950227))
+LUMINANCE_WEIGHTS = SRGB_TO_XYZ[1]

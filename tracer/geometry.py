@@ -22,12 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bvh as bvh_traversal
-from tracer import bvh_build, curves, elementary, instancing
+from tracer import bvh_build, curves, instancing, surface_uv
 from tracer import instance_bvh as two_level
 from tracer import intersect as isect
 from tracer import vecmath as vm
 from tracer.accel import embree, host, warp
-from tracer.constants import INV_PI, INV_TWO_PI, PI, RAY_EPSILON, SHADOW_EPSILON, TWO_PI
+from tracer.constants import PI, RAY_EPSILON, SHADOW_EPSILON, TWO_PI
 from tracer.intersect import Hit
 from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
@@ -551,14 +551,6 @@ def _attributes(geo, hit):
     return jnp.where((hit.prim >= 0) & (hit.prim < geo.n_triangles), values, 0.0)
 
 
-def _unit_angle_z(v):
-    """Drjit's ``unit_angle_z``: the polar angle of v, accurate near the poles."""
-    s = jnp.where(v[2] >= 0, 1.0, -1.0)
-    half = 0.5 * jnp.sqrt(v[0] * v[0] + v[1] * v[1] + (v[2] - s) ** 2)
-    temp = 2.0 * elementary.asin(jnp.clip(half, -1.0, 1.0))
-    return jnp.where(v[2] >= 0, temp, PI - temp)
-
-
 def _analytic_surface(geo, o, d, hit):
     q = jnp.clip(hit.prim - geo.n_triangles, 0, geo.n_analytic - 1)
     to_world, to_local = geo.analytic_to_world[..., q], geo.analytic_to_local[..., q]
@@ -594,9 +586,7 @@ def _sphere_surface(p_ray, to_world, to_local):
     n_sph = vm.normalize(p_ray - center)
     p_sph = center + n_sph * radius
     local = vm.transform_point(to_local, p_sph)
-    phi = elementary.atan2(local[1], local[0])
-    phi = jnp.where(phi < 0, phi + TWO_PI, phi)
-    uv_sph = jnp.stack([phi * INV_TWO_PI, _unit_angle_z(local) * INV_PI])
+    uv_sph = surface_uv.sphere_uv(local)
     det = (to_world[0, 0] * (to_world[1, 1] * to_world[2, 2] - to_world[1, 2] * to_world[2, 1])
            - to_world[0, 1] * (to_world[1, 0] * to_world[2, 2] - to_world[1, 2] * to_world[2, 0])
            + to_world[0, 2] * (to_world[1, 0] * to_world[2, 1] - to_world[1, 1] * to_world[2, 0]))
@@ -618,9 +608,8 @@ def _disk_surface(p_ray, to_world, to_local, hit):
     (r, phi / 2 pi) of the local hit, dp/du = (cos phi, sin phi, 0) and dp/dv = 2 pi r (-sin phi,
     cos phi, 0) in the object frame (zero at the center, as there)."""
     n_disk = vm.normalize(vm.transform_normal(to_local, jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0])[:, None], p_ray.shape)))
-    r = jnp.sqrt(hit.u * hit.u + hit.v * hit.v)
-    ang = elementary.atan2(hit.v, hit.u) * INV_TWO_PI
-    uv_disk = jnp.stack([r, jnp.where(ang < 0, ang + 1.0, ang)])
+    uv_disk = surface_uv.disk_uv(hit.u, hit.v)
+    r = uv_disk[0]
     inv_r = jnp.where(r != 0, 1.0 / jnp.where(r != 0, r, 1.0), 0.0)
     cos_phi, sin_phi, zero = hit.u * inv_r, hit.v * inv_r, jnp.zeros_like(r)
     dp_du = vm.transform_vector(to_world, jnp.stack([cos_phi, sin_phi, zero]))
@@ -635,9 +624,7 @@ def _cylinder_surface(p_ray, to_world, to_local):
     round-off correction, in local units as there). A mirroring to_world turns n inward; the
     loader folds that into the shape's flip_normals, as Mitsuba flips a negative scale."""
     local = vm.transform_point(to_local, p_ray)
-    phi = elementary.atan2(local[1], local[0])
-    phi = jnp.where(phi < 0, phi + TWO_PI, phi)
-    uv = jnp.stack([phi * INV_TWO_PI, local[2]])
+    uv = surface_uv.cylinder_uv(local)
     dp_du = TWO_PI * (to_world[:, 1] * local[0] - to_world[:, 0] * local[1])
     dp_dv = jnp.broadcast_to(to_world[:, 2], dp_du.shape)
     n = vm.normalize(vm.cross(dp_du, dp_dv))

@@ -77,7 +77,7 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
         else:
             radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool)
         if scene.settings.aovs:  # Mitsuba's aov integrator: its AOVs after the RGB, splatted alike
-            radiance = jnp.concatenate([radiance, aov.evaluate(scene, origin, direction, t_max, valid)])
+            radiance = jnp.concatenate([radiance, aov.evaluate(scene, origin, direction, t_max, valid, radiance)])
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
 
         # Each device splats its own band of output rows from every device's samples, then the

@@ -89,6 +89,25 @@ def test_denoise_without_albedo_and_normal_is_one_line(local_ray, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_moment_scene_stores_and_exports_its_second_moments(local_ray, tmp_path):
+    """Mitsuba's ``moment`` through the farm: its XYZ and second-moment channels stored with the
+    image and exported as EXR layers named as Mitsuba names them (a mean square is at least the
+    squared mean, the box filter keeping each sample in its pixel)."""
+    path = pathlib.Path(aov_scene(tmp_path / "m.xml", aovs="d:depth", width=8, height=8, spp=8))
+    text = path.read_text()
+    path.write_text(text.replace('<integrator type="aov"><string name="aovs" value="d:depth"/>',
+                                 '<integrator type="moment">').replace("<film type=\"hdrfilm\">",
+                                                                       "<film type=\"hdrfilm\"><rfilter type=\"box\"/>"))
+    spec, store = job.prepare(JobSpec(scene=str(path), frames=(0, 0), spp=8, store=str(tmp_path / "m.zarr"), tile=8))
+    run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
+    assert store.aovs == (("image", "moment_xyz"), ("m2_image", "moment_m2")) and store.channels == 9
+    (_, exr, _), = export_frames(spec, store, None, "exr", str(tmp_path / "exr"))
+    channels = OpenEXR.File(exr, separate_channels=True).channels()
+    assert {"image.X", "image.Y", "image.Z", "m2_image.X", "m2_image.Y", "m2_image.Z"} <= set(channels)
+    y, m2 = channels["image.Y"].pixels, channels["m2_image.Y"].pixels
+    assert y.mean() > 0 and np.all(m2 >= y * y * (1 - 1e-5))
+
+
 def test_a_plain_scene_rendered_with_the_denoising_options(local_ray, tmp_path):
     """The job options aovs and rfilter: the Cornell box, whose file has neither, rendered with
     both gives the bits of the tracer's render with them; the store keeps them for a refine that

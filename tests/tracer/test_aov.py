@@ -41,16 +41,39 @@ def test_every_aov_type_agrees_with_mitsuba(tmp_path):
     assert ours[..., names.index("a.R")].max() > 0.7
 
 
-def test_shape_index_counts_the_worlds_shapes_in_file_order(tmp_path):
-    """prim_index as Mitsuba's; shape_index in the file's order (Mitsuba 3.9.1 numbers them in
-    its loader's own object order, which is not the file's: it is not compared)."""
-    path = aov_scene(tmp_path / "shapes.xml", aovs="p:prim_index,s:shape_index", second="sphere", spp=8)
-    ours = tracer.render(tracer.load_scene(path), spp=8)
-    ref, _ = _mitsuba(path, 8)
-    _agree(ours[..., :4], ref[..., :4], ("R", "G", "B", "p.I"))
-    index = ours[..., 4]
-    assert index[6, 7] == pytest.approx(1.0) and index[0, 0] == pytest.approx(3.0)  # the first sphere, the back wall
-    assert index.min() >= 0.0 and index.max() <= 3.0 + 1e-5  # (the light is out of view)
+SHAPES = """<scene version="3.0.0">
+<integrator type="aov"><string name="aovs" value="s:shape_index,p:prim_index"/>
+<integrator type="path" name="image"/></integrator>
+<sensor type="perspective"><film type="hdrfilm"><integer name="width" value="40"/><integer name="height" value="8"/>
+<rfilter type="box"/></film><transform name="to_world"><lookat origin="0,0,12" target="0,0,0" up="0,1,0"/></transform>
+</sensor>
+<shape type="cube"><transform name="to_world"><rotate y="1" angle="30"/><scale value="0.7"/><translate x="-4"/></transform>
+<bsdf type="diffuse"><rgb name="reflectance" value="0.5"/></bsdf></shape>
+<shape type="sphere"><point name="center" x="-2" y="0" z="0"/><float name="radius" value="0.8"/></shape>
+<shape type="obj"><string name="filename" value="quad.obj"/><transform name="to_world"><scale value="0.8"/></transform>
+<bsdf type="diffuse"><rgb name="reflectance" value="0.5"/></bsdf></shape>
+<shape type="rectangle"><transform name="to_world"><scale value="0.8"/><translate x="2"/></transform></shape>
+<shape type="disk"><transform name="to_world"><scale value="0.8"/><translate x="4"/></transform></shape>
+</scene>"""
+QUAD = "v -1 -1 0\nv 1 -1 0\nv 1 1 0\nv -1 1 0\nvt 0 0\nvt 1 0\nvt 1 1\nvt 0 1\nf 1/1 2/2 3/3\nf 1/1 3/3 4/4\n"
+
+
+def test_shape_and_prim_index_count_as_mitsubas_merged_scene(tmp_path):
+    """Mitsuba keeps the sphere and the disk in file order (1, 2), then the meshes it merges: the
+    rectangle with its own default BSDF (3), the cube and the quad, whose BSDFs are written alike
+    (4, the quad's triangles numbered after the cube's 12)."""
+    (tmp_path / "quad.obj").write_text(QUAD)
+    path = tmp_path / "shapes.xml"
+    path.write_text(SHAPES)
+    ours = np.asarray(tracer.render(tracer.load_scene(path), spp=16))[..., 3:]
+    ref, _ = _mitsuba(str(path), 16)
+    ref = ref[..., 3:]
+    index, theirs = ours[..., 0], ref[..., 0]
+    whole = (np.abs(index - np.round(index)) < 1e-4) & (np.abs(theirs - np.round(theirs)) < 1e-4)  # no edge
+    np.testing.assert_array_equal(np.round(index[whole]), np.round(theirs[whole]))
+    assert set(np.round(index[whole & (index > 0)]).astype(int).tolist()) == {1, 2, 3, 4}
+    _agree(ours[..., 1:], ref[..., 1:], ("p.I",))  # (pixels on a diagonal mix two triangles)
+    assert ours[..., 1].max() > 12  # a quad triangle after the cube's
 
 
 def test_no_nested_integrator_renders_black_rgb_and_the_aovs(tmp_path):
@@ -64,6 +87,25 @@ def test_the_farm_reads_the_channels_without_building_the_scene(tmp_path):
     path = aov_scene(tmp_path / "aov.xml")
     assert describe(path).aovs == parse_aovs(EVERY_AOV, "x")
     assert channel_names(describe(path).aovs)[:4] == ("dd.y.T", "nn.X", "nn.Y", "nn.Z")
+
+
+def test_the_farm_reads_a_moment_integrators_channels(tmp_path):
+    """``moment``: its channels as the farm stores and exports them, named as Mitsuba names them;
+    over an ``aov`` it is refused, by the loader and the farm alike."""
+    path = aov_scene(tmp_path / "moment.xml", aovs="dd:depth", inner='<integrator type="path"/>')
+    text = (tmp_path / "moment.xml").read_text()
+    moment = text.replace('<integrator type="aov"><string name="aovs" value="dd:depth"/><integrator type="path"/>'
+                          '</integrator>', '<integrator type="moment"><integrator type="path"/></integrator>')
+    assert moment != text
+    (tmp_path / "moment.xml").write_text(moment)
+    assert channel_names(describe(path).aovs) == ("_arg_0.X", "_arg_0.Y", "_arg_0.Z", "m2__arg_0.X", "m2__arg_0.Y",
+                                                  "m2__arg_0.Z")
+    (tmp_path / "moment.xml").write_text(text.replace('<integrator type="aov">', '<integrator type="moment">'
+                                                      '<integrator type="aov">').replace('</integrator>\n<sensor',
+                                                                                          '</integrator></integrator>\n<sensor'))
+    for load in (tracer.load_scene, describe):
+        with pytest.raises(SceneError, match="a 'moment' integrator over an 'aov' integrator is not supported"):
+            load(path)
 
 
 @pytest.mark.parametrize("aovs, message", [

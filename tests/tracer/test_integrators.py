@@ -67,13 +67,56 @@ def test_direct_matches_mitsuba(name, tmp_path_factory):
     assert_matches_mitsuba(_scene_file(tmp_path_factory, DIRECT[name]), spp=SPP, reference_spp=REFERENCE_SPP)
 
 
-def test_moment_renders_its_inner_integrator(tmp_path_factory):
+def test_moment_gives_its_inner_image_and_second_moments_as_mitsuba(tmp_path_factory):
+    """Mitsuba's ``moment``: the inner integrator's RGB, then per sample the XYZ and its square
+    (named after the nested integrator), filtered as the image."""
+    import mitsuba as mi
+    import numpy as np
+
+    import tracer
+    from tests.helpers.ztest import RGB_TO_XYZ
+    from tracer.io.aovs import channel_names
+
+    inner = '<integrator type="path" name="inner"><integer name="max_depth" value="4"/></integrator>'
+    plain = tracer.load_scene(_scene_file(tmp_path_factory, inner))
+    path = _scene_file(tmp_path_factory, f'<integrator type="moment">{inner}</integrator>')
+    wrapped = tracer.load_scene(path)
+    assert channel_names(wrapped.settings.aovs) == ("inner.X", "inner.Y", "inner.Z", "m2_inner.X", "m2_inner.Y",
+                                                   "m2_inner.Z")
+    ours = np.asarray(tracer.render(wrapped, spp=SPP, seed=0), np.float64)
+    np.testing.assert_array_equal(ours[..., :3], np.asarray(tracer.render(plain, spp=SPP, seed=0)))
+    xyz = ours[..., :3] @ RGB_TO_XYZ.T  # a box filter: each pixel is the mean of its own samples
+    np.testing.assert_allclose(ours[..., 3:6], xyz, rtol=1e-4, atol=1e-6)
+    assert np.all(ours[..., 6:] >= xyz * xyz * (1 - 1e-4))  # a mean square is at least the squared mean
+    mi.set_variant("scalar_rgb")
+    theirs = np.asarray(mi.render(mi.load_file(str(path)), spp=4 * SPP, seed=1), np.float64)
+    assert theirs.shape == ours.shape
+    error = np.abs(ours.mean(axis=(0, 1)) / theirs.mean(axis=(0, 1)) - 1)
+    assert np.all(error[:6] < 0.03) and np.all(error[6:] < 0.15), error
+
+
+def test_ptracer_renders_as_path_only_where_the_image_is_the_same(tmp_path_factory):
+    """Mitsuba's particle tracer misses what the camera sees through a Dirac lobe, and can only
+    connect to a pinhole camera: elsewhere its image is path's in expectation."""
     import tracer
 
-    inner = '<integrator type="path"><integer name="max_depth" value="4"/></integrator>'
-    plain = tracer.load_scene(_scene_file(tmp_path_factory, inner))
-    wrapped = tracer.load_scene(_scene_file(tmp_path_factory, f'<integrator type="moment">{inner}</integrator>'))
-    assert wrapped.settings == plain.settings
+    def scene(text):
+        path = tmp_path_factory.mktemp("ptracer") / "scene.xml"
+        path.write_text(text.format(integrator='<integrator type="ptracer"><integer name="max_depth" value="4"/>'
+                                               '<integer name="samples_per_pass" value="4"/></integrator>',
+                                    w=RES[0], h=RES[1]))
+        return path
+
+    rough = SCENE.replace('<bsdf type="conductor">', '<bsdf type="roughconductor">')
+    with pytest.warns(SceneNotice, match="'ptracer' is rendered with 'path'"):
+        loaded = tracer.load_scene(scene(rough))
+    assert loaded.settings == tracer.load_scene(_scene_file(tmp_path_factory, '<integrator type="path"><integer '
+                                                            'name="max_depth" value="4"/></integrator>')).settings
+    with pytest.raises(SceneError, match="'ptracer' on this scene: its 'conductor' BSDFs' Dirac lobes"):
+        tracer.load_scene(scene(SCENE))
+    with pytest.raises(SceneError, match="'ptracer' on this scene: its 'orthographic' sensor"):
+        tracer.load_scene(scene(rough.replace('<sensor type="perspective">', '<sensor type="orthographic">')
+                                .replace('<float name="fov" value="45"/>', '')))
 
 
 def test_integrators_that_are_not_implemented(tmp_path_factory):
@@ -82,8 +125,9 @@ def test_integrators_that_are_not_implemented(tmp_path_factory):
     with pytest.warns(SceneNotice, match="integrator 'volpath' is rendered with 'path'"):
         scene = tracer.load_scene(_scene_file(tmp_path_factory, '<integrator type="volpath"/>'))
     assert scene.settings.integrator == "path" and scene.settings.max_depth == -1
-    with pytest.raises(SceneError, match="unsupported integrator 'ptracer'"):
-        tracer.load_scene(_scene_file(tmp_path_factory, '<integrator type="ptracer"/>'))
+    with pytest.raises(SceneError, match="unsupported integrator 'stokes'"):
+        tracer.load_scene(_scene_file(tmp_path_factory, '<integrator type="stokes"><integrator type="path"/>'
+                                                        '</integrator>'))
     with pytest.raises(SceneError, match="either 'shading_samples' or"):
         tracer.load_scene(_scene_file(tmp_path_factory, '<integrator type="direct"><integer name="shading_samples" '
                                                         'value="2"/><integer name="bsdf_samples" value="1"/></integrator>'))

@@ -12,6 +12,11 @@ uniformly (``Sphere::sample_direction``, after Akalin's "sampling the visible sp
 inside it samples its area. A sample is valid when it sees the emitting side:
 ``dot(d, n) < 0`` with n the oriented normal (``AreaLight::sample_direction``).
 
+A textured radiance (Mitsuba's ``AreaLight`` with a spatially varying ``radiance``) is read at the
+sampled point's uv, the point sampled as above. Mitsuba instead samples uv by the texture and
+maps it onto the shape (``eval_parameterization``); both are unbiased where the shape's uv map
+is one-to-one, so the images agree in expectation there (noise differs).
+
 All normals here are oriented: the shape's ``flip_normals`` is applied, as Mitsuba's
 ``si.n`` / ``ds.n``. Mesh normals are interpolated vertex normals when the mesh has them,
 as Mitsuba's ``Mesh::sample_position`` (the pdf then uses that normal's cosine, as Mitsuba).
@@ -19,7 +24,8 @@ as Mitsuba's ``Mesh::sample_position`` (the pdf then uses that normal's cosine, 
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import elementary, sampling
+from tracer import elementary, sampling, surface_uv
+from tracer import textures as tex
 from tracer import vecmath as vm
 from tracer.constants import INV_TWO_PI, RAY_EPSILON, TWO_PI
 from tracer.emitters import discrete
@@ -47,26 +53,29 @@ def _sample_mesh(em, e, ref, u):
     n = em.tri_n[0][:, i] * (1.0 - b[0] - b[1]) + em.tri_n[1][:, i] * b[0] + em.tri_n[2][:, i] * b[1]
     n = vm.normalize(n)
     n = vm.select(em.flip[e], -n, n)
-    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
+    uv = em.tri_uv[0][:, i] * (1.0 - b[0] - b[1]) + em.tri_uv[1][:, i] * b[0] + em.tri_uv[2][:, i] * b[1]
+    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e]), uv
 
 
-def _sample_planar(em, e, ref, q):
+def _sample_planar(em, e, ref, q, uv):
     """The point to_world (q.x, q.y, 0) of a disk or rectangle, its normal the inverse transpose
     applied to +z (Mitsuba's ``m_frame.n``)."""
     m = em.to_world[:, :, e]
     p = m[:, 0] * q[0] + m[:, 1] * q[1] + m[:, 3]
     n = vm.normalize(em.to_local[2][:3, e])
     n = vm.select(em.flip[e], -n, n)
-    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
+    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e]), uv
 
 
 def _sample_disk(em, e, ref, u):
-    return _sample_planar(em, e, ref, sampling.square_to_uniform_disk_concentric(u))
+    q = sampling.square_to_uniform_disk_concentric(u)
+    return _sample_planar(em, e, ref, q, surface_uv.disk_uv(q[0], q[1]))
 
 
 def _sample_rectangle(em, e, ref, u):
-    """Mitsuba's ``Rectangle::sample_position``: u in [0, 1]^2 to (2 u - 1, 0) in [-1, 1]^2."""
-    return _sample_planar(em, e, ref, u * 2.0 - 1.0)
+    """Mitsuba's ``Rectangle::sample_position``: u in [0, 1]^2 to (2 u - 1, 0) in [-1, 1]^2, whose
+    uv is u itself."""
+    return _sample_planar(em, e, ref, u * 2.0 - 1.0, u)
 
 
 def _sample_cylinder(em, e, ref, u):
@@ -79,7 +88,8 @@ def _sample_cylinder(em, e, ref, u):
     p = m[:, 0] * cos_phi + m[:, 1] * sin_phi + m[:, 2] * u[0] + m[:, 3]
     n = vm.normalize(em.to_local[0][:3, e] * cos_phi + em.to_local[1][:3, e] * sin_phi)
     n = vm.select(em.flip[e], -n, n)
-    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e])
+    uv = surface_uv.cylinder_uv(vm.transform_point(em.to_local[:, :, e], p))
+    return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e]), uv
 
 
 def _sphere(em, e):
@@ -117,22 +127,24 @@ def _sample_sphere(em, e, ref, u):
 
     n = vm.select(outside, cap, whole)
     p = n * radius + center
+    uv = surface_uv.sphere_uv(vm.transform_point(em.to_local[:, :, e], p))
     n = vm.select(flip, -n, n)
     d, dist, area_pdf = _to_solid_angle(ref, p, n, em.inv_area[e])
     pdf = jnp.where(outside, jnp.where(dist == 0, 0.0, cone_pdf), area_pdf)
-    return p, n, d, dist, pdf
+    return p, n, d, dist, pdf, uv
 
 
 _SAMPLERS = {SurfaceKind.MESH: _sample_mesh, SurfaceKind.SPHERE: _sample_sphere, SurfaceKind.DISK: _sample_disk,
              SurfaceKind.CYLINDER: _sample_cylinder, SurfaceKind.RECTANGLE: _sample_rectangle}
 
 
-def sample(em, e, ref, u):
+def sample(em, textures, e, ref, u):
     """Sample area emitters ``e`` (N,) from ``ref`` (3, N) with u (2, N).
 
     Returns (p, n, d, dist, pdf, weight): the point, its oriented normal, the unit direction
     from ref, the distance, the solid-angle pdf (selection not included) and radiance / pdf;
-    pdf and weight are zero where the sample sees the back side (or is degenerate).
+    pdf and weight are zero where the sample sees the back side (or is degenerate). A textured
+    radiance is read at the point's uv (``textures``), the point sampled as without texture.
     """
     shapes = em.area_shapes_present
     out = _SAMPLERS[shapes[0]](em, e, ref, u)
@@ -140,10 +152,10 @@ def sample(em, e, ref, u):
         other = _SAMPLERS[shape](em, e, ref, u)
         take = em.area_shape[e] == shape
         out = tuple(jnp.where(take, b, a) for a, b in zip(out, other))
-    p, n, d, dist, pdf = out
+    p, n, d, dist, pdf, uv = out
     valid = (vm.dot(d, n) < 0) & (pdf > 0) & jnp.isfinite(pdf)
     pdf = jnp.where(valid, pdf, 0.0)
-    weight = jnp.where(valid, em.radiance[:, e] / jnp.where(valid, pdf, 1.0), 0.0)
+    weight = jnp.where(valid, _radiance(em, textures, e, uv) / jnp.where(valid, pdf, 1.0), 0.0)
     return p, n, d, dist, pdf, weight
 
 
@@ -162,7 +174,18 @@ def pdf(em, e, ref, p, n, d):
     return jnp.where(dp < 0, value, 0.0)
 
 
-def eval_radiance(em, e, n, d):
+def _radiance(em, textures, e, uv):
+    """The radiance (3, N) of area emitters ``e`` at surface uv (2, N): times its texture there,
+    if it has one."""
+    if not em.textured:
+        return em.radiance[:, e]
+    tid = em.texture[e]
+    texture = tex.eval_rgb(textures, jnp.maximum(tid, 0), uv)
+    return jnp.where(tid >= 0, em.radiance[:, e] * texture, em.radiance[:, e])
+
+
+def eval_radiance(em, textures, e, n, d, uv):
     """Radiance (3, N) leaving an area emitter towards -d (d: the ray's direction) at a point with
-    oriented normal n: the emitter's radiance on the front side, zero on the back."""
-    return jnp.where(vm.dot(n, d) < 0, em.radiance[:, e], 0.0)
+    oriented normal n and surface uv (2, N): the emitter's radiance (textured: at uv) on the front
+    side, zero on the back (``AreaLight::eval``)."""
+    return jnp.where(vm.dot(n, d) < 0, _radiance(em, textures, e, uv), 0.0)

@@ -90,6 +90,7 @@ class _MeshTriangles(NamedTuple):
     e1: np.ndarray       # (T, 3) p1 - p0
     e2: np.ndarray       # (T, 3) p2 - p0
     normals: np.ndarray  # (3, T, 3) the normal at each vertex (the face normal for flat meshes)
+    uvs: np.ndarray      # (3, T, 2) the uv at each vertex (Mitsuba's (0,0), (1,0), (0,1) without)
     cdf: np.ndarray      # (T,) inclusive cdf of the triangles' areas
 
 
@@ -123,33 +124,52 @@ class EmitterTableBuilder:
                  triangles: tuple[ArrayLike, ArrayLike, ArrayLike] | None = None,
                  analytic: tuple[int, ArrayLike] | None = None, flip_normals: bool = False,
                  normals: tuple[ArrayLike, ArrayLike, ArrayLike] | None = None,
+                 uvs: tuple[ArrayLike, ArrayLike, ArrayLike] | None = None,
                  add_texture: Callable[[PluginNode], int] | None = None) -> int:
         """The ``area`` emitter ``node`` of shape ``shape_index``.
 
         Give either ``triangles`` = (p0, e1, e2), each (T, 3) world space (p1 - p0, p2 - p0), with
         optional per-vertex ``normals`` = (n0, n1, n2), each (T, 3) (smooth meshes: Mitsuba then
-        uses the interpolated normal for the emitting side and the pdf), or ``analytic`` =
+        uses the interpolated normal for the emitting side and the pdf) and ``uvs`` = (uv0, uv1, uv2),
+        each (T, 2) (where a textured radiance is read; a mesh without them cannot carry one, as in
+        Mitsuba, whose sampling maps uv onto the mesh), or ``analytic`` =
         (kind, to_world 4x4) with kind ``SurfaceKind.SPHERE``, ``DISK``, ``RECTANGLE`` or ``CYLINDER``;
         the sphere's to_world maps the unit sphere, center and radius included; the disk's the unit
         disk and the rectangle's [-1, 1]^2 at z = 0, without any flip folded in; the cylinder's the unit tube, p0, p1 and radius included (its
         ``flip_normals`` with Mitsuba's flip for a mirroring transform folded in).
+        ``add_texture(node)`` gives the texture id of a nested ``radiance`` texture.
         """
         if node.type != "area":
             raise SceneError(f"unsupported emitter type '{node.type}' on a shape (only 'area')", node.source)
         if node.has("to_world"):
             raise SceneError(f"{node.describe()}: an area light takes the transform of its shape, not "
                              "'to_world'", node.source)
-        radiance = self._spectrum(node, "radiance", 1.0)
-        row = self._row(node, EmitterKind.AREA, radiance, shape=int(shape_index), flip=bool(flip_normals))
         if (triangles is None) == (analytic is None):
             raise ValueError("add_area takes exactly one of triangles or analytic")
+        row = self._area_radiance(node, add_texture, shape=int(shape_index), flip=bool(flip_normals))
         if triangles is not None:
-            row = self._add_mesh(node, row, triangles, normals)
+            if row.texture >= 0 and uvs is None:
+                raise SceneError(f"{node.describe()}: a textured 'radiance' needs a mesh with uv coordinates "
+                                 "(Mitsuba samples it through them)", node.source)
+            row = self._add_mesh(node, row, triangles, normals, uvs)
         else:
             row = self._add_analytic(node, row, *analytic)
         return self._append(row)
 
-    def _add_mesh(self, node, row, triangles, normals):
+    def _area_radiance(self, node, add_texture, **fields):
+        """The area light's row with its radiance: a spectrum, or a nested texture (``AreaLight``
+        with a spatially varying radiance; a mesh attribute is refused: lights read uv only)."""
+        child = node.child("radiance")
+        if child is None:
+            return self._row(node, EmitterKind.AREA, self._spectrum(node, "radiance", 1.0), **fields)
+        if child.type == "mesh_attribute":
+            raise SceneError(f"{node.describe()}: a 'mesh_attribute' radiance is not supported (give an rgb, a "
+                             "spectrum, a bitmap or a checkerboard)", node.source)
+        if add_texture is None:
+            raise ValueError("a textured area light needs add_texture")
+        return self._textured_row(self._row(node, EmitterKind.AREA, np.ones(3), **fields), add_texture(child))
+
+    def _add_mesh(self, node, row, triangles, normals, uvs):
         p0, e1, e2 = (np.asarray(a, np.float64).reshape(-1, 3) for a in triangles)
         cross = np.cross(e1, e2)
         double_area = np.linalg.norm(cross, axis=1)
@@ -161,10 +181,14 @@ class EmitterTableBuilder:
             n = np.stack([face_n, face_n, face_n])
         else:
             n = np.stack([np.asarray(a, np.float64).reshape(-1, 3) for a in normals])
+        if uvs is None:
+            uv = np.stack([np.tile(np.array(c, np.float64), (len(p0), 1)) for c in ((0, 0), (1, 0), (0, 1))])
+        else:
+            uv = np.stack([np.asarray(a, np.float64).reshape(-1, 2) for a in uvs])
         cdf = discrete.inclusive_cdf(double_area)
         row = dataclasses.replace(row, area_shape=SurfaceKind.MESH, inv_area=1.0 / total,
                                   tri_offset=self._n_triangles, tri_count=len(p0))
-        self._triangles.append(_MeshTriangles(p0, e1, e2, n, cdf))
+        self._triangles.append(_MeshTriangles(p0, e1, e2, n, uv, cdf))
         self._n_triangles += len(p0)
         return row
 
@@ -339,9 +363,10 @@ class EmitterTableBuilder:
 
         no_triangle = np.zeros((1, 3))
         tris = self._triangles or [_MeshTriangles(no_triangle, no_triangle, no_triangle, np.zeros((3, 1, 3)),
-                                                  np.ones(1, np.float32))]
+                                                  np.zeros((3, 1, 2)), np.ones(1, np.float32))]
         p0, e1, e2 = (np.concatenate([getattr(t, k) for t in tris]).T.astype(np.float32) for k in ("p0", "e1", "e2"))
         tri_n = np.concatenate([t.normals for t in tris], axis=1).transpose(0, 2, 1).astype(np.float32)
+        tri_uv = np.concatenate([t.uvs for t in tris], axis=1).transpose(0, 2, 1).astype(np.float32)
         tri_cdf = np.concatenate([t.cdf for t in tris])
 
         env = self._env
@@ -363,7 +388,7 @@ class EmitterTableBuilder:
             flip=column(rows, "flip", bool), inv_area=column(rows, "inv_area", np.float32),
             tri_offset=column(rows, "tri_offset", np.int32), tri_count=column(rows, "tri_count", np.int32),
             tri_cdf=jnp.asarray(tri_cdf), tri_p0=jnp.asarray(p0), tri_e1=jnp.asarray(e1), tri_e2=jnp.asarray(e2),
-            tri_n=jnp.asarray(tri_n),
+            tri_n=jnp.asarray(tri_n), tri_uv=jnp.asarray(tri_uv),
             spot_cos_cutoff=column(rows, "spot_cos_cutoff", np.float32),
             spot_cutoff=column(rows, "spot_cutoff", np.float32),
             spot_cos_beam=column(rows, "spot_cos_beam", np.float32),

@@ -32,7 +32,7 @@ class DirectionSample:
 
 def _sample_kind(kind, emitters, textures, e, ref, u):
     if kind == EmitterKind.AREA:
-        return area.sample(emitters, e, ref, u)
+        return area.sample(emitters, textures, e, ref, u)
     if kind == EmitterKind.POINT:
         return point.sample_point(emitters, textures, e, ref, u)
     if kind == EmitterKind.SPOT:
@@ -106,18 +106,18 @@ def pdf_direction(emitters, ref_p, emitter, p, n, d):
     return jnp.where(valid, value * emitters.select_pmf[e], 0.0)
 
 
-def eval_surface(emitters, textures, emitter, n, d, uv=None):
+def eval_surface(emitters, textures, emitter, n, d, uv):
     """Radiance (3, N) an area emitter sends back along a ray of direction d (3, N) that hit it
     at a point with oriented normal n (3, N): its radiance if dot(n, d) < 0, else zero.
 
     ``emitter`` (N,) is the hit shape's emitter id; ids of other kinds or negative give zero.
-    ``textures`` and ``uv`` are accepted for textured emission (not supported yet).
+    A textured radiance is read at the hit's surface ``uv`` (2, N) in ``textures``.
     """
     if EmitterKind.AREA not in emitters.kinds_present:
         return jnp.zeros(d.shape, jnp.float32)
     e = jnp.clip(emitter, 0, emitters.kind.shape[0] - 1)
     is_area = (emitter >= 0) & (emitters.kind[e] == EmitterKind.AREA)
-    return jnp.where(is_area, area.eval_radiance(emitters, e, n, d), 0.0)
+    return jnp.where(is_area, area.eval_radiance(emitters, textures, e, n, d, uv), 0.0)
 
 
 def eval_environment(emitters, textures, d):

@@ -38,6 +38,7 @@ class Emitters:
     tri_e1: jnp.ndarray          # (3, T) p1 - p0
     tri_e2: jnp.ndarray          # (3, T) p2 - p0
     tri_n: jnp.ndarray           # (3, 3, T) vertex normals (n0, n1, n2), unflipped; face normal if flat
+    tri_uv: jnp.ndarray          # (3, 2, T) vertex uvs (uv0, uv1, uv2); Mitsuba's (0,0), (1,0), (0,1) without
     spot_cos_cutoff: jnp.ndarray  # (E,) cos(cutoff_angle)
     spot_cutoff: jnp.ndarray      # (E,) cutoff_angle [rad]
     spot_cos_beam: jnp.ndarray    # (E,) cos(beam_width)

@@ -6,10 +6,18 @@ gives the image one or more channels, named ``name.SUFFIX`` as Mitsuba names the
 RGB comes first, then the AOVs in the order given: ``tracer.render`` returns (H, W, 3 + K), as
 ``mitsuba.render`` does for such a scene. The farm reads the channel names from here without
 building the scene (``tracer.io.scene_info``).
+
+Mitsuba's ``moment`` integrator adds channels of the same kind: per sample, the XYZ of its
+nested integrator's radiance and their squares (``src/integrators/moment.cpp``), named
+``NAME.X/Y/Z`` and ``m2_NAME.X/Y/Z`` with NAME the nested integrator's ``name`` (``_arg_0``
+without one). Filtered like the rest, a pixel's ``m2_`` channels are its samples' mean second
+moments: minus the first moments squared, the per-sample variance. They are the AOV types
+``moment_xyz`` and ``moment_m2``, which a scene's ``aovs`` list cannot name.
 """
 from tracer.io.errors import SceneError
 
-__all__ = ["SUFFIXES", "TYPES", "parse_aovs", "channel_names", "channel_count", "find"]
+__all__ = ["SUFFIXES", "TYPES", "MOMENT_TYPES", "parse_aovs", "integrator_aovs", "channel_names", "channel_count",
+           "find"]
 
 # Each AOV type and the suffixes of its channels, as Mitsuba's aov.cpp names them.
 SUFFIXES = {
@@ -26,7 +34,9 @@ SUFFIXES = {
     "prim_index": ("I",),
     "shape_index": ("I",),
 }
-TYPES = tuple(SUFFIXES)
+TYPES = tuple(SUFFIXES)  # what an aov integrator's list may name
+MOMENT_TYPES = ("moment_xyz", "moment_m2")
+SUFFIXES.update({kind: ("X", "Y", "Z") for kind in MOMENT_TYPES})
 
 
 def parse_aovs(text, where):
@@ -38,10 +48,30 @@ def parse_aovs(text, where):
         name, colon, kind = token.partition(":")
         if not colon or not name or not kind or ":" in kind:
             raise SceneError(f"{where}: AOV '{token}' is not a name:type pair")
-        if kind not in SUFFIXES:
+        if kind not in TYPES:
             raise SceneError(f"{where}: unsupported AOV type '{kind}' in '{token}' ({', '.join(TYPES)})")
         pairs.append((name, kind))
     return tuple(pairs)
+
+
+def integrator_aovs(node):
+    """The (name, type) channels after the RGB that the ``<integrator>`` ``node`` (or None) gives:
+    an ``aov``'s nested integrator's, then its list; a ``moment``'s two triples; none for the
+    others. A malformed ``aovs`` list, or a ``moment`` over other than one integrator that is not an
+    ``aov`` or a ``moment``, is a ``SceneError``."""
+    if node is None or node.type not in ("aov", "moment"):
+        return ()
+    inner = node.children_of("integrator")
+    if node.type == "aov":
+        nested = integrator_aovs(inner[0]) if inner else ()
+        return nested + parse_aovs(node.get_string("aovs"), node.source)
+    if len(inner) != 1:
+        raise SceneError(f"{node.source}: 'moment' takes one nested integrator, got {len(inner)}")
+    if inner[0].type in ("aov", "moment"):
+        raise SceneError(f"{inner[0].source}: a 'moment' integrator over an '{inner[0].type}' integrator is not "
+                         "supported")
+    name = inner[0].name or "_arg_0"
+    return ((name, "moment_xyz"), (f"m2_{name}", "moment_m2"))
 
 
 def channel_names(aovs):

@@ -303,10 +303,11 @@ def transform_mesh(mesh, to_world, normal_matrix=None):
 
 
 def rectangle_mesh():
-    """Mitsuba's ``rectangle``: [-1, 1]^2 at z = 0 facing +z, uv = ((x + 1) / 2, (y + 1) / 2)."""
-    xy = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]], np.float32)
+    """Mitsuba's ``rectangle``: [-1, 1]^2 at z = 0 facing +z, uv = ((x + 1) / 2, (y + 1) / 2), its two
+    triangles as there (``rectangle.cpp``: x + y <= 0 is triangle 0, what ``prim_index`` says)."""
+    xy = np.array([[-1, -1], [1, -1], [-1, 1], [1, 1]], np.float32)
     return Mesh(positions=np.concatenate([xy, np.zeros((4, 1), np.float32)], axis=1),
-                faces=np.array([[0, 1, 2], [0, 2, 3]], np.int32),
+                faces=np.array([[1, 2, 0], [1, 3, 2]], np.int32),
                 normals=np.tile(np.array([0, 0, 1], np.float32), (4, 1)),
                 uvs=(xy + 1) / 2)
 

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from tracer.io.aovs import parse_aovs
+from tracer.io.aovs import integrator_aovs
 from tracer.io import overrides
 from tracer.io.errors import SceneError
 from tracer.io.films import read_film
@@ -71,9 +71,10 @@ def describe(path, aovs=None, rfilter=None, **params):
 
 
 def scene_aovs(root):
-    """The (name, type) AOVs of the scene's ``aov`` integrator (none without one)."""
-    nodes = [node for node in root.children_of("integrator") if node.type == "aov"]
-    return parse_aovs(nodes[0].get_string("aovs"), nodes[0].source) if nodes else ()
+    """The (name, type) channels after the RGB of the scene's integrator (``integrator_aovs``:
+    an ``aov``'s AOVs, a ``moment``'s moments; none for others)."""
+    nodes = root.children_of("integrator")
+    return integrator_aovs(nodes[0]) if nodes else ()
 
 
 def files_of(root):

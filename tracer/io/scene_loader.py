@@ -23,9 +23,11 @@ from tracer.io.errors import SceneError, SceneNotice
 from tracer.io.images import load_image
 from tracer.io.scene_info import sampler_type, the_sensor
 from tracer.io.sensors import load_sensor
+from tracer.io import shape_order
+from tracer.io.shape_order import WorldShape
 from tracer.io.xml import PluginNode, parse_file
 from tracer.scene import Scene, Settings, Shapes
-from tracer.kinds import BitmapFilter, SurfaceKind, WrapMode
+from tracer.kinds import BitmapFilter, BsdfKind, SurfaceKind, WrapMode
 from tracer.table_rows import column
 from tracer.textures import TextureTableBuilder
 
@@ -140,9 +142,11 @@ class _SceneBuilder:
         self.group_ids = {}  # id(shapegroup node) -> its index
         self.instances: list[geometry.Instance] = []
         self.instance_order: list[int] = []  # each instance's ShapeRow.order
+        self.world_items: list[WorldShape] = []  # the world's shapes and instances, in file order
         self.world_shapes = 0  # shapes and instances in the world so far
         self.attribute_requests: list[str] = []  # mesh attributes read by textures, in order of request
         self.material_attributes: dict[int, set] = {}  # material id -> the mesh attributes it reads
+        self.ptracer: PluginNode | None = None  # a 'ptracer' integrator, rendered as 'path' if the scene allows
 
     # ------------------------------------------------------------------ top level
     def build(self) -> Scene:
@@ -182,11 +186,17 @@ class _SceneBuilder:
         textures = self.textures.build(geo.attribute_slots)
         aov_tables = None
         if settings.aovs:
+            ranks, offsets = shape_order.mitsuba_order(self.world_items)  # Mitsuba's order, not the file's
+            place = lambda order, of: np.asarray([of[o - 1] if o > 0 else 0 for o in order], np.int32)
             instance_order = [order for _, order in sorted(zip([i.group for i in self.instances], self.instance_order),
                                                             key=lambda pair: pair[0])]  # as build_geometry sorts them
-            aov_tables = aov.make_tables(geo, column(rows, "order", np.int32), column(rows, "one_prim", bool),
-                                         np.asarray(instance_order, np.int32))
-        return Scene(geometry=geo, shapes=shapes, materials=self.materials.build(textures),
+            order = [row.order for row in rows]
+            aov_tables = aov.make_tables(geo, place(order, ranks), column(rows, "one_prim", bool),
+                                         place(instance_order, ranks), place(order, offsets))
+        materials = self.materials.build(textures)
+        if self.ptracer is not None:
+            _ptracer_as_path(self.ptracer, sensor, materials)
+        return Scene(geometry=geo, shapes=shapes, materials=materials,
                      textures=textures, emitters=emitters, camera=camera, film=film,
                      settings=settings, aov=aov_tables)
 
@@ -209,7 +219,8 @@ class _SceneBuilder:
             raise SceneError(f"{nodes[1].source}: more than one <integrator>")
         if not nodes:
             return Settings(max_depth=-1)  # Mitsuba's default: 'path', unbounded
-        return self._integrator_settings(nodes[0])
+        aovs = aov_names.integrator_aovs(nodes[0])  # the channels after the RGB, as the farm reads them
+        return dataclasses.replace(self._integrator_settings(nodes[0]), aovs=aovs)
 
     def _integrator_settings(self, node):
         """Settings of a path, direct or moment integrator; others are refused by name, or
@@ -217,17 +228,16 @@ class _SceneBuilder:
         if node.type == "aov":
             return self._aov_settings(node)
         if node.type == "moment":  # Mitsuba's wrapper: its inner integrator's image, plus moments
-            inner = node.children_of("integrator")
-            if len(inner) != 1:
-                raise SceneError(f"{node.source}: 'moment' takes one nested integrator, got {len(inner)}")
             node.check_unused()
-            return self._integrator_settings(inner[0])
+            return self._integrator_settings(node.children_of("integrator")[0])
         if node.type in PATH_LIKE:
             warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'path' (without "
                                       "participating media its image is the same in expectation)"), stacklevel=2)
+        elif node.type == "ptracer":
+            self.ptracer = node  # rendered as path where the scene allows: checked once it is built
         elif node.type not in ("path", "direct"):
-            raise SceneError(f"{node.source}: unsupported integrator '{node.type}' (path, direct, moment, aov, or "
-                             f"{', '.join(sorted(PATH_LIKE))} rendered as path)")
+            raise SceneError(f"{node.source}: unsupported integrator '{node.type}' (path, direct, moment, aov; "
+                             f"{', '.join(sorted(PATH_LIKE))} and, on some scenes, ptracer rendered as path)")
         hide_emitters = node.get_bool("hide_emitters", False)
         if node.type == "direct":
             settings = self._direct_settings(node, hide_emitters)
@@ -239,16 +249,14 @@ class _SceneBuilder:
 
     def _aov_settings(self, node):
         """Mitsuba's ``aov``: its nested integrator's RGB (black without one), then the AOVs of
-        its first camera-ray hit (``tracer.aov``)."""
-        pairs = aov_names.parse_aovs(node.get_string("aovs"), node.source)
+        its first camera-ray hit (``tracer.aov``; the channels are ``integrator_aovs``')."""
         inner = node.children_of("integrator")
         if len(inner) > 1:
             raise SceneError(f"{inner[1].source}: 'aov' takes at most one nested integrator here, got {len(inner)}")
         if inner and inner[0].type == "aov":
             raise SceneError(f"{inner[0].source}: an 'aov' integrator cannot be nested in another")
         node.check_unused()
-        settings = self._integrator_settings(inner[0]) if inner else Settings(max_depth=0)
-        return dataclasses.replace(settings, aovs=pairs)
+        return self._integrator_settings(inner[0]) if inner else Settings(max_depth=0)
 
     def _path_settings(self, node, hide_emitters):
         max_depth = node.get_int("max_depth", -1)
@@ -284,6 +292,7 @@ class _SceneBuilder:
             self.world_shapes += 1
         if node.type == "instance" and group < 0:
             self.instance_order.append(self.world_shapes)
+            self.world_items.append(WorldShape())
             self.instances.append(geometry.Instance(self._shapegroup(shapegroups.instanced_group(node)),
                                                     shapegroups.instance_to_world(node)))
             node.check_unused()
@@ -291,7 +300,7 @@ class _SceneBuilder:
         index = len(self.shape_rows)
         to_world = checked_to_world(node, node.describe())
         flip_normals = node.get_bool("flip_normals", False)
-        triangles, analytic, vertex_normals, mesh = None, None, None, None
+        triangles, analytic, vertex_normals, vertex_uvs, mesh = None, None, None, None, None
         if node.type in MESH_TYPES:
             mesh = self._mesh(node, to_world)
             check_extent(node, node.describe(), mesh.positions)
@@ -304,6 +313,9 @@ class _SceneBuilder:
             elif mesh.normals is not None:
                 n = mesh.normals[mesh.faces]
                 vertex_normals = (n[:, 0], n[:, 1], n[:, 2])
+            if mesh.uvs is not None and analytic is None:
+                uv = mesh.uvs[mesh.faces]
+                vertex_uvs = (uv[:, 0], uv[:, 1], uv[:, 2])
         elif node.type in ANALYTIC_TYPES:
             if node.type == "sphere":
                 center = node.get_point("center", np.zeros(3))
@@ -343,7 +355,7 @@ class _SceneBuilder:
                                  "sample points on curves)")
             emitter = self.emitters.add_area(em, index, triangles=triangles, analytic=analytic,
                                              flip_normals=flip_normals, normals=vertex_normals,
-                                             add_texture=self.add_texture)
+                                             uvs=vertex_uvs, add_texture=self.add_texture)
             em.check_unused()
         for child in node.children:
             if child.category not in ("bsdf", "emitter"):
@@ -352,6 +364,8 @@ class _SceneBuilder:
                                         emitter=emitter, flip_normals=flip_normals,
                                         order=self.world_shapes if group < 0 else 0,
                                         one_prim=node.type in ANALYTIC_TYPES))
+        if group < 0:
+            self.world_items.append(_world_shape(node, mesh, bsdf_nodes, emitter >= 0, index))
         self._ignore(node, "shape")
         node.check_unused()
 
@@ -493,3 +507,35 @@ class _SceneBuilder:
             raise SceneError(f"{node.source}: unsupported texture type '{node.type}'")
         node.check_unused()
         return tid
+
+
+# Leaf BSDFs with a Dirac lobe (a mask's cut-out is a 'null' leaf): Mitsuba's particle tracer cannot
+# connect them to the camera, so paths the camera sees through them are missing from its image.
+_DELTA_KINDS = (BsdfKind.CONDUCTOR, BsdfKind.DIELECTRIC, BsdfKind.THINDIELECTRIC, BsdfKind.PLASTIC, BsdfKind.NULL,
+                BsdfKind.POLARIZER)
+
+
+def _ptracer_as_path(node, sensor, materials):
+    """Mitsuba's ``ptracer`` traces light from the emitters and connects each vertex to the camera.
+    Its image is path's in expectation (Mitsuba's own regression test holds it to a path-traced
+    reference) when the camera is a pinhole (``perspective``: Mitsuba cannot connect to others)
+    and no material has a Dirac lobe; then a ``SceneNotice`` says so, else a ``SceneError``."""
+    delta = sorted(BsdfKind.NAMES[k] for k in set(materials.kinds_present) & set(_DELTA_KINDS))
+    if sensor.type != "perspective" or delta:
+        why = (f"its '{sensor.type}' sensor" if sensor.type != "perspective"
+               else f"its {', '.join(repr(name) for name in delta)} BSDFs' Dirac lobes")
+        raise SceneError(f"{node.source}: unsupported integrator 'ptracer' on this scene: {why} would make "
+                         "its image differ from path's")
+    warnings.warn(SceneNotice(f"{node.source}: integrator 'ptracer' is rendered with 'path' (a pinhole camera and no "
+                              "Dirac BSDF lobes: the same image in expectation)"), stacklevel=3)
+
+
+def _world_shape(node, mesh, bsdf_nodes, emits, index):
+    """The world shape ``node`` (shape row ``index``) as Mitsuba's mesh merging sees it
+    (``tracer.io.shape_order``): a mesh without attributes is merged by its BSDF (a default one is
+    its own), emitter, uvs and face normals; other shapes are kept."""
+    if mesh is None or node.type not in MESH_TYPES or mesh.attributes:
+        return WorldShape()
+    bsdf = shape_order.signature(bsdf_nodes[0]) if bsdf_nodes else ("default", index)
+    key = (bsdf, index if emits else -1, mesh.uvs is not None, mesh.normals is None)
+    return WorldShape(key, len(mesh.faces))

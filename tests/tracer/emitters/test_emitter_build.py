@@ -52,9 +52,13 @@ def test_area_light_errors():
     with pytest.raises(SceneError, match="to_world"):
         b.add_area(C.area_node(extra='<transform name="to_world"><translate x="1"/></transform>'), 0,
                    analytic=(SurfaceKind.SPHERE, np.eye(4)))
+    attribute = C.node('<emitter type="area"><texture type="mesh_attribute" name="radiance">'
+                       '<string name="name" value="vertex_color"/></texture></emitter>')
+    with pytest.raises(SceneError, match="'mesh_attribute' radiance"):
+        b.add_area(attribute, 0, triangles=C.quad([(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0)]), add_texture=lambda node: 0)
     textured = C.node('<emitter type="area"><texture type="checkerboard" name="radiance"/></emitter>')
-    with pytest.raises(SceneError, match="textured"):
-        b.add_area(textured, 0, analytic=(SurfaceKind.DISK, np.eye(4)))
+    with pytest.raises(SceneError, match="needs a mesh with uv"):
+        b.add_area(textured, 0, triangles=C.quad([(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0)]), add_texture=lambda node: 0)
 
 
 def test_every_supported_parameter_is_read():
