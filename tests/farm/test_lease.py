@@ -18,7 +18,7 @@ import zarr
 from farm import lease as lease_module
 from farm.lease import Fenced, Lease, LeaseHeld, holder
 from farm.store import FrameStore
-from tests.helpers.farm_cases import ORBIT, ROOT, farm_cli, farm_main, filled_store, store_files, tiles_done
+from tests.helpers.farm_cases import ORBIT, ROOT, farm_cli, farm_main, filled_store, stop_when, store_files, tiles_done
 from tests.helpers.hang_guard import hang_guard
 
 ME = f"{socket.gethostname()} pid {os.getpid()}"
@@ -155,9 +155,10 @@ def test_a_second_driver_is_refused_and_a_frozen_driver_is_fenced(tmp_path):
         with hang_guard(400):
             def renewed_while_rendering():
                 driver = holder(FrameStore.open(str(store), mode="r").group) if _recorded(store) else None
-                return proc.poll() is not None or (driver and driver.renewed > driver.acquired)
-            _wait_until(renewed_while_rendering, poll=0.2)
-            os.kill(proc.pid, signal.SIGSTOP)  # the driver alone: its workers go on and answer
+                return driver and driver.renewed > driver.acquired
+            # Looked at with the driver stopped, and stopped there (the driver alone: its workers
+            # go on and answer): mid-job however fast it renders.
+            stop_when(proc, renewed_while_rendering, timeout=300, what="the lease was renewed")
             assert proc.poll() is None and _recorded(store) < frames * 6, "the job ended before it could be frozen"
             # Frozen, its lease is live until it expires: a second driver is refused at once.
             second = farm_cli("resume", str(store), "--no-progress", timeout=120)

@@ -2,18 +2,16 @@
 on the node that is left, with the bits of an undisturbed render."""
 import dataclasses
 import os
-import threading
-import time
 
 import numpy as np
 import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from farm import job
+from farm import job, scheduler
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec
-from tests.helpers.farm_cases import exported, orbit_spec, reference, tiles_done
+from tests.helpers.farm_cases import exported, orbit_spec, reference
 
 
 @pytest.fixture
@@ -33,26 +31,22 @@ def test_losing_a_node_mid_job_changes_no_bit(two_nodes, tmp_path):
     spec = dataclasses.replace(orbit_spec(tmp_path / "n.zarr", frames=(0, 2), spp=32), pass_size=16,
                                groups=GroupsSpec(count=2))
     spec, store = job.prepare(spec)
-    removed = []
+    answers, removed, collect = [], [], scheduler._JobRun.collect
 
-    def lose_the_worker_node():
-        # One CPU per node: the two groups sit on different nodes. Lose one once work is flowing.
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            if tiles_done(store.url)[0] >= 2:
-                cluster.remove_node(worker)
-                removed.append(time.monotonic())
-                return
-            time.sleep(0.2)
+    def lose_the_worker_node_mid_job(run, d, groups):
+        # One CPU per node: the two groups sit on different nodes. Lost in the driver's loop once
+        # two answers came back, so that the job is mid-way however fast its tasks are.
+        collect(run, d, groups)
+        answers.append(d.task)
+        if len(answers) == 2:
+            cluster.remove_node(worker)
+            removed.append(d.task)
 
-    thread = threading.Thread(target=lose_the_worker_node)
-    thread.start()
     messages = []
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scheduler._JobRun, "collect", lose_the_worker_node_mid_job)
         run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append,
                 init_timeout_s=10)
-    finally:
-        thread.join()
     assert removed, "the job ended before the node could be removed"
     assert any("lost" in m for m in messages), messages
     for got, want in zip(exported(store.url, tmp_path), reference(spec)):

@@ -103,22 +103,31 @@ def store_files(store):
 def stop_when_rendered(proc, store, tiles=1, timeout=300):
     """Stop the driver ``proc`` (a ``farm render`` subprocess; SIGSTOP) once the store at
     ``store`` holds samples of ``tiles`` tiles; returns (tiles with samples, tiles) as they are
-    with the driver stopped. The store is read only while the driver is stopped, and the driver
-    runs 20 ms between two looks: the driver is the store's only writer, so what is read stays
-    true until it continues, and it cannot finish a job of more than a few tiles between two looks
-    however fast its workers are (a warm compilation cache, a fast machine)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        os.kill(proc.pid, signal.SIGSTOP)
+    with the driver stopped (see ``stop_when``)."""
+    def rendered():
         try:
             done, total = tiles_done(store)
         except Exception:  # not made yet, or half made
-            done = total = 0
-        if done >= tiles:
-            return done, total
+            return None
+        return (done, total) if done >= tiles else None
+    return stop_when(proc, rendered, timeout, f"{tiles} tile(s) were rendered")
+
+
+def stop_when(proc, condition, timeout=300, what="the condition held"):
+    """Stop the driver ``proc`` (SIGSTOP) once ``condition()``, called with the driver stopped,
+    returns something true; returns it, the driver left stopped. The driver runs 20 ms between
+    two looks and is the store's only writer, so what is read stays true until it continues, and
+    it cannot finish a job of more than a few tiles between two looks however fast its workers
+    are (a warm compilation cache, a fast machine)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        os.kill(proc.pid, signal.SIGSTOP)
+        found = condition()
+        if found:
+            return found
         os.kill(proc.pid, signal.SIGCONT)
         time.sleep(0.02)
-    raise AssertionError(f"the job ended (exit {proc.poll()}) or took {timeout} s before {tiles} tile(s) were rendered")
+    raise AssertionError(f"the job ended (exit {proc.poll()}) or took {timeout} s before {what}")
 
 
 def format_2(store):
