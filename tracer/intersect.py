@@ -8,8 +8,8 @@ The shear is written as three per-ray row vectors (``RayShear``: one unit entry,
 shear) so that one kernel serves every ray without a per-ray permutation; every vertex goes
 through the same expression, which is all that watertightness asks of it.
 
-Spheres follow Mitsuba 3's ``sphere.cpp`` (the origin is first moved to the plane through the
-center, then a stable quadratic), disks ``disk.cpp`` (the plane z = 0 of the local frame, inside
+Spheres follow Mitsuba 3's ``sphere.cpp`` (the origin is first moved to the ray's point closest
+to the center, then the roots are found about it), disks ``disk.cpp`` (the plane z = 0 of the local frame, inside
 the unit circle), cylinders ``cylinder.cpp`` (the unit-radius tube 0 <= z <= 1 of the local
 frame, no caps). Every kernel broadcasts: primitive data of shape (P, 1) against rays (N,) gives
 (P, N) answers. Misses have t = inf; hits have 0 < t < t_max.
@@ -116,20 +116,6 @@ def intersect_triangles(p0, p1, p2, o, shear, t_max):
     return jnp.where(hit, t, INF), ev * inv_det, ew * inv_det
 
 
-def solve_quadratic(a, b, c):
-    """Real roots of a x^2 + b x + c (Mitsuba's ``math::solve_quadratic``): (found, x0 <= x1)."""
-    linear = a == 0
-    x_lin = -c / jnp.where(b != 0, b, 1.0)
-    disc = b * b - 4.0 * a * c
-    sq = jnp.sqrt(jnp.maximum(disc, 0.0))
-    temp = -0.5 * (b + jnp.where(b < 0, -sq, sq))
-    x0 = temp / jnp.where(linear, 1.0, a)
-    x1 = c / jnp.where(temp != 0, temp, 1.0)
-    lo, hi = jnp.minimum(x0, x1), jnp.maximum(x0, x1)
-    found = jnp.where(linear, b != 0, disc >= 0)
-    return found, jnp.where(linear, x_lin, lo), jnp.where(linear, x_lin, hi)
-
-
 def sphere_center_radius(to_world):
     """World center and radius of Mitsuba's sphere: to_world (3, 4, ...) applied to 0 and e_x."""
     center = to_world[:, 3]
@@ -138,17 +124,26 @@ def sphere_center_radius(to_world):
 
 
 def intersect_sphere(center, radius, o, d, t_max):
-    """Mitsuba 3's robust ray-sphere test; center (3, ...) and o, d (3, ...) broadcast."""
+    """Mitsuba 3's robust ray-sphere test; center (3, ...) and o, d (3, ...) broadcast.
+
+    As in sphere.cpp the origin first moves along the ray to q, here the ray's point closest to
+    the center (t_c = -l.d / d.d, so for an instance's unnormalized d too); the roots are then
+    t_c -+ sqrt((r^2 - |q|^2) / d.d). Mitsuba solves the quadratic in q with its stable formula,
+    whose linear term 2 q.d is zero up to rounding: the formula picks a root by that term's
+    sign and uses the term twice, and XLA may compute it twice in two fusions that contract
+    FMAs differently, so the two uses could disagree in sign and give both roots the far one's
+    value (1 ray in 25 through a sphere of an instance lost its near side). This form has no
+    such term, as the cylinder's.
+    """
     l = [o[i] - center[i] for i in range(3)]
     dd = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
-    plane_t = -(l[0] * d[0] + l[1] * d[1] + l[2] * d[2]) / jnp.sqrt(dd)
-    q = [l[i] + plane_t * d[i] for i in range(3)]
-    b = 2.0 * (q[0] * d[0] + q[1] * d[1] + q[2] * d[2])
-    c = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] - radius * radius
-    found, near, far = solve_quadratic(dd, b, c)
-    near, far = near + plane_t, far + plane_t
+    t_c = -(l[0] * d[0] + l[1] * d[1] + l[2] * d[2]) / dd
+    q = [l[i] + t_c * d[i] for i in range(3)]
+    h2 = (radius * radius - (q[0] * q[0] + q[1] * q[1] + q[2] * q[2])) / dd
+    h = jnp.sqrt(jnp.maximum(h2, 0.0))
+    near, far = t_c - h, t_c + h
     t = jnp.where(near > 0, near, far)
-    hit = found & (t > 0) & (t < t_max)
+    hit = (h2 >= 0) & (t > 0) & (t < t_max)
     return jnp.where(hit, t, INF)
 
 
