@@ -51,7 +51,7 @@ class Plan:
 
     frames: tuple       # (frame index, tuple of Task or None), frame index ascending
     first_frame: int    # the frame number of frame index 0
-    chunks: tuple       # (chunk, first_pass, n_passes, chunk_end, tail) of a tile with nothing stored
+    chunks: tuple       # (chunk, first_pass, n_passes, tail) of a tile with nothing stored
     tiles: tuple        # (tile row, tile column), row by row
     n_chunks: int
     total_units: int    # samples x tile pixels of the whole job, for progress
@@ -65,8 +65,8 @@ class Plan:
 
     def _fresh(self, f):
         frame = self.first_frame + f
-        return [Task((f, c, ty, tx), frame, first, n, False, end, tail)
-                for c, first, n, end, tail in self.chunks for ty, tx in self.tiles]
+        return [Task((f, c, ty, tx), frame, first, n, False, n, tail)  # a whole chunk: it ends where it starts + n
+                for c, first, n, tail in self.chunks for ty, tx in self.tiles]
 
     @functools.cached_property
     def todo(self):
@@ -109,8 +109,7 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels, spp=None):
             done += samples
             if tasks:
                 frames.append((f, tuple(tasks)))
-    chunks = tuple((c, c * g, g if c < full else tail, g if c < full else tail, c == full)
-                   for c in range(full + (1 if tail else 0)))
+    chunks = tuple((c, c * g, g if c < full else tail, c == full) for c in range(full + (1 if tail else 0)))
     return Plan(frames=tuple(frames), first_frame=spec.frames[0], chunks=chunks, tiles=tiles,
                 n_chunks=tree.n_chunks(spec.spp), total_units=int((goals * pixels).sum()), done_units=done)
 

@@ -28,7 +28,7 @@ import threading
 
 from farm.job import group_shapes
 
-__all__ = ["starting_ray", "ray_session", "start_local_ray", "RayStart", "run"]
+__all__ = ["starting_ray", "start_local_ray", "RayStart", "run"]
 
 _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _INIT_LOGGER = "ray._private.worker"  # says that a ray.init outside the main thread sets no SIGTERM handler
@@ -145,14 +145,6 @@ def starting_ray(address=None, groups=None, eager=True):
         start.close()
 
 
-@contextlib.contextmanager
-def ray_session(address=None, groups=None):
-    """Ray for a ``with`` block, started before the block begins (``starting_ray``, waited on)."""
-    with starting_ray(address, groups, eager=False) as start:
-        start.wait()
-        yield
-
-
 def run(spec, store, address=None, show_progress=True, log=print, ray_start=None):
     """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address`` (or the
     Ray of ``ray_start``, a ``RayStart`` of ``starting_ray``, already on its way); the run's
@@ -163,9 +155,9 @@ def run(spec, store, address=None, show_progress=True, log=print, ray_start=None
     progress = RunProgress(store, show_progress)
     try:
         progress.phase("starting Ray")
-        with contextlib.nullcontext() if ray_start else ray_session(address, spec.groups):
-            if ray_start:
-                ray_start.wait()
+        ray = contextlib.nullcontext(ray_start) if ray_start else starting_ray(address, spec.groups, eager=False)
+        with ray as start:
+            start.wait()
             return run_job(spec, store, group_shapes(spec, address is None), log=log, progress=progress)
     except BaseException as e:
         if not progress.ended:  # Ray did not start, or the run stopped outside the scheduler's loop
