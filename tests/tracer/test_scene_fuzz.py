@@ -9,14 +9,13 @@ replaced; an EXR texel set to one of those numbers). The property: ``tracer.load
 tiny render (the film's few pixels, 1 sample) either give a finite image or raise the project's
 own ``SceneError``, in one line, within ``BOUND_S`` seconds and without the process's peak
 memory growing by more than ``MEMORY_BOUND``. A film larger than ``RENDERED_PIXELS`` is loaded
-but not rendered (legal, only slow).
+but not rendered (legal, only slow). Each load runs in a child process
+(``tests.helpers.fuzz_child``): a decoder's memory error fails the mutant, not a later test.
 
 The examples below are the seed corpus (issue 19's cases); ``HYPOTHESIS_PROFILE=explore`` draws
 afresh. ``pytest --hypothesis-show-statistics`` prints how the mutants were classified.
 """
 import pathlib
-import re
-import resource
 import shutil
 import tempfile
 
@@ -26,16 +25,10 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-import tracer
-from tracer import SceneError
-from tracer.io.images import write_exr
-from tests.helpers.hang_guard import hang_guard
+from tests.helpers import fuzz_child
 from tests.helpers.mesh_files import triangle_ply
 from tests.helpers.mutations import BYTE_KINDS, NUMBERS, XML_KINDS, mutate_bytes, mutate_number, mutate_xml
-
-BOUND_S = 120.0                # per mutant, a guard against hangs (a new program compiles in seconds)
-MEMORY_BOUND = 2 << 30         # bytes the peak resident memory may grow by, per mutant
-RENDERED_PIXELS = 64           # films with more pixels are loaded, not rendered
+from tracer.io.images import write_exr
 
 SCENE = """<scene version="3.0.0">
   <default name="spp" value="1"/>
@@ -157,38 +150,6 @@ def _mutate(target, data, kind, where, what):
     return mutate_bytes(data, kind if kind in BYTE_KINDS else "byte", where, what)
 
 
-def _peak_rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-
-
-def _load_and_render(path):
-    """How the scene at ``path`` fared ("refused: ...", "rendered", "loaded"), checked: a one-line
-    SceneError naming a file of the scene, or a finite image, within the time and memory bounds."""
-    before = _peak_rss()
-    with hang_guard(BOUND_S):
-        try:
-            scene = tracer.load_scene(path)
-        except SceneError as e:
-            message = str(e)
-            assert "\n" not in message and str(path.parent) in message, repr(message)  # one line, naming a file
-            return "refused: " + _error_kind(message)
-        if scene.film.crop_width * scene.film.crop_height > RENDERED_PIXELS:
-            return "loaded (film too large to render here)"
-        image = tracer.render(scene, spp=1)
-    assert image.shape == (scene.film.crop_height, scene.film.crop_width, 3)
-    assert np.all(np.isfinite(image)), image
-    grown = _peak_rss() - before
-    assert grown < MEMORY_BOUND, f"peak memory grew by {grown / 2**30:.1f} GiB"
-    return "rendered"
-
-
-def _error_kind(message):
-    """A message's gist for the statistics: its text without paths, numbers and quoted values."""
-    gist = re.sub(r"\S*(/|\.xml|\.ply|\.obj|\.exr|\.png)\S*", "F", message)
-    gist = re.sub(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|-?\d[\w.+-]*", "_", gist)
-    return gist[:70]
-
-
 def _run(target, mutations):
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(tmp)
@@ -197,16 +158,22 @@ def _run(target, mutations):
         for kind, where, what in mutations:
             data = _mutate(target, data, kind, where, what)
         (folder / target).write_bytes(data)
-        return _load_and_render(folder / "scene.xml")
+        return fuzz_child.run(CHILD, folder / "scene.xml")
 
 
-SEED = None  # set by the autouse fixture below: hypothesis's examples cannot take fixtures
+SEED = CHILD = None  # set by the autouse fixtures below: hypothesis's examples cannot take fixtures
+
+
+@pytest.fixture(scope="module")
+def child():
+    with fuzz_child.child_process() as pool:
+        yield pool
 
 
 @pytest.fixture(autouse=True)
-def _seed(seed_folder):
-    global SEED
-    SEED = seed_folder
+def _seed(seed_folder, child):
+    global SEED, CHILD
+    SEED, CHILD = seed_folder, child
 
 
 def test_the_seed_scene_renders():
@@ -276,7 +243,7 @@ def test_issue_cases_are_refused(target, old, new):
         data = (folder / target).read_bytes()
         assert data.count(encode(old)) == 1
         (folder / target).write_bytes(data.replace(encode(old), encode(new), 1))
-        assert _load_and_render(folder / "scene.xml").startswith("refused: ")
+        assert fuzz_child.run(CHILD, folder / "scene.xml").startswith("refused: ")
 
 
 asset_mutation = st.tuples(st.sampled_from(BYTE_KINDS + ("number",)), st.integers(0, 2**20), st.integers(0, 2**16))
