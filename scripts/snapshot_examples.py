@@ -1,14 +1,16 @@
 """Render every example scene small, save the images, or compare them with saved ones bit for bit.
 
     python scripts/snapshot_examples.py save DIR [--devices 2]
-    python scripts/snapshot_examples.py compare DIR [--devices 2]
+    python scripts/snapshot_examples.py compare DIR [--devices 2] [--against N]
 
 The check a refactoring owes: the same scenes, seeds and backends give the same bits before and
 after. Each scene renders at 48x36 with 8 spp (passes of 4, tiles of 32: several tiles and
 passes) with the deterministic arithmetic of the farm's workers (``tracer.xla_flags``), once with
 the default intersection backend and once with every other one that applies: 'jax' (brute force
 or BVH), 'bvh' forced, and Embree where installed. ``compare`` exits 1 naming every image whose
-bits differ.
+bits differ. ``--against N`` compares with the images saved on N devices: the farm's promise that
+a job's bits do not depend on the device count (``save DIR --devices 1``, then ``compare DIR
+--devices 2 --against 1`` and ``--devices 4 --against 1``).
 """
 import argparse
 import pathlib
@@ -17,7 +19,7 @@ import sys
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCENES = ("cbox", "dof", "materials", "mesh", "orbit", "textures")
+SCENES = ("cbox", "dof", "lamp", "materials", "mesh", "orbit", "textures")
 ACCELS = ("auto", "jax", "bvh", "embree")
 RES = (48, 36)
 
@@ -43,13 +45,14 @@ def main():
     parser.add_argument("action", choices=("save", "compare"))
     parser.add_argument("dir", type=pathlib.Path)
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--against", type=int, help="compare with the images saved on this many devices")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from tracer.xla_flags import set_in_environment
 
     set_in_environment(devices=args.devices)
     images = render_all()
-    path = args.dir / f"snapshot-{args.devices}dev.npz"
+    path = args.dir / f"snapshot-{args.devices if args.against is None else args.against}dev.npz"
     if args.action == "save":
         args.dir.mkdir(parents=True, exist_ok=True)
         np.savez(path, **images)

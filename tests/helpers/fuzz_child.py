@@ -2,9 +2,9 @@
 
 A mutated EXR, PNG or PLY is decoded by C and C++ libraries (OpenEXR, libpng, Pillow); a defect
 there can corrupt the memory of the process that decodes it without failing at once. In the test
-process that would surface later in an unrelated test (an EXR read back as garbage in another
-module was seen once), or kill a pytest-xdist worker. In a child, a crash fails the fuzz test
-itself, naming the input; its memory bound is the child's own peak.
+process that would surface later in an unrelated test, or kill a pytest-xdist worker without a
+word. In a child, a crash fails the fuzz test itself, naming the input; its memory bound is the
+child's own peak.
 """
 import concurrent.futures
 import contextlib

@@ -104,6 +104,34 @@ def test_exr_round_trip(tmp_path):
     np.testing.assert_array_equal(images.load_image(tmp_path / "g.exr")[..., 0], gray)
 
 
+@pytest.mark.parametrize("bad_writes, refused", [(1, False), (3, True)])
+def test_an_exr_that_does_not_read_back_as_written_is_written_again_then_refused(tmp_path, monkeypatch,
+                                                                                bad_writes, refused):
+    """What OpenEXR's binding was seen writing for a one-channel image: B, G, R over its shifted
+    pixels. Simulated: the first writes of the file go out as that."""
+    gray = np.linspace(0, 1, 48, dtype=np.float32).reshape(6, 8)
+    flat = np.concatenate([gray.ravel(), np.full(2, 3e29, np.float32)])
+    garbled = np.stack([flat[k:k + gray.size].reshape(gray.shape) for k in range(3)], axis=-1)
+    real, writes = images.OpenEXR.File, []
+
+    def flaky(*args, **kw):
+        if isinstance(args[0], dict):  # a File made to be written
+            writes.append(args[1])
+            if len(writes) <= bad_writes:
+                return real(args[0], {"RGB": garbled})
+        return real(*args, **kw)
+
+    monkeypatch.setattr(images.OpenEXR, "File", flaky)
+    if refused:
+        with pytest.raises(OSError, match=r"wrote channels \['B', 'G', 'R'\] that do not read back as the \['Y'\] given"):
+            images.write_exr(tmp_path / "y.exr", gray)
+    else:
+        images.write_exr(tmp_path / "y.exr", gray)
+        monkeypatch.setattr(images.OpenEXR, "File", real)
+        np.testing.assert_array_equal(images.load_image(tmp_path / "y.exr")[..., 0], gray)
+    assert len(writes) == min(bad_writes + 1, 3)
+
+
 def test_png_and_npy_writing(tmp_path):
     rgb = RNG.random((7, 9, 3)).astype(np.float32)
     rgb[0, 0] = [-1, 2, np.nan]
