@@ -236,7 +236,7 @@ def write_exr(path, image):
     image = np.asarray(image, np.float32)
     if image.ndim == 3 and image.shape[2] == 1:
         image = image[:, :, 0]
-    _write_exr(path, {"RGB": image} if image.ndim == 3 else {"Y": image})
+    _write_exr(path, {c: image[..., k] for k, c in enumerate("RGB")} if image.ndim == 3 else {"Y": image})
 
 
 def write_exr_channels(path, channels):
@@ -250,26 +250,21 @@ _EXR_WRITES = 3
 
 
 def _write_exr(path, channels):
-    """Write ``channels`` (name -> (H, W) float32, or "RGB" -> (H, W, 3)) and read the file back:
+    """Write ``channels`` (name -> (H, W) float32) and read the file back:
     OpenEXR's binding (3.5.3) was seen, twice in a test process, to write a one-channel "Y" image as
     channels B, G, R over shifted views of its pixels. A file is kept only if it reads back bit
     for bit; else it is written again, and refused after ``_EXR_WRITES`` tries."""
     path = os.fspath(path)
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
     data = {name: np.ascontiguousarray(value, np.float32) for name, value in channels.items()}
-    want = {}
-    for name, value in data.items():
-        if name == "RGB":
-            want.update((c, value[..., k]) for k, c in enumerate("RGB"))
-        else:
-            want[name] = value
     for _ in range(_EXR_WRITES):
-        OpenEXR.File(header, data).write(path)
+        # Copies: the binding writes into the dicts it is given (windows, its own Channels).
+        OpenEXR.File(dict(header), dict(data)).write(path)
         got = OpenEXR.File(path, separate_channels=True).channels()
-        if set(got) == set(want) and all(np.array_equal(got[k].pixels.view(np.uint32), want[k].view(np.uint32))
-                                         for k in want):
+        if set(got) == set(data) and all(np.array_equal(got[k].pixels.view(np.uint32), data[k].view(np.uint32))
+                                         for k in data):
             return
-    raise OSError(f"{path}: OpenEXR wrote channels {sorted(got)} that do not read back as the {sorted(want)} given")
+    raise OSError(f"{path}: OpenEXR wrote channels {sorted(got)} that do not read back as the {sorted(data)} given")
 
 
 def srgb8(image):
