@@ -9,9 +9,10 @@ then joins its group (``join_group``).
 
 What a worker runs with:
 
-* CPU: ``tracer.xla_flags.DETERMINISTIC_CPU`` (no FMA contraction: the same bits on any device
-  count, host count or x86 CPU) and one XLA device per core unless the group names a count
-  (``tracer.cpu``: XLA runs a device's kernels on one core at a time); gloo collectives.
+* CPU: ``tracer.xla_flags.DETERMINISTIC_CPU`` (one instruction set on every x86 host: the same
+  bits on any device count, host count or x86 CPU) and one XLA device per core unless the group
+  names a count (``tracer.cpu``: XLA runs a device's kernels on one core at a time), at least
+  ``tracer.xla_flags.MIN_CPU_DEVICES``; gloo collectives.
 * GPU / TPU: ``JAX_PLATFORMS`` names the platform; nothing else.
 * Every platform: JAX's persistent compilation cache in ``cache_dir()``, so that a second run of a
   job (a resume, a refine, the next job on the same scene) loads its programs instead of
@@ -66,8 +67,9 @@ def worker_env(platform, devices_per_host=None, environ=None):
 def _one_device_per_core(flags):
     """A CPU member given no device count takes one per core it may run on."""
     from tracer import cpu
+    from tracer.xla_flags import cpu_devices
 
-    return flags if _DEVICE_COUNT in flags else f"{flags} {_DEVICE_COUNT}={cpu.cores()}".strip()
+    return flags if _DEVICE_COUNT in flags else f"{flags} {_DEVICE_COUNT}={cpu_devices(cpu.cores())}".strip()
 
 
 def start_jax(env):

@@ -23,7 +23,7 @@ def _group_options(f):
     f = click.option("--platform", type=click.Choice(PLATFORMS), default=None,
                      help="Device platform of the worker groups (default cpu).")(f)
     f = click.option("--devices-per-host", type=int, default=None,
-                     help="CPU only: virtual devices per group member (default: one per core).")(f)
+                     help="CPU only: virtual devices per group member, at least 2 (default: one per core).")(f)
     f = click.option("--hosts-per-group", type=int, default=None, help="Hosts (members) per worker group.")(f)
     f = click.option("--groups", type=int, default=None, help="Worker groups to render on.")(f)
     f = click.option("--address", default=None,

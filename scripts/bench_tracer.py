@@ -6,7 +6,7 @@
 Each measurement runs in its own process: ours with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
 ``jax.local_devices()``; ``default``: no count set, one device per core, ``tracer.cpu``), once with XLA's default CPU code and once with the deterministic flags
-the farm's workers use (``tracer.xla_flags``: no FMA contraction), Mitsuba with every core. The first render of a process pays for
+the farm's workers use (``tracer.xla_flags``: AVX2 code, at least 2 devices), Mitsuba with every core. The first render of a process pays for
 compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
 durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), and the run time is
 the fastest of ``--repeats`` renders after it, each with a new seed. ``--res`` sets the scene's

@@ -31,7 +31,8 @@ def cores_per_device():
 
 
 def use_every_core():
-    """Give this process one XLA CPU device per core (``jax_num_cpu_devices``), unless the
+    """Give this process one XLA CPU device per core, at least two (``jax_num_cpu_devices``;
+    ``tracer.xla_flags.MIN_CPU_DEVICES``: the bits of a one-device program differ), unless the
     process says otherwise: a device count in XLA_FLAGS or ``JAX_NUM_CPU_DEVICES``, the option
     set already, or JAX's backend already started (then nothing can change; it stays as is).
 
@@ -45,4 +46,6 @@ def use_every_core():
     if (_DEVICE_COUNT in os.environ.get("XLA_FLAGS", "") or "JAX_NUM_CPU_DEVICES" in os.environ
             or jax.config.jax_num_cpu_devices >= 0 or xla_bridge.backends_are_initialized()):
         return
-    jax.config.update("jax_num_cpu_devices", cores())
+    from tracer.xla_flags import cpu_devices
+
+    jax.config.update("jax_num_cpu_devices", cpu_devices(cores()))

@@ -292,10 +292,14 @@ def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL
     lane = jnp.arange(pool, dtype=jnp.int32)
     index, lane_keys, state = pull(lane, lane >= 0)
     out = tuple(jnp.zeros(n + 1, origin.dtype) for _ in range(3))
-    carry = (state, lane_keys, index, jnp.minimum(count, pool), out)
 
-    def regenerate(carry):
-        state, lane_keys, index, head, out = carry
+    # The one loop body every bounce runs in, regenerating and draining alike: XLA contracts a
+    # multiply and an add into an FMA where its fusion puts them together, and fusion differs
+    # between loop bodies; one body makes a path's bits independent of the pool and the schedule.
+    def advance(lanes_, shared):
+        """A bounce of every lane; lanes whose path ended store its radiance and take the next
+        camera ray of the queue (none once it is empty)."""
+        (state, lane_keys, index), (head, out) = lanes_, shared
         state = _bounce(scene, lane_keys, state)
         done = ~state.active
         out = _store(out, jnp.where(done, index, none), state.radiance)
@@ -304,13 +308,12 @@ def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL
         state = jax.tree.map(lambda a, b: jnp.where(done, a, b), new, state)
         head = jnp.minimum(head + jnp.sum(done, dtype=jnp.int32), count)
         lane_keys = jax.tree.map(lambda a, b: jnp.where(done, a, b), new_keys, lane_keys)
-        return state, lane_keys, jnp.where(done, new_index, index), head, out
+        return (state, lane_keys, jnp.where(done, new_index, index)), (head, out)
 
-    if pool < n:  # (a batch that fits the pool skips a loop body: compiling one takes seconds)
-        state, lane_keys, index, _, out = jax.lax.while_loop(lambda c: c[3] < count, regenerate, carry)
-
+    carry = ((state, lane_keys, index), (jnp.minimum(count, pool), out))
+    if pool < n:  # (a batch that fits the pool skips a loop: compiling one takes seconds)
+        carry = jax.lax.while_loop(lambda c: c[1][0] < count, lambda c: advance(*c), carry)
     # The queue is empty: the last paths drain in phases over shrinking parts of the pool.
-    state, _, index = lanes.drain_in_phases(
-        (state, lane_keys, index), lambda c: c[0].active, lambda c: (_bounce(scene, c[1], c[0]), *c[1:]),
-        shrink=_SHRINK, min_phase=_MIN_PHASE, max_phases=_PHASES)
-    return jnp.stack(_store(out, index, state.radiance))[:, :n]
+    _, (_, out) = lanes.drain_in_phases(carry[0], lambda c: c[0].active, advance, shared=carry[1],
+                                        shrink=_SHRINK, min_phase=_MIN_PHASE, max_phases=_PHASES)
+    return jnp.stack(out)[:, :n]

@@ -29,7 +29,7 @@ def stable_partition(mask):
     return order, count
 
 
-def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None):
+def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None, shared=None):
     """Apply ``step`` to ``carry`` until ``live(carry)`` (N,) is all false; returns the carry.
 
     A batched loop runs until its slowest lane is done. So it runs in phases over shrinking
@@ -38,21 +38,27 @@ def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None):
     phase compiles its own loop body (about a second), so the last phase is the one whose next
     prefix would hold fewer than ``min_phase`` lanes, or the ``max_phases``-th. Lanes end up
     permuted: carry their identity (an index) if the caller needs it.
+
+    ``shared``: what the loop also carries whole, neither cut nor permuted (a queue's head, an
+    output buffer); then ``step(carry, shared)`` returns both, and so does this.
     """
+    if shared is None:
+        return drain_in_phases(carry, live, lambda c, s: (step(c), s), shrink=shrink, min_phase=min_phase,
+                               max_phases=max_phases, shared=())[0]
     size = jax.tree.leaves(carry)[0].shape[-1]
     phase = 1
     while True:
         smaller = size // shrink
         last = smaller < min_phase or phase == max_phases
         bound = 0 if last else smaller
-        head = _head(carry, size)
-        head = jax.lax.while_loop(lambda c, b=bound: jnp.sum(live(c), dtype=jnp.int32) > b, step, head)
+        head, shared = jax.lax.while_loop(lambda c, b=bound: jnp.sum(live(c[0]), dtype=jnp.int32) > b,
+                                          lambda c: step(*c), (_head(carry, size), shared))
         if not last:
             order = stable_partition(live(head))[0]
             head = jax.tree.map(lambda a: a[..., order], head)
         carry = jax.tree.map(lambda a, b: a.at[..., :size].set(b), carry, head)
         if last:
-            return carry
+            return carry, shared
         size, phase = smaller, phase + 1
 
 

@@ -258,8 +258,8 @@ def test_rays_through_an_instanced_sphere_meet_its_near_side():
     term is zero up to rounding; XLA computed it twice in the two-level walk, with different FMA
     contraction, so its sign could disagree between the uses and both roots came out as the far
     one: 1 ray in 14 here met the sphere's back, or the mesh behind it (a 6% darker sphere in
-    Mitsuba's scene). Only with FMAs: in a fresh process without the farm's no-FMA flag (a user's
-    ``tracer.render``), as the suite runs with it."""
+    Mitsuba's scene). Only with FMAs, so in a fresh process with XLA's default flags (a user's
+    ``tracer.render``; the AVX-512 code of this machine), not the suite's."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
     result = subprocess.run([sys.executable, "-c", NEAR_SIDE], env=env, cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
