@@ -15,7 +15,7 @@ os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registr
 # JAXFARM_TEST_XLA_CACHE names a folder kept between runs (CI's cache) that serves the workers and
 # this process: a run then loads what an earlier one compiled (JAX keys each program by its HLO,
 # flags and versions, so a stale entry is never used). Tests that count compilations count the
-# traces in memory (``_cache_size``), or use a cache folder of their own.
+# traces in memory (``render_tile.programs_made``), or use a cache folder of their own.
 if os.environ.get("JAXFARM_TEST_XLA_CACHE"):
     os.environ["JAXFARM_XLA_CACHE"] = os.environ["JAXFARM_TEST_XLA_CACHE"]
 os.environ.setdefault("JAXFARM_XLA_CACHE", os.path.join(tempfile.mkdtemp(prefix="farm-xla-cache-"), "xla"))
@@ -49,6 +49,21 @@ def local_ray():
     ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_programs_freed():
+    """After a module, JAX's compiled programs are let go once the process holds 20,000 memory
+    maps: XLA maps each program's machine code in hundreds of them, jax.jit keeps every program
+    its functions made, and past Linux's 65,530 (vm.max_map_count) LLVM aborts the process (a
+    whole-suite run did, after some 1,300 tests; the renders' own work unit keeps 8 programs,
+    tracer.programs, but the tests jit many functions of their own)."""
+    yield
+    with open("/proc/self/maps", "rb") as maps:
+        if maps.read().count(b"\n") > 20_000:
+            import gc
+            jax.clear_caches()
+            gc.collect()
 
 
 @pytest.fixture(autouse=True)

@@ -26,6 +26,7 @@ from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_
 from tracer.direct import trace_direct
 from tracer.integrator import DEFAULT_POOL, pool_size, trace_paths
 from tracer.io.aovs import channel_count
+from tracer.programs import KeptPrograms
 from tracer.reduction import resolve
 from tracer.rng import Dims
 
@@ -103,9 +104,8 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     return run(scene, frame, seed, tile_y, tile_x, first_sample, spp)
 
 
-@functools.partial(jax.jit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool"))
-def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, value, weight, *,
-                tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL):
+def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, value, weight, *,
+               tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL):
     """Add passes [first_pass, first_pass + n_passes) of one tile to the accumulator (value, weight).
 
     scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
@@ -125,6 +125,10 @@ def render_tile(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, v
         return acc[0] + v, acc[1] + w
 
     return jax.lax.fori_loop(0, n_passes, one_pass, (value, weight))
+
+
+# The jitted work unit. Eight programs kept: a job needs one, and each holds hundreds of memory maps.
+render_tile = KeptPrograms(_work_unit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool"), keep=8)
 
 
 def _whole(name, value, low, high):

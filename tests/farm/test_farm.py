@@ -24,7 +24,7 @@ from farm.results import Commits
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec, JobSpec
 from farm.store import FrameStore, StoreError
-from tests.helpers.farm_cases import (ORBIT, ROOT, exported, farm_cli, farm_main, orbit_spec, reference,
+from tests.helpers.farm_cases import (ORBIT, ROOT, ctrl_c_heard, exported, farm_cli, farm_main, orbit_spec, reference,
                                      stop_when_rendered, store_files, tiles_done)
 from tests.helpers.hang_guard import hang_guard
 
@@ -142,7 +142,7 @@ def test_ctrl_c_says_how_to_resume_and_a_copy_of_the_store_resumes_where_it_is(t
     args = ["render", ORBIT, "--frames", "0-3", "--spp", "32", "--res", "40x30", "--tile", "16",
             "--set", "angle=0:0,3:90", "--out", str(store), "--no-progress"]
     proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_heard)
     try:
         stop_when_rendered(proc, store, tiles=3)  # stopped mid-job, however fast it renders
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group

@@ -21,7 +21,7 @@ from farm import job, monitor
 from farm.scheduler import run_job
 from farm.folding import Folds
 from farm.planner import plan
-from tests.helpers.farm_cases import ROOT, farm_main, filled_store, orbit_spec
+from tests.helpers.farm_cases import ROOT, ctrl_c_heard, farm_main, filled_store, orbit_spec
 from tests.helpers.hang_guard import hang_guard
 
 
@@ -29,7 +29,7 @@ from tests.helpers.hang_guard import hang_guard
 def served(root, *args):
     """``farm serve root ARGS --port 0`` in a subprocess: yields (host, port); stopped with Ctrl-C."""
     proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "serve", str(root), "--port", "0", *args],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_heard)
     try:
         with hang_guard(120):
             lines = []

@@ -100,6 +100,13 @@ def store_files(store):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def ctrl_c_heard():
+    """A child's ``preexec_fn`` for tests that press Ctrl-C (SIGINT): SIGINT back to its default,
+    which Python turns into KeyboardInterrupt. A test run started in the background (``cmd &``,
+    ``nohup``) ignores SIGINT, and its children would inherit that and never hear the key."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def stop_when_rendered(proc, store, tiles=1, timeout=300):
     """Stop the driver ``proc`` (a ``farm render`` subprocess; SIGSTOP) once the store at
     ``store`` holds samples of ``tiles`` tiles; returns (tiles with samples, tiles) as they are

@@ -23,7 +23,7 @@ def _export(path, accel):
         i32 = jnp.int32
         args = (scene, i32(0), i32(0), i32(0), i32(0), i32(0), i32(1), i32(PASS),
                 jnp.zeros((TILE, TILE, 3), jnp.float32), jnp.zeros((TILE, TILE), jnp.float32))
-        return jax.export.export(render_tile, platforms=("cuda", "tpu"))(
+        return jax.export.export(render_tile.jit(), platforms=("cuda", "tpu"))(
             *args, tile_h=TILE, tile_w=TILE, pass_size=PASS, mesh=local_mesh())
 
 

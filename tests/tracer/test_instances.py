@@ -184,12 +184,12 @@ def test_instances_render_like_mitsuba(tmp_path, accel):
 
 def test_moving_instances_share_one_compiled_program(tmp_path):
     path = _write_scene(tmp_path)
-    before = render_tile._cache_size()
+    before = render_tile.programs_made
     images = []
     for angle in (0, 50):
         scene = tracer.load_scene(str(path), resolution=(16, 12), accel="bvh", angle=str(angle))
         images.append(tracer.render(scene, spp=2))
-    assert render_tile._cache_size() - before == 1
+    assert render_tile.programs_made - before == 1
     assert np.abs(images[0] - images[1]).max() > 0.05  # the instance moved
 
 

@@ -64,12 +64,12 @@ def test_passes_split_across_calls_are_bit_identical():
 
 
 def test_one_compile_serves_every_frame_tile_and_pass_range():
-    before = render_tile._cache_size()
+    before = render_tile.programs_made
     for angle in (0, 40):
         scene = tracer.load_scene("examples/orbit.xml", width=40, height=30, angle=str(angle))
         _tile(scene, 0, 1, frame=angle, tile=(0, 0), size=(8, 8))
         _tile(scene, 1, 2, frame=angle, tile=(8, 24), size=(8, 8))
-    assert render_tile._cache_size() - before == 1
+    assert render_tile.programs_made - before == 1
 
 
 def test_tiles_agree_with_the_whole_image():

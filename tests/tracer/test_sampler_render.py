@@ -70,18 +70,18 @@ def test_sobol_passes_split_across_calls_are_bit_identical_with_one_compile(tmp_
     """Passes [0, 4) at once equal [0, 2) then [2, 4) added to its result, bit for bit; frames,
     tiles and pass ranges share one compiled program, and the sampler is part of it."""
     scene = tracer.load_scene(_scene_file(tmp_path, "ldsampler", 16))
-    before = render_tile._cache_size()
+    before = render_tile.programs_made
     whole = _tile(scene, 0, 4)
     _tile(scene, 1, 3, frame=5, tile=(8, 16))
-    assert render_tile._cache_size() - before == 1
+    assert render_tile.programs_made - before == 1
     split = _tile(scene, 2, 2, acc=_tile(scene, 0, 2))
     np.testing.assert_array_equal(np.asarray(whole[0]), np.asarray(split[0]))
     np.testing.assert_array_equal(np.asarray(whole[1]), np.asarray(split[1]))
     assert np.asarray(whole[0]).mean() > 0
-    before = render_tile._cache_size()
+    before = render_tile.programs_made
     independent = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler="independent"))
     other = _tile(independent, 0, 4)
-    assert render_tile._cache_size() - before == 1
+    assert render_tile.programs_made - before == 1
     assert not np.array_equal(np.asarray(other[0]), np.asarray(whole[0]))
 
 

@@ -1,0 +1,60 @@
+"""A jitted function that keeps only the compiled programs it used last.
+
+``jax.jit`` keeps every program it compiles for as long as the jitted function lives, and XLA's
+CPU backend maps each program's machine code into the process as a few hundred separate memory
+maps (about 560 for the Cornell box's work unit), released only with the program. Linux allows
+a process 65,530 maps (``vm.max_map_count``); past them LLVM cannot place code and the process
+aborts. A process that renders some hundred scene structures or tile sizes (a notebook session,
+a test session, a long-lived worker) would get there. ``KeptPrograms`` gives each argument
+structure a ``jax.jit`` of its own and drops the least recently used past ``keep``, so the
+programs they hold are freed (a dropped structure that comes back is compiled again, or loaded
+from JAX's persistent compilation cache where that is on).
+"""
+import collections
+import functools
+import threading
+
+import jax
+
+__all__ = ["KeptPrograms"]
+
+
+class KeptPrograms:
+    """``jax.jit(fn, static_argnames=...)``, keeping the programs of the ``keep`` argument
+    structures (pytree structure, leaf shapes and dtypes, static arguments) used last."""
+
+    def __init__(self, fn, static_argnames, keep):
+        self._fn, self._static, self._keep = fn, tuple(static_argnames), keep
+        self._jitted = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.programs_made = 0  # traces so far, over every structure (dropped ones included)
+        functools.update_wrapper(self, fn)
+
+    def jit(self):
+        """A plain ``jax.jit`` of the function: for lowering and ``jax.export`` (which compile nothing)."""
+        return jax.jit(self._fn, static_argnames=self._static)
+
+    def _key(self, args, kwargs):
+        dynamic = {k: v for k, v in kwargs.items() if k not in self._static}
+        leaves, tree = jax.tree.flatten((args, dynamic))
+        avals = tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x)))) for x in leaves)
+        return tree, avals, tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static))
+
+    def __call__(self, *args, **kwargs):
+        key = self._key(args, kwargs)
+        with self._lock:
+            jitted = self._jitted.pop(key, None)
+            if jitted is None:
+                # A fresh partial per structure: JAX's own caches are keyed weakly by the function,
+                # so they let go of its programs when the jitted wrapper goes.
+                jitted = jax.jit(functools.partial(self._fn), static_argnames=self._static)
+            self._jitted[key] = jitted
+            while len(self._jitted) > self._keep:
+                self._jitted.popitem(last=False)
+        before = jitted._cache_size()
+        out = jitted(*args, **kwargs)
+        made = jitted._cache_size() - before
+        if made:
+            with self._lock:
+                self.programs_made += made
+        return out
