@@ -12,8 +12,8 @@ set_in_environment()  # before any test module imports JAX
 # `farm render` and `farm submit` note their stores for `farm list`: the tests' in a file of their own.
 os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registry-"), "stores")
 # Worker groups share one persistent compilation cache for the session, not the user's own.
-# JAXFARM_TEST_XLA_CACHE names a folder kept between runs (CI's cache) that serves the workers and
-# this process: a run then loads what an earlier one compiled (JAX keys each program by its HLO,
+# JAXFARM_TEST_XLA_CACHE names a folder kept between runs (CI's cache) instead of one made for the
+# session: a run then loads what an earlier one compiled (JAX keys each program by its HLO,
 # flags and versions, so a stale entry is never used). Tests that count compilations count the
 # traces in memory (``render_tile.programs_made``), or use a cache folder of their own.
 if os.environ.get("JAXFARM_TEST_XLA_CACHE"):
@@ -25,10 +25,11 @@ os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM.s
 
 import jax  # noqa: E402  (after the flags: JAX reads XLA_FLAGS when its backend starts)
 
-if os.environ.get("JAXFARM_TEST_XLA_CACHE"):  # this process's own programs too (those that take a second or more)
-    from cluster.bootstrap import enable_compilation_cache  # noqa: E402
-    enable_compilation_cache(os.environ["JAXFARM_XLA_CACHE"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+# This process's own programs too, those that take a second or more: modules render the same
+# scenes at the same sizes, and pytest-xdist's workers share the folder (they inherit it).
+from cluster.bootstrap import enable_compilation_cache  # noqa: E402
+enable_compilation_cache(os.environ["JAXFARM_XLA_CACHE"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 # Mixed dtypes must be cast explicitly, as in equinox's tests: an implicit int32 + float32 or
 # bool - int32 promotion is where bit-exact float32 code silently changes type.
