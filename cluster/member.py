@@ -108,14 +108,16 @@ class Member:
         import jax
 
         from tracer.integrator import pool_size
-        from tracer.rendering import render_tile
+        from tracer.rendering import render_tile, trace_passes
 
         scene = self._load(task.scene)
         ints = [np.int32(v) for v in (task.frame, task.seed, task.tile_y, task.tile_x, task.first_pass,
                                       task.n_passes, task.spp)]
         args = self._replicate((*ints, *start))
         value, weight = render_tile(scene, *args, tile_h=task.tile_h, tile_w=task.tile_w,
-                                    pass_size=task.pass_size, mesh=self.mesh, path_pool=pool_size(scene))
+                                    pass_size=task.pass_size, mesh=self.mesh, path_pool=pool_size(scene),
+                                    passes_traced=trace_passes(task.chunk_passes, task.pass_size, task.tile_h,
+                                                               task.tile_w, scene.film))
         if self.size > 1 and not value.is_fully_replicated:
             from jax.experimental import multihost_utils
             value, weight = multihost_utils.process_allgather((value, weight), tiled=True)

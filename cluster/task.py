@@ -42,6 +42,7 @@ class TileTask:
     pass_size: int
     start: tuple = None       # (value, weight) numpy arrays to continue from, or None
     channels: int = 3         # of value: RGB, then the scene's AOVs
+    chunk_passes: int = 1     # the passes a task of its job usually adds: what the work unit traces as one batch
     # Where rank 0 writes the result instead of returning it, or None: an object with
     # ``start(tile_h, tile_w)`` (the accumulator to continue from, when ``start`` is None) and
     # ``write(value, weight)`` (its answer), such as ``farm.results.Slot``.

@@ -30,7 +30,7 @@ from tracer.programs import KeptPrograms
 from tracer.reduction import resolve
 from tracer.rng import Dims
 
-__all__ = ["local_mesh", "render_tile", "render", "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
+__all__ = ["local_mesh", "render_tile", "render", "trace_passes", "TRACE_SAMPLES", "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
 
 RAY_AXIS = "rays"
 
@@ -40,12 +40,31 @@ def local_mesh():
     return Mesh(np.array(jax.local_devices()), (RAY_AXIS,))
 
 
-def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_h, tile_w, pass_size, mesh, path_pool):
+# Samples one work unit traces as one batch at most (their rays, keys and radiance: ~60 bytes each).
+TRACE_SAMPLES = 1 << 21
+
+
+def trace_passes(chunk_passes, pass_size, tile_h, tile_w, film):
+    """Passes a work unit traces as one batch: the largest divisor of ``chunk_passes`` (the passes
+    a work unit usually adds) within ``TRACE_SAMPLES``. One batch drains its path pool once: a
+    pool's last bounces run mostly idle lanes (orbit.xml: a third of all lanes traced), so
+    fewer, larger batches waste less. The bits do not depend on it (a path's arithmetic is its
+    own; each pass is splatted and added alone, in order)."""
+    per_pass = pass_size * (tile_h + 2 * film.margin) * (tile_w + 2 * film.margin)
+    fits = max(1, TRACE_SAMPLES // per_pass)
+    return max(d for d in range(1, max(1, chunk_passes) + 1) if chunk_passes % d == 0 and d <= fits) if chunk_passes >= 1 else 1
+
+
+def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, *, tile_h, tile_w, pass_size, passes,
+                   mesh, path_pool):
+    """The splats of ``passes`` consecutive passes from ``first_sample``, traced as one batch:
+    value (passes, tile_h, tile_w, C) and weight (passes, tile_h, tile_w). Passes at or past
+    ``live`` (traced) trace nothing (their samples are invalid) and are to be left out."""
     film = scene.film
     m = film.margin
     gh, gw = tile_h + 2 * m, tile_w + 2 * m
-    shape = (pass_size, gh, gw)
-    n = pass_size * gh * gw
+    shape = (passes * pass_size, gh, gw)
+    n = passes * pass_size * gh * gw
     n_dev = mesh.devices.size
     per_device = -(-n // n_dev)
 
@@ -53,12 +72,13 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
     # reduction differently for different device counts). Device i traces the rays
     # [i * per_device, (i + 1) * per_device) of the pass's flat (sample, y, x) batch; then every
     # device gathers all their radiance and splats its band of the tile's rows.
-    def pass_on_device(scene, frame, seed, tile_y, tile_x, first_sample, spp):
+    def pass_on_device(scene, frame, seed, tile_y, tile_x, first_sample, live, spp):
         def samples(s, gy, gx):
             """Pixel, validity and key of pass sample s at source grid (gy, gx) (broadcast)."""
             py, px = film.crop_y + tile_y - m + gy, film.crop_x + tile_x - m + gx
             sample = first_sample + s
-            valid = (gy < gh) & (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
+            valid = ((gy < gh) & (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width) & (sample < spp)
+                     & (s < live * pass_size))
             keys = rng.sample_keys(scene.settings.sampler, seed, frame, (py * film.width + px).astype(jnp.uint32),
                                    sample.astype(jnp.uint32))
             return py, px, valid, keys
@@ -90,22 +110,28 @@ def _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp, *, tile_
         radiance = jax.lax.all_gather(radiance, RAY_AXIS, axis=1, tiled=True)[:, :n].reshape(-1, *shape)
         radiance = jax.lax.dynamic_slice_in_dim(jnp.pad(radiance, [(0, 0), (0, 0), (0, n_dev * rows - tile_h), (0, 0)]),
                                                 first_row, rows + 2 * m, axis=2)
-        grid = (jnp.arange(pass_size, dtype=jnp.int32)[:, None, None],
-                first_row + jnp.arange(rows + 2 * m, dtype=jnp.int32)[None, :, None],
-                jnp.arange(gw, dtype=jnp.int32)[None, None, :])
-        _, _, band_valid, band_keys = samples(*grid)
-        value, weight = films.splat_tile(film, rng.draw(band_keys, Dims.FILM), radiance, band_valid, rows, tile_w)
-        whole = lambda a: jax.lax.all_gather(a, RAY_AXIS, axis=0, tiled=True)[:tile_h]
+
+        def splat(k):  # pass k's samples, splatted alone
+            first = k * pass_size
+            grid = (first + jnp.arange(pass_size, dtype=jnp.int32)[:, None, None],
+                    first_row + jnp.arange(rows + 2 * m, dtype=jnp.int32)[None, :, None],
+                    jnp.arange(gw, dtype=jnp.int32)[None, None, :])
+            _, _, band_valid, band_keys = samples(*grid)
+            band = jax.lax.dynamic_slice_in_dim(radiance, first, pass_size, axis=1)
+            return films.splat_tile(film, rng.draw(band_keys, Dims.FILM), band, band_valid, rows, tile_w)
+
+        value, weight = jax.lax.map(splat, jnp.arange(passes, dtype=jnp.int32))
+        whole = lambda a: jax.lax.all_gather(a, RAY_AXIS, axis=1, tiled=True)[:, :tile_h]
         return whole(value), whole(weight)
 
     replicated = PartitionSpec()
-    run = jax.shard_map(pass_on_device, mesh=mesh, in_specs=(replicated,) * 7, out_specs=(replicated, replicated),
+    run = jax.shard_map(pass_on_device, mesh=mesh, in_specs=(replicated,) * 8, out_specs=(replicated, replicated),
                         check_vma=False)
-    return run(scene, frame, seed, tile_y, tile_x, first_sample, spp)
+    return run(scene, frame, seed, tile_y, tile_x, first_sample, live, spp)
 
 
 def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, value, weight, *,
-               tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL):
+               tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL, passes_traced=1):
     """Add passes [first_pass, first_pass + n_passes) of one tile to the accumulator (value, weight).
 
     scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
@@ -116,19 +142,26 @@ def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, va
     the tile outside the film get zeros; those outside the window but inside the film are
     rendered, and left out of the image by whoever assembles it. Returns the new (value, weight).
     ``path_pool``: paths in flight per device (``tracer.integrator.pool_size(scene)`` sizes it
-    for this process); it changes the speed, never the bits.
+    for this process); ``passes_traced``: passes traced as one batch (``trace_passes``). Both
+    change the speed, never the bits.
     """
-    def one_pass(k, acc):
-        first_sample = (first_pass + k) * pass_size
-        v, w = _render_pass(scene, frame, seed, tile_y, tile_x, first_sample, spp,
-                            tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, mesh=mesh, path_pool=path_pool)
-        return acc[0] + v, acc[1] + w
+    batch = passes_traced
 
-    return jax.lax.fori_loop(0, n_passes, one_pass, (value, weight))
+    def one_batch(b, acc):
+        live = jnp.minimum(n_passes - b * batch, batch)
+        v, w = _render_passes(scene, frame, seed, tile_y, tile_x, (first_pass + b * batch) * pass_size, live, spp,
+                              tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, passes=batch, mesh=mesh,
+                              path_pool=path_pool)
+        for k in range(batch):  # one pass at a time, in pass order; passes past n_passes not at all
+            acc = (jnp.where(k < live, acc[0] + v[k], acc[0]), jnp.where(k < live, acc[1] + w[k], acc[1]))
+        return acc
+
+    return jax.lax.fori_loop(0, (n_passes + batch - 1) // batch, one_batch, (value, weight))
 
 
 # The jitted work unit. Eight programs kept: a job needs one, and each holds hundreds of memory maps.
-render_tile = KeptPrograms(_work_unit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool"), keep=8)
+render_tile = KeptPrograms(_work_unit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool",
+                                                       "passes_traced"), keep=8)
 
 
 def _whole(name, value, low, high):
@@ -168,6 +201,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, 
     image = np.zeros((height, width, channels), np.float32)
     i32 = jnp.int32
     chunk = n_passes if chunk_passes is None else chunk_passes
+    batch = trace_passes(chunk, pass_size, th, tw, film)
     for y in range(0, height, th):
         for x in range(0, width, tw):
             value, weight = np.zeros((th, tw, channels), np.float32), np.zeros((th, tw), np.float32)
@@ -175,7 +209,8 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, 
                 v, w = render_tile(
                     scene, i32(frame), i32(seed), i32(y), i32(x), i32(first), i32(min(chunk, n_passes - first)),
                     i32(spp), jnp.zeros((th, tw, channels), jnp.float32), jnp.zeros((th, tw), jnp.float32),
-                    tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh, path_pool=path_pool)
+                    tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh, path_pool=path_pool,
+                    passes_traced=batch)
                 value, weight = value + np.asarray(v), weight + np.asarray(w)
             h, w = min(th, height - y), min(tw, width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])

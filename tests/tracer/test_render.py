@@ -72,6 +72,24 @@ def test_one_compile_serves_every_frame_tile_and_pass_range():
     assert render_tile.programs_made - before == 1
 
 
+def test_passes_traced_as_one_batch_give_the_bits_of_one_pass_at_a_time():
+    """A work unit traces its passes in batches (``passes_traced``: one path pool drains per
+    batch); each pass is still splatted alone and added in order, and a batch's passes past
+    n_passes add nothing: the same bits for any batch size."""
+    scene = tracer.load_scene("examples/orbit.xml", width=20, height=16)
+    one = _tile(scene, 1, 3, size=(16, 20), spp=40)  # batches of 2 and 4 reach pass 4: within the spp
+    for batch in (2, 3, 4):
+        other = _tile(scene, 1, 3, size=(16, 20), spp=40, passes_traced=batch)
+        np.testing.assert_array_equal(np.asarray(one[0]), np.asarray(other[0]))
+        np.testing.assert_array_equal(np.asarray(one[1]), np.asarray(other[1]))
+    assert np.asarray(one[1]).min() > 0
+    # The batch size follows the chunk: its largest divisor within the sample budget.
+    film = scene.film
+    assert tracer.rendering.trace_passes(4, 16, 128, 128, film) == 4
+    assert tracer.rendering.trace_passes(8, 16, 180, 180, film) == 2  # 3 fit, but do not divide 8
+    assert tracer.rendering.trace_passes(7, 16, 512, 512, film) == 1
+
+
 def test_tiles_agree_with_the_whole_image():
     """Rendering by tiles (neighbours recompute border samples) equals one tile over the film.
 
