@@ -30,7 +30,7 @@ from tracer.programs import KeptPrograms
 from tracer.reduction import resolve
 from tracer.rng import Dims
 
-__all__ = ["local_mesh", "render_tile", "render", "trace_passes", "TRACE_SAMPLES", "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
+__all__ = ["local_mesh", "render_tile", "render", "trace_passes", "whole_image_tile", "TRACE_SAMPLES", "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
 
 RAY_AXIS = "rays"
 
@@ -164,6 +164,14 @@ render_tile = KeptPrograms(_work_unit, static_argnames=("tile_h", "tile_w", "pas
                                                        "passes_traced"), keep=8)
 
 
+def whole_image_tile(film, pass_size):
+    """``tracer.render``'s tile: the film's crop window whole where a pass of it (grown by the
+    filter's margin) fits ``TRACE_SAMPLES``, else ``DEFAULT_TILE``."""
+    h, w = film.crop_height, film.crop_width
+    fits = pass_size * (h + 2 * film.margin) * (w + 2 * film.margin) <= TRACE_SAMPLES
+    return max(h, w) if fits else DEFAULT_TILE
+
+
 def _whole(name, value, low, high):
     """``value`` as an int, refused unless a whole number (not a bool) in [low, high]: the
     traced program takes these as int32 or as static shapes."""
@@ -172,7 +180,7 @@ def _whole(name, value, low, high):
     return int(value)
 
 
-def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, mesh=None,
+def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=None,
            chunk_passes=None, path_pool=None):
     """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3),
     followed by the AOV channels of a scene with Mitsuba's ``aov`` integrator ((H, W, 3 + K), as
@@ -183,12 +191,14 @@ def render(scene, spp=None, seed=0, frame=0, tile=DEFAULT_TILE, pass_size=None, 
     past the spp are masked out). ``chunk_passes`` splits the passes into chunks, each summed
     from zero and the chunks added in order (in float32 numpy): the farm's reduction tree
     (``farm.tree``), so that this gives a farm job's bits (same tile, pass and chunk size).
+    ``tile`` defaults to the whole image where a pass of it fits ``TRACE_SAMPLES`` (one work unit
+    drains its path pool once, where tiles would each), else ``DEFAULT_TILE`` (the farm's).
     ``path_pool`` defaults to ``tracer.integrator.pool_size(scene)``.
     """
     spp = _whole("spp", scene.settings.spp if spp is None else spp, 1, MAX_SPP)
     seed, frame = _whole("seed", seed, 0, MAX_SEED), _whole("frame", frame, 0, MAX_FRAME)
-    tile = _whole("tile", tile, 1, MAX_FILM_SIZE)
     pass_size = min(DEFAULT_PASS_SIZE, spp) if pass_size is None else _whole("pass_size", pass_size, 1, MAX_PASS_SIZE)
+    tile = whole_image_tile(scene.film, pass_size) if tile is None else _whole("tile", tile, 1, MAX_FILM_SIZE)
     if chunk_passes is not None:
         chunk_passes = _whole("chunk_passes", chunk_passes, 1, MAX_SPP)
     film = scene.film

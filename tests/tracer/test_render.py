@@ -88,6 +88,11 @@ def test_passes_traced_as_one_batch_give_the_bits_of_one_pass_at_a_time():
     assert tracer.rendering.trace_passes(4, 16, 128, 128, film) == 4
     assert tracer.rendering.trace_passes(8, 16, 180, 180, film) == 2  # 3 fit, but do not divide 8
     assert tracer.rendering.trace_passes(7, 16, 512, 512, film) == 1
+    # tracer.render's default tile: the whole window where a pass of it fits the budget.
+    assert tracer.rendering.whole_image_tile(film, 16) == 20
+    big = tracer.load_scene("examples/orbit.xml", width=512, height=384).film  # 16 x 516 x 388 samples: past 2M
+    assert tracer.rendering.whole_image_tile(big, 16) == tracer.rendering.DEFAULT_TILE
+    assert tracer.rendering.whole_image_tile(big, 8) == 512
 
 
 def test_tiles_agree_with_the_whole_image():
