@@ -30,6 +30,12 @@ class KeptPrograms:
         self.programs_made = 0  # traces so far, over every structure (dropped ones included)
         functools.update_wrapper(self, fn)
 
+    def _traced(self, *args, **kwargs):
+        """``fn``, counting its traces (jax.jit runs the Python function only to trace it)."""
+        with self._lock:
+            self.programs_made += 1
+        return self._fn(*args, **kwargs)
+
     def jit(self):
         """A plain ``jax.jit`` of the function: for lowering and ``jax.export`` (which compile nothing)."""
         return jax.jit(self._fn, static_argnames=self._static)
@@ -47,14 +53,8 @@ class KeptPrograms:
             if jitted is None:
                 # A fresh partial per structure: JAX's own caches are keyed weakly by the function,
                 # so they let go of its programs when the jitted wrapper goes.
-                jitted = jax.jit(functools.partial(self._fn), static_argnames=self._static)
+                jitted = jax.jit(functools.partial(self._traced), static_argnames=self._static)
             self._jitted[key] = jitted
             while len(self._jitted) > self._keep:
                 self._jitted.popitem(last=False)
-        before = jitted._cache_size()
-        out = jitted(*args, **kwargs)
-        made = jitted._cache_size() - before
-        if made:
-            with self._lock:
-                self.programs_made += made
-        return out
+        return jitted(*args, **kwargs)

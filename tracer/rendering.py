@@ -30,7 +30,8 @@ from tracer.programs import KeptPrograms
 from tracer.reduction import resolve
 from tracer.rng import Dims
 
-__all__ = ["local_mesh", "render_tile", "render", "trace_passes", "whole_image_tile", "TRACE_SAMPLES", "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
+__all__ = ["local_mesh", "render_tile", "render", "trace_passes", "whole_image_tile", "TRACE_SAMPLES",
+           "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
 
 RAY_AXIS = "rays"
 
@@ -44,15 +45,20 @@ def local_mesh():
 TRACE_SAMPLES = 1 << 21
 
 
+def _pass_samples(film, pass_size, tile_h, tile_w):
+    """Samples one pass of a tile traces: its source grid is the tile grown by the filter's margin."""
+    return pass_size * (tile_h + 2 * film.margin) * (tile_w + 2 * film.margin)
+
+
 def trace_passes(chunk_passes, pass_size, tile_h, tile_w, film):
     """Passes a work unit traces as one batch: the largest divisor of ``chunk_passes`` (the passes
     a work unit usually adds) within ``TRACE_SAMPLES``. One batch drains its path pool once: a
     pool's last bounces run mostly idle lanes (orbit.xml: a third of all lanes traced), so
     fewer, larger batches waste less. The bits do not depend on it (a path's arithmetic is its
     own; each pass is splatted and added alone, in order)."""
-    per_pass = pass_size * (tile_h + 2 * film.margin) * (tile_w + 2 * film.margin)
-    fits = max(1, TRACE_SAMPLES // per_pass)
-    return max(d for d in range(1, max(1, chunk_passes) + 1) if chunk_passes % d == 0 and d <= fits) if chunk_passes >= 1 else 1
+    chunk_passes = max(1, chunk_passes)
+    fits = max(1, TRACE_SAMPLES // _pass_samples(film, pass_size, tile_h, tile_w))
+    return max(d for d in range(1, min(chunk_passes, fits) + 1) if chunk_passes % d == 0)
 
 
 def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, *, tile_h, tile_w, pass_size, passes,
@@ -70,7 +76,7 @@ def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, 
 
     # Everything runs inside shard_map, nothing is left to XLA's partitioner (which may split a
     # reduction differently for different device counts). Device i traces the rays
-    # [i * per_device, (i + 1) * per_device) of the pass's flat (sample, y, x) batch; then every
+    # [i * per_device, (i + 1) * per_device) of the batch's flat (sample, y, x) grid; then every
     # device gathers all their radiance and splats its band of the tile's rows.
     def pass_on_device(scene, frame, seed, tile_y, tile_x, first_sample, live, spp):
         def samples(s, gy, gx):
@@ -168,8 +174,7 @@ def whole_image_tile(film, pass_size):
     """``tracer.render``'s tile: the film's crop window whole where a pass of it (grown by the
     filter's margin) fits ``TRACE_SAMPLES``, else ``DEFAULT_TILE``."""
     h, w = film.crop_height, film.crop_width
-    fits = pass_size * (h + 2 * film.margin) * (w + 2 * film.margin) <= TRACE_SAMPLES
-    return max(h, w) if fits else DEFAULT_TILE
+    return max(h, w) if _pass_samples(film, pass_size, h, w) <= TRACE_SAMPLES else DEFAULT_TILE
 
 
 def _whole(name, value, low, high):

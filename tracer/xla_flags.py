@@ -20,7 +20,7 @@ can be split, resumed and refined anywhere. Three things decide its rounding:
 
 Until November 2026 the farm capped the instruction set at AVX (no FMA at all, the bits then
 independent of fusion), at a cost of 20-42% of the speed (Cornell box, 2 cores: 0.39x Mitsuba
-instead of 0.55x); these settings cost 5-8% against XLA's default AVX-512 code on this machine
+instead of 0.55x); these settings cost 3-10% against XLA's default AVX-512 code on this machine
 (``scripts/bench_tracer.py``). The farm's CPU workers always use them (``cluster.bootstrap``
 starts them); set them in your own process (``set_in_environment()`` before JAX starts) to get a
 farm job's bits from ``tracer.render``.
