@@ -13,7 +13,7 @@ import traceback
 import click
 
 from farm.errors import FarmError, Interrupted, SpecError
-from tracer.defaults import DEFAULT_TILE, MAX_FRAME, MAX_SPP, PLATFORMS
+from tracer.defaults import ACCELERATOR_TILE, DEFAULT_TILE, MAX_FRAME, MAX_SPP, PLATFORMS
 from tracer.filters import NAMES as FILTERS
 
 __all__ = ["main"]
@@ -76,7 +76,7 @@ def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, nois
     if spp is None:
         spp = _scene_spp(source, sets)
     return JobSpec(scene=os.path.abspath(source), frames=parse_frames(frames or "0"), spp=spp, store=out,
-                   resolution=parse_res(res), seed=seed or 0, tile=DEFAULT_TILE if tile is None else tile,
+                   resolution=parse_res(res), seed=seed or 0, tile=tile,
                    accel=accel or "auto", curves=tuple(parse_set(s) for s in sets), noise=noise, min_spp=min_spp,
                    aovs=aovs, rfilter=rfilter)
 
@@ -138,7 +138,8 @@ def _job_options(f):
                      help="NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,... (linear): a scene <default>."),
         click.option("--seed", type=int, default=None, help="Job seed, 0 to 2147483647 (default 0)."),
         click.option("--tile", type=int, default=None,
-                     help=f"Tile size in pixels, 8 to 4096 (default {DEFAULT_TILE})."),
+                     help=f"Tile size in pixels, 8 to 4096 (default {DEFAULT_TILE} on CPUs, {ACCELERATOR_TILE} on "
+                          f"GPUs and TPUs; an existing store keeps its own)."),
         click.option("--noise", type=float, default=None,
                      help="A noise target (relative RMS error, e.g. 0.05): tiles get samples until their estimated "
                           "noise is at most this, --spp then the most a tile gets."),

@@ -101,9 +101,10 @@ def _bind(spec, hashes):
     ``spec.store`` without writing anything: the same job, or one that adds frames or samples.
     ``hashes``: scene hashes by frame range, filled in."""
     stored, store = open_store(spec.store, mode="r+")
-    # What the job does not say it takes from the store: its tree, and its AOVs and filter (the
+    # What the job does not say it takes from the store: its tree, its tile, and its AOVs and filter (the
     # store of a job with others is another job's, refused below by its identity).
     spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size, chunk_passes=stored.chunk_passes,
+                               tile=spec.tile or stored.tile,
                                aovs=spec.aovs or stored.aovs, rfilter=spec.rfilter or stored.rfilter).planned()
     # The stored frames must be of this job (their scene and parameters); then only a later end is an edit.
     old = dataclasses.replace(spec, frames=stored.frames)

@@ -14,7 +14,7 @@ Job file (paths relative to the file)::
     resolution = [320, 240]       # optional: overrides the film (a crop window with it)
     store = "renders/orbit.zarr"
     seed = 0
-    tile = 128                    # optional
+    tile = 128                    # optional: default 128 on CPUs, 512 on GPUs and TPUs (a store keeps its own)
     accel = "auto"                # optional: auto, embree, warp, jax
     noise = 0.05                  # optional: a noise target, spp then the most a tile gets (farm.adaptive)
     min_spp = 256                 # optional, with noise: the least a tile gets
@@ -46,7 +46,7 @@ import tomllib
 from farm.curves import Curve
 from farm.errors import SceneFileError, SpecError, shown
 from farm.tree import CHUNK_SPP, NOISE_CHUNK_SPP, Tree
-from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED,
+from tracer.defaults import (DEFAULT_PASS_SIZE, default_tile, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED,
                              MAX_SPP, PLATFORMS)
 from tracer.filters import NAMES as FILTERS
 from tracer.io.aovs import parse_aovs
@@ -166,7 +166,7 @@ class JobSpec:
     store: str                 # path or URL of the Zarr store
     resolution: tuple = None   # (width, height) override
     seed: int = 0
-    tile: int = DEFAULT_TILE
+    tile: int = None           # default: tracer.defaults.default_tile of the groups' platform (planned)
     pass_size: int = None      # default: DEFAULT_PASS_SIZE (whatever the spp)
     chunk_passes: int = None   # default: farm.tree.CHUNK_SPP samples, NOISE_CHUNK_SPP with noise (whatever the spp)
     curves: tuple = ()         # farm.curves.Curve
@@ -192,7 +192,8 @@ class JobSpec:
                                 f"got {shown(self.resolution)}")
             _check_res(self.resolution, shown(list(self.resolution)))
         _check_count("spp", self.spp, 1, MAX_SPP)
-        _check_count("tile", self.tile, MIN_TILE, MAX_TILE, " of pixels")
+        if self.tile is not None:
+            _check_count("tile", self.tile, MIN_TILE, MAX_TILE, " of pixels")
         _check_count("seed", self.seed, 0, MAX_SEED)
         if self.pass_size is not None:
             _check_count("pass_size", self.pass_size, 1, MAX_PASS_SIZE)
@@ -240,12 +241,14 @@ class JobSpec:
     # -- derived -------------------------------------------------------------------------------
 
     def planned(self):
-        """This spec with the reduction tree fixed: pass size and passes per chunk, neither
+        """This spec with the reduction tree and tiles fixed: pass size and passes per chunk, neither
         chosen from the spp (a job below one pass still renders whole passes, masked); a job made
-        with a noise target gets smaller chunks (on an existing store the store's tree is kept)."""
+        with a noise target gets smaller chunks; the tile its groups' platform's default (on an
+        existing store the store's tree and tile are kept)."""
         pass_size = self.pass_size or DEFAULT_PASS_SIZE
         chunk = self.chunk_passes or -(-(CHUNK_SPP if self.noise is None else NOISE_CHUNK_SPP) // pass_size)
-        return dataclasses.replace(self, pass_size=pass_size, chunk_passes=chunk)
+        tile = self.tile or default_tile(self.groups.platform)
+        return dataclasses.replace(self, pass_size=pass_size, chunk_passes=chunk, tile=tile)
 
     @property
     def n_frames(self):
@@ -341,7 +344,7 @@ class JobSpec:
         if "://" not in store:
             store = os.path.join(base, store)
         return cls(scene=os.path.join(base, doc["scene"]), frames=frames, spp=doc["spp"], store=store,
-                   resolution=res, seed=doc.get("seed", 0), tile=doc.get("tile", DEFAULT_TILE),
+                   resolution=res, seed=doc.get("seed", 0), tile=doc.get("tile"),
                    pass_size=doc.get("pass_size"), curves=_curves(doc.get("params", {})),
                    accel=doc.get("accel", "auto"), groups=_groups(doc.get("groups", {})), noise=doc.get("noise"),
                    min_spp=doc.get("min_spp"), aovs=doc.get("aovs"), rfilter=doc.get("rfilter"))

@@ -1,7 +1,8 @@
-"""Samples per second of our tracer on 1, 2 and 4 devices, next to Mitsuba 3 ``llvm_ad_rgb``.
+"""Samples per second of our tracer on 1, 2 and 4 devices, next to Mitsuba 3 ``llvm_ad_rgb``
+(``--platform gpu``: on the GPU, next to Mitsuba's ``cuda_ad_rgb``).
 
     python scripts/bench_tracer.py [--scene examples/cbox.xml] [--res 512] [--spp 16]
-                                   [--devices default,1,2,4] [--repeats 2]
+                                   [--devices default,1,2,4] [--repeats 2] [--platform cpu|gpu]
 
 Each measurement runs in its own process: ours with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
@@ -12,6 +13,9 @@ durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), a
 the fastest of ``--repeats`` renders after it, each with a new seed. ``--res`` sets the scene's
 ``res`` default, or its ``width`` and ``height``; path depth etc. stay as the scene says (the
 Cornell box: max_depth 8).
+
+``--platform gpu`` runs ours with ``JAX_PLATFORMS=cuda`` on every GPU JAX sees (one row: XLA's
+GPU code has no CPU instruction-set cap to compare) and Mitsuba with ``cuda_ad_rgb``.
 """
 import argparse
 import json
@@ -63,12 +67,15 @@ def bench_ours(scene, params, spp, repeats):
                 recompiled=sum(compile_events) > compile_s)  # a timed run compiled again
 
 
-def bench_mitsuba(scene, params, spp, repeats):
+MITSUBA_VARIANTS = {"cpu": "llvm_ad_rgb", "gpu": "cuda_ad_rgb"}
+
+
+def bench_mitsuba(scene, params, spp, repeats, platform="cpu"):
     os.environ.setdefault("DRJIT_LIBLLVM_PATH", DEFAULT_LLVM)
     import mitsuba as mi
     import numpy as np
 
-    mi.set_variant("llvm_ad_rgb")
+    mi.set_variant(MITSUBA_VARIANTS[platform])
     t0 = time.perf_counter()
     loaded = mi.load_file(scene, **params)
     load_s = time.perf_counter() - t0
@@ -88,19 +95,24 @@ def bench_mitsuba(scene, params, spp, repeats):
 def run_worker(engine, devices, args, deterministic=False):
     """Run one measurement in a fresh process; returns its result dict, or an error string."""
     env = dict(os.environ)
-    if engine == "ours":
+    if engine == "ours" and args.platform == "gpu":
+        env["JAX_PLATFORMS"] = "cuda"
+    elif engine == "ours":
         sys.path.insert(0, str(ROOT))
         from tracer.xla_flags import with_flags
         env["XLA_FLAGS"] = with_flags(env.get("XLA_FLAGS", ""), devices, deterministic=deterministic)
         env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
+    if engine == "ours":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     print(f"running {engine}" + (f" on {devices} devices" if devices else "") + " ...",
           file=sys.stderr, flush=True)
     cmd = [sys.executable, __file__, "--worker", engine, "--scene", str(args.scene),
-           "--res", str(args.res), "--spp", str(args.spp), "--repeats", str(args.repeats)]
+           "--res", str(args.res), "--spp", str(args.spp), "--repeats", str(args.repeats),
+           "--platform", args.platform]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
+        print("\n".join(proc.stderr.strip().splitlines()[-15:]), file=sys.stderr)
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return f"failed: {tail[:120]}"
     return json.loads(lines[-1])
@@ -130,20 +142,28 @@ def main():
     parser.add_argument("--devices", default="default,1,2,4",
                         help="comma-separated device counts; 'default': none set, the tracer's own choice")
     parser.add_argument("--repeats", type=int, default=2, help="timed renders after the first")
+    parser.add_argument("--platform", choices=["cpu", "gpu"], default="cpu",
+                        help="gpu: ours on JAX's CUDA devices, Mitsuba cuda_ad_rgb")
     parser.add_argument("--json", type=pathlib.Path, help="also write the results here")
     parser.add_argument("--worker", choices=["ours", "mitsuba"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     params = scene_params(args.scene, args.res)
 
     if args.worker:
-        bench = bench_ours if args.worker == "ours" else bench_mitsuba
-        result = bench(str(args.scene), params, args.spp, args.repeats)
+        if args.worker == "ours":
+            result = bench_ours(str(args.scene), params, args.spp, args.repeats)
+        else:
+            result = bench_mitsuba(str(args.scene), params, args.spp, args.repeats, args.platform)
         result["rate"] = result["pixels"] * args.spp / result["run_s"]
         print(json.dumps(result))
         return
 
-    rows = [("mitsuba llvm_ad_rgb", run_worker("mitsuba", None, args))]
-    for deterministic in (False, True):
+    rows = [(f"mitsuba {MITSUBA_VARIANTS[args.platform]}", run_worker("mitsuba", None, args))]
+    if args.platform == "gpu":
+        result = run_worker("ours", None, args)
+        accel = result["accel"] if isinstance(result, dict) else "?"
+        rows.append((f"ours, {accel} (gpu)", result))
+    for deterministic in (() if args.platform == "gpu" else (False, True)):
         for d in (None if x == "default" else int(x) for x in args.devices.split(",")):
             result = run_worker("ours", d, args, deterministic)
             if isinstance(result, dict) and d is not None and result["devices"] != d:

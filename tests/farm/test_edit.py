@@ -9,7 +9,7 @@ import pytest
 from farm import job
 from farm.errors import SpecError
 from farm.scheduler import run_job
-from farm.store import FrameStore
+from farm.store import FrameStore, StoreError
 from tests.helpers.farm_cases import ORBIT, exported, farm_main, filled_store, orbit_spec, reference, store_files
 
 
@@ -101,3 +101,20 @@ def test_redo_frames_are_parsed_and_checked():
     for text in ("", "3,", "9-7", "-1"):
         with pytest.raises(SpecError, match="--redo"):
             parse_frame_list(text)
+
+
+def test_a_jobs_tile_defaults_to_its_platforms_and_a_store_keeps_its_own(tmp_path):
+    """A new job naming no tile gets 128 on CPUs and 512 on GPUs and TPUs; a job adding frames to a
+    store, on any platform, takes the store's tile instead of being refused as another job."""
+    from farm.spec import GroupsSpec
+    from tracer.defaults import ACCELERATOR_TILE, DEFAULT_TILE
+
+    gpu = GroupsSpec(platform="gpu", gpus_per_host=1)
+    for platform, groups, want in (("cpu", GroupsSpec(), DEFAULT_TILE), ("gpu", gpu, ACCELERATOR_TILE),
+                                   ("tpu", GroupsSpec(platform="tpu"), ACCELERATOR_TILE)):
+        spec, store = job.prepare(orbit_spec(tmp_path / f"{platform}.zarr", tile=None, groups=groups))
+        assert spec.tile == store.tile == want, platform
+    spec, store = job.prepare(orbit_spec(tmp_path / "cpu.zarr", frames=(0, 3), tile=None, groups=gpu))
+    assert spec.tile == store.tile == DEFAULT_TILE and store.n_frames == 4
+    with pytest.raises(StoreError, match=r"tile differs \(store: 128, job: 64\)"):
+        job.prepare(orbit_spec(tmp_path / "cpu.zarr", frames=(0, 3), tile=64))

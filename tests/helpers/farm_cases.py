@@ -28,9 +28,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 ORBIT = str(ROOT / "examples" / "orbit.xml")
 
 
-def orbit_spec(store, frames=(0, 2), spp=8, **kw):
+def orbit_spec(store, frames=(0, 2), spp=8, tile=16, **kw):
     """A ``JobSpec`` of the orbit scene into ``store``, the camera turning 90 degrees over frames 0-2."""
-    return JobSpec(scene=ORBIT, frames=frames, spp=spp, store=str(store), resolution=(40, 30), tile=16,
+    return JobSpec(scene=ORBIT, frames=frames, spp=spp, store=str(store), resolution=(40, 30), tile=tile,
                    pass_size=4, curves=(Curve("angle", ((0, 0.0), (2, 90.0))),), **kw)
 
 
@@ -43,7 +43,7 @@ def farm_cli(*args, timeout=600, **kw):
 def reference(spec):
     """The frames as tracer.render gives them with the job's reduction tree (this process, 1 device)."""
     import tracer
-    out = []
+    spec, out = spec.planned(), []
     for frame in range(spec.frames[0], spec.frames[1] + 1):
         scene = tracer.load_scene(spec.scene, resolution=spec.resolution, aovs=spec.aovs, rfilter=spec.rfilter,
                                   **dict(spec.params_at(frame)))

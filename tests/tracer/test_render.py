@@ -93,6 +93,13 @@ def test_passes_traced_as_one_batch_give_the_bits_of_one_pass_at_a_time():
     big = tracer.load_scene("examples/orbit.xml", width=512, height=384).film  # 16 x 516 x 388 samples: past 2M
     assert tracer.rendering.whole_image_tile(big, 16) == tracer.rendering.DEFAULT_TILE
     assert tracer.rendering.whole_image_tile(big, 8) == 512
+    # On GPUs and TPUs the budget is ACCELERATOR_TRACE_SAMPLES (2^23): every sample is a lane in flight.
+    assert tracer.rendering.trace_passes(8, 16, 180, 180, film, platform="gpu") == 8
+    assert tracer.rendering.trace_passes(8, 8, 512, 512, film, platform="tpu") == 2
+    assert tracer.rendering.whole_image_tile(big, 16, platform="gpu") == 512
+    huge = tracer.load_scene("examples/orbit.xml", width=2048, height=2048).film
+    assert tracer.rendering.whole_image_tile(huge, 16, platform="cpu") == tracer.rendering.DEFAULT_TILE
+    assert tracer.rendering.whole_image_tile(huge, 16, platform="gpu") == 512  # 16 x 1028^2 is past 2^23
 
 
 def test_tiles_agree_with_the_whole_image():
