@@ -138,8 +138,8 @@ def _job_options(f):
                      help="NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,... (linear): a scene <default>."),
         click.option("--seed", type=int, default=None, help="Job seed, 0 to 2147483647 (default 0)."),
         click.option("--tile", type=int, default=None,
-                     help=f"Tile size in pixels, 8 to 4096 (default {DEFAULT_TILE} on CPUs, {ACCELERATOR_TILE} on "
-                          f"GPUs and TPUs; an existing store keeps its own)."),
+                     help=f"Tile size in pixels, 8 to 4096 (default on CPUs: the whole frame up to about 360x360 "
+                          f"pixels, else {DEFAULT_TILE}; {ACCELERATOR_TILE} on GPUs and TPUs; a store keeps its own)."),
         click.option("--noise", type=float, default=None,
                      help="A noise target (relative RMS error, e.g. 0.05): tiles get samples until their estimated "
                           "noise is at most this, --spp then the most a tile gets."),

@@ -46,7 +46,7 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
     if replace or not FrameStore.exists(spec.store):
         if not create and not replace:
             raise StoreError(f"{spec.store}: no frame store here")
-        return _create(spec.planned(), digest, replace, lease)
+        return _create(spec.planned(film_size(spec)), digest, replace, lease)
     hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
     spec, stored, store = _bind(spec, hashes)
     if not lease:

@@ -14,7 +14,7 @@ Job file (paths relative to the file)::
     resolution = [320, 240]       # optional: overrides the film (a crop window with it)
     store = "renders/orbit.zarr"
     seed = 0
-    tile = 128                    # optional: default 128 on CPUs, 512 on GPUs and TPUs (a store keeps its own)
+    tile = 128                    # optional (a store keeps its own): tracer.defaults.default_tile
     accel = "auto"                # optional: auto, embree, warp, jax
     noise = 0.05                  # optional: a noise target, spp then the most a tile gets (farm.adaptive)
     min_spp = 256                 # optional, with noise: the least a tile gets
@@ -240,14 +240,15 @@ class JobSpec:
 
     # -- derived -------------------------------------------------------------------------------
 
-    def planned(self):
+    def planned(self, film=None):
         """This spec with the reduction tree and tiles fixed: pass size and passes per chunk, neither
         chosen from the spp (a job below one pass still renders whole passes, masked); a job made
-        with a noise target gets smaller chunks; the tile its groups' platform's default (on an
-        existing store the store's tree and tile are kept)."""
+        with a noise target gets smaller chunks; the tile its groups' platform's default, for frames
+        of ``film`` ((width, height), when known: ``film_size``) (on an existing store the store's
+        tree and tile are kept)."""
         pass_size = self.pass_size or DEFAULT_PASS_SIZE
         chunk = self.chunk_passes or -(-(CHUNK_SPP if self.noise is None else NOISE_CHUNK_SPP) // pass_size)
-        tile = self.tile or default_tile(self.groups.platform)
+        tile = self.tile or default_tile(self.groups.platform, film if self.noise is None else None, pass_size)
         return dataclasses.replace(self, pass_size=pass_size, chunk_passes=chunk, tile=tile)
 
     @property

@@ -6,13 +6,16 @@ tree (see ``tracer.rendering``): ``tracer.render`` with these defaults gives the
 made with them.
 """
 
-__all__ = ["DEFAULT_TILE", "ACCELERATOR_TILE", "default_tile", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE", "MAX_SPP", "MAX_FRAME", "MAX_SEED",
+__all__ = ["DEFAULT_TILE", "ACCELERATOR_TILE", "TRACE_SAMPLES", "default_tile", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE", "MAX_SPP", "MAX_FRAME", "MAX_SEED",
            "MAX_PASS_SIZE"]
 
 DEFAULT_TILE = 128       # output tile edge, pixels: one work unit renders one tile
 # A farm job's tile on GPUs and TPUs: their work unit wants millions of samples in flight (an H100
 # traced the Cornell box at 36 Msamples/s in 128-pixel tiles of 16 spp, 83 in 512-pixel ones).
 ACCELERATOR_TILE = 512
+# Samples a CPU work unit traces as one batch at most (tracer.rendering.trace_samples).
+TRACE_SAMPLES = 1 << 21
+_MARGIN = 4  # pixels a tile's samples reach past it at most (the filter's radius; tracer.filters)
 DEFAULT_PASS_SIZE = 16   # samples per pixel in one pass, the unit passes are summed in
 PLATFORMS = ("cpu", "gpu", "tpu")  # device platforms a worker group may run on
 MAX_FILM_SIZE = 16384    # pixels, a film's width and height at most (a scene's own film and --res alike)
@@ -24,7 +27,15 @@ MAX_SEED = 2**31 - 1     # the largest seed (int32 too)
 MAX_PASS_SIZE = 1024     # samples per pixel in one pass (a static shape of the compiled program)
 
 
-def default_tile(platform):
-    """A new job's tile when it names none: ``DEFAULT_TILE`` on CPUs, ``ACCELERATOR_TILE`` on
-    GPUs and TPUs (the tile does not change a pixel's bits, only how the work is split)."""
-    return DEFAULT_TILE if platform == "cpu" else ACCELERATOR_TILE
+def default_tile(platform, film=None, pass_size=DEFAULT_PASS_SIZE):
+    """A new job's tile when it names none (the tile does not change a pixel's bits, only how the
+    work is split): ``ACCELERATOR_TILE`` on GPUs and TPUs. On CPUs the whole frame where one pass
+    of it fits ``TRACE_SAMPLES`` (``film``: its (width, height); None for a job with a noise
+    target, whose tiles are where its samples go), else ``DEFAULT_TILE``: a 160x120 frame in
+    128-pixel tiles is two work units, the second a quarter used."""
+    if platform != "cpu":
+        return ACCELERATOR_TILE
+    if film is not None and max(film) > DEFAULT_TILE:
+        if pass_size * (film[0] + 2 * _MARGIN) * (film[1] + 2 * _MARGIN) <= TRACE_SAMPLES:
+            return max(film)
+    return DEFAULT_TILE

@@ -22,7 +22,8 @@ from tracer import aov
 from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
-from tracer.defaults import DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP
+from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
+                             TRACE_SAMPLES)
 from tracer.direct import trace_direct
 from tracer.integrator import DEFAULT_POOL, pool_size, trace_paths
 from tracer.io.aovs import channel_count
@@ -47,7 +48,6 @@ def local_mesh():
 # and TPUs every sample is a lane in flight (``integrator.pool_size``), about 0.9 KB of path state
 # each (one pool for 2^23 samples, on a CPU: 9 GB), and the batch is what fills the chip: on an H100 the Cornell box at
 # 1024x1024 traced 36 Msamples/s in units of 2^18 samples, 62 at 2^20, 83 at 2^22 and 94 at 2^24.
-TRACE_SAMPLES = 1 << 21
 ACCELERATOR_TRACE_SAMPLES = 1 << 23  # where the device's memory is not known
 _MAX_ACCELERATOR_TRACE_SAMPLES = 1 << 24
 _BYTES_A_LANE = 2048  # of the device's memory a lane may take: twice the ~0.9 KB measured, for scenes that keep more

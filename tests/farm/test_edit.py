@@ -114,6 +114,12 @@ def test_a_jobs_tile_defaults_to_its_platforms_and_a_store_keeps_its_own(tmp_pat
                                    ("tpu", GroupsSpec(platform="tpu"), ACCELERATOR_TILE)):
         spec, store = job.prepare(orbit_spec(tmp_path / f"{platform}.zarr", tile=None, groups=groups))
         assert spec.tile == store.tile == want, platform
+    # On CPUs a frame whose pass fits one work unit's samples is one tile (unless the job has a
+    # noise target: its tiles are where its samples go); a larger one is in 128-pixel tiles.
+    for res, noise, want in (((160, 120), None, 160), ((360, 300), None, 360), ((160, 120), 0.1, DEFAULT_TILE),
+                             ((1000, 800), None, DEFAULT_TILE)):  # 4 spp a pass: 4 x 1008 x 808 is past 2^21
+        spec = dataclasses.replace(orbit_spec(tmp_path / "unused.zarr", tile=None), resolution=res, noise=noise)
+        assert spec.planned(res).tile == want, (res, noise)
     spec, store = job.prepare(orbit_spec(tmp_path / "cpu.zarr", frames=(0, 3), tile=None, groups=gpu))
     assert spec.tile == store.tile == DEFAULT_TILE and store.n_frames == 4
     with pytest.raises(StoreError, match=r"tile differs \(store: 128, job: 64\)"):
