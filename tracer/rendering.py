@@ -229,7 +229,8 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
     ``min(DEFAULT_PASS_SIZE, spp)`` (a pass size given is kept, past the spp too: its samples
     past the spp are masked out). ``chunk_passes`` splits the passes into chunks, each summed
     from zero and the chunks added in order (in float32 numpy): the farm's reduction tree
-    (``farm.tree``), so that this gives a farm job's bits (same tile, pass and chunk size).
+    (``farm.tree``), so that this gives a farm job's bits (same pass and chunk size; the tile and
+    the batching change the speed, never the bits).
     ``tile`` defaults to the whole image where a pass of it fits ``trace_samples()`` (one work
     unit drains its path pool once, where tiles would each), else ``DEFAULT_TILE`` on CPUs (the
     farm's) and the largest power of two from it whose pass fits on GPUs and TPUs.
