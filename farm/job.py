@@ -46,7 +46,7 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
     if replace or not FrameStore.exists(spec.store):
         if not create and not replace:
             raise StoreError(f"{spec.store}: no frame store here")
-        return _create(spec.planned(film_size(spec)), digest, replace, lease)
+        return _create(spec, digest, replace, lease)
     hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
     spec, stored, store = _bind(spec, hashes)
     if not lease:
@@ -77,8 +77,10 @@ def _check_redo(spec, redo):
 
 
 def _create(spec, digest, replace, lease):
-    """A new store of ``spec``, or (``replace``) one in place of the frame store there."""
+    """A new store of ``spec`` (planned here, for its frames' size), or (``replace``) one in place
+    of the frame store there."""
     film, info = film_size(spec), frame_info(spec)
+    spec = spec.planned(film)
     over = FrameStore.replaceable(spec.store) if replace else None
     held = Lease.acquire(over, spec.store) if lease and over is not None else None
     try:

@@ -6,8 +6,8 @@ tree (see ``tracer.rendering``): ``tracer.render`` with these defaults gives the
 made with them.
 """
 
-__all__ = ["DEFAULT_TILE", "ACCELERATOR_TILE", "TRACE_SAMPLES", "default_tile", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE", "MAX_SPP", "MAX_FRAME", "MAX_SEED",
-           "MAX_PASS_SIZE"]
+__all__ = ["DEFAULT_TILE", "ACCELERATOR_TILE", "TRACE_SAMPLES", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE",
+           "MAX_SPP", "MAX_FRAME", "MAX_SEED", "MAX_PASS_SIZE", "pass_samples", "fitting_tile", "default_tile"]
 
 DEFAULT_TILE = 128       # output tile edge, pixels: one work unit renders one tile
 # A farm job's tile on GPUs and TPUs: their work unit wants millions of samples in flight (an H100
@@ -27,6 +27,23 @@ MAX_SEED = 2**31 - 1     # the largest seed (int32 too)
 MAX_PASS_SIZE = 1024     # samples per pixel in one pass (a static shape of the compiled program)
 
 
+def pass_samples(pass_size, tile_h, tile_w, margin=_MARGIN):
+    """Samples one pass of a tile traces: its source grid is the tile grown by the filter's margin."""
+    return pass_size * (tile_h + 2 * margin) * (tile_w + 2 * margin)
+
+
+def fitting_tile(width, height, pass_size, budget, margin=_MARGIN, grow=False):
+    """The frame's longer edge where one pass of the whole frame fits ``budget`` samples (one
+    work unit drains its path pool once, where tiles would each), else ``DEFAULT_TILE``; with
+    ``grow``, that doubled while a pass of it still fits and it is smaller than the frame."""
+    if pass_samples(pass_size, height, width, margin) <= budget:
+        return max(width, height)
+    tile = DEFAULT_TILE
+    while grow and tile * 2 < max(width, height) and pass_samples(pass_size, tile * 2, tile * 2, margin) <= budget:
+        tile *= 2
+    return tile
+
+
 def default_tile(platform, film=None, pass_size=DEFAULT_PASS_SIZE):
     """A new job's tile when it names none (the tile does not change a pixel's bits, only how the
     work is split): ``ACCELERATOR_TILE`` on GPUs and TPUs. On CPUs the whole frame where one pass
@@ -35,7 +52,6 @@ def default_tile(platform, film=None, pass_size=DEFAULT_PASS_SIZE):
     128-pixel tiles is two work units, the second a quarter used."""
     if platform != "cpu":
         return ACCELERATOR_TILE
-    if film is not None and max(film) > DEFAULT_TILE:
-        if pass_size * (film[0] + 2 * _MARGIN) * (film[1] + 2 * _MARGIN) <= TRACE_SAMPLES:
-            return max(film)
-    return DEFAULT_TILE
+    if film is None or max(film) <= DEFAULT_TILE:
+        return DEFAULT_TILE
+    return fitting_tile(*film, pass_size, TRACE_SAMPLES)

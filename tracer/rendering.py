@@ -23,7 +23,7 @@ from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
 from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
-                             TRACE_SAMPLES)
+                             TRACE_SAMPLES, fitting_tile, pass_samples)
 from tracer.direct import trace_direct
 from tracer.integrator import DEFAULT_POOL, pool_size, trace_paths
 from tracer.io.aovs import channel_count
@@ -46,11 +46,12 @@ def local_mesh():
 # Samples one work unit traces as one batch at most. On a CPU a sample keeps its ray, key and
 # radiance (~60 bytes) while a pool of some thousands of lanes a device traces the paths. On GPUs
 # and TPUs every sample is a lane in flight (``integrator.pool_size``), about 0.9 KB of path state
-# each (one pool for 2^23 samples, on a CPU: 9 GB), and the batch is what fills the chip: on an H100 the Cornell box at
-# 1024x1024 traced 36 Msamples/s in units of 2^18 samples, 62 at 2^20, 83 at 2^22 and 94 at 2^24.
+# each (one pool for 2^23 samples, on a CPU: 9 GB), and the batch is what fills the chip: on an
+# H100 the Cornell box at 1024x1024 traced 36 Msamples/s in units of 2^18 samples, 62 at 2^20,
+# 83 at 2^22 and 94 at 2^24.
 ACCELERATOR_TRACE_SAMPLES = 1 << 23  # where the device's memory is not known
 _MAX_ACCELERATOR_TRACE_SAMPLES = 1 << 24
-_BYTES_A_LANE = 2048  # of the device's memory a lane may take: twice the ~0.9 KB measured, for scenes that keep more
+_BYTES_A_LANE = 2048  # device memory a lane may take: twice the ~0.9 KB measured, for scenes that keep more
 
 
 def trace_samples(platform=None):
@@ -70,19 +71,14 @@ def trace_samples(platform=None):
     return max(1 << 16, min(_MAX_ACCELERATOR_TRACE_SAMPLES, 1 << (max(1, lanes).bit_length() - 1)))
 
 
-def _pass_samples(film, pass_size, tile_h, tile_w):
-    """Samples one pass of a tile traces: its source grid is the tile grown by the filter's margin."""
-    return pass_size * (tile_h + 2 * film.margin) * (tile_w + 2 * film.margin)
-
-
 def trace_passes(chunk_passes, pass_size, tile_h, tile_w, film, platform=None):
     """Passes a work unit traces as one batch: the largest divisor of ``chunk_passes`` (the passes
-    a work unit usually adds) within ``trace_samples(platform)``. One batch drains its path pool once: a
-    pool's last bounces run mostly idle lanes (orbit.xml: a third of all lanes traced), so
+    a work unit usually adds) within ``trace_samples(platform)``. One batch drains its path pool
+    once: a pool's last bounces run mostly idle lanes (orbit.xml: a third of all lanes traced), so
     fewer, larger batches waste less. The bits do not depend on it (a path's arithmetic is its
     own; each pass is splatted and added alone, in order)."""
     chunk_passes = max(1, chunk_passes)
-    fits = max(1, trace_samples(platform) // _pass_samples(film, pass_size, tile_h, tile_w))
+    fits = max(1, trace_samples(platform) // pass_samples(pass_size, tile_h, tile_w, film.margin))
     return max(d for d in range(1, min(chunk_passes, fits) + 1) if chunk_passes % d == 0)
 
 
@@ -199,16 +195,9 @@ def whole_image_tile(film, pass_size, platform=None):
     """``tracer.render``'s tile: the film's crop window whole where a pass of it (grown by the
     filter's margin) fits ``trace_samples(platform)``, else the largest power-of-two tile from
     ``DEFAULT_TILE`` up whose pass fits (``DEFAULT_TILE`` on CPUs: the farm's)."""
-    h, w = film.crop_height, film.crop_width
     platform = jax.default_backend() if platform is None else platform
-    budget = trace_samples(platform)
-    if _pass_samples(film, pass_size, h, w) <= budget:
-        return max(h, w)
-    tile = DEFAULT_TILE
-    while (platform != "cpu" and tile * 2 < max(h, w)
-           and _pass_samples(film, pass_size, tile * 2, tile * 2) <= budget):
-        tile *= 2
-    return tile
+    return fitting_tile(film.crop_width, film.crop_height, pass_size, trace_samples(platform), film.margin,
+                        grow=platform != "cpu")
 
 
 def _whole(name, value, low, high):
