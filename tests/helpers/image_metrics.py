@@ -50,7 +50,20 @@ def read_exr(path):
 
 
 def write_exr(path, img):
-    """Write an (H, W, 3) image as a float32, ZIP-compressed RGB OpenEXR file."""
+    """Write an (H, W, 3) image as a float32, ZIP-compressed RGB OpenEXR file, and an (H, W) or
+    (H, W, 1) one as its single Y channel.
+
+    OpenEXR's "RGB" key reads three floats a pixel from the array it is given, whatever its shape:
+    a one-channel array under it would be written scrambled, with memory past its end."""
+    img = np.asarray(img, np.float32)
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[..., 0]
+    if img.ndim == 2:
+        channels = {"Y": np.ascontiguousarray(img)}
+    elif img.ndim == 3 and img.shape[2] == 3:
+        channels = {"RGB": np.ascontiguousarray(img)}
+    else:
+        raise ValueError(f"write_exr takes (H, W), (H, W, 1) or (H, W, 3) images, not {img.shape}")
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
-    with OpenEXR.File(header, {"RGB": np.ascontiguousarray(img, np.float32)}) as f:
+    with OpenEXR.File(header, channels) as f:
         f.write(str(path))

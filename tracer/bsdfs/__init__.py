@@ -170,8 +170,10 @@ def _sample_kinds(materials, textures, mat, uv, wi, u1, u2):
 
 
 def _sample_rough(materials, params, wi, u1, u2, out):
-    """One microfacet normal per ray serves every rough kind (each samples the visible normals
-    seen from wi turned to the upper hemisphere)."""
+    """One microfacet normal per ray serves every rough kind: the visible normals seen from wi, turned
+    to the upper hemisphere for rough dielectrics only, as Mitsuba's do. (For the others wi below
+    fails the sample; its direction still matters where a blend evaluates a sibling there, which
+    sees another frame under a bump map.)"""
     distr = sample_distr = params.distr
     if params.has(BsdfKind.ROUGHDIELECTRIC) and distr.all_normals:
         # Walter et al.'s widened roughness, for the rough dielectrics that sample all normals.
@@ -179,8 +181,10 @@ def _sample_rough(materials, params, wi, u1, u2, out):
         mine = params.kind == BsdfKind.ROUGHDIELECTRIC
         sample_distr = dataclasses.replace(distr, alpha_u=jnp.where(mine, widened.alpha_u, distr.alpha_u),
                                            alpha_v=jnp.where(mine, widened.alpha_v, distr.alpha_v))
-    wi_up = vm.upper_hemisphere(wi)
-    m, pdf_m = microfacet.sample(sample_distr, wi_up, u2)
+    wi_m = wi
+    if params.has(BsdfKind.ROUGHDIELECTRIC):
+        wi_m = vm.select(params.kind == BsdfKind.ROUGHDIELECTRIC, vm.upper_hemisphere(wi), wi)
+    m, pdf_m = microfacet.sample(sample_distr, wi_m, u2)
     if params.has(BsdfKind.ROUGHCONDUCTOR):
         wo, pdf, weight = conductor.rough_sample(wi, m, pdf_m, params.eta3, params.k3, params.specular, distr)
         out.put(BsdfKind.ROUGHCONDUCTOR, wo=wo, pdf=pdf, weight=weight)
