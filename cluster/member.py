@@ -107,7 +107,7 @@ class Member:
         rank 0 (others: None)."""
         import jax
 
-        from tracer.integrator import pool_size
+        from tracer.integrator import drain_phases, pool_size
         from tracer.rendering import render_tile, trace_passes
 
         scene = self._load(task.scene)
@@ -117,7 +117,8 @@ class Member:
         value, weight = render_tile(scene, *args, tile_h=task.tile_h, tile_w=task.tile_w,
                                     pass_size=task.pass_size, mesh=self.mesh, path_pool=pool_size(scene),
                                     passes_traced=trace_passes(task.chunk_passes, task.pass_size, task.tile_h,
-                                                               task.tile_w, scene.film))
+                                                               task.tile_w, scene.film),
+                                    drain_phases=drain_phases(task.job_samples))
         if self.size > 1 and not value.is_fully_replicated:
             from jax.experimental import multihost_utils
             value, weight = multihost_utils.process_allgather((value, weight), tiled=True)

@@ -43,6 +43,7 @@ class TileTask:
     start: tuple = None       # (value, weight) numpy arrays to continue from, or None
     channels: int = 3         # of value: RGB, then the scene's AOVs
     chunk_passes: int = 1     # the passes a task of its job usually adds: what the work unit traces as one batch
+    job_samples: int = 0      # samples x pixels of the whole job: how long its program serves (drain phases)
     # Where rank 0 writes the result instead of returning it, or None: an object with
     # ``start(tile_h, tile_w)`` (the accumulator to continue from, when ``start`` is None) and
     # ``write(value, weight)`` (its answer), such as ``farm.results.Slot``.

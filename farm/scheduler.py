@@ -139,7 +139,8 @@ class _JobRun:
         return TileTask(scene=scene, frame=task.frame, seed=spec.seed, spp=spec.spp, tile_y=ty * spec.tile,
                         tile_x=tx * spec.tile, tile_h=self.th, tile_w=self.tw, first_pass=task.first_pass,
                         n_passes=task.n_passes, pass_size=spec.pass_size, start=start, out=out,
-                        channels=self.store.channels, chunk_passes=spec.chunk_passes)
+                        channels=self.store.channels, chunk_passes=spec.chunk_passes,
+                        job_samples=spec.n_frames * spec.spp * self.store.width * self.store.height)
 
     def units(self, task):
         """Samples x pixels the task adds, for progress."""

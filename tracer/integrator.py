@@ -21,7 +21,8 @@ from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.sampling import power_heuristic
 
-__all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
+__all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "drain_phases",
+           "DRAIN_PHASES", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
            "material_and_frame", "add_next_event"]
 
 # Each stage's results pass an optimization barrier: XLA's CPU fusion otherwise inlines a stage
@@ -36,7 +37,14 @@ _stage = jax.lax.optimization_barrier
 DEFAULT_POOL = _POOL = 65536
 _POOL_PER_CORE = 4096
 _POOL_PER_CORE_HOST = 32768
-_PHASES = 3        # drain loop bodies over P, P / 2, P / 4 lanes
+# The last paths of a batch drain over P, then P / 2 lanes, and in long jobs P / 4. Each pool shape
+# compiles its own bounce (XLA shares kernels between loop bodies of one shape only): the phase over
+# P / 4 cost 3.3-4.6 s of compiling (orbit.xml 7.2 to 11.8 s, mesh.xml 6.8-7.7 to 10.5 s) and saved
+# about 5% of a frame (orbit at 160x120, 64 spp: medians of 8 renders, one process), some 22 ms a
+# million samples on 2 cores; past LONG_JOB_SAMPLES that repays the compile.
+DRAIN_PHASES = 2
+_LONG_JOB_DRAIN_PHASES = 3
+LONG_JOB_SAMPLES = 1 << 28
 _SHRINK = 2
 _MIN_PHASE = 8192  # smaller batches are not worth another compiled body (a second or more each)
 
@@ -258,6 +266,13 @@ def pool_size(scene):
     return _POOL_PER_CORE_HOST if scene.geometry.accel in geometry.HOST_ENGINES else _POOL_PER_CORE
 
 
+def drain_phases(samples):
+    """Drain phases (the static ``phases`` of ``trace_paths``) for a program that will trace about
+    ``samples`` samples in all (a job's frames x spp x pixels): a third where its saving repays
+    its compile. Any count gives the same bits."""
+    return _LONG_JOB_DRAIN_PHASES if samples >= LONG_JOB_SAMPLES else DRAIN_PHASES
+
+
 def _store(out, index, radiance):
     """Rows ``out`` (three (N + 1,) arrays) with [index] = radiance (3, P): one scatter a row, as
     a (3, N) scatter made XLA transpose its updates to (P, 3), recomputing the whole radiance
@@ -266,13 +281,14 @@ def _store(out, index, radiance):
     return tuple(row.at[index].set(radiance[k]) for k, row in enumerate(out))
 
 
-def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL):
+def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL, phases=DRAIN_PHASES):
     """Radiance (3, N) arriving along camera rays; ``keys`` (``rng.SampleKeys`` of N samples)
     address each path's randomness.
 
-    ``pool`` (static): lanes in flight (``pool_size``). A path's arithmetic depends only on its
-    own key and ray, never on its lane or on which other paths share the pool, so any pool size
-    or schedule gives the same bits.
+    ``pool`` (static): lanes in flight (``pool_size``); ``phases`` (static): how many shrinking
+    parts of the pool the last paths drain over (``drain_phases``). A path's arithmetic depends
+    only on its own key and ray, never on its lane or on which other paths share the pool, so any
+    pool size or schedule gives the same bits.
     """
     n = t_max.shape[0]
     if scene.settings.max_depth == 0:
@@ -310,10 +326,9 @@ def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL
         lane_keys = jax.tree.map(lambda a, b: jnp.where(done, a, b), new_keys, lane_keys)
         return (state, lane_keys, jnp.where(done, new_index, index)), (head, out)
 
-    carry = ((state, lane_keys, index), (jnp.minimum(count, pool), out))
-    if pool < n:  # (a batch that fits the pool skips a loop: compiling one takes seconds)
-        carry = jax.lax.while_loop(lambda c: c[1][0] < count, lambda c: advance(*c), carry)
-    # The queue is empty: the last paths drain in phases over shrinking parts of the pool.
-    _, (_, out) = lanes.drain_in_phases(carry[0], lambda c: c[0].active, advance, shared=carry[1],
-                                        shrink=_SHRINK, min_phase=_MIN_PHASE, max_phases=_PHASES)
+    # Lanes refill while the queue lasts, then the last paths drain in phases over shrinking
+    # parts of the pool; refilling and the first phase are one loop (one compiled body less).
+    _, (_, out) = lanes.drain_in_phases((state, lane_keys, index), lambda c: c[0].active, advance,
+                                        shared=(jnp.minimum(count, pool), out), busy=lambda shared: shared[0] < count,
+                                        shrink=_SHRINK, min_phase=_MIN_PHASE, max_phases=phases)
     return jnp.stack(out)[:, :n]

@@ -29,7 +29,7 @@ def stable_partition(mask):
     return order, count
 
 
-def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None, shared=None):
+def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None, shared=None, busy=None):
     """Apply ``step`` to ``carry`` until ``live(carry)`` (N,) is all false; returns the carry.
 
     A batched loop runs until its slowest lane is done. So it runs in phases over shrinking
@@ -40,19 +40,25 @@ def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None, sh
     permuted: carry their identity (an index) if the caller needs it.
 
     ``shared``: what the loop also carries whole, neither cut nor permuted (a queue's head, an
-    output buffer); then ``step(carry, shared)`` returns both, and so does this.
+    output buffer); then ``step(carry, shared)`` returns both, and so does this. ``busy(shared)``
+    (a scalar bool): the first phase also runs while it holds, however many lanes are live. A
+    loop that refills lanes from a queue is so the first phase's own loop, not a second compiled
+    body ahead of it (the path loop's bodies take seconds each to compile).
     """
     if shared is None:
         return drain_in_phases(carry, live, lambda c, s: (step(c), s), shrink=shrink, min_phase=min_phase,
-                               max_phases=max_phases, shared=())[0]
+                               max_phases=max_phases, shared=(), busy=None if busy is None else lambda _: busy(()))[0]
     size = jax.tree.leaves(carry)[0].shape[-1]
     phase = 1
     while True:
         smaller = size // shrink
         last = smaller < min_phase or phase == max_phases
         bound = 0 if last else smaller
-        head, shared = jax.lax.while_loop(lambda c, b=bound: jnp.sum(live(c[0]), dtype=jnp.int32) > b,
-                                          lambda c: step(*c), (_head(carry, size), shared))
+        def more(c, b=bound, first=phase == 1):
+            draining = jnp.sum(live(c[0]), dtype=jnp.int32) > b
+            return draining | busy(c[1]) if first and busy is not None else draining
+
+        head, shared = jax.lax.while_loop(more, lambda c: step(*c), (_head(carry, size), shared))
         if not last:
             order = stable_partition(live(head))[0]
             head = jax.tree.map(lambda a: a[..., order], head)

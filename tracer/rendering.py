@@ -25,7 +25,7 @@ from tracer import rng
 from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
                              TRACE_SAMPLES, fitting_tile, pass_samples)
 from tracer.direct import trace_direct
-from tracer.integrator import DEFAULT_POOL, pool_size, trace_paths
+from tracer.integrator import DEFAULT_POOL, DRAIN_PHASES, drain_phases, pool_size, trace_paths
 from tracer.io.aovs import channel_count
 from tracer.programs import KeptPrograms
 from tracer.reduction import resolve
@@ -83,7 +83,7 @@ def trace_passes(chunk_passes, pass_size, tile_h, tile_w, film, platform=None):
 
 
 def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, *, tile_h, tile_w, pass_size, passes,
-                   mesh, path_pool):
+                   mesh, path_pool, phases):
     """The splats of ``passes`` consecutive passes from ``first_sample``, traced as one batch:
     value (passes, tile_h, tile_w, C) and weight (passes, tile_h, tile_w). Passes at or past
     ``live`` (traced) trace nothing (their samples are invalid) and are to be left out."""
@@ -123,7 +123,7 @@ def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, 
         if scene.settings.integrator == "direct":
             radiance = trace_direct(scene, keys, origin, direction, t_max, valid)
         else:
-            radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool)
+            radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool, phases=phases)
         if scene.settings.aovs:  # Mitsuba's aov integrator: its AOVs after the RGB, splatted alike
             radiance = jnp.concatenate([radiance, aov.evaluate(scene, origin, direction, t_max, valid, radiance)])
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples
@@ -158,7 +158,7 @@ def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, 
 
 
 def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, value, weight, *,
-               tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL, passes_traced=1):
+               tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL, passes_traced=1, drain_phases=DRAIN_PHASES):
     """Add passes [first_pass, first_pass + n_passes) of one tile to the accumulator (value, weight).
 
     scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
@@ -169,8 +169,9 @@ def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, va
     the tile outside the film get zeros; those outside the window but inside the film are
     rendered, and left out of the image by whoever assembles it. Returns the new (value, weight).
     ``path_pool``: paths in flight per device (``tracer.integrator.pool_size(scene)`` sizes it
-    for this process); ``passes_traced``: passes traced as one batch (``trace_passes``). Both
-    change the speed, never the bits.
+    for this process); ``passes_traced``: passes traced as one batch (``trace_passes``);
+    ``drain_phases``: ``tracer.integrator.drain_phases`` of the samples the program will trace
+    in all (a job's). They change the speed and the compile time, never the bits.
     """
     batch = passes_traced
 
@@ -178,7 +179,7 @@ def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, va
         live = jnp.minimum(n_passes - b * batch, batch)
         v, w = _render_passes(scene, frame, seed, tile_y, tile_x, (first_pass + b * batch) * pass_size, live, spp,
                               tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, passes=batch, mesh=mesh,
-                              path_pool=path_pool)
+                              path_pool=path_pool, phases=drain_phases)
         for k in range(batch):  # one pass at a time, in pass order; passes past n_passes not at all
             acc = (jnp.where(k < live, acc[0] + v[k], acc[0]), jnp.where(k < live, acc[1] + w[k], acc[1]))
         return acc
@@ -188,7 +189,7 @@ def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, va
 
 # The jitted work unit. Eight programs kept: a job needs one, and each holds hundreds of memory maps.
 render_tile = KeptPrograms(_work_unit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool",
-                                                       "passes_traced"), keep=8)
+                                                       "passes_traced", "drain_phases"), keep=8)
 
 
 def whole_image_tile(film, pass_size, platform=None):
@@ -242,6 +243,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
     i32 = jnp.int32
     chunk = n_passes if chunk_passes is None else chunk_passes
     batch = trace_passes(chunk, pass_size, th, tw, film)
+    phases = drain_phases(spp * height * width)
     for y in range(0, height, th):
         for x in range(0, width, tw):
             value, weight = np.zeros((th, tw, channels), np.float32), np.zeros((th, tw), np.float32)
@@ -250,7 +252,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
                     scene, i32(frame), i32(seed), i32(y), i32(x), i32(first), i32(min(chunk, n_passes - first)),
                     i32(spp), jnp.zeros((th, tw, channels), jnp.float32), jnp.zeros((th, tw), jnp.float32),
                     tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh, path_pool=path_pool,
-                    passes_traced=batch)
+                    passes_traced=batch, drain_phases=phases)
                 value, weight = value + np.asarray(v), weight + np.asarray(w)
             h, w = min(th, height - y), min(tw, width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])

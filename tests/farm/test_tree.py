@@ -85,7 +85,10 @@ def _run(spec, store, order, kill_after=None, tear_at=None):
             startable = [t for t in queue if folds.may_start(t)][:4]  # a few groups' worth
             for t in startable:
                 queue.remove(t)
-                inflight.append((t, stub_unit(runner.tile_task(t))))
+                tile_task = runner.tile_task(t)
+                # The job's size, that the work unit's drain phases are chosen by.
+                assert tile_task.job_samples == spec.n_frames * spec.spp * store.width * store.height
+                inflight.append((t, stub_unit(tile_task)))
             task, (value, weight) = inflight.pop(order.randrange(len(inflight)))
             if kill_after is not None and done >= kill_after:
                 raise Kill()
