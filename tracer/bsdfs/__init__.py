@@ -15,6 +15,13 @@ normal sample and one evaluation of D and G. The principled kinds draw their own
 parameters map to a GGX roughness per lobe); lobes no principled material has are not traced.
 A leaf under a ``normalmap`` or ``bumpmap`` sees its directions in a perturbed frame
 (``tracer.bsdfs.perturb``); tables without one never trace it.
+
+Failed samples: a sample of zero weight ends its path, but a blend above it still evaluates its
+siblings at the sample's direction and counts its pdf in the mixture (Mitsuba's ``blendbsdf``),
+and under a bump map the siblings see another frame. So a failed sample's direction and pdf are
+Mitsuba's, kind by kind: wi below the surface leaves diffuse's cosine sample and pdf, the smooth
+conductor's mirror direction and pdf 1, the rough conductor's reflection about the normal drawn
+from wi as it is, with its pdf (kept too where wo falls below), and the plastics' all zeros.
 """
 import dataclasses
 

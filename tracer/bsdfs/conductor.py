@@ -14,17 +14,19 @@ __all__ = ["smooth_sample", "rough_sample", "rough_eval_pdf"]
 
 
 def smooth_sample(wi, eta, k, specular):
-    """Mirror reflection. Returns (wo, pdf = 1, weight = specular F (3, N))."""
+    """Mirror reflection. Returns (wo, pdf = 1, weight = specular F (3, N)); wi below fails the
+    sample (weight 0), its direction and pdf kept as Mitsuba's (``tracer.bsdfs``: failed samples)."""
     ok = wi[2] > 0
     weight = specular * fresnel.conductor(wi[2], eta, k)
-    return vm.reflect(wi), jnp.where(ok, 1.0, 0.0), vm.select(ok, weight, 0.0)
+    return vm.reflect(wi), jnp.ones_like(wi[2]), vm.select(ok, weight, 0.0)
 
 
 def rough_sample(wi, m, pdf_m, eta, k, specular, distr):
     """Reflect wi about the normal m sampled by ``microfacet.sample(distr, wi, u2)`` (density pdf_m).
 
     Returns (wo, pdf, weight (3, N)) with Mitsuba's weights: F G1(wo) for visible-normal
-    sampling, F G (wi.m) / (cos_i cos_m) otherwise.
+    sampling, F G (wi.m) / (cos_i cos_m) otherwise. A failed sample (weight 0) keeps its pdf, as
+    Mitsuba's does (``tracer.bsdfs``: failed samples).
     """
     wo = fresnel.reflect_about(wi, m)
     dot_wi_m = vm.dot(wi, m)
@@ -36,7 +38,7 @@ def rough_sample(wi, m, pdf_m, eta, k, specular, distr):
     ok = (wi[2] > 0) & (pdf_m != 0) & (wo[2] > 0)
     pdf = pdf_m / (4.0 * vm.dot(wo, m))  # Jacobian of the half-vector map
     f = fresnel.conductor(dot_wi_m, eta, k)
-    return wo, jnp.where(ok, pdf, 0.0), vm.select(ok, f * weight * specular, 0.0)
+    return wo, jnp.where(jnp.isfinite(pdf), pdf, 0.0), vm.select(ok, f * weight * specular, 0.0)
 
 
 def rough_eval_pdf(wi, wo, terms, eta, k, specular, distr):

@@ -11,11 +11,13 @@ __all__ = ["sample", "eval_pdf"]
 
 
 def sample(wi, u2, reflectance):
-    """Cosine-weighted hemisphere sample. Returns (wo, pdf, weight (3, N)); weight = reflectance."""
+    """Cosine-weighted hemisphere sample. Returns (wo, pdf, weight (3, N)); weight = reflectance.
+    A sample failed for wi below keeps its direction and pdf, as Mitsuba's: a blend above counts
+    them (``tracer.bsdfs``: failed samples)."""
     wo = sampling.square_to_cosine_hemisphere(u2)
     pdf = sampling.INV_PI * wo[2]
     ok = (wi[2] > 0) & (pdf > 0)
-    return wo, jnp.where(ok, pdf, 0.0), vm.select(ok, reflectance, 0.0)
+    return wo, pdf, vm.select(ok, reflectance, 0.0)
 
 
 def eval_pdf(wi, wo, reflectance):

@@ -56,7 +56,9 @@ def smooth_sample(wi, u1, u2, c):
     wo = vm.select(chose_spec, vm.reflect(wi), wo_d)
     pdf = jnp.where(chose_spec, p_spec, p_diff * sampling.INV_PI * wo_d[2])
     ok = cos_i > 0
-    return wo, jnp.where(ok, pdf, 0.0), vm.select(ok, vm.select(chose_spec, w_spec, w_diff), 0.0), chose_spec
+    # wi below: Mitsuba's sample is all zeros, direction too (tracer.bsdfs: failed samples).
+    return (vm.select(ok, wo, 0.0), jnp.where(ok, pdf, 0.0), vm.select(ok, vm.select(chose_spec, w_spec, w_diff), 0.0),
+            chose_spec)
 
 
 def smooth_eval_pdf(wi, wo, c):
@@ -98,7 +100,8 @@ def rough_sample(wi, u1, u2, m, terms_fn, c, table, column, distr):
     wo = vm.select(chose_spec, fresnel.reflect_about(wi, m), sampling.square_to_cosine_hemisphere(u2))
     value, pdf = rough_eval_pdf(wi, wo, terms_fn(wo), c, table, column, distr)
     ok = pdf > 0
-    return wo, pdf, vm.select(ok, value / jnp.where(ok, pdf, 1.0), 0.0)
+    # wi below: Mitsuba's direction stays zero (tracer.bsdfs: failed samples).
+    return vm.select(wi[2] > 0, wo, 0.0), pdf, vm.select(ok, value / jnp.where(ok, pdf, 1.0), 0.0)
 
 
 def rough_eval_pdf(wi, wo, terms, c, table, column, distr):

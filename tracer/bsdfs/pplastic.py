@@ -56,4 +56,5 @@ def sample(wi, u1, u2, m, terms_fn, p, distr):
     wo = vm.select(chose_spec, fresnel.reflect_about(wi, m), sampling.square_to_cosine_hemisphere(u2))
     value, pdf = eval_pdf(wi, wo, terms_fn(wo), p, distr)
     ok = pdf > 0
-    return wo, pdf, vm.select(ok, value / jnp.where(ok, pdf, 1.0), 0.0)
+    # wi below: Mitsuba's direction stays zero (tracer.bsdfs: failed samples).
+    return vm.select(wi[2] > 0, wo, 0.0), pdf, vm.select(ok, value / jnp.where(ok, pdf, 1.0), 0.0)

@@ -47,6 +47,14 @@ CASES = {
                           f'{ANISO}<bsdf type="diffuse"/></bsdf></bsdf>',
     "blend_of_bumpmap": f'<bsdf type="blendbsdf"><float name="weight" value="0.6"/><bsdf type="bumpmap">{HEIGHT}'
                         f'{ANISO}</bsdf>{PLASTIC}</bsdf>',
+    # Steep bumps, whose frames often leave wi below: a failed sample's direction and pdf, which
+    # the blend counts, are Mitsuba's for each kind (tracer.bsdfs: failed samples).
+    "blend_of_steep_bumpmap": f'<bsdf type="blendbsdf"><float name="weight" value="0.3"/><bsdf type="bumpmap">'
+                              f'<float name="scale" value="2"/>{HEIGHT}{ANISO}</bsdf><bsdf type="diffuse"/></bsdf>',
+    "blend_of_bumped_roughplastic": f'<bsdf type="blendbsdf"><float name="weight" value="0.4"/><bsdf type="bumpmap">'
+                                    f'<float name="scale" value="2"/>{HEIGHT}{PLASTIC}</bsdf>{ANISO}</bsdf>',
+    "blend_of_bumped_diffuse": f'<bsdf type="blendbsdf"><float name="weight" value="0.5"/><bsdf type="bumpmap">'
+                               f'<float name="scale" value="2"/>{HEIGHT}<bsdf type="diffuse"/></bsdf>{PLASTIC}</bsdf>',
 }
 
 
@@ -140,9 +148,11 @@ def test_matches_mitsuba(name, folder):
     same = np.all(np.abs(np.asarray(bs.wo) * mirror - ref["wo"]) < 2e-4, axis=0)
     same &= np.abs(np.asarray(bs.pdf) - ref["sample_pdf"]) <= 1e-3 * (ref["sample_pdf"] + 1e-3)
     # A blend whose chosen child's sample fails reports the mixture of the others at that sample's
-    # direction and pdf, which the two renderers leave differently (Mitsuba's roughconductor keeps
-    # a failed sample's pdf, ours is zero): a few rays, as test_bsdf_composite leaves them out.
-    assert np.mean(same[ok]) >= (0.99 if "blend" in name else 1.0), f"{name}: {np.sum(ok & ~same)} samples differ"
+    # direction, counting the failed sample's pdf: both are Mitsuba's (tracer.bsdfs: failed
+    # samples), but for one quirk of its vectorized roughplastic, whose pdf is left unmasked where
+    # wo falls below (its scalar variant masks it, as we do): 1 of 2,048 samples here.
+    allowed = 1 if name == "blend_of_bumped_roughplastic" else 0
+    assert np.sum(ok & ~same) <= allowed, f"{name}: {np.sum(ok & ~same)} samples differ"
     ok &= same
     assert_agree(np.asarray(weight)[:, ok], ref["weight"][:, ok], f"{name} sample weight", rtol=1e-3)
     assert_agree(np.asarray(bs.pdf)[ok], ref["sample_pdf"][ok], f"{name} sample pdf", rtol=1e-3)
