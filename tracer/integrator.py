@@ -37,14 +37,14 @@ _stage = jax.lax.optimization_barrier
 DEFAULT_POOL = _POOL = 65536
 _POOL_PER_CORE = 4096
 _POOL_PER_CORE_HOST = 32768
-# The last paths of a batch drain over P, then P / 2 lanes, and in long jobs P / 4. Each pool shape
-# compiles its own bounce (XLA shares kernels between loop bodies of one shape only): the phase over
-# P / 4 cost 3.3-4.6 s of compiling (orbit.xml 7.2 to 11.8 s, mesh.xml 6.8-7.7 to 10.5 s) and saved
-# about 5% of a frame (orbit at 160x120, 64 spp: medians of 8 renders, one process), some 22 ms a
-# million samples on 2 cores; past LONG_JOB_SAMPLES that repays the compile.
-DRAIN_PHASES = 2
-_LONG_JOB_DRAIN_PHASES = 3
-LONG_JOB_SAMPLES = 1 << 28
+# The last paths of a batch drain over P lanes, then, in programs that trace enough samples to
+# repay the compile, over P / 2 and P / 4. Each pool shape compiles its own bounce (XLA shares
+# kernels between loop bodies of one shape only). Measured on orbit.xml (160x120, 64 spp, 2 cores;
+# medians of 8 renders in one process): the P / 2 phase cost 3.0 s of compiling and saved 4.5% of
+# a frame, the P / 4 one 4.6 s and 5%: about 20 ms a million samples each, so they pay from some
+# 150M and 230M samples. (mesh.xml compiled in 6.8-7.7 s with two phases, 10.5 s with three.)
+PHASE_SAMPLES = (1 << 27, 1 << 28)  # the samples from which a second and a third phase are made
+DRAIN_PHASES = 2  # what a program made without knowing how much it will trace gets
 _SHRINK = 2
 _MIN_PHASE = 8192  # smaller batches are not worth another compiled body (a second or more each)
 
@@ -268,9 +268,9 @@ def pool_size(scene):
 
 def drain_phases(samples):
     """Drain phases (the static ``phases`` of ``trace_paths``) for a program that will trace about
-    ``samples`` samples in all (a job's frames x spp x pixels): a third where its saving repays
-    its compile. Any count gives the same bits."""
-    return _LONG_JOB_DRAIN_PHASES if samples >= LONG_JOB_SAMPLES else DRAIN_PHASES
+    ``samples`` samples in all (a job's frames x spp x pixels): those whose saving repays their
+    compile (``PHASE_SAMPLES``). Any count gives the same bits."""
+    return 1 + sum(samples >= s for s in PHASE_SAMPLES)
 
 
 def _store(out, index, radiance):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from tracer import aov
+from tracer import aov, integrator
 from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
@@ -243,7 +243,8 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
     i32 = jnp.int32
     chunk = n_passes if chunk_passes is None else chunk_passes
     batch = trace_passes(chunk, pass_size, th, tw, film)
-    phases = drain_phases(spp * height * width)
+    # The program serves this process's later calls too, their number unknown: at least two phases.
+    phases = max(integrator.DRAIN_PHASES, drain_phases(spp * height * width))
     for y in range(0, height, th):
         for x in range(0, width, tw):
             value, weight = np.zeros((th, tw, channels), np.float32), np.zeros((th, tw), np.float32)
