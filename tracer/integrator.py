@@ -45,6 +45,9 @@ _POOL_PER_CORE_HOST = 32768
 # 150M and 230M samples. (mesh.xml compiled in 6.8-7.7 s with two phases, 10.5 s with three.)
 PHASE_SAMPLES = (1 << 27, 1 << 28)  # the samples from which a second and a third phase are made
 DRAIN_PHASES = 2  # what a program made without knowing how much it will trace gets
+# On GPUs and TPUs a batch's paths all start at once (the pool is the batch) and drain from the
+# first bounce: three phases, as measured there (README, "Figures on a GPU"); not tuned by size.
+_ACCELERATOR_DRAIN_PHASES = 3
 _SHRINK = 2
 _MIN_PHASE = 8192  # smaller batches are not worth another compiled body (a second or more each)
 
@@ -267,9 +270,12 @@ def pool_size(scene):
 
 
 def drain_phases(samples):
-    """Drain phases (the static ``phases`` of ``trace_paths``) for a program that will trace about
-    ``samples`` samples in all (a job's frames x spp x pixels): those whose saving repays their
-    compile (``PHASE_SAMPLES``). Any count gives the same bits."""
+    """Drain phases (the static ``phases`` of ``trace_paths``) for a program of this process that
+    will trace about ``samples`` samples in all (a job's frames x spp x pixels): on CPUs those
+    whose saving repays their compile (``PHASE_SAMPLES``), on GPUs and TPUs three. Any count gives
+    the same bits."""
+    if cpu.cores_per_device() is None:
+        return _ACCELERATOR_DRAIN_PHASES
     return 1 + sum(samples >= s for s in PHASE_SAMPLES)
 
 
