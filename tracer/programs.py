@@ -21,12 +21,20 @@ __all__ = ["KeptPrograms"]
 
 class KeptPrograms:
     """``jax.jit(fn, static_argnames=...)``, keeping the programs of the ``keep`` argument
-    structures (pytree structure, leaf shapes and dtypes, static arguments) used last."""
+    structures (pytree structure, leaf shapes and dtypes, static arguments) used last.
 
-    def __init__(self, fn, static_argnames, keep):
-        self._fn, self._static, self._keep = fn, tuple(static_argnames), keep
+    ``hold(args, kwargs)``: host objects a call's program uses by reference (a host engine's
+    scene, named in the program by a handle), kept alive until its outputs are ready. A caller
+    that drops its scene while the program runs (JAX dispatches asynchronously) would otherwise
+    free the scene under the program: the callback on one device fails, the others wait for it in
+    their next collective, and XLA aborts the process.
+    """
+
+    def __init__(self, fn, static_argnames, keep, hold=None):
+        self._fn, self._static, self._keep, self._hold = fn, tuple(static_argnames), keep, hold
         self._jitted = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._in_flight = []  # (outputs, held objects) of calls whose outputs were not ready
         self.programs_made = 0  # traces so far, over every structure (dropped ones included)
         functools.update_wrapper(self, fn)
 
@@ -57,4 +65,15 @@ class KeptPrograms:
             self._jitted[key] = jitted
             while len(self._jitted) > self._keep:
                 self._jitted.popitem(last=False)
-        return jitted(*args, **kwargs)
+        out = jitted(*args, **kwargs)
+        if self._hold is not None:
+            held = [h for h in self._hold(args, kwargs) if h is not None]
+            with self._lock:
+                self._in_flight = [(o, h) for o, h in self._in_flight if not _ready(o)]
+                if held:
+                    self._in_flight.append((out, held))
+        return out
+
+
+def _ready(outputs):
+    return all(x.is_ready() for x in jax.tree.leaves(outputs) if isinstance(x, jax.Array))

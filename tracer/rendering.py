@@ -189,7 +189,8 @@ def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, va
 
 # The jitted work unit. Eight programs kept: a job needs one, and each holds hundreds of memory maps.
 render_tile = KeptPrograms(_work_unit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool",
-                                                       "passes_traced", "drain_phases"), keep=8)
+                                                       "passes_traced", "drain_phases"), keep=8,
+                           hold=lambda args, kwargs: [(args[0] if args else kwargs["scene"]).geometry.host_scene])
 
 
 def whole_image_tile(film, pass_size, platform=None):

@@ -57,3 +57,39 @@ def test_a_kept_structure_compiles_once_and_a_static_argument_is_part_of_it():
     assert kept.programs_made == 2
     kept(jnp.ones(5, jnp.int32), scale=1.0)  # another dtype
     assert kept.programs_made == 3
+
+
+SCENE_DROPPED_SCRIPT = """
+import gc
+import numpy as np
+import tracer
+from tests.helpers.tiles import render_passes
+
+kept = tracer.load_scene("examples/orbit.xml", width=24, height=16)
+assert kept.geometry.accel == "embree", kept.geometry.accel
+reference = np.asarray(render_passes(kept, 0, 2, size=(8, 8))[0])
+for _ in range(3):
+    scene = tracer.load_scene("examples/orbit.xml", width=24, height=16)
+    value, _ = render_passes(scene, 0, 2, size=(8, 8))
+    del scene  # while its work unit may still run (JAX dispatches asynchronously)
+    gc.collect()
+    print("same" if np.array_equal(np.asarray(value), reference) else "different")
+"""
+
+
+def test_a_scene_dropped_while_its_work_runs_stays_until_the_work_is_done():
+    """The work unit names a host engine's scene (Embree) by handle: a scene dropped right after
+    the call is kept until the call's outputs are ready (``KeptPrograms``' ``hold``). Freed under
+    it, one device's callback failed and the other waited for it in a collective until XLA
+    aborted the process (40 s later: a test process that died in whatever test came next)."""
+    import os
+    import subprocess
+    import sys
+
+    from tracer.xla_flags import with_flags
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, XLA_FLAGS=with_flags(devices=2), JAX_PLATFORMS="cpu", PYTHONPATH=root)
+    result = subprocess.run([sys.executable, "-c", SCENE_DROPPED_SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=300, cwd=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["same"] * 3, result.stdout

@@ -36,6 +36,9 @@ class HostScene:
             self.handle = next(_ids)
             _scenes[self.handle] = (engine, scene)
         self._finalizer = weakref.finalize(self, _scenes.pop, self.handle, None)
+        # Not at exit: finalizers then run before JAX's own exit hook, which waits for the work
+        # in flight, and that work may still ask this scene (the process frees it anyway).
+        self._finalizer.atexit = False
 
     def close(self) -> None:
         """Free the engine's scene; queries under this handle fail from now on."""
