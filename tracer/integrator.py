@@ -31,12 +31,14 @@ __all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "
 _stage = jax.lax.optimization_barrier
 # Lanes in flight per CPU device, sized so that their arrays stay in the caches. With a core
 # per device (tracer.cpu): 4k lanes (Cornell box, 2 devices on 2 cores: 1.64 Msamples/s at 4k,
-# 1.56 at 8k), but 32k when a host engine answers the rays, whose calls cost a fixed ~0.6 ms
-# (mesh.xml: 1.08 at 32k, 1.03 at 8k). A device over several cores: 65k (Cornell box, 1 device
-# on 2 cores: a bounce costs 220 ns a lane at 65k lanes, 370 ns at 262k).
+# 1.56 at 8k), 8k when a host engine answers the rays, whose calls cost more a call (medians of
+# 6 renders in one process, November 25: mesh.xml at 256x256 0.88 s a frame at 8k and 4k, 1.00 at
+# 32k; orbit.xml 0.47 s at 8k, 0.50 at 4k, 0.58 at 32k, and 1.95 against 2.23 s at 320x240). A
+# device over several cores: 65k (Cornell box, 1 device on 2 cores: a bounce costs 220 ns a lane
+# at 65k lanes, 370 ns at 262k).
 DEFAULT_POOL = _POOL = 65536
 _POOL_PER_CORE = 4096
-_POOL_PER_CORE_HOST = 32768
+_POOL_PER_CORE_HOST = 8192
 # The last paths of a batch drain over P lanes, then, in programs that trace enough samples to
 # repay the compile, over P / 2 and P / 4. Each pool shape compiles its own bounce (XLA shares
 # kernels between loop bodies of one shape only). Measured on orbit.xml (160x120, 64 spp, 2 cores;
