@@ -47,7 +47,8 @@ def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None, sh
     """
     if shared is None:
         return drain_in_phases(carry, live, lambda c, s: (step(c), s), shrink=shrink, min_phase=min_phase,
-                               max_phases=max_phases, shared=(), busy=None if busy is None else lambda _: busy(()))[0]
+                               max_phases=max_phases, shared=(),
+                               busy=None if busy is None else lambda _: busy(()))[0]
     size = jax.tree.leaves(carry)[0].shape[-1]
     phase = 1
     while True:

@@ -12,6 +12,7 @@ from JAX's persistent compilation cache where that is on).
 """
 import collections
 import functools
+import queue
 import threading
 
 import jax
@@ -34,7 +35,7 @@ class KeptPrograms:
         self._fn, self._static, self._keep, self._hold = fn, tuple(static_argnames), keep, hold
         self._jitted = collections.OrderedDict()
         self._lock = threading.Lock()
-        self._in_flight = []  # (outputs, held objects) of calls whose outputs were not ready
+        self._in_flight = None  # queue of (outputs, held objects) for the thread that lets them go
         self.programs_made = 0  # traces so far, over every structure (dropped ones included)
         functools.update_wrapper(self, fn)
 
@@ -66,14 +67,23 @@ class KeptPrograms:
             while len(self._jitted) > self._keep:
                 self._jitted.popitem(last=False)
         out = jitted(*args, **kwargs)
-        if self._hold is not None:
-            held = [h for h in self._hold(args, kwargs) if h is not None]
+        held = [h for h in self._hold(args, kwargs) if h is not None] if self._hold is not None else []
+        if held:
             with self._lock:
-                self._in_flight = [(o, h) for o, h in self._in_flight if not _ready(o)]
-                if held:
-                    self._in_flight.append((out, held))
+                if self._in_flight is None:
+                    self._in_flight = queue.SimpleQueue()
+                    threading.Thread(target=_release_when_ready, args=(self._in_flight,), daemon=True,
+                                     name="kept-programs-hold").start()
+            self._in_flight.put((out, held))
         return out
 
 
-def _ready(outputs):
-    return all(x.is_ready() for x in jax.tree.leaves(outputs) if isinstance(x, jax.Array))
+def _release_when_ready(in_flight):
+    """Let each call's held objects go once its outputs are ready (in call order)."""
+    while True:
+        out, held = in_flight.get()
+        try:
+            jax.block_until_ready(out)
+        except Exception:  # noqa: BLE001 (the caller meets the error where it reads the outputs)
+            pass
+        del out, held
