@@ -45,6 +45,9 @@ _POOL_PER_CORE_HOST = 8192
 # medians of 8 renders in one process): the P / 2 phase cost 3.0 s of compiling and saved 4.5% of
 # a frame, the P / 4 one 4.6 s and 5%: about 20 ms a million samples each, so they pay from some
 # 150M and 230M samples. (mesh.xml compiled in 6.8-7.7 s with two phases, 10.5 s with three.)
+# Those were 32k-lane pools. A phase is made only over at least _MIN_PHASE lanes, so the pools of
+# one device a core (4k, 8k) drain in one phase whatever the job: the rule applies to devices
+# over several cores (65k) and, fixed at three, to GPUs and TPUs.
 PHASE_SAMPLES = (1 << 27, 1 << 28)  # the samples from which a second and a third phase are made
 DRAIN_PHASES = 2  # what a program made without knowing how much it will trace gets
 # On GPUs and TPUs a batch's paths all start at once (the pool is the batch) and drain from the

@@ -55,6 +55,7 @@ def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None, sh
         smaller = size // shrink
         last = smaller < min_phase or phase == max_phases
         bound = 0 if last else smaller
+
         def more(c, b=bound, first=phase == 1):
             draining = jnp.sum(live(c[0]), dtype=jnp.int32) > b
             return draining | busy(c[1]) if first and busy is not None else draining
