@@ -9,8 +9,8 @@ then joins its group (``join_group``).
 
 What a worker runs with:
 
-* CPU: ``tracer.xla_flags.DETERMINISTIC_CPU`` (one instruction set on every x86 host: the same
-  bits on any device count, host count or x86 CPU) and one XLA device per core unless the group
+* CPU: the job's instruction-set level (``tracer.xla_flags``: the same bits on any device count,
+  host count or x86 CPU of that level; a host below it refuses to start) and one XLA device per core unless the group
   names a count (``tracer.cpu``: XLA runs a device's kernels on one core at a time), at least
   ``tracer.xla_flags.MIN_CPU_DEVICES``; gloo collectives.
 * GPU / TPU: ``JAX_PLATFORMS`` names the platform; nothing else.
@@ -23,7 +23,7 @@ What a worker runs with:
 import os
 import sys
 
-from tracer.xla_flags import with_flags
+from tracer.xla_flags import check_host, with_flags
 
 __all__ = ["CACHE_ENV", "cache_dir", "worker_env", "start_jax", "enable_compilation_cache", "join_group",
            "compile_stats"]
@@ -36,6 +36,7 @@ _listening = False
 CACHE_ENV = "JAXFARM_XLA_CACHE"
 _PLATFORM_NAMES = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}  # GroupShape's name -> JAX_PLATFORMS
 _DEVICE_COUNT = "--xla_force_host_platform_device_count"
+_ISA = "--xla_cpu_max_isa="
 
 
 def cache_dir(environ=None):
@@ -49,8 +50,9 @@ def cache_dir(environ=None):
     return os.path.join(base, "jaxfarm", "xla")
 
 
-def worker_env(platform, devices_per_host=None, environ=None):
-    """Environment variables of a member process (driver side; ``environ``: the driver's).
+def worker_env(platform, devices_per_host=None, environ=None, isa=None):
+    """Environment variables of a member process (driver side; ``environ``: the driver's);
+    ``isa``: the CPU arithmetic's instruction-set level (default: the driver's host's).
 
     The driver's own XLA_FLAGS pass through (less the flags set here). The cache folder is
     passed only when the driver names one: otherwise each host takes its own user's default.
@@ -58,7 +60,7 @@ def worker_env(platform, devices_per_host=None, environ=None):
     environ = os.environ if environ is None else environ
     env = {"JAX_PLATFORMS": _PLATFORM_NAMES[platform]}
     if platform == "cpu":
-        env["XLA_FLAGS"] = with_flags(environ.get("XLA_FLAGS", ""), devices_per_host)
+        env["XLA_FLAGS"] = with_flags(environ.get("XLA_FLAGS", ""), devices_per_host, isa=isa)
     if CACHE_ENV in environ:
         env[CACHE_ENV] = environ[CACHE_ENV]
     return env
@@ -79,6 +81,9 @@ def start_jax(env):
     env = dict(env)
     if env.get("JAX_PLATFORMS") == "cpu":
         env["XLA_FLAGS"] = _one_device_per_core(env.get("XLA_FLAGS", ""))
+        isa = [f[len(_ISA):] for f in env["XLA_FLAGS"].split() if f.startswith(_ISA)]
+        if isa:
+            check_host(isa[-1])
     if "jax" in sys.modules:
         from jax._src import xla_bridge
 

@@ -57,6 +57,7 @@ class GroupShape:
     tpu_version: str = None
     cpus_per_host: float = 1
     strategy: str = "STRICT_SPREAD"
+    cpu_isa: str = None  # CPU: the arithmetic's instruction-set level (None: the host's; tracer.xla_flags)
 
     def __post_init__(self):
         if self.platform not in PLATFORMS:
@@ -84,7 +85,7 @@ class GroupShape:
     def env(self):
         """Environment of every member process, set there before JAX is imported
         (``cluster.bootstrap``: reproducible CPU arithmetic, devices, the compilation cache)."""
-        return bootstrap.worker_env(self.platform, self.devices_per_host)
+        return bootstrap.worker_env(self.platform, self.devices_per_host, isa=self.cpu_isa)
 
 
 def discover_shapes(nodes=None):

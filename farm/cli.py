@@ -15,11 +15,15 @@ import click
 from farm.errors import FarmError, Interrupted, SpecError
 from tracer.defaults import ACCELERATOR_TILE, DEFAULT_TILE, MAX_FRAME, MAX_SPP, PLATFORMS
 from tracer.filters import NAMES as FILTERS
+from tracer.xla_flags import ISAS
 
 __all__ = ["main"]
 
 
 def _group_options(f):
+    f = click.option("--cpu-isa", type=click.Choice(ISAS, case_sensitive=False), default=None,
+                     help="CPU instruction set of the job's arithmetic (default: the store's; a new one "
+                          "this machine's, or AVX2 on a cluster). A host without it refuses the job.")(f)
     f = click.option("--platform", type=click.Choice(PLATFORMS), default=None,
                      help="Device platform of the worker groups (default cpu).")(f)
     f = click.option("--devices-per-host", type=int, default=None,
@@ -32,7 +36,7 @@ def _group_options(f):
     return f
 
 
-def _with_groups(spec, groups, hosts, devices, platform):
+def _with_groups(spec, groups, hosts, devices, platform, cpu_isa=None):
     import dataclasses
 
     from farm.spec import GroupsSpec
@@ -44,7 +48,8 @@ def _with_groups(spec, groups, hosts, devices, platform):
     new = GroupsSpec(count=given(groups, g.count), hosts=given(hosts, g.hosts),
                      devices_per_host=given(devices, g.devices_per_host), platform=platform,
                      gpus_per_host=g.gpus_per_host or (1 if platform == "gpu" else 0),
-                     tpu_topology=g.tpu_topology, tpu_version=g.tpu_version)
+                     tpu_topology=g.tpu_topology, tpu_version=g.tpu_version,
+                     cpu_isa=cpu_isa.upper() if cpu_isa else g.cpu_isa)
     return dataclasses.replace(spec, groups=new)
 
 
@@ -98,7 +103,8 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     with session.starting_ray(address, spec.groups) as ray_start:  # Ray starts while the scene is checked
         try:
             check_scene(spec)
-            spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True)
+            spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True,
+                                      local=address is None)
         except FarmError as e:  # said at once; leaving the block then waits out Ray's start and stops it
             _fail(str(e), e.exit_code)
         registry.record(store.url)
@@ -166,14 +172,14 @@ def _job_options(f):
 @click.option("--replace", is_flag=True, help="Replace the content of a frame store of another job with this job.")
 @_group_options
 def render(source, frames, spp, res, sets, seed, tile, noise, min_spp, aovs, rfilter, accel, out, redo, replace, address,
-           no_progress, groups, hosts_per_group, devices_per_host, platform):
+           no_progress, groups, hosts_per_group, devices_per_host, platform, cpu_isa):
     """Render SOURCE (a scene .xml, or a job .toml) into a Zarr store.
 
     Running it again on the store of the same job renders only what is missing; a higher --spp
     adds samples to a finished job, and a later last frame adds frames.
     """
     spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise, min_spp, aovs, rfilter)
-    spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform)
+    spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform, cpu_isa)
     _render(spec, address, no_progress, redo, replace)
 
 
@@ -181,11 +187,11 @@ def render(source, frames, spp, res, sets, seed, tile, noise, min_spp, aovs, rfi
 @click.argument("store")
 @_redo_option
 @_group_options
-def resume(store, redo, address, no_progress, groups, hosts_per_group, devices_per_host, platform):
+def resume(store, redo, address, no_progress, groups, hosts_per_group, devices_per_host, platform, cpu_isa):
     """Render what the store at STORE still lacks (there, wherever it was made)."""
     from farm.job import open_store
     spec, _ = open_store(store)
-    spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform)
+    spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform, cpu_isa)
     _render(spec, address, no_progress, redo)
 
 

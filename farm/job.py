@@ -9,6 +9,7 @@ from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
+from tracer.xla_flags import PORTABLE_ISA, host_isa
 
 __all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
 
@@ -26,7 +27,7 @@ def _scene_hash(spec):
     return scene_hash(spec.scene, [spec.params_at(frame) for frame in range(spec.frames[0], spec.frames[1] + 1)])
 
 
-def prepare(spec, create=True, redo=(), replace=False, lease=False):
+def prepare(spec, create=True, redo=(), replace=False, lease=False, local=True):
     """Validate ``spec`` and bind it to its store (created, or checked to be this job's).
 
     On an existing store the reduction tree, and the AOVs and filter the job does not name, come
@@ -35,7 +36,9 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
     that they are rendered afresh. ``replace`` replaces a frame store of any job (never anything
     else) with a new one of this job. With ``lease``, the store's lease is taken (``farm.lease``;
     ``store.lease``, the caller releases it) before anything is written to an existing store, and
-    every write checks it.
+    every write checks it. A CPU job's instruction-set level (``groups.cpu_isa``, unless the job
+    names one): the store's; for a new store this host's when the job renders here (``local``),
+    else ``tracer.xla_flags.PORTABLE_ISA`` (a cluster's hosts may differ).
     Returns (planned spec, FrameStore).
     """
     check_params(spec)
@@ -46,7 +49,7 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False):
     if replace or not FrameStore.exists(spec.store):
         if not create and not replace:
             raise StoreError(f"{spec.store}: no frame store here")
-        return _create(spec, digest, replace, lease)
+        return _create(_with_isa(spec, host_isa() if local else PORTABLE_ISA), digest, replace, lease)
     hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
     spec, stored, store = _bind(spec, hashes)
     if not lease:
@@ -68,6 +71,13 @@ def _edit(spec, stored, store, digest, redo):
         store.grow(spec.to_json(), spec.identity(digest), spec.n_frames)
     store.forget_frames(sorted({frame - spec.frames[0] for frame in redo}))
     return spec, store
+
+
+def _with_isa(spec, isa):
+    """``spec`` with ``isa`` as its CPU instruction-set level unless it names one."""
+    if spec.groups.platform != "cpu" or spec.groups.cpu_isa is not None:
+        return spec
+    return dataclasses.replace(spec, groups=dataclasses.replace(spec.groups, cpu_isa=isa or PORTABLE_ISA))
 
 
 def _check_redo(spec, redo):
@@ -105,6 +115,8 @@ def _bind(spec, hashes):
     stored, store = open_store(spec.store, mode="r+")
     # What the job does not say it takes from the store: its tree, its tile, and its AOVs and filter (the
     # store of a job with others is another job's, refused below by its identity).
+    # (stores made before jobs had a level were rendered with AVX2 code)
+    spec = _with_isa(spec, stored.groups.cpu_isa or PORTABLE_ISA)
     spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size, chunk_passes=stored.chunk_passes,
                                tile=spec.tile or stored.tile,
                                aovs=spec.aovs or stored.aovs, rfilter=spec.rfilter or stored.rfilter).planned()
@@ -152,8 +164,8 @@ def group_shapes(spec, local):
     cluster, a job that names no groups gets one per node (``cluster.group.discover_shapes``)."""
     from cluster.group import GroupShape, discover_shapes
     g = spec.groups
-    if not local and g == GroupsSpec():
-        return discover_shapes()
+    if not local and dataclasses.replace(g, cpu_isa=None) == GroupsSpec():
+        return [dataclasses.replace(s, cpu_isa=g.cpu_isa) for s in discover_shapes()]
     strategy = "PACK" if local else "STRICT_SPREAD"
     from tracer.cpu import cores  # (no JAX there)
     devices = g.devices_per_host
@@ -161,7 +173,7 @@ def group_shapes(spec, local):
         devices = max(1, cores() // (g.count * g.hosts))
     shape = GroupShape(hosts=g.hosts, platform=g.platform, devices_per_host=devices,
                        gpus_per_host=g.gpus_per_host, tpu_topology=g.tpu_topology, tpu_version=g.tpu_version,
-                       strategy=strategy)
+                       strategy=strategy, cpu_isa=g.cpu_isa)
     return [shape] * g.count
 
 

@@ -25,6 +25,8 @@ Job file (paths relative to the file)::
     hosts = 1
     devices_per_host = 2          # optional, CPU: devices per member (default one per core)
     platform = "cpu"              # cpu, gpu, tpu
+    cpu_isa = "AVX2"              # optional, CPU: AVX, AVX2, AVX512 (default: a store keeps its own;
+                                  # a new one this machine's locally, AVX2 on a cluster: tracer.xla_flags)
     [params.angle]                # a keyframed $angle
     keys = [[0, 0.0], [23, 345.0]]
     interpolation = "linear"      # linear, step, smooth
@@ -49,6 +51,7 @@ from farm.tree import CHUNK_SPP, NOISE_CHUNK_SPP, Tree
 from tracer.defaults import (DEFAULT_PASS_SIZE, default_tile, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED,
                              MAX_SPP, PLATFORMS)
 from tracer.filters import NAMES as FILTERS
+from tracer.xla_flags import ISAS
 from tracer.io.aovs import parse_aovs
 from tracer.io.errors import SceneError
 from tracer.io.scene_info import describe
@@ -142,8 +145,11 @@ class GroupsSpec:
     gpus_per_host: int = 0
     tpu_topology: str = None
     tpu_version: str = None
+    cpu_isa: str = None  # CPU: the instruction-set level of the job's arithmetic (tracer.xla_flags.ISAS)
 
     def __post_init__(self):
+        if self.cpu_isa is not None and self.cpu_isa not in ISAS:
+            raise SpecError(f"groups.cpu_isa must be one of {', '.join(ISAS)}, got {shown(self.cpu_isa)}")
         counts = ("count", "hosts") + (() if self.devices_per_host is None else ("devices_per_host",))
         for name in counts:
             value = getattr(self, name)

@@ -1,12 +1,15 @@
 """XLA settings that make the tracer's CPU arithmetic reproducible (importing this does not import JAX).
 
-A work unit must give the same bits on any device count, host count and x86 CPU, so that a job
-can be split, resumed and refined anywhere. Three things decide its rounding:
+A work unit must give the same bits on any device count, host count and x86 CPU of its
+instruction-set level, so that a job can be split, resumed and refined anywhere. Three things decide its rounding:
 
 * The instruction set. XLA's CPU backend compiles for the host's CPU, and its code differs
-  between AVX2 and AVX-512 machines (measured: 160 to 5,261 pixels of five example scenes).
-  ``--xla_cpu_max_isa=AVX2`` gives every x86-64 CPU since 2013-2015 (Haswell, Excavator) the
-  same code: FMAs included.
+  between AVX2 and AVX-512 machines (measured: 160 to 5,261 pixels of five example scenes). So a
+  job renders with one instruction-set level (``--xla_cpu_max_isa``), chosen when its store is
+  made and kept with it: the host's own on this machine (AVX512 here: the bits and the speed of
+  XLA's default code), ``PORTABLE_ISA`` (AVX2: every x86-64 CPU since 2013-2015, Haswell and
+  Excavator) on a cluster, whose hosts may differ. A host without the job's level refuses to
+  work on it rather than give other bits (``check_host``).
 * Where a multiply and an add are contracted into an FMA. XLA does so wherever its fusion puts
   them together, so one program must trace a path whatever the schedule: every bounce runs in one
   loop body (``tracer.integrator``; a pool of 256 paths differed from one pool holding every path
@@ -20,17 +23,54 @@ can be split, resumed and refined anywhere. Three things decide its rounding:
 
 Until November 2026 the farm capped the instruction set at AVX (no FMA at all, the bits then
 independent of fusion), at a cost of 20-42% of the speed (Cornell box, 2 cores: 0.39x Mitsuba
-instead of 0.55x); these settings cost 3-10% against XLA's default AVX-512 code on this machine
-(``scripts/bench_tracer.py``). The farm's CPU workers always use them (``cluster.bootstrap``
-starts them); set them in your own process (``set_in_environment()`` before JAX starts) to get a
-farm job's bits from ``tracer.render``.
+instead of 0.55x); then at AVX2 on every host, which cost 8-25% against XLA's default AVX-512 code
+on this machine (``scripts/bench_tracer.py``). The farm's CPU workers always use these settings
+(``cluster.bootstrap`` starts them); set them in your own process (``set_in_environment(isa=)``
+before JAX starts) to get a farm job's bits from ``tracer.render``.
 """
 import os
 
-__all__ = ["DETERMINISTIC_CPU", "MIN_CPU_DEVICES", "with_flags", "set_in_environment", "cpu_devices"]
+__all__ = ["ISAS", "PORTABLE_ISA", "MIN_CPU_DEVICES", "host_isa", "isa_flag", "check_host", "with_flags",
+           "set_in_environment", "cpu_devices"]
 
-DETERMINISTIC_CPU = "--xla_cpu_max_isa=AVX2"
+ISAS = ("AVX", "AVX2", "AVX512")  # XLA's names for the levels, lowest first
+PORTABLE_ISA = "AVX2"
 MIN_CPU_DEVICES = 2
+# What /proc/cpuinfo lists for each level: XLA's AVX512 code may use F, CD, BW, DQ and VL.
+_LEVEL_FLAGS = (("AVX512", {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma"}),
+                ("AVX2", {"avx2", "fma"}), ("AVX", {"avx"}))
+
+
+def host_isa(cpuinfo="/proc/cpuinfo"):
+    """The highest of ``ISAS`` this host's CPU has, or None where that cannot be told (not an
+    x86 Linux host)."""
+    try:
+        with open(cpuinfo) as f:
+            line = next((line for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if line is None:
+        return None
+    flags = set(line.split(":", 1)[1].split())
+    return next((isa for isa, needs in _LEVEL_FLAGS if needs <= flags), None)
+
+
+def isa_flag(isa):
+    """The XLA flag that makes a CPU program of the ``isa`` level (one of ``ISAS``)."""
+    if isa not in ISAS:
+        raise ValueError(f"an instruction-set level is one of {', '.join(ISAS)}, got {isa!r}")
+    return f"--xla_cpu_max_isa={isa}"
+
+
+def check_host(isa, have=None):
+    """Refuse (RuntimeError) a host whose CPU lacks the ``isa`` level: XLA would quietly make
+    code of a lower level there, with other bits. ``have``: the host's level (``host_isa()``);
+    a host whose level cannot be told is let through."""
+    have = host_isa() if have is None else have
+    if have is not None and ISAS.index(have) < ISAS.index(isa):
+        raise RuntimeError(f"this host's CPU has {have}, not {isa}, the instruction set of the job's arithmetic "
+                           f"(its bits would differ): render it with --cpu-isa {have} (the bits of what is "
+                           f"rendered from then on differ from those rendered before)")
 
 
 def cpu_devices(count):
@@ -38,19 +78,20 @@ def cpu_devices(count):
     return max(int(count), MIN_CPU_DEVICES)
 
 
-def with_flags(xla_flags="", devices=None, deterministic=True):
-    """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flag and, if given, a
-    virtual CPU device count (with the flag: at least ``MIN_CPU_DEVICES``); earlier values of
-    the same flags are replaced."""
+def with_flags(xla_flags="", devices=None, deterministic=True, isa=None):
+    """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flag of the ``isa`` level
+    (default: this host's, else ``PORTABLE_ISA``) and, if given, a virtual CPU device count (with
+    the flag: at least ``MIN_CPU_DEVICES``); earlier values of the same flags are replaced."""
     drop = ("--xla_cpu_max_isa", "--xla_force_host_platform_device_count")
     flags = [f for f in (xla_flags or "").split() if not f.startswith(drop)]
     if deterministic:
-        flags.append(DETERMINISTIC_CPU)
+        flags.append(isa_flag(isa or host_isa() or PORTABLE_ISA))
     if devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={cpu_devices(devices) if deterministic else devices}")
     return " ".join(flags)
 
 
-def set_in_environment(devices=None):
-    """Put the flags in this process's XLA_FLAGS (effective only before JAX starts its backend)."""
-    os.environ["XLA_FLAGS"] = with_flags(os.environ.get("XLA_FLAGS", ""), devices)
+def set_in_environment(devices=None, isa=None):
+    """Put the flags in this process's XLA_FLAGS (effective only before JAX starts its backend);
+    ``isa``: the job's level (``farm status`` shows it), default this host's."""
+    os.environ["XLA_FLAGS"] = with_flags(os.environ.get("XLA_FLAGS", ""), devices, isa=isa)

@@ -5,23 +5,50 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from cluster import bootstrap
 from cluster.group import GroupShape, WorkerGroup
 from cluster.task import SceneRef, TileTask
-from tracer.xla_flags import DETERMINISTIC_CPU
+from tracer import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_worker_environment():
-    env = bootstrap.worker_env("cpu", 3, environ={"XLA_FLAGS": "--xla_cpu_max_isa=AVX512 --xla_dump_to=/x"})
+    env = bootstrap.worker_env("cpu", 3, environ={"XLA_FLAGS": "--xla_cpu_max_isa=AVX512 --xla_dump_to=/x"}, isa="AVX")
     flags = env["XLA_FLAGS"].split()
-    assert env["JAX_PLATFORMS"] == "cpu" and DETERMINISTIC_CPU in flags and "--xla_cpu_max_isa=AVX512" not in flags
+    assert env["JAX_PLATFORMS"] == "cpu" and "--xla_cpu_max_isa=AVX" in flags and "--xla_cpu_max_isa=AVX512" not in flags
     assert "--xla_force_host_platform_device_count=3" in flags and "--xla_dump_to=/x" in flags
     assert bootstrap.worker_env("gpu", environ={}) == {"JAX_PLATFORMS": "cuda"}
     # The cache folder travels only when the driver names one; otherwise each host takes its own default.
     assert bootstrap.worker_env("tpu", environ={bootstrap.CACHE_ENV: "/c"})[bootstrap.CACHE_ENV] == "/c"
+
+
+def test_instruction_set_levels(tmp_path):
+    def level(flags):
+        (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        return xla_flags.host_isa(tmp_path / "cpuinfo")
+    avx2 = "fpu sse4_2 avx avx2 fma bmi2"
+    assert level(avx2) == "AVX2" and level("fpu sse4_2 avx") == "AVX" and level("fp asimd") is None
+    assert level(avx2 + " avx512f avx512cd avx512bw avx512dq avx512vl") == "AVX512"
+    assert level(avx2 + " avx512f avx512cd avx512er avx512pf") == "AVX2"  # Knights Landing: no VL, BW, DQ
+    assert xla_flags.host_isa(tmp_path / "none") is None
+    # A host below the job's level refuses it (XLA would quietly make code of its own level);
+    # one at or above it, or one whose level cannot be told, takes it.
+    with pytest.raises(RuntimeError, match="has AVX2, not AVX512.*--cpu-isa AVX2"):
+        xla_flags.check_host("AVX512", have="AVX2")
+    xla_flags.check_host("AVX2", have="AVX512")
+    xla_flags.check_host("AVX512", have=None)
+    with pytest.raises(ValueError, match="one of AVX, AVX2, AVX512"):
+        xla_flags.isa_flag("SSE2")
+
+
+def test_a_host_below_the_jobs_instruction_set_refuses_it():
+    code = ("from tracer import xla_flags; xla_flags.host_isa = lambda: 'AVX'; from cluster import bootstrap; "
+            "bootstrap.start_jax(bootstrap.worker_env('cpu', 2, isa='AVX2'))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode != 0 and "this host's CPU has AVX, not AVX2" in result.stderr
 
 
 def test_cache_folder():

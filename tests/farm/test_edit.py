@@ -9,7 +9,9 @@ import pytest
 from farm import job
 from farm.errors import SpecError
 from farm.scheduler import run_job
+from farm.spec import GroupsSpec
 from farm.store import FrameStore, StoreError
+from tracer import xla_flags
 from tests.helpers.farm_cases import ORBIT, exported, farm_main, filled_store, orbit_spec, reference, store_files
 
 
@@ -124,3 +126,26 @@ def test_a_jobs_tile_defaults_to_its_platforms_and_a_store_keeps_its_own(tmp_pat
     assert spec.tile == store.tile == DEFAULT_TILE and store.n_frames == 4
     with pytest.raises(StoreError, match=r"tile differs \(store: 128, job: 64\)"):
         job.prepare(orbit_spec(tmp_path / "cpu.zarr", frames=(0, 3), tile=64))
+
+
+def test_a_job_keeps_the_instruction_set_it_was_made_with(tmp_path):
+    """A CPU job's arithmetic has one instruction-set level, recorded with its store: this host's
+    for a job made here, AVX2 for one made on a cluster; a later run keeps it, wherever it runs,
+    unless it names another; stores made before jobs had one were rendered with AVX2 code."""
+    here = xla_flags.host_isa() or xla_flags.PORTABLE_ISA
+    spec, store = job.prepare(orbit_spec(tmp_path / "here.zarr"))
+    assert spec.groups.cpu_isa == here and job.open_store(store.url)[0].groups.cpu_isa == here
+    assert job.group_shapes(spec, local=True)[0].env()["XLA_FLAGS"].split().count(f"--xla_cpu_max_isa={here}") == 1
+    spec, store = job.prepare(orbit_spec(tmp_path / "cluster.zarr"), local=False)
+    assert spec.groups.cpu_isa == "AVX2"
+    assert job.prepare(orbit_spec(store.url))[0].groups.cpu_isa == "AVX2"  # run again here
+    named = orbit_spec(store.url, groups=GroupsSpec(cpu_isa="AVX"))
+    assert job.prepare(named)[0].groups.cpu_isa == "AVX" and job.open_store(store.url)[0].groups.cpu_isa == "AVX"
+    # A store from before: its recorded job has no level.
+    old = store.spec_json
+    old["groups"].pop("cpu_isa")
+    store.grow(old, store.meta["identity"], store.n_frames)
+    assert job.open_store(store.url)[0].groups.cpu_isa is None
+    assert job.prepare(orbit_spec(store.url))[0].groups.cpu_isa == "AVX2"
+    with pytest.raises(SpecError, match="groups.cpu_isa must be one of AVX, AVX2, AVX512, got 'SSE2'"):
+        GroupsSpec(cpu_isa="SSE2")
