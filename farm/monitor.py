@@ -69,6 +69,7 @@ class JobSummary:
     damaged_tasks: int = 0            # records that do not decode (or, verified, tiles that do not read back)
     damaged_frames: tuple = ()        # the frame numbers of those
     per_frame: tuple = ()             # FrameProgress per frame
+    cpu_isa: str | None = None        # a CPU job's arithmetic: its instruction-set level (tracer.xla_flags)
 
     def to_json(self, frames=False):
         """A dict for JSON (``farm status --json``, ``farm serve``'s API); ``per_frame`` with ``frames``."""
@@ -213,7 +214,8 @@ def _summary(name, spec, fs, now, verify=False):
         samples_done=round(sum(d * t for d, t in zip(done, totals))), samples_total=sum(totals), rate=rate,
         eta_s=eta if running else None, updated=updated,
         damaged_tasks=len(bad), damaged_frames=tuple(sorted({spec.frames[0] + int(key[0]) for key in bad})),
-        per_frame=_frames(done, noise, totals, eta if running else None, running))
+        per_frame=_frames(done, noise, totals, eta if running else None, running),
+        cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None)
 
 
 def _state(notes, finished, started, now):

@@ -59,6 +59,8 @@ def _lines(store, spec, fs, s):
              f"film:    {fs.width}x{fs.height}, {spp_text(spec, fs)}, tile {spec.tile}, pass {spec.pass_size}, "
              f"chunk {spec.chunk_passes} passes",
              f"samples: {100 * s.samples_done / s.samples_total:.1f}% done"]
+    if s.cpu_isa:
+        lines.append(f"workers: CPU, {s.cpu_isa} arithmetic (every run of the job; --cpu-isa to change)")
     if s.damaged_tasks:
         frames = s.damaged_frames
         shown = ", ".join(map(str, frames[:10])) + (", ..." if len(frames) > 10 else "")

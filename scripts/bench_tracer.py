@@ -7,7 +7,8 @@
 Each measurement runs in its own process: ours with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
 ``jax.local_devices()``; ``default``: no count set, one device per core, ``tracer.cpu``), once with XLA's default CPU code and once with the deterministic flags
-the farm's workers use (``tracer.xla_flags``: AVX2 code, at least 2 devices), Mitsuba with every core. The first render of a process pays for
+the farm's workers use (``tracer.xla_flags``: at least 2 devices; code of this host's instruction-set
+level, a local job's, and of AVX2, a cluster's), Mitsuba with every core. The first render of a process pays for
 compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
 durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), and the run time is
 the fastest of ``--repeats`` renders after it, each with a new seed. ``--res`` sets the scene's
@@ -92,15 +93,16 @@ def bench_mitsuba(scene, params, spp, repeats, platform="cpu"):
                 run_s=run_s, pixels=img.shape[0] * img.shape[1], recompiled=False)
 
 
-def run_worker(engine, devices, args, deterministic=False):
-    """Run one measurement in a fresh process; returns its result dict, or an error string."""
+def run_worker(engine, devices, args, isa=None):
+    """Run one measurement in a fresh process; returns its result dict, or an error string.
+    ``isa``: with the farm's deterministic flags at that instruction-set level."""
     env = dict(os.environ)
     if engine == "ours" and args.platform == "gpu":
         env["JAX_PLATFORMS"] = "cuda"
     elif engine == "ours":
         sys.path.insert(0, str(ROOT))
         from tracer.xla_flags import with_flags
-        env["XLA_FLAGS"] = with_flags(env.get("XLA_FLAGS", ""), devices, deterministic=deterministic)
+        env["XLA_FLAGS"] = with_flags(env.get("XLA_FLAGS", ""), devices, deterministic=isa is not None, isa=isa)
         env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
     if engine == "ours":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -120,16 +122,16 @@ def run_worker(engine, devices, args, deterministic=False):
 
 def print_table(args, rows):
     print(f"\n{args.scene}  {args.res}x{args.res}  {args.spp} spp, run = fastest of {args.repeats}")
-    header = f"{'engine':<22}{'devices':>8}{'load s':>9}{'compile s':>11}{'run s':>9}{'Msamples/s':>12}{'vs Mitsuba':>12}"
+    header = f"{'engine':<40}{'devices':>8}{'load s':>9}{'compile s':>11}{'run s':>9}{'Msamples/s':>12}{'vs Mitsuba':>12}"
     print(header)
     print("-" * len(header))
     base = next((r["rate"] for _, r in rows if isinstance(r, dict)), None)
     for label, r in rows:
         if not isinstance(r, dict):
-            print(f"{label:<22}{r}")
+            print(f"{label:<40}{r}")
             continue
         ratio = f"{r['rate'] / base:.3f}" if base else "-"
-        print(f"{label:<22}{r['devices'] or '-':>8}{r['load_s']:>9.2f}{r['compile_s']:>11.2f}"
+        print(f"{label:<40}{r['devices'] or '-':>8}{r['load_s']:>9.2f}{r['compile_s']:>11.2f}"
               f"{r['run_s']:>9.2f}{r['rate'] / 1e6:>12.3f}{ratio:>12}"
               + ("  (recompiled while timed)" if r["recompiled"] else ""))
 
@@ -163,13 +165,16 @@ def main():
         result = run_worker("ours", None, args)
         accel = result["accel"] if isinstance(result, dict) else "?"
         rows.append((f"ours, {accel} (gpu)", result))
-    for deterministic in (() if args.platform == "gpu" else (False, True)):
+    sys.path.insert(0, str(ROOT))
+    from tracer.xla_flags import PORTABLE_ISA, host_isa
+    here = host_isa() or PORTABLE_ISA  # a local job's level; a cluster's is PORTABLE_ISA
+    for isa in (() if args.platform == "gpu" else dict.fromkeys((None, here, PORTABLE_ISA))):
         for d in (None if x == "default" else int(x) for x in args.devices.split(",")):
-            result = run_worker("ours", d, args, deterministic)
+            result = run_worker("ours", d, args, isa)
             if isinstance(result, dict) and d is not None and result["devices"] != d:
                 result = f"failed: asked for {d} devices, JAX saw {result['devices']}"
             accel = result["accel"] if isinstance(result, dict) else "?"
-            rows.append((f"ours{', det.' if deterministic else ''}, {accel} ({d or 'default'} dev)", result))
+            rows.append((f"ours{f', det. {isa}' if isa else ''}, {accel} ({d or 'default'} dev)", result))
     print_table(args, rows)
     if args.json:
         args.json.write_text(json.dumps({label: r for label, r in rows}, indent=2) + "\n")

@@ -2,6 +2,7 @@
 rendered afresh: the bits of a fresh render), a store of another job refused with the ways on,
 and --replace, which replaces a frame store's content and nothing else."""
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -141,6 +142,10 @@ def test_a_job_keeps_the_instruction_set_it_was_made_with(tmp_path):
     assert job.prepare(orbit_spec(store.url))[0].groups.cpu_isa == "AVX2"  # run again here
     named = orbit_spec(store.url, groups=GroupsSpec(cpu_isa="AVX"))
     assert job.prepare(named)[0].groups.cpu_isa == "AVX" and job.open_store(store.url)[0].groups.cpu_isa == "AVX"
+    code, out, _ = farm_main("status", store.url)
+    assert code == 0 and "workers: CPU, AVX arithmetic" in out
+    code, out, _ = farm_main("status", store.url, "--json")
+    assert code == 0 and json.loads(out)["cpu_isa"] == "AVX"
     # A store from before: its recorded job has no level.
     old = store.spec_json
     old["groups"].pop("cpu_isa")
