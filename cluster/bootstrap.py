@@ -10,9 +10,9 @@ then joins its group (``join_group``).
 What a worker runs with:
 
 * CPU: the job's instruction-set level (``tracer.xla_flags``: the same bits on any device count,
-  host count or x86 CPU of that level; a host below it refuses to start) and one XLA device per core unless the group
-  names a count (``tracer.cpu``: XLA runs a device's kernels on one core at a time), at least
-  ``tracer.xla_flags.MIN_CPU_DEVICES``; gloo collectives.
+  host count or x86 CPU of that level; a host below it refuses to start) and one XLA device per
+  core unless the group names a count (``tracer.cpu``: XLA runs a device's kernels on one core at
+  a time), at least ``tracer.xla_flags.MIN_CPU_DEVICES``; gloo collectives.
 * GPU / TPU: ``JAX_PLATFORMS`` names the platform; nothing else.
 * Every platform: JAX's persistent compilation cache in ``cache_dir()``, so that a second run of a
   job (a resume, a refine, the next job on the same scene) loads its programs instead of

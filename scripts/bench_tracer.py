@@ -6,9 +6,10 @@
 
 Each measurement runs in its own process: ours with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
-``jax.local_devices()``; ``default``: no count set, one device per core, ``tracer.cpu``), once with XLA's default CPU code and once with the deterministic flags
-the farm's workers use (``tracer.xla_flags``: at least 2 devices; code of this host's instruction-set
-level, a local job's, and of AVX2, a cluster's), Mitsuba with every core. The first render of a process pays for
+``jax.local_devices()``; ``default``: no count set, one device per core, ``tracer.cpu``), once
+with XLA's default CPU code and then with the deterministic flags the farm's workers use
+(``tracer.xla_flags``: at least 2 devices; code of this host's instruction-set level, a local
+job's, and of AVX2, a cluster's), Mitsuba with every core. The first render of a process pays for
 compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
 durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), and the run time is
 the fastest of ``--repeats`` renders after it, each with a new seed. ``--res`` sets the scene's
@@ -122,7 +123,8 @@ def run_worker(engine, devices, args, isa=None):
 
 def print_table(args, rows):
     print(f"\n{args.scene}  {args.res}x{args.res}  {args.spp} spp, run = fastest of {args.repeats}")
-    header = f"{'engine':<40}{'devices':>8}{'load s':>9}{'compile s':>11}{'run s':>9}{'Msamples/s':>12}{'vs Mitsuba':>12}"
+    header = (f"{'engine':<40}{'devices':>8}{'load s':>9}{'compile s':>11}{'run s':>9}{'Msamples/s':>12}"
+              f"{'vs Mitsuba':>12}")
     print(header)
     print("-" * len(header))
     base = next((r["rate"] for _, r in rows if isinstance(r, dict)), None)

@@ -259,7 +259,7 @@ def test_rays_through_an_instanced_sphere_meet_its_near_side():
     contraction, so its sign could disagree between the uses and both roots came out as the far
     one: 1 ray in 14 here met the sphere's back, or the mesh behind it (a 6% darker sphere in
     Mitsuba's scene). Only with FMAs, so in a fresh process with XLA's default flags (a user's
-    ``tracer.render``; the AVX-512 code of this machine), not the suite's."""
+    ``tracer.render``: one device, this machine's own code), not the suite's."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
     result = subprocess.run([sys.executable, "-c", NEAR_SIDE], env=env, cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
