@@ -9,7 +9,7 @@ from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
-from tracer.xla_flags import PORTABLE_ISA, host_isa
+from tracer.xla_flags import PORTABLE_ISA, local_isa
 
 __all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
 
@@ -49,7 +49,7 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False, local=True):
     if replace or not FrameStore.exists(spec.store):
         if not create and not replace:
             raise StoreError(f"{spec.store}: no frame store here")
-        return _create(_with_isa(spec, host_isa() if local else PORTABLE_ISA), digest, replace, lease)
+        return _create(_with_isa(spec, local_isa() if local else PORTABLE_ISA), digest, replace, lease)
     hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
     spec, stored, store = _bind(spec, hashes)
     if not lease:
@@ -77,7 +77,7 @@ def _with_isa(spec, isa):
     """``spec`` with ``isa`` as its CPU instruction-set level unless it names one."""
     if spec.groups.platform != "cpu" or spec.groups.cpu_isa is not None:
         return spec
-    return dataclasses.replace(spec, groups=dataclasses.replace(spec.groups, cpu_isa=isa or PORTABLE_ISA))
+    return dataclasses.replace(spec, groups=dataclasses.replace(spec.groups, cpu_isa=isa))
 
 
 def _check_redo(spec, redo):
@@ -113,9 +113,9 @@ def _bind(spec, hashes):
     ``spec.store`` without writing anything: the same job, or one that adds frames or samples.
     ``hashes``: scene hashes by frame range, filled in."""
     stored, store = open_store(spec.store, mode="r+")
-    # What the job does not say it takes from the store: its tree, its tile, and its AOVs and filter (the
-    # store of a job with others is another job's, refused below by its identity).
-    # (stores made before jobs had a level were rendered with AVX2 code)
+    # What the job does not say it takes from the store: its instruction-set level (AVX2 for stores made
+    # before jobs had one, which were rendered with AVX2 code), its tree, its tile, and its AOVs and
+    # filter (the store of a job with others is another job's, refused below by its identity).
     spec = _with_isa(spec, stored.groups.cpu_isa or PORTABLE_ISA)
     spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size, chunk_passes=stored.chunk_passes,
                                tile=spec.tile or stored.tile,

@@ -30,7 +30,7 @@ before JAX starts) to get a farm job's bits from ``tracer.render``.
 """
 import os
 
-__all__ = ["ISAS", "PORTABLE_ISA", "MIN_CPU_DEVICES", "host_isa", "isa_flag", "check_host", "with_flags",
+__all__ = ["ISAS", "PORTABLE_ISA", "MIN_CPU_DEVICES", "host_isa", "local_isa", "isa_flag", "check_host", "with_flags",
            "set_in_environment", "cpu_devices"]
 
 ISAS = ("AVX", "AVX2", "AVX512")  # XLA's names for the levels, lowest first
@@ -53,6 +53,11 @@ def host_isa(cpuinfo="/proc/cpuinfo"):
         return None
     flags = set(line.split(":", 1)[1].split())
     return next((isa for isa, needs in _LEVEL_FLAGS if needs <= flags), None)
+
+
+def local_isa():
+    """The level of a job made on this host: its own, or ``PORTABLE_ISA`` where that cannot be told."""
+    return host_isa() or PORTABLE_ISA
 
 
 def isa_flag(isa):
@@ -85,7 +90,7 @@ def with_flags(xla_flags="", devices=None, deterministic=True, isa=None):
     drop = ("--xla_cpu_max_isa", "--xla_force_host_platform_device_count")
     flags = [f for f in (xla_flags or "").split() if not f.startswith(drop)]
     if deterministic:
-        flags.append(isa_flag(isa or host_isa() or PORTABLE_ISA))
+        flags.append(isa_flag(isa or local_isa()))
     if devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={cpu_devices(devices) if deterministic else devices}")
     return " ".join(flags)

@@ -133,7 +133,7 @@ def test_a_job_keeps_the_instruction_set_it_was_made_with(tmp_path):
     """A CPU job's arithmetic has one instruction-set level, recorded with its store: this host's
     for a job made here, AVX2 for one made on a cluster; a later run keeps it, wherever it runs,
     unless it names another; stores made before jobs had one were rendered with AVX2 code."""
-    here = xla_flags.host_isa() or xla_flags.PORTABLE_ISA
+    here = xla_flags.local_isa()
     spec, store = job.prepare(orbit_spec(tmp_path / "here.zarr"))
     assert spec.groups.cpu_isa == here and job.open_store(store.url)[0].groups.cpu_isa == here
     assert job.group_shapes(spec, local=True)[0].env()["XLA_FLAGS"].split().count(f"--xla_cpu_max_isa={here}") == 1
