@@ -6,8 +6,8 @@ instruction-set level, so that a job can be split, resumed and refined anywhere.
 * The instruction set. XLA's CPU backend compiles for the host's CPU, and its code differs
   between AVX2 and AVX-512 machines (measured: 160 to 5,261 pixels of five example scenes). So a
   job renders with one instruction-set level (``--xla_cpu_max_isa``), chosen when its store is
-  made and kept with it: the host's own on this machine (AVX512 here: the bits and the speed of
-  XLA's default code), ``PORTABLE_ISA`` (AVX2: every x86-64 CPU since 2013-2015, Haswell and
+  made and kept with it: the host's own on this machine (AVX512 here, with 512-bit vectors: the
+  fastest code XLA makes here), ``PORTABLE_ISA`` (AVX2: every x86-64 CPU since 2013-2015, Haswell and
   Excavator) on a cluster, whose hosts may differ. A host without the job's level refuses to
   work on it rather than give other bits (``check_host``).
 * Where a multiply and an add are contracted into an FMA. XLA does so wherever its fusion puts
@@ -30,12 +30,18 @@ before JAX starts) to get a farm job's bits from ``tracer.render``.
 """
 import os
 
-__all__ = ["ISAS", "PORTABLE_ISA", "MIN_CPU_DEVICES", "host_isa", "local_isa", "isa_flag", "check_host", "with_flags",
-           "set_in_environment", "cpu_devices"]
+__all__ = ["ISAS", "PORTABLE_ISA", "MIN_CPU_DEVICES", "host_isa", "local_isa", "isa_flags", "check_host", "with_flags",
+           "set_in_environment", "use_wide_vectors", "cpu_devices"]
 
 ISAS = ("AVX", "AVX2", "AVX512")  # XLA's names for the levels, lowest first
 PORTABLE_ISA = "AVX2"
 MIN_CPU_DEVICES = 2
+# XLA vectorizes for 256-bit registers even where AVX-512 has 512-bit ones (a guard against the
+# clock drop of early AVX-512 chips). 512-bit vectors render 1.29x faster on the Cornell box, 1.06x
+# on orbit.xml and 1.03-1.11x on mesh.xml (AMD EPYC, 2 cores, medians of 5 renders a process), so
+# the AVX512 level uses them, and so does tracer.render on such a host (``use_wide_vectors``).
+_VECTOR_WIDTH = "--xla_cpu_prefer_vector_width"
+_WIDE_VECTORS = f"{_VECTOR_WIDTH}=512"
 # What /proc/cpuinfo lists for each level: XLA's AVX512 code may use F, CD, BW, DQ and VL.
 _LEVEL_FLAGS = (("AVX512", {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma"}),
                 ("AVX2", {"avx2", "fma"}), ("AVX", {"avx"}))
@@ -60,11 +66,12 @@ def local_isa():
     return host_isa() or PORTABLE_ISA
 
 
-def isa_flag(isa):
-    """The XLA flag that makes a CPU program of the ``isa`` level (one of ``ISAS``)."""
+def isa_flags(isa):
+    """The XLA flags that make a CPU program of the ``isa`` level (one of ``ISAS``): its
+    instructions and, for AVX512, 512-bit vectors (``_WIDE_VECTORS``)."""
     if isa not in ISAS:
         raise ValueError(f"an instruction-set level is one of {', '.join(ISAS)}, got {isa!r}")
-    return f"--xla_cpu_max_isa={isa}"
+    return (f"--xla_cpu_max_isa={isa}",) + ((_WIDE_VECTORS,) if isa == "AVX512" else ())
 
 
 def check_host(isa, have=None):
@@ -87,10 +94,10 @@ def with_flags(xla_flags="", devices=None, deterministic=True, isa=None):
     """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flag of the ``isa`` level
     (default: this host's, else ``PORTABLE_ISA``) and, if given, a virtual CPU device count (with
     the flag: at least ``MIN_CPU_DEVICES``); earlier values of the same flags are replaced."""
-    drop = ("--xla_cpu_max_isa", "--xla_force_host_platform_device_count")
+    drop = ("--xla_cpu_max_isa", _VECTOR_WIDTH, "--xla_force_host_platform_device_count")
     flags = [f for f in (xla_flags or "").split() if not f.startswith(drop)]
     if deterministic:
-        flags.append(isa_flag(isa or local_isa()))
+        flags.extend(isa_flags(isa or local_isa()))
     if devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={cpu_devices(devices) if deterministic else devices}")
     return " ".join(flags)
@@ -100,3 +107,18 @@ def set_in_environment(devices=None, isa=None):
     """Put the flags in this process's XLA_FLAGS (effective only before JAX starts its backend);
     ``isa``: the job's level (``farm status`` shows it), default this host's."""
     os.environ["XLA_FLAGS"] = with_flags(os.environ.get("XLA_FLAGS", ""), devices, isa=isa)
+
+
+def use_wide_vectors():
+    """Give this process's XLA CPU code 512-bit vectors on an AVX-512 host, unless the process
+    names a vector width in XLA_FLAGS or JAX's backend has started (then nothing can change).
+
+    Called when the tracer first imports JAX (``tracer.pytree``), beside ``tracer.cpu.use_every_core``,
+    so that ``tracer.render`` runs at the speed of a local farm job with nothing for the user to set.
+    """
+    from jax._src import xla_bridge
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if host_isa() != "AVX512" or _VECTOR_WIDTH in flags or xla_bridge.backends_are_initialized():
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {_WIDE_VECTORS}".strip()

@@ -22,6 +22,11 @@ def test_worker_environment():
     assert env["JAX_PLATFORMS"] == "cpu" and "--xla_cpu_max_isa=AVX" in flags
     assert "--xla_cpu_max_isa=AVX512" not in flags
     assert "--xla_force_host_platform_device_count=3" in flags and "--xla_dump_to=/x" in flags
+    # The AVX512 level vectorizes 512 bits wide; the others keep XLA's 256 (a driver's own width goes).
+    wide = bootstrap.worker_env("cpu", 2, environ={"XLA_FLAGS": "--xla_cpu_prefer_vector_width=256"}, isa="AVX512")
+    assert wide["XLA_FLAGS"].split()[:2] == ["--xla_cpu_max_isa=AVX512", "--xla_cpu_prefer_vector_width=512"]
+    narrow = bootstrap.worker_env("cpu", 2, environ={"XLA_FLAGS": "--xla_cpu_prefer_vector_width=512"}, isa="AVX2")
+    assert "vector_width" not in narrow["XLA_FLAGS"]
     assert bootstrap.worker_env("gpu", environ={}) == {"JAX_PLATFORMS": "cuda"}
     # The cache folder travels only when the driver names one; otherwise each host takes its own default.
     assert bootstrap.worker_env("tpu", environ={bootstrap.CACHE_ENV: "/c"})[bootstrap.CACHE_ENV] == "/c"
@@ -43,7 +48,7 @@ def test_instruction_set_levels(tmp_path):
     xla_flags.check_host("AVX2", have="AVX512")
     xla_flags.check_host("AVX512", have=None)
     with pytest.raises(ValueError, match="one of AVX, AVX2, AVX512"):
-        xla_flags.isa_flag("SSE2")
+        xla_flags.isa_flags("SSE2")
 
 
 def test_a_host_below_the_jobs_instruction_set_refuses_it():

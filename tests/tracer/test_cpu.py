@@ -36,3 +36,15 @@ def test_a_process_that_sets_nothing_gets_a_device_per_core(clean_env):
                                      {"JAX_NUM_CPU_DEVICES": "3"}])
 def test_a_device_count_the_process_sets_is_kept(clean_env, setting):
     assert _devices(clean_env | setting)[0] == 3
+
+
+@pytest.mark.parametrize("host, flags, width", [("AVX512", "", "512"), ("AVX2", "", None),
+                                                 ("AVX512", "--xla_cpu_prefer_vector_width=256", "256")])
+def test_an_avx512_host_vectorizes_512_bits_wide_unless_the_process_says(clean_env, host, flags, width):
+    code = (f"from tracer import xla_flags; xla_flags.host_isa = lambda: {host!r}; import os, tracer, jax; "
+            "tracer.load_scene('examples/cbox.xml', res=8); print(os.environ.get('XLA_FLAGS', ''))")
+    result = subprocess.run([sys.executable, "-c", code], env=clean_env | {"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"},
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    widths = [f.split("=")[1] for f in result.stdout.split() if f.startswith("--xla_cpu_prefer_vector_width=")]
+    assert widths == ([width] if width else [])
