@@ -332,7 +332,7 @@ def _spans(meshes, analytic, instances, n_groups):
 
 def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape], accel: str = "auto",
                    leaf_size: int = bvh_traversal.LEAF_SIZE, attributes: Sequence[str] = (),
-                   instances: Sequence[Instance] = ()) -> "Geometry":
+                   instances: Sequence[Instance] = (), robust: bool = False) -> "Geometry":
     """Host: the scene's geometry from meshes and analytic shapes, and instances of shape groups.
 
     Shapes of ``group`` -1 are in world space; the others in their group's object space, seen
@@ -341,6 +341,8 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     and instances with the two-level BVH. ``attributes``: the names of the mesh attributes to
     keep (what the scene's ``mesh_attribute`` textures read); ``surface_interaction`` then
     evaluates them at every hit. The Geometry owns what a host engine built: ``close()`` frees it.
+    ``robust``: Embree's watertight (slower) triangle test, as Mitsuba's scene property
+    ``embree_use_robust_intersections``; off by default, as in Mitsuba.
     """
     meshes = _in_group_order([MeshShape(*m) for m in meshes])
     analytic = _in_group_order([AnalyticShape(*a) for a in analytic])
@@ -370,7 +372,8 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
         bvh = bvh_traversal.make_arrays(tree, tuple(p[:, :n_world_tri] for p in tri.p), world_analytic,
                                         leaf_size=leaf_size)
     engine = HOST_ENGINES.get(accel)
-    host_scene = engine.build(*(p[:, :n_world_tri] for p in tri.p)) if engine else None
+    options = {"robust": robust} if accel == "embree" else {}
+    host_scene = engine.build(*(p[:, :n_world_tri] for p in tri.p), **options) if engine else None
     instance_fields = {}
     if instances:
         m = np.stack([np.asarray(i.to_world, np.float64) for i in instances])

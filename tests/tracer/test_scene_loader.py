@@ -92,6 +92,19 @@ HARMLESS = """<scene version="3.0.0">
 </scene>"""
 
 
+@pytest.mark.parametrize("setting, robust", [("", False), ('<boolean name="embree_use_robust_intersections" value="true"/>', True)])
+def test_embree_is_robust_where_the_scene_asks_as_in_mitsuba(tmp_path, monkeypatch, setting, robust):
+    from tracer.accel import embree
+    if not embree.available():
+        pytest.skip("embreex is not installed")
+    asked, build = [], embree.build
+    monkeypatch.setattr(embree, "build", lambda *p, robust: asked.append(robust) or build(*p, robust=robust))
+    path = _write(tmp_path)
+    path.write_text(path.read_text().replace("<integrator", setting + "<integrator", 1))
+    tracer.load_scene(path, accel="embree")
+    assert asked == [robust]
+
+
 def test_parameters_that_change_nothing_are_taken(tmp_path):
     path = tmp_path / "scene.xml"
     path.write_text(HARMLESS)

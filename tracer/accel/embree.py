@@ -44,14 +44,16 @@ def _executor():
         return _pool
 
 
-def build(p0, p1, p2):
-    """Host: an Embree scene over triangles p0, p1, p2 (3, T), as a ``host.HostScene``."""
+def build(p0, p1, p2, robust=False):
+    """Host: an Embree scene over triangles p0, p1, p2 (3, T), as a ``host.HostScene``;
+    ``robust``: Embree's watertight triangle test (Mitsuba's default is off: mesh.xml renders
+    1.04-1.08x faster without it)."""
     try:
         from embreex import mesh_construction, rtcore_scene
     except ImportError as e:
         raise ImportError(MISSING) from e
     vertices = np.ascontiguousarray(np.stack([p0.T, p1.T, p2.T], axis=1), np.float32)  # (T, 3, 3)
-    scene = rtcore_scene.EmbreeScene(robust=True)
+    scene = rtcore_scene.EmbreeScene(robust=robust)
     mesh_construction.TriangleMesh(scene, vertices)
     return host.HostScene(_Engine, scene)
 

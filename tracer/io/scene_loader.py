@@ -175,7 +175,8 @@ class _SceneBuilder:
         if not self.instances and all(shape.group >= 0 for shape in [*self.meshes, *self.analytic]):
             raise SceneError(f"{root.source}: the scene has no shapes")
         geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel,
-                                      attributes=self.textures.attribute_names, instances=self.instances)
+                                      attributes=self.textures.attribute_names, instances=self.instances,
+                                      robust=root.get_bool("embree_use_robust_intersections", False))
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
         rows = self.shape_rows
