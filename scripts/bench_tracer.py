@@ -7,7 +7,8 @@
 Each measurement runs in its own process: ours with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
 ``jax.local_devices()``; ``default``: no count set, one device per core, ``tracer.cpu``), once
-with XLA's default CPU code and then with the deterministic flags the farm's workers use
+with the code ``tracer.render`` gets by default (XLA's, 512 bits wide on an AVX-512 host:
+``tracer.xla_flags.use_wide_vectors``) and then with the deterministic flags the farm's workers use
 (``tracer.xla_flags``: at least 2 devices; code of this host's instruction-set level, a local
 job's, and of AVX2, a cluster's), Mitsuba with every core. The first render of a process pays for
 compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
