@@ -111,7 +111,8 @@ def set_in_environment(devices=None, isa=None):
 
 def use_wide_vectors():
     """Give this process's XLA CPU code 512-bit vectors on an AVX-512 host, unless the process
-    names a vector width in XLA_FLAGS or JAX's backend has started (then nothing can change).
+    names a vector width or an instruction-set level in XLA_FLAGS (a farm worker's are its job's:
+    ``isa_flags``) or JAX's backend has started (then nothing can change).
 
     Called when the tracer first imports JAX (``tracer.pytree``), beside ``tracer.cpu.use_every_core``,
     so that ``tracer.render`` runs at the speed of a local farm job with nothing for the user to set.
@@ -119,6 +120,7 @@ def use_wide_vectors():
     from jax._src import xla_bridge
 
     flags = os.environ.get("XLA_FLAGS", "")
-    if host_isa() != "AVX512" or _VECTOR_WIDTH in flags or xla_bridge.backends_are_initialized():
+    if (host_isa() != "AVX512" or _VECTOR_WIDTH in flags or "--xla_cpu_max_isa" in flags
+            or xla_bridge.backends_are_initialized()):
         return
     os.environ["XLA_FLAGS"] = f"{flags} {_WIDE_VECTORS}".strip()

@@ -39,7 +39,8 @@ def test_a_device_count_the_process_sets_is_kept(clean_env, setting):
 
 
 @pytest.mark.parametrize("host, flags, width", [("AVX512", "", "512"), ("AVX2", "", None),
-                                                 ("AVX512", "--xla_cpu_prefer_vector_width=256", "256")])
+                                                 ("AVX512", "--xla_cpu_prefer_vector_width=256", "256"),
+                                                 ("AVX512", "--xla_cpu_max_isa=AVX2", None)])  # an AVX2 job's worker
 def test_an_avx512_host_vectorizes_512_bits_wide_unless_the_process_says(clean_env, host, flags, width):
     code = (f"from tracer import xla_flags; xla_flags.host_isa = lambda: {host!r}; import os, tracer, jax; "
             "tracer.load_scene('examples/cbox.xml', res=8); print(os.environ.get('XLA_FLAGS', ''))")
