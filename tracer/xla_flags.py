@@ -40,6 +40,7 @@ MIN_CPU_DEVICES = 2
 # clock drop of early AVX-512 chips). 512-bit vectors render 1.29x faster on the Cornell box, 1.06x
 # on orbit.xml and 1.03-1.11x on mesh.xml (AMD EPYC, 2 cores, medians of 5 renders a process), so
 # the AVX512 level uses them, and so does tracer.render on such a host (``use_wide_vectors``).
+_MAX_ISA = "--xla_cpu_max_isa"
 _VECTOR_WIDTH = "--xla_cpu_prefer_vector_width"
 _WIDE_VECTORS = f"{_VECTOR_WIDTH}=512"
 # What /proc/cpuinfo lists for each level: XLA's AVX512 code may use F, CD, BW, DQ and VL.
@@ -71,7 +72,7 @@ def isa_flags(isa):
     instructions and, for AVX512, 512-bit vectors (``_WIDE_VECTORS``)."""
     if isa not in ISAS:
         raise ValueError(f"an instruction-set level is one of {', '.join(ISAS)}, got {isa!r}")
-    return (f"--xla_cpu_max_isa={isa}",) + ((_WIDE_VECTORS,) if isa == "AVX512" else ())
+    return (f"{_MAX_ISA}={isa}",) + ((_WIDE_VECTORS,) if isa == "AVX512" else ())
 
 
 def check_host(isa, have=None):
@@ -91,10 +92,10 @@ def cpu_devices(count):
 
 
 def with_flags(xla_flags="", devices=None, deterministic=True, isa=None):
-    """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flag of the ``isa`` level
+    """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flags of the ``isa`` level
     (default: this host's, else ``PORTABLE_ISA``) and, if given, a virtual CPU device count (with
     the flag: at least ``MIN_CPU_DEVICES``); earlier values of the same flags are replaced."""
-    drop = ("--xla_cpu_max_isa", _VECTOR_WIDTH, "--xla_force_host_platform_device_count")
+    drop = (_MAX_ISA, _VECTOR_WIDTH, "--xla_force_host_platform_device_count")
     flags = [f for f in (xla_flags or "").split() if not f.startswith(drop)]
     if deterministic:
         flags.extend(isa_flags(isa or local_isa()))
@@ -120,7 +121,7 @@ def use_wide_vectors():
     from jax._src import xla_bridge
 
     flags = os.environ.get("XLA_FLAGS", "")
-    if (host_isa() != "AVX512" or _VECTOR_WIDTH in flags or "--xla_cpu_max_isa" in flags
+    if (host_isa() != "AVX512" or _VECTOR_WIDTH in flags or _MAX_ISA in flags
             or xla_bridge.backends_are_initialized()):
         return
     os.environ["XLA_FLAGS"] = f"{flags} {_WIDE_VECTORS}".strip()
