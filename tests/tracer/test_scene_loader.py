@@ -105,6 +105,18 @@ def test_embree_is_robust_where_the_scene_asks_as_in_mitsuba(tmp_path, monkeypat
     assert asked == [robust]
 
 
+def test_the_scenes_own_parameters_are_mitsubas(tmp_path):
+    """Mitsuba's <scene> reads three parameters and refuses any other; so does the loader."""
+    path = _write(tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace("<integrator", '<boolean name="allow_thread_reordering" value="false"/>'
+                                 '<boolean name="compact_acceleration_structures" value="true"/><integrator', 1))
+    assert tracer.load_scene(path).geometry.n_triangles == 2  # taken: they change no image
+    path.write_text(text.replace("<integrator", '<float name="shutter_open" value="0.5"/><integrator', 1))
+    with pytest.raises(SceneError, match=r"scene\.xml:\d+: scene has unsupported parameter 'shutter_open'"):
+        tracer.load_scene(path)
+
+
 def test_parameters_that_change_nothing_are_taken(tmp_path):
     path = tmp_path / "scene.xml"
     path.write_text(HARMLESS)

@@ -287,6 +287,13 @@ class PluginNode:
                 found.append(node)
         return found
 
+    def check_unused_values(self):
+        """Raise ``SceneError`` for the first value parameter (not a nested plugin) that nothing
+        read: the check of the ``<scene>`` itself, whose nested plugins are the scene's objects."""
+        for name in self._order:
+            if name in self.props and name not in self._used:
+                raise SceneError(f"{self.describe()} has unsupported parameter '{name}'", self._where[name])
+
     def check_unused(self):
         """Raise ``SceneError`` for the first parameter or nested plugin that nothing read."""
         for name in self._order:

@@ -151,6 +151,11 @@ class _SceneBuilder:
     # ------------------------------------------------------------------ top level
     def build(self) -> Scene:
         root = self.root
+        # The <scene>'s own parameters, as Mitsuba's scene reads them (it refuses others): its
+        # thread reordering and compact trees change no image.
+        root.mark_used("allow_thread_reordering", "compact_acceleration_structures")
+        robust = root.get_bool("embree_use_robust_intersections", False)
+        root.check_unused_values()
         settings = self._integrator()
         sensor = the_sensor(root)
         camera, film, spp = load_sensor(sensor, self.resolution)
@@ -176,7 +181,7 @@ class _SceneBuilder:
             raise SceneError(f"{root.source}: the scene has no shapes")
         geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel,
                                       attributes=self.textures.attribute_names, instances=self.instances,
-                                      robust=root.get_bool("embree_use_robust_intersections", False))
+                                      robust=robust)
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
         rows = self.shape_rows
