@@ -23,7 +23,7 @@ What a worker runs with:
 import os
 import sys
 
-from tracer.xla_flags import check_host, with_flags
+from tracer.xla_flags import check_host, named_isa, with_flags
 
 __all__ = ["CACHE_ENV", "cache_dir", "worker_env", "start_jax", "enable_compilation_cache", "join_group",
            "compile_stats"]
@@ -36,7 +36,6 @@ _listening = False
 CACHE_ENV = "JAXFARM_XLA_CACHE"
 _PLATFORM_NAMES = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}  # GroupShape's name -> JAX_PLATFORMS
 _DEVICE_COUNT = "--xla_force_host_platform_device_count"
-_ISA = "--xla_cpu_max_isa="
 
 
 def cache_dir(environ=None):
@@ -81,9 +80,9 @@ def start_jax(env):
     env = dict(env)
     if env.get("JAX_PLATFORMS") == "cpu":
         env["XLA_FLAGS"] = _one_device_per_core(env.get("XLA_FLAGS", ""))
-        isa = [f[len(_ISA):] for f in env["XLA_FLAGS"].split() if f.startswith(_ISA)]
-        if isa:
-            check_host(isa[-1])
+        isa = named_isa(env["XLA_FLAGS"])
+        if isa is not None:
+            check_host(isa)
     if "jax" in sys.modules:
         from jax._src import xla_bridge
 

@@ -30,8 +30,8 @@ before JAX starts) to get a farm job's bits from ``tracer.render``.
 """
 import os
 
-__all__ = ["ISAS", "PORTABLE_ISA", "MIN_CPU_DEVICES", "host_isa", "local_isa", "isa_flags", "check_host", "with_flags",
-           "set_in_environment", "use_wide_vectors", "cpu_devices"]
+__all__ = ["ISAS", "PORTABLE_ISA", "MIN_CPU_DEVICES", "host_isa", "local_isa", "isa_flags", "named_isa", "check_host",
+           "with_flags", "set_in_environment", "use_wide_vectors", "cpu_devices"]
 
 ISAS = ("AVX", "AVX2", "AVX512")  # XLA's names for the levels, lowest first
 PORTABLE_ISA = "AVX2"
@@ -73,6 +73,12 @@ def isa_flags(isa):
     if isa not in ISAS:
         raise ValueError(f"an instruction-set level is one of {', '.join(ISAS)}, got {isa!r}")
     return (f"{_MAX_ISA}={isa}",) + ((_WIDE_VECTORS,) if isa == "AVX512" else ())
+
+
+def named_isa(xla_flags):
+    """The instruction-set level an XLA_FLAGS value names (its last ``--xla_cpu_max_isa``), or None."""
+    named = [f.split("=", 1)[1] for f in (xla_flags or "").split() if f.startswith(f"{_MAX_ISA}=")]
+    return named[-1] if named else None
 
 
 def check_host(isa, have=None):
@@ -121,7 +127,7 @@ def use_wide_vectors():
     from jax._src import xla_bridge
 
     flags = os.environ.get("XLA_FLAGS", "")
-    if (host_isa() != "AVX512" or _VECTOR_WIDTH in flags or _MAX_ISA in flags
-            or xla_bridge.backends_are_initialized()):
+    if (_VECTOR_WIDTH in flags or named_isa(flags) is not None or xla_bridge.backends_are_initialized()
+            or host_isa() != "AVX512"):  # (the file read last)
         return
     os.environ["XLA_FLAGS"] = f"{flags} {_WIDE_VECTORS}".strip()

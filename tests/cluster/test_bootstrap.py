@@ -49,6 +49,9 @@ def test_instruction_set_levels(tmp_path):
     xla_flags.check_host("AVX512", have=None)
     with pytest.raises(ValueError, match="one of AVX, AVX2, AVX512"):
         xla_flags.isa_flags("SSE2")
+    # A worker reads its job's level back from its flags (the last one named counts).
+    assert xla_flags.named_isa("--xla_dump_to=/x --xla_cpu_max_isa=AVX --xla_cpu_max_isa=AVX2") == "AVX2"
+    assert xla_flags.named_isa("--xla_cpu_prefer_vector_width=512") is None and xla_flags.named_isa("") is None
 
 
 def test_a_host_below_the_jobs_instruction_set_refuses_it():

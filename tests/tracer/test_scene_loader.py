@@ -92,7 +92,8 @@ HARMLESS = """<scene version="3.0.0">
 </scene>"""
 
 
-@pytest.mark.parametrize("setting, robust", [("", False), ('<boolean name="embree_use_robust_intersections" value="true"/>', True)])
+@pytest.mark.parametrize("setting, robust", [
+    ("", False), ('<boolean name="embree_use_robust_intersections" value="true"/>', True)])
 def test_embree_is_robust_where_the_scene_asks_as_in_mitsuba(tmp_path, monkeypatch, setting, robust):
     from tracer.accel import embree
     if not embree.available():
