@@ -142,8 +142,8 @@ DEVICES_SCRIPT = textwrap.dedent("""
 def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
     """A 256-lane pool that regenerates paths (and drains in one or three phases: over 256, then
     128 and 64 lanes; two phases are the first two of three) renders the same bits as one pool
-    holding every path of the batch (every BSDF kind, glass included). With the sobol sampler, whose keys are two words (pixel and
-    sample index) carried with each lane."""
+    holding every path of the batch (every BSDF kind, glass included). With the sobol sampler,
+    whose keys are two words (pixel and sample index) carried with each lane."""
     import dataclasses
 
     import jax

@@ -287,18 +287,15 @@ class PluginNode:
                 found.append(node)
         return found
 
-    def check_unused_values(self):
-        """Raise ``SceneError`` for the first value parameter (not a nested plugin) that nothing
-        read: the check of the ``<scene>`` itself, whose nested plugins are the scene's objects."""
+    def check_unused(self, nested=True):
+        """Raise ``SceneError`` for the first parameter or nested plugin that nothing read;
+        ``nested=False``: value parameters only (the ``<scene>``'s own check, whose nested plugins
+        are the scene's objects)."""
         for name in self._order:
-            if name in self.props and name not in self._used:
+            if name not in self._used and (nested or name in self.props):
                 raise SceneError(f"{self.describe()} has unsupported parameter '{name}'", self._where[name])
-
-    def check_unused(self):
-        """Raise ``SceneError`` for the first parameter or nested plugin that nothing read."""
-        for name in self._order:
-            if name not in self._used:
-                raise SceneError(f"{self.describe()} has unsupported parameter '{name}'", self._where[name])
+        if not nested:
+            return
         for index, (name, node) in enumerate(zip(self._child_names, self.children)):
             if name is None and index not in self._used_children:
                 raise SceneError(f"{self.describe()} has unsupported nested <{node.category}> '{node.type}'",

@@ -155,7 +155,7 @@ class _SceneBuilder:
         # thread reordering and compact trees change no image.
         root.mark_used("allow_thread_reordering", "compact_acceleration_structures")
         robust = root.get_bool("embree_use_robust_intersections", False)
-        root.check_unused_values()
+        root.check_unused(nested=False)
         settings = self._integrator()
         sensor = the_sensor(root)
         camera, film, spp = load_sensor(sensor, self.resolution)
