@@ -12,7 +12,7 @@ What a worker runs with:
 * CPU: the job's instruction-set level (``tracer.xla_flags``: the same bits on any device count,
   host count or x86 CPU of that level; a host below it refuses to start) and one XLA device per
   core unless the group names a count (``tracer.cpu``: XLA runs a device's kernels on one core at
-  a time), at least ``tracer.xla_flags.MIN_CPU_DEVICES``; gloo collectives.
+  a time), at least ``tracer.cpu.MIN_CPU_DEVICES`` (``tracer.cpu.device_count``); gloo collectives.
 * GPU / TPU: ``JAX_PLATFORMS`` names the platform; nothing else.
 * Every platform: JAX's persistent compilation cache in ``cache_dir()``, so that a second run of a
   job (a resume, a refine, the next job on the same scene) loads its programs instead of
@@ -67,10 +67,9 @@ def worker_env(platform, devices_per_host=None, environ=None, isa=None):
 
 def _one_device_per_core(flags):
     """A CPU member given no device count takes one per core it may run on."""
-    from tracer import cpu
-    from tracer.xla_flags import cpu_devices
+    from tracer.cpu import device_count
 
-    return flags if _DEVICE_COUNT in flags else f"{flags} {_DEVICE_COUNT}={cpu_devices(cpu.cores())}".strip()
+    return flags if _DEVICE_COUNT in flags else f"{flags} {_DEVICE_COUNT}={device_count()}".strip()
 
 
 def start_jax(env):
@@ -84,10 +83,10 @@ def start_jax(env):
         if isa is not None:
             check_host(isa)
     if "jax" in sys.modules:
-        from jax._src import xla_bridge
+        from tracer.jax_private import backends_are_initialized
 
         stale = {k: v for k, v in env.items() if os.environ.get(k) != v}
-        if stale and xla_bridge.backends_are_initialized():
+        if stale and backends_are_initialized():
             raise RuntimeError(f"JAX already started in process {os.getpid()} with other settings "
                                f"({', '.join(sorted(stale))})")
     os.environ.update(env)

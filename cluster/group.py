@@ -21,9 +21,9 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster import bootstrap
 from cluster.member import GroupMember
-from tracer.defaults import PLATFORMS
+from tracer.shared import PLATFORMS
 
-__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes"]
+__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes", "local_devices_per_member"]
 
 _names = itertools.count()
 
@@ -86,6 +86,14 @@ class GroupShape:
         """Environment of every member process, set there before JAX is imported
         (``cluster.bootstrap``: reproducible CPU arithmetic, devices, the compilation cache)."""
         return bootstrap.worker_env(self.platform, self.devices_per_host, isa=self.cpu_isa)
+
+
+def local_devices_per_member(members):
+    """CPU devices for each of ``members`` worker processes that share this machine's cores: a
+    device per core, the cores split evenly (``tracer.cpu``: XLA runs a device on one core)."""
+    from tracer.cpu import cores  # (no JAX there)
+
+    return max(1, cores() // members)
 
 
 def discover_shapes(nodes=None):

@@ -43,7 +43,7 @@ import numpy as np
 from farm.planner import tile_tasks
 from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
 from farm.tree import tile_sums, variance
-from tracer.reduction import resolve
+from tracer.shared import resolve
 
 __all__ = ["Shot", "DEFAULT_MIN_SPP", "EPSILON", "relative_noise", "tile_noise", "stored_noise", "frame_noise",
            "shot_noise", "FrameNoise"]

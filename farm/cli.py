@@ -13,9 +13,7 @@ import traceback
 import click
 
 from farm.errors import FarmError, Interrupted, SpecError
-from tracer.defaults import ACCELERATOR_TILE, DEFAULT_TILE, MAX_FRAME, MAX_SPP, PLATFORMS
-from tracer.filters import NAMES as FILTERS
-from tracer.xla_flags import ISAS
+from tracer.shared import ACCELERATOR_TILE, DEFAULT_TILE, FILTERS, ISAS, MAX_FRAME, MAX_SPP, PLATFORMS
 
 __all__ = ["main"]
 

@@ -1,7 +1,7 @@
 """From a store to image files: each tile's folded sums plus its tail (``farm.tree``), resolved.
 
 A frame is exported only when every tile of it holds the job's spp and reads back with its CRC
-(``partial`` exports what the tiles hold). Pixel values come from ``tracer.reduction.resolve``, the same function that
+(``partial`` exports what the tiles hold). Pixel values come from ``tracer.shared.resolve``, the same function that
 ``tracer.render`` ends with, so an exported npy or EXR frame has the bits of the tracer's own
 render with the job's reduction tree (``.npy``: linear float32 (H, W, 3 + K), RGB then the
 scene's K AOV channels as ``tracer.render`` returns them; ``.png``: the RGB tone-mapped to sRGB).
@@ -29,8 +29,7 @@ from farm.job import frame_status
 from farm.names import DEFAULT_TEMPLATE, frame_names, job_name
 from farm.store import FOLDED, TAIL_PASSES, StoreError
 from farm.tree import variance
-from tracer.io.aovs import channel_names, find
-from tracer.reduction import resolve
+from tracer.shared import aov_channel_names, find_aov, resolve
 
 __all__ = ["export_frames", "checkered", "denoise", "filter_warning", "NO_SAMPLES", "AUX_HINT"]
 
@@ -88,7 +87,7 @@ def export_frames(spec, store, frames, fmt, out, partial=False, denoised=False, 
 
 def _aux_channels(store):
     """(albedo offset, normal offset) of the store's AOVs, or a StoreError naming what is missing."""
-    albedo, normal = find(store.aovs, "albedo"), find(store.aovs, "sh_normal", "geo_normal")
+    albedo, normal = find_aov(store.aovs, "albedo"), find_aov(store.aovs, "sh_normal", "geo_normal")
     if albedo is None or normal is None:
         missing = " and ".join(w for w, c in (("an albedo", albedo), ("a normal", normal)) if c is None)
         raise FarmError(f"{store.url}: --denoise needs the albedo and normal AOVs of the job's scene, which has "
@@ -122,7 +121,7 @@ def denoise(image, albedo, normal):
 def _exr_channels(store, f, records, image):
     """{channel name: (H, W)} of an EXR frame: R, G, B, the AOVs, and variance.R/G/B where
     every tile has folded at least two chunks."""
-    channels = {c: image[..., i] for i, c in enumerate(("R", "G", "B", *channel_names(store.aovs)))}
+    channels = {c: image[..., i] for i, c in enumerate(("R", "G", "B", *aov_channel_names(store.aovs)))}
     folded = records[..., FOLDED]
     if folded.min() >= 2:
         var = np.zeros((store.height, store.width, 3), np.float32)

@@ -9,7 +9,8 @@ from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
-from tracer.xla_flags import PORTABLE_ISA, local_isa
+from tracer.shared import PORTABLE_ISA
+from tracer.xla_flags import local_isa
 
 __all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
 
@@ -162,15 +163,14 @@ def open_store(url, mode="r"):
 def group_shapes(spec, local):
     """The worker groups of a job: ``groups.count`` groups of ``groups.hosts`` hosts each; on a
     cluster, a job that names no groups gets one per node (``cluster.group.discover_shapes``)."""
-    from cluster.group import GroupShape, discover_shapes
+    from cluster.group import GroupShape, discover_shapes, local_devices_per_member
     g = spec.groups
     if not local and dataclasses.replace(g, cpu_isa=None) == GroupsSpec():
         return [dataclasses.replace(s, cpu_isa=g.cpu_isa) for s in discover_shapes()]
     strategy = "PACK" if local else "STRICT_SPREAD"
-    from tracer.cpu import cores  # (no JAX there)
     devices = g.devices_per_host
     if local and devices is None and g.platform == "cpu":  # every member shares this machine's cores
-        devices = max(1, cores() // (g.count * g.hosts))
+        devices = local_devices_per_member(g.count * g.hosts)
     shape = GroupShape(hosts=g.hosts, platform=g.platform, devices_per_host=devices,
                        gpus_per_host=g.gpus_per_host, tpu_topology=g.tpu_topology, tpu_version=g.tpu_version,
                        strategy=strategy, cpu_isa=g.cpu_isa)

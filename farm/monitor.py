@@ -28,7 +28,7 @@ from farm.errors import FarmError
 from farm.export import NO_SAMPLES, checkered
 from farm.job import frame_status, open_store
 from farm.store import FIELDS, FOLDED, TAIL_PASSES, FrameStore, StoreError, error_line, progress_number
-from tracer.reduction import resolve
+from tracer.shared import resolve
 
 __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "summary_of",
            "preview", "STALE_S", "NO_SAMPLES"]

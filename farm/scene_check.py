@@ -3,7 +3,7 @@
 ``tracer.io.scene_info.describe`` reads a scene without JAX but does not build it, so an
 unsupported plugin or a bad parameter would otherwise surface only in a worker, after Ray
 started and the store was made. ``check_scene`` loads the scene in a child process
-(``python -m tracer.validate``: the driver never imports JAX) for the job's first and last frames.
+(``python -m tracer.io.validate``: the driver never imports JAX) for the job's first and last frames.
 """
 import importlib.util
 import json
@@ -23,7 +23,7 @@ def check_scene(spec):
     param_sets = list(dict.fromkeys([spec.params_at(first), spec.params_at(last)]))
     job = {"path": spec.scene, "resolution": list(spec.resolution) if spec.resolution else None,
            "accel": spec.accel, "aovs": spec.aovs, "rfilter": spec.rfilter, "param_sets": [list(map(list, p)) for p in param_sets]}
-    result = subprocess.run([sys.executable, "-m", "tracer.validate"], input=json.dumps(job), text=True,
+    result = subprocess.run([sys.executable, "-m", "tracer.io.validate"], input=json.dumps(job), text=True,
                             capture_output=True, env=_child_env())
     if result.returncode == 1 and result.stderr.strip():
         raise SceneFileError(result.stderr.strip().splitlines()[-1])

@@ -14,7 +14,7 @@ Job file (paths relative to the file)::
     resolution = [320, 240]       # optional: overrides the film (a crop window with it)
     store = "renders/orbit.zarr"
     seed = 0
-    tile = 128                    # optional (a store keeps its own): tracer.defaults.default_tile
+    tile = 128                    # optional (a store keeps its own): tracer.shared.default_tile
     accel = "auto"                # optional: auto, embree, warp, jax
     noise = 0.05                  # optional: a noise target, spp then the most a tile gets (farm.adaptive)
     min_spp = 256                 # optional, with noise: the least a tile gets
@@ -48,12 +48,10 @@ import tomllib
 from farm.curves import Curve
 from farm.errors import SceneFileError, SpecError, shown
 from farm.tree import CHUNK_SPP, NOISE_CHUNK_SPP, Tree
-from tracer.defaults import (DEFAULT_PASS_SIZE, default_tile, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED,
-                             MAX_SPP, PLATFORMS)
-from tracer.filters import NAMES as FILTERS
-from tracer.xla_flags import ISAS
+from tracer.shared import (DEFAULT_PASS_SIZE, FILTERS, ISAS, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
+                           PLATFORMS, default_tile)
 from tracer.io.aovs import parse_aovs
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.scene_info import describe
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults",
@@ -172,7 +170,7 @@ class JobSpec:
     store: str                 # path or URL of the Zarr store
     resolution: tuple = None   # (width, height) override
     seed: int = 0
-    tile: int = None           # default: tracer.defaults.default_tile of the groups' platform (planned)
+    tile: int = None           # default: tracer.shared.default_tile of the groups' platform (planned)
     pass_size: int = None      # default: DEFAULT_PASS_SIZE (whatever the spp)
     chunk_passes: int = None   # default: farm.tree.CHUNK_SPP samples, NOISE_CHUNK_SPP with noise (whatever the spp)
     curves: tuple = ()         # farm.curves.Curve

@@ -57,9 +57,7 @@ from zarr.storage import LocalStore
 
 from farm.errors import FarmError, shown
 from farm.tree import state_channels, tail_block, tail_channels, tile_sums
-from tracer.io.aovs import SUFFIXES, channel_count
-from tracer.defaults import MAX_FILM_SIZE
-from tracer.filters import NAMES as FILTERS
+from tracer.shared import AOV_SUFFIXES, FILTERS, MAX_FILM_SIZE, aov_channel_count
 
 __all__ = ["FrameStore", "StoreError", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC", "TAIL_PASSES",
            "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
@@ -132,7 +130,7 @@ def _aovs(meta, url):
     """The store's (name, type) AOVs (none for a store without them), checked."""
     aovs = meta.get("aovs", [])
     ok = isinstance(aovs, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p)
-                                        and p[1] in SUFFIXES for p in aovs)
+                                        and p[1] in AOV_SUFFIXES for p in aovs)
     if not ok:
         raise StoreError(f"{url}: damaged store: zarr.json's aovs are {shown(aovs)}, not [[NAME, TYPE], ...]")
     return tuple(tuple(p) for p in aovs)
@@ -179,7 +177,7 @@ class FrameStore:
         self.width, self.height, self.tile = _layout(self.meta, url)
         self.aovs = _aovs(self.meta, url)
         self.rfilter = _rfilter(self.meta, url)  # the film's reconstruction filter; None: not recorded
-        self.channels = 3 + channel_count(self.aovs)  # of a tile's value: RGB, then the AOVs
+        self.channels = 3 + aov_channel_count(self.aovs)  # of a tile's value: RGB, then the AOVs
         self.tiles_y, self.tiles_x = -(-self.height // self.tile), -(-self.width // self.tile)
         self.state = _node(group, "state", url)
         self.tail = _node(group, "tail", url)
@@ -227,7 +225,7 @@ class FrameStore:
         width, height = film
         tile = identity["tile"]
         ty, tx = -(-height // tile), -(-width // tile)
-        k = channel_count(aovs)
+        k = aov_channel_count(aovs)
         for name, channels in (("state", state_channels(k)), ("tail", tail_channels(k))):
             group.create_array(name, shape=(n_frames, height, width, channels), chunks=(1, tile, tile, channels),
                                dtype="float32", fill_value=0.0, dimension_names=["frame", "y", "x", "channel"],

@@ -31,7 +31,7 @@ import dataclasses
 
 import numpy as np
 
-from tracer.reduction import resolve
+from tracer.shared import resolve
 
 __all__ = ["Tree", "STATE_CHANNELS", "TAIL_CHANNELS", "state_channels", "tail_channels", "fold", "tile_sums",
            "tail_block", "split_tail", "variance", "CHUNK_SPP",

@@ -123,6 +123,8 @@ def main():
     ap.add_argument("--no-tracer", action="store_true", help="skip part 2")
     args = ap.parse_args()
     import jax
+    import tracer
+    tracer.configure()  # as tracer.render's callers get it, before jax.default_backend() starts JAX
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, JAX on {jax.default_backend()}")
     intersection(args.rays, args.repeats)
     if not args.no_tracer:

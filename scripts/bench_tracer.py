@@ -169,7 +169,8 @@ def main():
         accel = result["accel"] if isinstance(result, dict) else "?"
         rows.append((f"ours, {accel} (gpu)", result))
     sys.path.insert(0, str(ROOT))
-    from tracer.xla_flags import PORTABLE_ISA, local_isa
+    from tracer.shared import PORTABLE_ISA
+    from tracer.xla_flags import local_isa
     # XLA's default code, a local job's level and a cluster's (once each where they coincide)
     for isa in (() if args.platform == "gpu" else dict.fromkeys((None, local_isa(), PORTABLE_ISA))):
         for d in (None if x == "default" else int(x) for x in args.devices.split(",")):

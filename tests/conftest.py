@@ -6,9 +6,11 @@ import tempfile
 import pytest
 from hypothesis import settings
 
+from tracer.process import configure
 from tracer.xla_flags import set_in_environment
 
 set_in_environment()  # before any test module imports JAX
+configure()  # a device per core (at least two), as tracer.render's callers get, before any array exists
 # `farm render` and `farm submit` note their stores for `farm list`: the tests' in a file of their own.
 os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registry-"), "stores")
 # Worker groups share one persistent compilation cache for the session, not the user's own.

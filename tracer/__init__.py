@@ -1,21 +1,23 @@
 """A physically based path tracer in JAX whose images match Mitsuba 3's.
 
 ``load_scene`` reads a Mitsuba 3 XML scene; ``render`` renders it to linear RGB; ``render_tile``
-is the jitted work unit the farm distributes. Attributes load lazily, so host-only modules
+is the jitted work unit the farm distributes; ``configure`` sets a process up for the tracer (both
+entry points call it; nothing is set at import). Attributes load lazily, so host-only modules
 (``tracer.io.images``) can be used without importing JAX.
 """
 import importlib
 
-__all__ = ["SceneError", "load_scene", "render", "render_tile", "resolve", "local_mesh", "Scene"]
+__all__ = ["SceneError", "load_scene", "render", "render_tile", "resolve", "local_mesh", "Scene", "configure"]
 
 _SOURCES = {
-    "SceneError": "tracer.io.errors",
+    "SceneError": "tracer.errors",
     "load_scene": "tracer.io.scene_loader",
     "render": "tracer.rendering",
     "render_tile": "tracer.rendering",
-    "resolve": "tracer.reduction",
+    "resolve": "tracer.shared",
     "local_mesh": "tracer.rendering",
     "Scene": "tracer.scene",
+    "configure": "tracer.process",
 }
 
 

@@ -1,7 +1,7 @@
 """Arbitrary output variables of the camera rays' first hits, as Mitsuba 3's ``aov`` integrator.
 
 For each camera ray, ``evaluate`` intersects the scene once more and returns the AOVs the scene's
-``Settings.aovs`` lists ((K, N), channels in the order ``tracer.io.aovs.channel_names`` names
+``Settings.aovs`` lists ((K, N), channels in the order ``tracer.shared.aov_channel_names`` names
 them); the work unit splats them with the radiance through the same reconstruction filter, so a
 pixel's AOV is sum(f a) / sum(f), as Mitsuba's film develops its AOV channels. A miss gives
 zeros (Mitsuba zeroes the interaction of an invalid hit). Per type (Mitsuba's aov.cpp):
@@ -35,11 +35,11 @@ from tracer import vecmath as vm
 from tracer.bsdfs import layers
 from tracer.integrator import find_surfaces, fresh_paths
 from tracer.constants import SRGB_TO_XYZ
-from tracer.io.aovs import MOMENT_TYPES, channel_count
 from tracer.kinds import BsdfKind, Perturbation, Projection
 from tracer.pytree import pytree_dataclass
+from tracer.shared import MOMENT_TYPES
 
-__all__ = ["AovTables", "make_tables", "evaluate", "channel_count"]
+__all__ = ["AovTables", "make_tables", "evaluate"]
 
 # Kinds whose eval_diffuse_reflectance is their reflectance texture (Mitsuba's overrides).
 _REFLECTANCE_KINDS = (BsdfKind.DIFFUSE, BsdfKind.PLASTIC, BsdfKind.ROUGHPLASTIC, *BsdfKind.PRINCIPLEDS)

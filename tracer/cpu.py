@@ -8,9 +8,13 @@ that do not split a query over cores another device is using.
 """
 import os
 
-__all__ = ["cores", "cores_per_device", "use_every_core"]
+__all__ = ["MIN_CPU_DEVICES", "cores", "cores_per_device", "device_count", "use_every_core"]
 
 _DEVICE_COUNT = "--xla_force_host_platform_device_count"
+# XLA compiles a one-device program without its SPMD partitioner, and that program fuses (and so
+# rounds) differently from one partitioned over several devices (``tracer.xla_flags``): every CPU
+# process has at least two devices, so every work unit is a partitioned program.
+MIN_CPU_DEVICES = 2
 
 
 def cores():
@@ -19,6 +23,12 @@ def cores():
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
+
+
+def device_count(requested=None):
+    """The XLA CPU devices a process gets: ``requested``, else one per core it may run on; at
+    least ``MIN_CPU_DEVICES``. The one rule for the tracer's processes and the farm's workers."""
+    return max(int(cores() if requested is None else requested), MIN_CPU_DEVICES)
 
 
 def cores_per_device():
@@ -31,21 +41,19 @@ def cores_per_device():
 
 
 def use_every_core():
-    """Give this process one XLA CPU device per core, at least two (``jax_num_cpu_devices``;
-    ``tracer.xla_flags.MIN_CPU_DEVICES``: the bits of a one-device program differ), unless the
+    """Give this process ``device_count()`` XLA CPU devices (``jax_num_cpu_devices``), unless the
     process says otherwise: a device count in XLA_FLAGS or ``JAX_NUM_CPU_DEVICES``, the option
     set already, or JAX's backend already started (then nothing can change; it stays as is).
 
-    Called when the tracer first imports JAX (``tracer.pytree``), so that ``tracer.render``
-    uses every core with nothing for the user to set: ``tracer.render`` splits each pass over
-    ``jax.local_devices()``, and XLA runs one device's kernels on one core at a time.
+    Part of ``tracer.process.configure``, so that ``tracer.render`` uses every core with nothing
+    for the user to set: it splits each pass over ``jax.local_devices()``, and XLA runs one
+    device's kernels on one core at a time.
     """
     import jax
-    from jax._src import xla_bridge
+
+    from tracer.jax_private import backends_are_initialized
 
     if (_DEVICE_COUNT in os.environ.get("XLA_FLAGS", "") or "JAX_NUM_CPU_DEVICES" in os.environ
-            or jax.config.jax_num_cpu_devices >= 0 or xla_bridge.backends_are_initialized()):
+            or jax.config.jax_num_cpu_devices >= 0 or backends_are_initialized()):
         return
-    from tracer.xla_flags import cpu_devices
-
-    jax.config.update("jax_num_cpu_devices", cpu_devices(cores()))
+    jax.config.update("jax_num_cpu_devices", device_count())

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import filters
-from tracer.defaults import MAX_FILM_SIZE
+from tracer.shared import MAX_FILM_SIZE
 from tracer.kinds import FilterKind
 from tracer.pytree import pytree_dataclass, static
 

@@ -16,7 +16,7 @@ with ``scalar_rgb``.
 
 Mitchell-Netravali and Lanczos have negative lobes: a pixel's weights can sum to a negative
 number or to nearly zero, and pixel values can be negative, as in Mitsuba (its film divides by
-any non-zero weight sum: ``tracer.reduction.resolve``).
+any non-zero weight sum: ``tracer.shared.resolve``).
 
 Limits (Mitsuba has none; ours bound a work unit's time and memory, because every pixel splats
 into (2 * ceil(radius - 1/2) + 1)^2 neighbours, a loop unrolled into the compiled program):
@@ -30,14 +30,14 @@ import numbers
 import numpy as np
 
 from tracer.kinds import FilterKind
+from tracer.shared import FILTERS
 
-__all__ = ["Filter", "make_filter", "evaluate", "RESOLUTION", "MAX_RADIUS", "MIN_RADIUS", "MAX_BC", "NAMES"]
+__all__ = ["Filter", "make_filter", "evaluate", "RESOLUTION", "MAX_RADIUS", "MIN_RADIUS", "MAX_BC"]
 
 RESOLUTION = 31       # Mitsuba's MI_FILTER_RESOLUTION: table bins over [0, radius)
 MAX_RADIUS = 8.0      # pixels: a pixel's samples reach at most 8 neighbours on each side
 MIN_RADIUS = 1e-3     # pixels: zero divides by zero, and a near-zero radius overflows 31 / radius in float32
 MAX_BC = 10.0         # |B|, |C| of mitchell: the paper's useful region is [0, 1]^2
-NAMES = ("box", "tent", "gaussian", "mitchell", "catmullrom", "lanczos")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ def make_filter(name="gaussian", **params):
     known = {"box": (), "tent": ("radius",), "gaussian": ("stddev",), "mitchell": ("B", "C"), "catmullrom": (),
              "lanczos": ("lobes",)}
     if name not in known:
-        raise ValueError(f"unknown reconstruction filter {name!r} (expected {', '.join(NAMES)})")
+        raise ValueError(f"unknown reconstruction filter {name!r} (expected {', '.join(FILTERS)})")
     extra = sorted(set(params) - set(known[name]))
     if extra:
         raise ValueError(f"rfilter '{name}' has no parameter '{extra[0]}'")

@@ -11,11 +11,6 @@ import dataclasses
 
 import jax
 
-from tracer import cpu, xla_flags
-
-cpu.use_every_core()  # before any array exists: one XLA device per core (see tracer.cpu)
-xla_flags.use_wide_vectors()  # and the vector width of a local farm job's code
-
 __all__ = ["pytree_dataclass", "static", "owned"]
 
 

@@ -21,15 +21,13 @@ from jax.sharding import Mesh, PartitionSpec
 from tracer import aov, integrator
 from tracer import camera as cameras
 from tracer import film as films
-from tracer import rng
-from tracer.defaults import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
-                             TRACE_SAMPLES, fitting_tile, pass_samples)
+from tracer import process, rng
 from tracer.direct import trace_direct
 from tracer.integrator import DEFAULT_POOL, DRAIN_PHASES, drain_phases, pool_size, trace_paths
-from tracer.io.aovs import channel_count
 from tracer.programs import KeptPrograms
-from tracer.reduction import resolve
 from tracer.rng import Dims
+from tracer.shared import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
+                           TRACE_SAMPLES, aov_channel_count, fitting_tile, pass_samples, resolve)
 
 __all__ = ["local_mesh", "render_tile", "render", "trace_passes", "trace_samples", "whole_image_tile",
            "TRACE_SAMPLES", "ACCELERATOR_TRACE_SAMPLES",
@@ -165,7 +163,7 @@ def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, va
     scalars (traced); (tile_y, tile_x) is the tile's top-left pixel in the image, the film's crop
     window (the whole film unless it is cropped). value (tile_h, tile_w, C) and weight (tile_h,
     tile_w) float32: the sums of filter-weighted radiance and of filter weights so far; C = 3
-    channels of RGB, then the scene's AOV channels (``tracer.aov``; ``tracer.io.aovs``). Pixels of
+    channels of RGB, then the scene's AOV channels (``tracer.aov``; ``tracer.shared``). Pixels of
     the tile outside the film get zeros; those outside the window but inside the film are
     rendered, and left out of the image by whoever assembles it. Returns the new (value, weight).
     ``path_pool``: paths in flight per device (``tracer.integrator.pool_size(scene)`` sizes it
@@ -214,7 +212,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
            chunk_passes=None, path_pool=None):
     """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3),
     followed by the AOV channels of a scene with Mitsuba's ``aov`` integrator ((H, W, 3 + K), as
-    ``mitsuba.render`` gives them; ``tracer.io.aovs.channel_names`` names them).
+    ``mitsuba.render`` gives them; ``tracer.shared.aov_channel_names`` names them).
 
     ``spp`` defaults to the scene's sampler ``sample_count``; ``pass_size`` to
     ``min(DEFAULT_PASS_SIZE, spp)`` (a pass size given is kept, past the spp too: its samples
@@ -227,6 +225,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
     farm's) and the largest power of two from it whose pass fits on GPUs and TPUs.
     ``path_pool`` defaults to ``tracer.integrator.pool_size(scene)``.
     """
+    process.configure()
     spp = _whole("spp", scene.settings.spp if spp is None else spp, 1, MAX_SPP)
     seed, frame = _whole("seed", seed, 0, MAX_SEED), _whole("frame", frame, 0, MAX_FRAME)
     pass_size = min(DEFAULT_PASS_SIZE, spp) if pass_size is None else _whole("pass_size", pass_size, 1, MAX_PASS_SIZE)
@@ -239,7 +238,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
     n_passes = -(-spp // pass_size)
     height, width = film.crop_height, film.crop_width
     th, tw = min(tile, height), min(tile, width)
-    channels = 3 + channel_count(scene.settings.aovs)
+    channels = 3 + aov_channel_count(scene.settings.aovs)
     image = np.zeros((height, width, channels), np.float32)
     i32 = jnp.int32
     chunk = n_passes if chunk_passes is None else chunk_passes

@@ -18,7 +18,7 @@ instruction-set level, so that a job can be split, resumed and refined anywhere.
 * The program itself. XLA compiles a program over one device without its SPMD partitioner, and
   that module fuses differently from the one partitioned over several devices (examples/orbit.xml:
   6 of 1,200 pixels between 1 and 2 devices; 2 and 4 devices, and 2 hosts, agree). So a CPU
-  process gets at least ``MIN_CPU_DEVICES`` devices (virtual ones cost nothing) and every work
+  process gets at least ``tracer.cpu.MIN_CPU_DEVICES`` devices (virtual ones cost nothing) and every work
   unit is a partitioned program.
 
 Until November 2026 the farm capped the instruction set at AVX (no FMA at all, the bits then
@@ -30,12 +30,12 @@ before JAX starts) to get a farm job's bits from ``tracer.render``.
 """
 import os
 
-__all__ = ["ISAS", "PORTABLE_ISA", "MIN_CPU_DEVICES", "host_isa", "local_isa", "isa_flags", "named_isa", "check_host",
-           "with_flags", "set_in_environment", "use_wide_vectors", "cpu_devices"]
+from tracer.cpu import device_count
+from tracer.shared import ISAS, PORTABLE_ISA
 
-ISAS = ("AVX", "AVX2", "AVX512")  # XLA's names for the levels, lowest first
-PORTABLE_ISA = "AVX2"
-MIN_CPU_DEVICES = 2
+__all__ = ["host_isa", "local_isa", "isa_flags", "named_isa", "check_host", "with_flags", "set_in_environment",
+           "use_wide_vectors"]
+
 # XLA vectorizes for 256-bit registers even where AVX-512 has 512-bit ones (a guard against the
 # clock drop of early AVX-512 chips). 512-bit vectors render 1.29x faster on the Cornell box, 1.06x
 # on orbit.xml and 1.03-1.11x on mesh.xml (AMD EPYC, 2 cores, medians of 5 renders a process), so
@@ -92,21 +92,16 @@ def check_host(isa, have=None):
                            f"rendered from then on differ from those rendered before)")
 
 
-def cpu_devices(count):
-    """The XLA CPU devices a process asking for ``count`` gets: at least ``MIN_CPU_DEVICES``."""
-    return max(int(count), MIN_CPU_DEVICES)
-
-
 def with_flags(xla_flags="", devices=None, deterministic=True, isa=None):
     """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flags of the ``isa`` level
     (default: this host's, else ``PORTABLE_ISA``) and, if given, a virtual CPU device count (with
-    the flag: at least ``MIN_CPU_DEVICES``); earlier values of the same flags are replaced."""
+    the flag: ``tracer.cpu.device_count``'s rule); earlier values of the same flags are replaced."""
     drop = (_MAX_ISA, _VECTOR_WIDTH, "--xla_force_host_platform_device_count")
     flags = [f for f in (xla_flags or "").split() if not f.startswith(drop)]
     if deterministic:
         flags.extend(isa_flags(isa or local_isa()))
     if devices is not None:
-        flags.append(f"--xla_force_host_platform_device_count={cpu_devices(devices) if deterministic else devices}")
+        flags.append(f"--xla_force_host_platform_device_count={device_count(devices) if deterministic else devices}")
     return " ".join(flags)
 
 
@@ -121,13 +116,13 @@ def use_wide_vectors():
     names a vector width or an instruction-set level in XLA_FLAGS (a farm worker's are its job's:
     ``isa_flags``) or JAX's backend has started (then nothing can change).
 
-    Called when the tracer first imports JAX (``tracer.pytree``), beside ``tracer.cpu.use_every_core``,
-    so that ``tracer.render`` runs at the speed of a local farm job with nothing for the user to set.
+    Part of ``tracer.process.configure``, beside ``tracer.cpu.use_every_core``, so that
+    ``tracer.render`` runs at the speed of a local farm job with nothing for the user to set.
     """
-    from jax._src import xla_bridge
+    from tracer.jax_private import backends_are_initialized
 
     flags = os.environ.get("XLA_FLAGS", "")
-    if (_VECTOR_WIDTH in flags or named_isa(flags) is not None or xla_bridge.backends_are_initialized()
+    if (_VECTOR_WIDTH in flags or named_isa(flags) is not None or backends_are_initialized()
             or host_isa() != "AVX512"):  # (the file read last)
         return
     os.environ["XLA_FLAGS"] = f"{flags} {_WIDE_VECTORS}".strip()

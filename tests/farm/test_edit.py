@@ -110,7 +110,7 @@ def test_a_jobs_tile_defaults_to_its_platforms_and_a_store_keeps_its_own(tmp_pat
     """A new job naming no tile gets 128 on CPUs and 512 on GPUs and TPUs; a job adding frames to a
     store, on any platform, takes the store's tile instead of being refused as another job."""
     from farm.spec import GroupsSpec
-    from tracer.defaults import ACCELERATOR_TILE, DEFAULT_TILE
+    from tracer.shared import ACCELERATOR_TILE, DEFAULT_TILE
 
     gpu = GroupsSpec(platform="gpu", gpus_per_host=1)
     for platform, groups, want in (("cpu", GroupsSpec(), DEFAULT_TILE), ("gpu", gpu, ACCELERATOR_TILE),

@@ -11,7 +11,7 @@ from farm.tree import STATE_CHANNELS, fold, tile_sums
 from tests.helpers.farm_cases import ROOT
 from tests.helpers.image_metrics import read_exr, relative_mse
 from tests.helpers.tiles import render_passes
-from tracer.reduction import resolve
+from tracer.shared import resolve
 
 FACTOR = 1.5     # estimated / real relative MSE, either way
 CHUNK_SPP = 16   # one pass of 16 samples a chunk

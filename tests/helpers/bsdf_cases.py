@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bsdfs
-from tracer.bsdfs.build import MaterialTableBuilder
-from tracer.io.errors import SceneError
+from tracer.io.bsdfs import MaterialTableBuilder
+from tracer.errors import SceneError
 from tracer.textures import TextureTableBuilder
 
 LLVM_PATH = "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1"

@@ -4,6 +4,7 @@ import numpy as np
 
 from tests.helpers.rays import cylinder64
 from tracer import emitters as E
+from tracer.io.emitters import EmitterTableBuilder
 from tracer.io.xml import parse_string
 from tracer.textures import TextureTableBuilder
 
@@ -41,7 +42,7 @@ def sphere_to_world(center, radius):
 
 def table(*adders, bounds=BOX, load_image=None):
     """Build a table from callables ``adder(builder)``."""
-    b = E.EmitterTableBuilder(load_image=load_image)
+    b = EmitterTableBuilder(load_image=load_image)
     for add in adders:
         add(b)
     return b.build(*bounds)

@@ -6,7 +6,8 @@ import pytest
 import tracer
 from tests.helpers.aov_scenes import EVERY_AOV, aov_scene
 from tracer import SceneError
-from tracer.io.aovs import channel_names, parse_aovs
+from tracer.io.aovs import parse_aovs
+from tracer.shared import aov_channel_names
 from tracer.io.scene_info import describe
 
 
@@ -29,7 +30,7 @@ def _agree(ours, ref, names):
 def test_every_aov_type_agrees_with_mitsuba(tmp_path):
     path = aov_scene(tmp_path / "aov.xml", spp=32)
     scene = tracer.load_scene(path)
-    names = ("R", "G", "B", *channel_names(scene.settings.aovs))
+    names = ("R", "G", "B", *aov_channel_names(scene.settings.aovs))
     ours = tracer.render(scene, spp=32)
     ref, mitsuba_names = _mitsuba(path, 32)
     assert ours.shape == ref.shape == (12, 16, 3 + 26)
@@ -86,7 +87,7 @@ def test_no_nested_integrator_renders_black_rgb_and_the_aovs(tmp_path):
 def test_the_farm_reads_the_channels_without_building_the_scene(tmp_path):
     path = aov_scene(tmp_path / "aov.xml")
     assert describe(path).aovs == parse_aovs(EVERY_AOV, "x")
-    assert channel_names(describe(path).aovs)[:4] == ("dd.y.T", "nn.X", "nn.Y", "nn.Z")
+    assert aov_channel_names(describe(path).aovs)[:4] == ("dd.y.T", "nn.X", "nn.Y", "nn.Z")
 
 
 def test_the_farm_reads_a_moment_integrators_channels(tmp_path):
@@ -98,7 +99,7 @@ def test_the_farm_reads_a_moment_integrators_channels(tmp_path):
                           '</integrator>', '<integrator type="moment"><integrator type="path"/></integrator>')
     assert moment != text
     (tmp_path / "moment.xml").write_text(moment)
-    assert channel_names(describe(path).aovs) == ("_arg_0.X", "_arg_0.Y", "_arg_0.Z", "m2__arg_0.X", "m2__arg_0.Y",
+    assert aov_channel_names(describe(path).aovs) == ("_arg_0.X", "_arg_0.Y", "_arg_0.Z", "m2__arg_0.X", "m2__arg_0.Y",
                                                   "m2__arg_0.Z")
     (tmp_path / "moment.xml").write_text(text.replace('<integrator type="aov">', '<integrator type="moment">'
                                                       '<integrator type="aov">').replace('</integrator>\n<sensor',

@@ -8,7 +8,7 @@ diffuse on the other.
 import pytest
 
 from tests.helpers.mitsuba_render import assert_matches_mitsuba
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 pytest.importorskip("mitsuba")
 

@@ -49,3 +49,16 @@ def test_an_avx512_host_vectorizes_512_bits_wide_unless_the_process_says(clean_e
     assert result.returncode == 0, result.stderr[-2000:]
     widths = [f.split("=")[1] for f in result.stdout.split() if f.startswith("--xla_cpu_prefer_vector_width=")]
     assert widths == ([width] if width else [])
+
+
+def test_importing_the_tracer_changes_nothing_in_the_process(clean_env):
+    """Only the entry points set a process up (``tracer.process.configure``): importing every
+    module of the tracer leaves XLA_FLAGS, the device count and JAX's backend as they were."""
+    code = ("import importlib, os, pkgutil, jax, tracer; "
+            "[importlib.import_module(m.name) for m in pkgutil.walk_packages(tracer.__path__, 'tracer.')]; "
+            "from tracer.jax_private import backends_are_initialized; "
+            "print(repr(os.environ.get('XLA_FLAGS')), jax.config.jax_num_cpu_devices, backends_are_initialized())")
+    result = subprocess.run([sys.executable, "-c", code], env=clean_env | {"JAX_PLATFORMS": "cpu"}, cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["None", "-1", "False"]

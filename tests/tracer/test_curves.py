@@ -9,7 +9,7 @@ import pytest
 
 from tracer import curves
 from tracer.io import curves as curve_files
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.kinds import SurfaceKind
 
 mi = pytest.importorskip("mitsuba")

@@ -7,7 +7,7 @@ import pytest
 
 from tracer import film as films
 from tracer import filters
-from tracer.reduction import resolve
+from tracer.shared import resolve
 
 mi = pytest.importorskip("mitsuba")
 mi.set_variant("scalar_rgb")

@@ -227,7 +227,7 @@ def test_cylinder_matches_mitsuba(to_world, flip):
 def test_cylinder_errors(xml, message):
     from tracer.io.scene_loader import _SceneBuilder
     from tracer.io.xml import parse_string
-    from tracer.io.errors import SceneError
+    from tracer.errors import SceneError
     with pytest.raises(SceneError, match=message):  # (a NaN is refused as the XML is read)
         node = parse_string(f'<scene version="3.0.0"><shape type="cylinder">{xml}</shape></scene>').children[0]
         _SceneBuilder(None, "auto", None)._cylinder(node, node.get_transform("to_world"))

@@ -15,7 +15,7 @@ import tracer
 from tests.helpers.mitsuba_render import assert_matches_mitsuba, mitsuba_image
 from tests.helpers.rays import transform, unit
 from tracer import geometry
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.kinds import SurfaceKind
 from tracer.rendering import render_tile
 

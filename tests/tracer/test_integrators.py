@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 from tests.helpers.mitsuba_render import assert_matches_mitsuba
-from tracer.io.errors import SceneError, SceneNotice
+from tracer.errors import SceneError, SceneNotice
 
 pytest.importorskip("mitsuba")
 
@@ -75,13 +75,13 @@ def test_moment_gives_its_inner_image_and_second_moments_as_mitsuba(tmp_path_fac
 
     import tracer
     from tests.helpers.ztest import RGB_TO_XYZ
-    from tracer.io.aovs import channel_names
+    from tracer.shared import aov_channel_names
 
     inner = '<integrator type="path" name="inner"><integer name="max_depth" value="4"/></integrator>'
     plain = tracer.load_scene(_scene_file(tmp_path_factory, inner))
     path = _scene_file(tmp_path_factory, f'<integrator type="moment">{inner}</integrator>')
     wrapped = tracer.load_scene(path)
-    assert channel_names(wrapped.settings.aovs) == ("inner.X", "inner.Y", "inner.Z", "m2_inner.X", "m2_inner.Y",
+    assert aov_channel_names(wrapped.settings.aovs) == ("inner.X", "inner.Y", "inner.Z", "m2_inner.X", "m2_inner.Y",
                                                    "m2_inner.Z")
     ours = np.asarray(tracer.render(wrapped, spp=SPP, seed=0), np.float64)
     np.testing.assert_array_equal(ours[..., :3], np.asarray(tracer.render(plain, spp=SPP, seed=0)))

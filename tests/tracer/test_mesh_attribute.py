@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.mesh_files import triangle_ply
 from tracer import geometry
 from tracer import textures as tx
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.kinds import TextureKind
 
 mi = pytest.importorskip("mitsuba")

@@ -128,7 +128,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
         scene = tracer.load_scene(path, **params)
         scene = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler=sampler))
         out = []
-        for n in (2, 3, 4):  # (a process has at least 2: tracer.xla_flags.MIN_CPU_DEVICES)
+        for n in (2, 3, 4):  # (a process has at least 2: tracer.cpu.MIN_CPU_DEVICES)
             mesh = Mesh(np.array(jax.devices()[:n]), ("rays",))
             # 18 rows: the devices' bands of output rows (9, 6, 5 rows) do not divide it evenly.
             z = (jnp.zeros((18, 20, 3), jnp.float32), jnp.zeros((18, 20), jnp.float32))

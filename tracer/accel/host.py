@@ -118,8 +118,9 @@ def _direct_primitive():
     """The primitive behind ``_host_call``, or None where this JAX lacks what it is built from
     (then ``pure_callback`` serves)."""
     try:
-        from jax._src.callback import _callback_op_sharding
         from jax.extend.core import Primitive
+        from tracer.jax_private import callback_op_sharding
+        _callback_op_sharding = callback_op_sharding()
         from jax.interpreters import mlir
     except ImportError:
         return None

@@ -1,6 +1,6 @@
 """Light sources: Mitsuba 3's area, point, spot, directional, constant, envmap and projector emitters.
 
-``EmitterTableBuilder`` (host) turns scene plugins into the ``Emitters`` table; the traced API
+``tracer.io.emitters`` (host) reads scene plugins into the ``Emitters`` table; the traced API
 is four functions on batches of N lanes:
 
 * ``sample_direction(emitters, textures, ref_p, u_select, u) -> (DirectionSample, weight)``
@@ -10,13 +10,12 @@ is four functions on batches of N lanes:
 * ``eval_surface(emitters, textures, emitter, n, d, uv)`` -- radiance of a hit area emitter;
 * ``eval_environment(emitters, textures, d)`` -- radiance of the environment for escaped rays.
 """
-from tracer.emitters.build import EmitterTableBuilder
 from tracer.emitters.direct import (
     DirectionSample, eval_environment, eval_surface, pdf_direction, sample_direction,
 )
 from tracer.emitters.table import Emitters
 
 __all__ = [
-    "Emitters", "EmitterTableBuilder", "DirectionSample", "sample_direction", "pdf_direction",
+    "Emitters", "DirectionSample", "sample_direction", "pdf_direction",
     "eval_surface", "eval_environment",
 ]

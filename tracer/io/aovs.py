@@ -4,8 +4,8 @@
 gives the image one or more channels, named ``name.SUFFIX`` as Mitsuba names them
 (``src/integrators/aov.cpp``): ``dd.y.T``, ``nn.X``, ``nn.Y``, ``nn.Z``. The nested integrator's
 RGB comes first, then the AOVs in the order given: ``tracer.render`` returns (H, W, 3 + K), as
-``mitsuba.render`` does for such a scene. The farm reads the channel names from here without
-building the scene (``tracer.io.scene_info``).
+``mitsuba.render`` does for such a scene. The farm reads a scene's AOVs from here without building
+it (``tracer.io.scene_info``); their channels' layout is ``tracer.shared``'s.
 
 Mitsuba's ``moment`` integrator adds channels of the same kind: per sample, the XYZ of its
 nested integrator's radiance and their squares (``src/integrators/moment.cpp``), named
@@ -14,29 +14,10 @@ without one). Filtered like the rest, a pixel's ``m2_`` channels are its samples
 moments: minus the first moments squared, the per-sample variance. They are the AOV types
 ``moment_xyz`` and ``moment_m2``, which a scene's ``aovs`` list cannot name.
 """
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
+from tracer.shared import AOV_TYPES
 
-__all__ = ["SUFFIXES", "TYPES", "MOMENT_TYPES", "parse_aovs", "integrator_aovs", "channel_names", "channel_count",
-           "find"]
-
-# Each AOV type and the suffixes of its channels, as Mitsuba's aov.cpp names them.
-SUFFIXES = {
-    "albedo": ("R", "G", "B"),
-    "depth": ("T",),
-    "position": ("X", "Y", "Z"),
-    "uv": ("U", "V"),
-    "geo_normal": ("X", "Y", "Z"),
-    "sh_normal": ("X", "Y", "Z"),
-    "dp_du": ("X", "Y", "Z"),
-    "dp_dv": ("X", "Y", "Z"),
-    "duv_dx": ("U", "V"),
-    "duv_dy": ("U", "V"),
-    "prim_index": ("I",),
-    "shape_index": ("I",),
-}
-TYPES = tuple(SUFFIXES)  # what an aov integrator's list may name
-MOMENT_TYPES = ("moment_xyz", "moment_m2")
-SUFFIXES.update({kind: ("X", "Y", "Z") for kind in MOMENT_TYPES})
+__all__ = ["parse_aovs", "integrator_aovs"]
 
 
 def parse_aovs(text, where):
@@ -48,8 +29,8 @@ def parse_aovs(text, where):
         name, colon, kind = token.partition(":")
         if not colon or not name or not kind or ":" in kind:
             raise SceneError(f"{where}: AOV '{token}' is not a name:type pair")
-        if kind not in TYPES:
-            raise SceneError(f"{where}: unsupported AOV type '{kind}' in '{token}' ({', '.join(TYPES)})")
+        if kind not in AOV_TYPES:
+            raise SceneError(f"{where}: unsupported AOV type '{kind}' in '{token}' ({', '.join(AOV_TYPES)})")
         pairs.append((name, kind))
     return tuple(pairs)
 
@@ -72,24 +53,3 @@ def integrator_aovs(node):
                          "supported")
     name = inner[0].name or "_arg_0"
     return ((name, "moment_xyz"), (f"m2_{name}", "moment_m2"))
-
-
-def channel_names(aovs):
-    """The AOV channels' names (Mitsuba's ``aov_names``), after the image's R, G, B."""
-    return tuple(f"{name}.{suffix}" for name, kind in aovs for suffix in SUFFIXES[kind])
-
-
-def channel_count(aovs):
-    return sum(len(SUFFIXES[kind]) for _, kind in aovs)
-
-
-def find(aovs, *kinds):
-    """The channel offset (after R, G, B: 3 + ...) of the first AOV of the first of ``kinds``
-    the list has, or None."""
-    for kind in kinds:
-        offset = 3
-        for _, k in aovs:
-            if k == kind:
-                return offset
-            offset += len(SUFFIXES[k])
-    return None

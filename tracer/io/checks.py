@@ -13,7 +13,7 @@ as nothing, as a flat or black image, or as infinities; the loader refuses them 
 """
 import numpy as np
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 __all__ = ["MAX_COORDINATE", "MAX_RADIANCE", "SINGULAR", "checked_to_world", "check_extent", "check_radiance",
            "check_texels"]

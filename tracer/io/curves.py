@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 __all__ = ["Curves", "load_curves", "MIN_POINTS", "MAX_FILE_BYTES"]
 

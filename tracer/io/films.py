@@ -17,8 +17,8 @@ import dataclasses
 import numbers
 
 from tracer import filters
-from tracer.defaults import MAX_FILM_SIZE
-from tracer.io.errors import SceneError
+from tracer.shared import FILTERS, MAX_FILM_SIZE
+from tracer.errors import SceneError
 
 __all__ = ["FilmSpec", "read_film", "DEFAULT_SIZE"]
 
@@ -93,7 +93,7 @@ def _rfilter(film):
                "mitchell": [("B", node.get_float), ("C", node.get_float)], "lanczos": [("lobes", node.get_int)],
                "box": [], "catmullrom": []}
     if node.type not in readers:
-        raise SceneError(f"{node.source}: unsupported rfilter '{node.type}' ({', '.join(filters.NAMES)})")
+        raise SceneError(f"{node.source}: unsupported rfilter '{node.type}' ({', '.join(FILTERS)})")
     params = {name: read(name) for name, read in readers[node.type] if node.has(name)}
     node.check_unused()
     try:

@@ -16,7 +16,7 @@ import numpy as np
 import OpenEXR
 from PIL import Image
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 __all__ = ["load_image", "write_exr", "write_exr_channels", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb", "srgb8",
            "MAX_IMAGE_PIXELS"]

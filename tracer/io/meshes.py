@@ -23,7 +23,7 @@ import warnings
 
 import numpy as np
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 __all__ = ["Mesh", "load_obj", "recompute_vertex_normals", "transform_mesh", "rectangle_mesh", "cube_mesh",
            "check_faces", "unit_normals", "fans"]

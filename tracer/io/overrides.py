@@ -8,7 +8,7 @@ Two changes a render job can ask for without editing the scene file:
   own AOVs come first, the job's after them; a job's AOV that takes a name the scene's (or
   another of the job's) already has is refused, as two channels would have one name. A scene
   without an integrator gets Mitsuba's default ``path`` inside the wrapper.
-- ``rfilter`` (a name of ``tracer.filters.NAMES``): the film's reconstruction filter, with
+- ``rfilter`` (a name of ``tracer.shared.FILTERS``): the film's reconstruction filter, with
   Mitsuba's default parameters, in place of the scene's. ``box`` keeps each sample in its pixel:
   denoisers (Open Image Denoise) need that, as any wider filter spreads a sample's noise over
   neighbouring pixels, which they then keep as detail.
@@ -16,10 +16,10 @@ Two changes a render job can ask for without editing the scene file:
 ``tracer.load_scene`` and ``tracer.io.scene_info.describe`` both apply them here, so the farm
 reads the channels a job's frames will have from the same change the workers render.
 """
-from tracer import filters
 from tracer.io.aovs import parse_aovs
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.plugin_node import PluginNode
+from tracer.shared import FILTERS
 
 __all__ = ["apply", "check_rfilter", "AOVS_WHERE", "RFILTER_WHERE"]
 
@@ -29,8 +29,8 @@ RFILTER_WHERE = "the job's rfilter"
 
 def check_rfilter(name):
     """``name`` if it is a filter of ``tracer.filters``; a ``SceneError`` otherwise."""
-    if name not in filters.NAMES:
-        raise SceneError(f"{RFILTER_WHERE}: unknown reconstruction filter {name!r} ({', '.join(filters.NAMES)})")
+    if name not in FILTERS:
+        raise SceneError(f"{RFILTER_WHERE}: unknown reconstruction filter {name!r} ({', '.join(FILTERS)})")
     return name
 
 
@@ -58,9 +58,9 @@ def _wrap_integrator(root, text):
         node.props["aovs"] = f"{own},{text}" if isinstance(own, str) and own.strip() else text
         return
     wrapper = _synthetic("integrator", "aov", AOVS_WHERE, aovs=text)
-    wrapper._add_child(node if node is not None else _synthetic("integrator", "path", AOVS_WHERE), None, AOVS_WHERE)
+    wrapper.add_child(node if node is not None else _synthetic("integrator", "path", AOVS_WHERE), None, AOVS_WHERE)
     if index is None:
-        root._add_child(wrapper, None, AOVS_WHERE)
+        root.add_child(wrapper, None, AOVS_WHERE)
     else:
         root.children[index] = wrapper
 
@@ -72,11 +72,11 @@ def _replace_rfilter(root, name):
     index, film = _only(sensor, "film")
     if film is None:
         film = _synthetic("film", "hdrfilm", RFILTER_WHERE)
-        sensor._add_child(film, None, RFILTER_WHERE)
+        sensor.add_child(film, None, RFILTER_WHERE)
     index, old = _only(film, "rfilter")
     new = _synthetic("rfilter", name, RFILTER_WHERE)
     if old is None:
-        film._add_child(new, None, RFILTER_WHERE)
+        film.add_child(new, None, RFILTER_WHERE)
     else:
         film.children[index] = new
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from tracer.io import spectra
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.transforms import inverse_transpose
 
 __all__ = ["PluginNode", "MISSING", "resolve_path", "INT32_RANGE"]
@@ -75,6 +75,9 @@ class PluginNode:
     children: list = dataclasses.field(default_factory=list)
     source: str = "<synthetic>"    # "file.xml:LINE" of the opening tag
     source_dir: str = ""           # absolute folder of the XML file holding the tag
+    # Where relative file names are looked for (``resolve_path``'s search, own and top folders);
+    # None: the folder of the tag's file.
+    search_dirs: tuple | None = None
 
     def __post_init__(self):
         self._kinds = {}           # property name -> the tag it was given with
@@ -84,7 +87,8 @@ class PluginNode:
         self._child_where = [self.source] * len(self.children)  # per child: "file:line" of its tag or <ref>
         self._used = set()         # parameter names read through an accessor
         self._used_children = set()  # indices of ``children`` handed out
-        self._search_dirs = ((), self.source_dir, self.source_dir)
+        if self.search_dirs is None:
+            self.search_dirs = ((), self.source_dir, self.source_dir)
         self._normal_matrices = {}  # transform name -> the inverse transpose Mitsuba stores with it
 
     def __repr__(self):
@@ -95,16 +99,25 @@ class PluginNode:
         """A node made in code (a default plugin), e.g. ``synthetic('bsdf', 'diffuse')``."""
         node = cls(category, type)
         for name, value in props.items():
-            node._set(name, _infer_kind(value), value, node.source)
+            node.add_property(name, _infer_kind(value), value, node.source)
         return node
 
-    # -- building (the parser)
-    def _set(self, name, kind, value, where):
+    # -- building (the parser, ``tracer.io.xml``)
+    def add_property(self, name, kind, value, where):
+        """Give the plugin property ``name`` (the tag ``kind``: 'float', 'rgb', ...) at "file:line"
+        ``where``; a name given twice is a ``SceneError``."""
         self._claim(name, where)
         self.props[name] = value
         self._kinds[name] = kind
 
-    def _add_child(self, child, name, where):
+    def add_transform(self, name, matrix, normal_matrix, where):
+        """Give the transform ``name``, (4, 4), with the inverse transpose Mitsuba computed as it
+        composed it (``get_normal_transform`` returns that one)."""
+        self.add_property(name, "transform", matrix, where)
+        self._normal_matrices[name] = normal_matrix
+
+    def add_child(self, child, name, where):
+        """Nest the plugin ``child`` (a ``<ref>``'s target too), as parameter ``name`` or None."""
         if name is not None:
             self._claim(name, where)
         self.children.append(child)
@@ -208,12 +221,20 @@ class PluginNode:
         """Absolute path of a file name property (see ``resolve_path`` for the search order)."""
         if not self.has(name) and default is not MISSING:
             return default
-        return resolve_path(self.get_string(name), *self._search_dirs)
+        return resolve_path(self.get_string(name), *self.search_dirs)
 
     def get_texture(self, name, default=MISSING):
         """The nested plugin given as ``name`` if there is one, else ``get_rgb(name, default)``."""
         child = self.child(name)
         return child if child is not None else self.get_rgb(name, default)
+
+    def load(self, loader, *args, **kwargs):
+        """Run a file loader this plugin asks for: its ``SceneError`` (naming the file) also names
+        this plugin's line."""
+        try:
+            return loader(*args, **kwargs)
+        except SceneError as e:
+            raise SceneError(f"{self.source}: {e}") from None
 
     def mark_used(self, *names):
         """Declare parameters read without an accessor (e.g. ones that change nothing)."""
@@ -250,7 +271,16 @@ class PluginNode:
         return float(rgb[0])
 
     # -- renaming (Mitsuba's upgrade of old scene versions)
-    def _rename(self, old, new):
+    def parameter_names(self):
+        """The names of the parameters given (properties and named nested plugins), in document order."""
+        return list(self._order)
+
+    def where(self, name):
+        """The "file:line" that gave parameter ``name``."""
+        return self._where[name]
+
+    def rename(self, old, new):
+        """Give parameter ``old`` the name ``new`` (a name given twice is a ``SceneError``)."""
         if new in self._where:
             raise SceneError(f"parameter '{new}' given twice (as '{old}' at {self._where[old]}, "
                              f"first at {self._where[new]})", self._where[old])
@@ -264,7 +294,7 @@ class PluginNode:
         else:
             self._child_names[self._child_names.index(old)] = new
 
-    def _remove(self, name):
+    def remove(self, name):
         """Take property ``name`` out (it was replaced by another); returns its value."""
         del self._where[name]
         self._order.remove(name)

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.meshes import Mesh, check_faces, fans, read_bytes, unit_normals
 
 __all__ = ["load_ply"]

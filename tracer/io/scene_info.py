@@ -14,7 +14,7 @@ import numpy as np
 
 from tracer.io.aovs import integrator_aovs
 from tracer.io import overrides
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.films import read_film
 from tracer.io.xml import parse_file
 
@@ -55,7 +55,7 @@ class SceneInfo:
     defaults: dict      # <default> name -> value as written (the first of each name)
     files: tuple        # SceneFile: the top XML first, then in document order (see files_of)
     aovs: tuple = ()    # its ``aov`` integrator's (name, type) pairs (tracer.io.aovs): channels after RGB
-    rfilter: str = "gaussian"  # its film's reconstruction filter (tracer.filters.NAMES)
+    rfilter: str = "gaussian"  # its film's reconstruction filter (tracer.shared.FILTERS)
 
 
 def describe(path, aovs=None, rfilter=None, **params):

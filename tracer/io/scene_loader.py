@@ -10,26 +10,23 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-from numpy.typing import ArrayLike
 
-from tracer import aov, curves, geometry
-from tracer.bsdfs.build import MaterialTableBuilder
-from tracer.emitters.build import EmitterTableBuilder
+from tracer import aov, curves, geometry, process
+from tracer.errors import SceneError, SceneNotice
 from tracer.io import aovs as aov_names
 from tracer.io import curves as curve_files
-from tracer.io import meshes, overrides, ply, serialized, shapegroups
-from tracer.io.checks import check_extent, check_texels, checked_to_world
-from tracer.io.errors import SceneError, SceneNotice
-from tracer.io.images import load_image
+from tracer.io import meshes, overrides, ply, serialized, shape_order, shapegroups
+from tracer.io.bsdfs import MaterialTableBuilder
+from tracer.io.checks import check_extent, checked_to_world
+from tracer.io.emitters import EmitterTableBuilder
 from tracer.io.scene_info import sampler_type, the_sensor
 from tracer.io.sensors import load_sensor
-from tracer.io import shape_order
 from tracer.io.shape_order import WorldShape
+from tracer.io.textures import TextureReader
 from tracer.io.xml import PluginNode, parse_file
+from tracer.kinds import BsdfKind, SurfaceKind
 from tracer.scene import Scene, Settings, Shapes
-from tracer.kinds import BitmapFilter, BsdfKind, SurfaceKind, WrapMode
 from tracer.table_rows import column
-from tracer.textures import TextureTableBuilder
 
 __all__ = ["load_scene"]
 
@@ -47,8 +44,6 @@ HARMLESS = {
     "integrator": {"samples_per_pass", "timeout", "block_size"},
     "shape": {"silhouette_sampling_weight"},
 }
-# A bitmap's storage precision and GPU texture use ('format', 'accel'): texels are float32 here.
-BITMAP_FORMATS = ("auto", "variant", "float16", "fp16", "uint8")
 
 
 def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = None, accel: str = "auto",
@@ -58,8 +53,10 @@ def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = Non
     ``resolution`` (width, height) overrides the film size; ``aovs`` (``"name:type,..."``) adds
     AOV channels as Mitsuba's ``aov`` integrator would, and ``rfilter`` (a filter name) replaces
     the film's reconstruction filter (``tracer.io.overrides``). Raises ``SceneError`` with file
-    and line for anything malformed or unsupported.
+    and line for anything malformed or unsupported. Sets the process up first
+    (``tracer.process.configure``): the scene's arrays are the first the tracer makes.
     """
+    process.configure()
     root = overrides.apply(parse_file(str(path), **params), aovs, rfilter)
     return _SceneBuilder(root, accel, resolution).build()
 
@@ -91,14 +88,6 @@ def _box_points(shape):
     return _corners(shape.to_world)
 
 
-def _load(node, loader, *args, **kwargs):
-    """Run a file loader; its error (naming the file) also names the XML line that asked for it."""
-    try:
-        return loader(*args, **kwargs)
-    except SceneError as e:
-        raise SceneError(f"{node.source}: {e}") from None
-
-
 class ShapeMaterials(NamedTuple):
     """The materials of a shape's two sides."""
 
@@ -126,7 +115,7 @@ class _SceneBuilder:
         self.root = root
         self.accel = accel
         self.resolution = resolution
-        self.textures = TextureTableBuilder()
+        self.textures = TextureReader()
         self.materials = MaterialTableBuilder()
         self.emitters = EmitterTableBuilder()
         self.materials.add_black()  # (row 0, as it always was)
@@ -134,8 +123,6 @@ class _SceneBuilder:
         # The BSDF of a shape that names none (a node each, kept, so the cache's ids stay theirs).
         self.default_bsdfs = (PluginNode.synthetic("bsdf", "diffuse"),
                               PluginNode.synthetic("bsdf", "diffuse", reflectance=0.0))
-        self.bitmap_ids = {}
-        self.attribute_ids = {}  # (attribute name, scale) -> mesh_attribute texture id
         self.meshes: list[geometry.MeshShape] = []
         self.analytic: list[geometry.AnalyticShape] = []
         self.shape_rows: list[ShapeRow] = []
@@ -144,7 +131,6 @@ class _SceneBuilder:
         self.instance_order: list[int] = []  # each instance's ShapeRow.order
         self.world_items: list[WorldShape] = []  # the world's shapes and instances, in file order
         self.world_shapes = 0  # shapes and instances in the world so far
-        self.attribute_requests: list[str] = []  # mesh attributes read by textures, in order of request
         self.material_attributes: dict[int, set] = {}  # material id -> the mesh attributes it reads
         self.ptracer: PluginNode | None = None  # a 'ptracer' integrator, rendered as 'path' if the scene allows
 
@@ -168,9 +154,9 @@ class _SceneBuilder:
             elif node.category == "emitter":
                 if node.type == "area":
                     raise SceneError(f"{node.source}: an area emitter must be nested in a shape")
-                requested = len(self.attribute_requests)
-                self.emitters.add(node, self.add_texture, self.textures.resolution)
-                if len(self.attribute_requests) > requested:
+                requested = len(self.textures.attribute_requests)
+                self.emitters.add(node, self.textures.add, self.textures.table.resolution)
+                if len(self.textures.attribute_requests) > requested:
                     raise SceneError(f"{node.source}: a mesh_attribute texture can only be used by a shape's bsdf")
                 node.check_unused()
             elif node.category in ("bsdf", "texture", "sensor", "integrator", "sampler", "film", "rfilter"):
@@ -180,7 +166,7 @@ class _SceneBuilder:
         if not self.instances and all(shape.group >= 0 for shape in [*self.meshes, *self.analytic]):
             raise SceneError(f"{root.source}: the scene has no shapes")
         geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel,
-                                      attributes=self.textures.attribute_names, instances=self.instances,
+                                      attributes=self.textures.table.attribute_names, instances=self.instances,
                                       robust=robust)
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
@@ -189,7 +175,7 @@ class _SceneBuilder:
                         flip_back=column(rows, "flip_back", bool), emitter=column(rows, "emitter", np.int32),
                         flip_normals=column(rows, "flip_normals", bool))
         settings = dataclasses.replace(settings, spp=spp, sampler=sampler_type(sensor))
-        textures = self.textures.build(geo.attribute_slots)
+        textures = self.textures.table.build(geo.attribute_slots)
         aov_tables = None
         if settings.aovs:
             ranks, offsets = shape_order.mitsuba_order(self.world_items)  # Mitsuba's order, not the file's
@@ -361,7 +347,7 @@ class _SceneBuilder:
                                  "sample points on curves)")
             emitter = self.emitters.add_area(em, index, triangles=triangles, analytic=analytic,
                                              flip_normals=flip_normals, normals=vertex_normals,
-                                             uvs=vertex_uvs, add_texture=self.add_texture)
+                                             uvs=vertex_uvs, add_texture=self.textures.add)
             em.check_unused()
         for child in node.children:
             if child.category not in ("bsdf", "emitter"):
@@ -387,7 +373,7 @@ class _SceneBuilder:
         """A ``linearcurve`` or ``bsplinecurve``: one analytic primitive per segment
         (tracer.curves), control points in world space, radii as in the file."""
         kind, pack = CURVE_TYPES[node.type]
-        data = _load(node, curve_files.load_curves, node.get_path("filename"), node.type)
+        data = node.load(curve_files.load_curves, node.get_path("filename"), node.type)
         points = data.points @ to_world[:3, :3].T + to_world[:3, 3]
         check_extent(node, node.describe(), points)
         check_extent(node, node.describe(), data.radii[:, None])
@@ -437,14 +423,14 @@ class _SceneBuilder:
         path = node.get_path("filename")
         face_normals = node.get_bool("face_normals", False)
         if node.type == "obj":
-            mesh = _load(node, meshes.load_obj, path, flip_tex_coords=node.get_bool("flip_tex_coords", True))
+            mesh = node.load(meshes.load_obj, path, flip_tex_coords=node.get_bool("flip_tex_coords", True))
             if face_normals:
                 mesh.normals = None
         elif node.type == "ply":
-            mesh = _load(node, ply.load_ply, path, face_normals=face_normals,
+            mesh = node.load(ply.load_ply, path, face_normals=face_normals,
                          flip_tex_coords=node.get_bool("flip_tex_coords", False))
         else:
-            mesh = _load(node, serialized.load_serialized, path, shape_index=node.get_int("shape_index", 0),
+            mesh = node.load(serialized.load_serialized, path, shape_index=node.get_int("shape_index", 0),
                          face_normals=face_normals)
         mesh = meshes.transform_mesh(mesh, to_world, normal_matrix)
         if not face_normals and mesh.normals is None:
@@ -456,63 +442,14 @@ class _SceneBuilder:
         """The front and back materials of a shape's bsdf ``node``."""
         key = id(node)
         if key not in self.material_ids:
-            requested = len(self.attribute_requests)
-            front, _ = self.materials.add_side(node, False, self.add_texture)
-            back, mirror = self.materials.add_side(node, True, self.add_texture)
+            requested = len(self.textures.attribute_requests)
+            front, _ = self.materials.add_side(node, False, self.textures.add)
+            back, mirror = self.materials.add_side(node, True, self.textures.add)
             self.material_ids[key] = ShapeMaterials(front, back, flip_back=mirror)
-            read = set(self.attribute_requests[requested:])  # the mesh attributes its textures read
+            read = set(self.textures.attribute_requests[requested:])  # the mesh attributes its textures read
             for material in (front, back):
                 self.material_attributes[material] = self.material_attributes.get(material, set()) | read
         return self.material_ids[key]
-
-    def add_texture(self, value: PluginNode | ArrayLike | float) -> int:
-        """Texture id for a nested texture plugin, an RGB triple or a float."""
-        if not isinstance(value, PluginNode):
-            return self.textures.add_constant(np.broadcast_to(np.asarray(value, np.float64), (3,)))
-        node = value
-        if node.type == "mesh_attribute":
-            name = node.get_string("name")
-            if not name.startswith(("vertex_", "face_")):
-                raise SceneError(f"{node.source}: invalid mesh attribute name '{name}' (it starts with 'vertex_' "
-                                 "or 'face_')")
-            scale = node.get_float("scale", 1.0)
-            if not np.isfinite(scale):
-                raise SceneError(f"{node.source}: mesh_attribute 'scale' must be finite, got {scale}")
-            self.attribute_requests.append(name)
-            if (name, scale) not in self.attribute_ids:
-                self.attribute_ids[name, scale] = self.textures.add_mesh_attribute(name, scale)
-            node.check_unused()
-            return self.attribute_ids[name, scale]
-        to_uv = node.get_transform("to_uv")
-        if node.type == "checkerboard":
-            c0 = node.get_rgb("color0", np.full(3, 0.4))
-            c1 = node.get_rgb("color1", np.full(3, 0.2))
-            tid = self.textures.add_checkerboard(c0, c1, to_uv)
-        elif node.type == "bitmap":
-            path = node.get_path("filename")
-            raw = node.get_bool("raw", False)
-            filters = {"bilinear": BitmapFilter.BILINEAR, "nearest": BitmapFilter.NEAREST}
-            wraps = {"repeat": WrapMode.REPEAT, "mirror": WrapMode.MIRROR, "clamp": WrapMode.CLAMP}
-            filter_name = node.get_string("filter_type", "bilinear")
-            wrap_name = node.get_string("wrap_mode", "repeat")
-            if filter_name not in filters:
-                raise SceneError(f"{node.source}: unknown filter_type '{filter_name}' (bilinear or nearest)")
-            if wrap_name not in wraps:
-                raise SceneError(f"{node.source}: unknown wrap_mode '{wrap_name}' (repeat, mirror or clamp)")
-            storage = node.get_string("format", "auto")
-            if storage not in BITMAP_FORMATS:
-                raise SceneError(f"{node.source}: unknown format '{storage}' ({', '.join(BITMAP_FORMATS)})")
-            node.get_bool("accel", True)
-            key = (path, raw, filter_name, wrap_name, to_uv.tobytes())
-            if key not in self.bitmap_ids:
-                image = _load(node, load_image, path, raw=raw)
-                check_texels(node, path, image)
-                self.bitmap_ids[key] = self.textures.add_bitmap(image, filters[filter_name], wraps[wrap_name], to_uv)
-            tid = self.bitmap_ids[key]
-        else:
-            raise SceneError(f"{node.source}: unsupported texture type '{node.type}'")
-        node.check_unused()
-        return tid
 
 
 # Leaf BSDFs with a Dirac lobe (a mask's cut-out is a 'null' leaf): Mitsuba's particle tracer cannot

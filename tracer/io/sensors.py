@@ -18,7 +18,7 @@ import math
 from tracer import camera as cameras
 from tracer import film as films
 from tracer.io.checks import checked_to_world
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.films import read_film
 from tracer.io.scene_info import sample_count
 

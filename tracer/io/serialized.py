@@ -22,7 +22,7 @@ import zlib
 
 import numpy as np
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.meshes import Mesh, check_faces, unit_normals
 
 __all__ = ["load_serialized"]

@@ -11,7 +11,7 @@ matrix, we refuse an empty group and a transform that cannot be inverted: both a
 """
 import numpy as np
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 __all__ = ["group_shapes", "instanced_group", "instance_to_world"]
 

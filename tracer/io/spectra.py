@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from tracer.io.cie_data import CIE_X, CIE_Y, CIE_Z, D65
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 __all__ = ["Context", "Spectrum", "context_of", "parse_spectrum", "read_spectrum_file", "to_rgb",
            "spectrum_to_srgb", "blackbody", "plugin_rgb", "SPECTRUM_PLUGINS"]

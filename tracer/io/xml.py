@@ -46,7 +46,7 @@ from defusedxml import sax as safe_sax
 from defusedxml.common import DefusedXmlException
 
 from tracer.io import spectra
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.plugin_node import MISSING, PluginNode, resolve_path
 from tracer.io.transforms import inverse_transpose, lookat_matrix, rotation_matrix
 
@@ -248,23 +248,23 @@ _LOWER, _UPPER = frozenset("abcdefghijklmnopqrstuvwxyz"), frozenset("ABCDEFGHIJK
 
 def _upgrade_v1(node):
     """Mitsuba 3's ``upgrade_from_v1`` of one plugin of a file older than 2.0.0."""
-    for name in list(node._order):
+    for name in node.parameter_names():
         if _snake_case(name) != name:
-            node._rename(name, _snake_case(name))
-    if node.type == "diffuse" and "diffuse_reflectance" in node._order:
-        node._rename("diffuse_reflectance", "reflectance")
+            node.rename(name, _snake_case(name))
+    if node.type == "diffuse" and "diffuse_reflectance" in node.parameter_names():
+        node.rename("diffuse_reflectance", "reflectance")
     uv = [n for n in ("uoffset", "voffset", "uscale", "vscale") if n in node.props]
     if uv:
-        where = node._where[uv[0]]
+        where = node.where(uv[0])
         values = {}
         for name in uv:
-            if node._kinds[name] not in ("float", "integer"):
-                raise SceneError(f"{node.describe()}: parameter '{name}' must be a float", node._where[name])
-            values[name] = float(node._remove(name))
+            if node.kind_of(name) not in ("float", "integer"):
+                raise SceneError(f"{node.describe()}: parameter '{name}' must be a float", node.where(name))
+            values[name] = float(node.remove(name))
         scale = np.diag([values.get("uscale", 1.0), values.get("vscale", 1.0), 1.0, 1.0])
         translate = np.eye(4)
         translate[:2, 3] = values.get("uoffset", 0.0), values.get("voffset", 0.0)
-        node._set("to_uv", "transform", scale @ translate, where)
+        node.add_property("to_uv", "transform", scale @ translate, where)
 
 
 # ---------------------------------------------------------------------------------- parser
@@ -359,8 +359,7 @@ class _Parser:
             _check_attrs(el, attrs, where, required=("type",), optional=("id", "name"))
         node = PluginNode(category=category, type=attrs.get("type", "") if el.tag != "scene" else "",
                           id=attrs.get("id"), name=attrs.get("name"), source=where,
-                          source_dir=source.directory)
-        node._search_dirs = (source.search, source.directory, self.top_dir)
+                          source_dir=source.directory, search_dirs=(source.search, source.directory, self.top_dir))
         if node.id is not None:
             if node.id in self.ids:
                 raise SceneError(f"duplicate id '{node.id}' (first defined at {self.ids[node.id].source})", where)
@@ -381,15 +380,15 @@ class _Parser:
             if tag == "scene":
                 raise SceneError("<scene> can only be the root element", where)
             child = self._object(el, attrs, source, depth, level + 1)
-            node._add_child(child, attrs.get("name"), where)
+            node.add_child(child, attrs.get("name"), where)
         elif tag == "spectrum":
             _check_attrs(el, attrs, where, required=("name",), optional=("value", "filename"))
             _no_children(el, where)
-            node._set(attrs["name"], "spectrum", self._spectrum(attrs, source, where, _varies(el, "filename")), where)
+            node.add_property(attrs["name"], "spectrum", self._spectrum(attrs, source, where, _varies(el, "filename")), where)
         elif tag in VALUE_TAGS:
             _no_children(el, where)
             kind, value = _value(el, attrs, where)
-            node._set(attrs["name"], kind, value, where)
+            node.add_property(attrs["name"], kind, value, where)
             if kind == "string" and attrs["name"] == "filename":
                 self.files.append(FileRef("resource", value, where, None, node, _varies(el, "value")))
         elif tag == "transform":
@@ -401,12 +400,11 @@ class _Parser:
                     matrix, normal = m @ matrix, n @ normal
             if not np.all(np.isfinite(matrix)):
                 raise SceneError(f"transform '{attrs['name']}' is not finite (its operations overflow)", where)
-            node._set(attrs["name"], "transform", matrix, where)
-            node._normal_matrices[attrs["name"]] = normal
+            node.add_transform(attrs["name"], matrix, normal, where)
         elif tag == "ref":
             _check_attrs(el, attrs, where, required=("id",), optional=("name",))
             _no_children(el, where)
-            node._add_child(_Ref(attrs["id"], where), attrs.get("name"), where)
+            node.add_child(_Ref(attrs["id"], where), attrs.get("name"), where)
         elif tag == "default":
             _check_attrs(el, attrs, where, required=("name", "value"))
             if not attrs["name"]:
@@ -487,7 +485,7 @@ class _Parser:
                 self._member(child, included, node, depth + 1, level)
         elif el.tag in OBJECT_TAGS:
             child = self._object(el, root_attrs, included, depth + 1, level + 1)
-            node._add_child(child, attrs.get("name"), where)
+            node.add_child(child, attrs.get("name"), where)
         else:
             raise SceneError(f"the root of an included file must be an object, got <{el.tag}>", included.where(el))
         self.include_dirs.pop()

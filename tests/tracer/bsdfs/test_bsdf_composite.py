@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import bsdf_cases as bc
 from tests.helpers import chi2
 from tracer import bsdfs
-from tracer.bsdfs.build import MaterialTableBuilder
+from tracer.io.bsdfs import MaterialTableBuilder
 from tracer.kinds import BsdfKind
 from tracer.textures import TextureTableBuilder
 

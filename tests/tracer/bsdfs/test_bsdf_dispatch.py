@@ -5,7 +5,7 @@ import numpy as np
 
 from tests.helpers import bsdf_cases as bc
 from tracer import bsdfs
-from tracer.bsdfs.build import MaterialTableBuilder
+from tracer.io.bsdfs import MaterialTableBuilder
 from tracer.textures import TextureTableBuilder
 from tracer.kinds import BsdfKind
 

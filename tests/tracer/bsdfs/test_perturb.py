@@ -18,7 +18,7 @@ from tests.helpers import image_metrics as im
 from tests.tracer.bsdfs.test_bsdf_mitsuba import assert_agree
 from tracer import bsdfs
 from tracer.bsdfs import perturb
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.scene_loader import _SceneBuilder
 from tracer.io.xml import parse_string
 
@@ -78,7 +78,7 @@ def _ours(name, folder):
     node = parse_string(f'<scene version="3.0.0">{_xml(name, folder)}</scene>').children[0]
     builder = _SceneBuilder(None, "auto", None)
     sides = builder._material(node)
-    textures = builder.textures.build()
+    textures = builder.textures.table.build()
     back = name.startswith("twosided_back")
     return builder.materials.build(textures), textures, sides.back if back else sides.front, back
 
@@ -186,7 +186,7 @@ def test_flat_normal_map_is_the_nested_bsdf():
     node = parse_string(f'<scene version="3.0.0">{xml}{ANISO}</scene>')
     builder = _SceneBuilder(None, "auto", None)
     mapped, plain = (builder._material(child).front for child in node.children)
-    textures = builder.textures.build()
+    textures = builder.textures.table.build()
     materials = builder.materials.build(textures)
     x = _inputs(0, back=False)
     values = [_eval_pdf(materials, textures, jnp.full(N, m, jnp.int32), x["uv"], x["wi"], x["wo"]) for m in (mapped, plain)]

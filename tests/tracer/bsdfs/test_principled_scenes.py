@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import image_metrics as im
 from tests.helpers.mitsuba_render import assert_matches_mitsuba
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 mi = pytest.importorskip("mitsuba")
 

@@ -6,7 +6,7 @@ import pytest
 from tests.helpers import emitter_cases as C
 from tests.helpers import image_metrics as im
 from tests.helpers.mitsuba_render import assert_matches_mitsuba
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.kinds import BitmapFilter, WrapMode
 from tracer.textures import TextureTableBuilder
 

@@ -4,7 +4,7 @@ import pytest
 from PIL import Image
 
 from tracer.io import images
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 mi = pytest.importorskip("mitsuba")
 mi.set_variant("scalar_rgb")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tracer.io import meshes
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 mi = pytest.importorskip("mitsuba")
 mi.set_variant("scalar_rgb")

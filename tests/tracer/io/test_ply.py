@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tests.helpers.hang_guard import hang_guard
 from tests.helpers.mesh_files import ply, triangle_ply
 from tracer.io import meshes
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.ply import load_ply
 
 mi = pytest.importorskip("mitsuba")

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.scene_info import SAMPLERS, describe, mitsuba_sample_count
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers.mesh_files import serialized_file, serialized_mesh
 from tracer.io import meshes, serialized
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 
 mi = pytest.importorskip("mitsuba")
 mi.set_variant("scalar_rgb")

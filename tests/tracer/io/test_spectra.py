@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tracer.io import spectra
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.xml import parse_file, parse_string
 
 mi = pytest.importorskip("mitsuba")

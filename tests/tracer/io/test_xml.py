@@ -6,7 +6,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.io.xml import PluginNode, parse_file, parse_string
 
 

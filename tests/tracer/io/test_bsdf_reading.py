@@ -3,9 +3,10 @@ import numpy as np
 import pytest
 
 from tests.helpers import bsdf_cases as bc
-from tracer.bsdfs import build, precompute, table
+from tracer.bsdfs import precompute, table
+from tracer.io import bsdfs as build
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.textures import TextureTableBuilder
 from tracer.kinds import BsdfKind, Microfacet
 

@@ -22,7 +22,7 @@ from tracer.emitters import discrete, envmap
 from tracer.emitters.table import Emitters
 from tracer.io import sensors
 from tracer.io.checks import check_radiance, check_texels
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.kinds import EmitterKind, SurfaceKind
 from tracer.table_rows import column, stacked
 

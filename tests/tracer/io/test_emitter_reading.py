@@ -6,7 +6,8 @@ import pytest
 
 from tests.helpers import emitter_cases as C
 from tracer import emitters as E
-from tracer.io.errors import SceneError
+from tracer.io.emitters import EmitterTableBuilder
+from tracer.errors import SceneError
 from tracer.kinds import EmitterKind, SurfaceKind
 
 
@@ -33,7 +34,7 @@ def test_bad_emitters_raise_scene_error_with_the_line(xml, message):
 
 
 def test_only_one_environment_emitter():
-    b = E.EmitterTableBuilder(load_image=lambda path: np.ones((4, 8, 3), np.float32))
+    b = EmitterTableBuilder(load_image=lambda path: np.ones((4, 8, 3), np.float32))
     b.add(C.node('<emitter type="constant"/>'), None)
     with pytest.raises(SceneError, match="only one environment"):
         b.add(C.node('<emitter type="envmap"><string name="filename" value="/sky.exr"/></emitter>'), None)
@@ -46,7 +47,7 @@ def test_envmap_needs_two_by_three_pixels():
 
 
 def test_area_light_errors():
-    b = E.EmitterTableBuilder()
+    b = EmitterTableBuilder()
     with pytest.raises(SceneError, match="no surface area"):
         b.add_area(C.area_node(), 0, triangles=(np.zeros((1, 3)), np.zeros((1, 3)), np.zeros((1, 3))))
     with pytest.raises(SceneError, match="to_world"):
@@ -73,10 +74,10 @@ def test_every_supported_parameter_is_read():
     ]
     for xml in xmls:
         node = C.node(xml)
-        E.EmitterTableBuilder(load_image=lambda path: np.ones((4, 8, 3), np.float32)).add(node, None)
+        EmitterTableBuilder(load_image=lambda path: np.ones((4, 8, 3), np.float32)).add(node, None)
         node.check_unused()
     node = C.area_node(extra='<float name="sampling_weight" value="0.5"/>')
-    E.EmitterTableBuilder().add_area(node, 3, analytic=(SurfaceKind.SPHERE, np.eye(4)))
+    EmitterTableBuilder().add_area(node, 3, analytic=(SurfaceKind.SPHERE, np.eye(4)))
     node.check_unused()
 
 

@@ -1,4 +1,4 @@
-"""Load a scene once per parameter set and say whether it loads: ``python -m tracer.validate``.
+"""Load a scene once per parameter set and say whether it loads: ``python -m tracer.io.validate``.
 
 The farm's driver runs this in a child process before it starts Ray or makes a store, so that a
 scene the workers would refuse (an unsupported plugin, a bad parameter, a broken mesh) is a
@@ -22,7 +22,7 @@ def check(path, resolution, accel, param_sets, aovs=None, rfilter=None):
 
 
 def main():
-    from tracer.io.errors import SceneError
+    from tracer.errors import SceneError
     job = json.load(sys.stdin)
     resolution = tuple(job["resolution"]) if job.get("resolution") else None
     try:

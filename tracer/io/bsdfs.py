@@ -21,7 +21,7 @@ from tracer.bsdfs.perturb import Perturbations
 from tracer.bsdfs.table import PRINCIPLED_FEATURES, PRINCIPLED_TEXTURES, TRANSMITTANCE_RES, Materials, Principled, Rate
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.constants import LUMINANCE_WEIGHTS
-from tracer.io.errors import SceneError
+from tracer.errors import SceneError
 from tracer.kinds import BsdfKind, Microfacet, Perturbation, TextureKind
 from tracer.table_rows import column, stacked
 
