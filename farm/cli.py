@@ -12,82 +12,10 @@ import traceback
 
 import click
 
-from farm.errors import FarmError, Interrupted, SpecError
-from tracer.shared import ACCELERATOR_TILE, DEFAULT_TILE, FILTERS, ISAS, MAX_FRAME, MAX_SPP, PLATFORMS
+from farm.errors import FarmError, Interrupted
+from farm.options import command_line, group_options, job_options, job_spec, with_groups
 
 __all__ = ["main"]
-
-
-def _group_options(f):
-    f = click.option("--cpu-isa", type=click.Choice(ISAS, case_sensitive=False), default=None,
-                     help="CPU instruction set of the job's arithmetic (default: the store's; a new one "
-                          "this machine's, or AVX2 on a cluster). A host without it refuses the job.")(f)
-    f = click.option("--platform", type=click.Choice(PLATFORMS), default=None,
-                     help="Device platform of the worker groups (default cpu).")(f)
-    f = click.option("--devices-per-host", type=int, default=None,
-                     help="CPU only: virtual devices per group member, at least 2 (default: one per core).")(f)
-    f = click.option("--hosts-per-group", type=int, default=None, help="Hosts (members) per worker group.")(f)
-    f = click.option("--groups", type=int, default=None, help="Worker groups to render on.")(f)
-    f = click.option("--address", default=None,
-                     help="Ray cluster to join (e.g. auto or ray://head:10001); default: an embedded local Ray.")(f)
-    f = click.option("--no-progress", is_flag=True, help="No progress bar.")(f)
-    return f
-
-
-def _with_groups(spec, groups, hosts, devices, platform, cpu_isa=None):
-    import dataclasses
-
-    from farm.spec import GroupsSpec
-    g = spec.groups
-
-    def given(value, default):  # a flag's 0 is refused by GroupsSpec, not taken for "not given"
-        return default if value is None else value
-    platform = given(platform, g.platform)
-    new = GroupsSpec(count=given(groups, g.count), hosts=given(hosts, g.hosts),
-                     devices_per_host=given(devices, g.devices_per_host), platform=platform,
-                     gpus_per_host=g.gpus_per_host or (1 if platform == "gpu" else 0),
-                     tpu_topology=g.tpu_topology, tpu_version=g.tpu_version,
-                     cpu_isa=cpu_isa.upper() if cpu_isa else g.cpu_isa)
-    return dataclasses.replace(spec, groups=new)
-
-
-def _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise=None, min_spp=None,
-                    aovs=None, rfilter=None):
-    from farm.curves import parse_set
-    from farm.spec import JobSpec, parse_frames, parse_res
-    import dataclasses
-
-    if source.endswith(".toml"):
-        spec = JobSpec.from_toml(source)
-        # Flags given override the file's values (the JobSpec field each one sets).
-        given = {"spp": spp, "seed": seed, "tile": tile, "accel": accel, "store": out, "noise": noise,
-                 "min_spp": min_spp, "aovs": aovs, "rfilter": rfilter}
-        overrides = {name: value for name, value in given.items() if value is not None}
-        if frames is not None:
-            overrides["frames"] = parse_frames(frames)
-        if res is not None:
-            overrides["resolution"] = parse_res(res)
-        if sets:
-            named = {c.name: c for c in spec.curves}
-            named.update({c.name: c for c in (parse_set(s) for s in sets)})
-            overrides["curves"] = tuple(named.values())
-        return dataclasses.replace(spec, **overrides)
-    if not os.path.isfile(source):
-        raise FarmError(f"scene file not found: {source}")
-    if out is None:
-        raise SpecError("--out STORE is required with a scene file (a job file names its store)")
-    if spp is None:
-        spp = _scene_spp(source, sets)
-    return JobSpec(scene=os.path.abspath(source), frames=parse_frames(frames or "0"), spp=spp, store=out,
-                   resolution=parse_res(res), seed=seed or 0, tile=tile,
-                   accel=accel or "auto", curves=tuple(parse_set(s) for s in sets), noise=noise, min_spp=min_spp,
-                   aovs=aovs, rfilter=rfilter)
-
-
-def _scene_spp(path, sets):
-    """The samples per pixel of the scene's sampler (Mitsuba's 4 when it has none)."""
-    from farm.spec import scene_info
-    return scene_info(path).spp
 
 
 def _render(spec, address, no_progress, redo=None, replace=False):
@@ -130,67 +58,39 @@ def cli():
     """Render Mitsuba 3 scenes with the JAX path tracer, locally or on a Ray cluster."""
 
 
-def _job_options(f):
-    """The options that make a job, the same for ``render`` and ``submit``."""
-    for option in reversed((
-        click.option("--frames", default=None,
-                     help=f"Frame range FIRST-LAST (inclusive, 0 to {MAX_FRAME}, at most 100000 frames); default 0."),
-        click.option("--spp", type=int, default=None,
-                     help=f"Samples per pixel, 1 to {MAX_SPP} (default: the scene's sample_count)."),
-        click.option("--res", default=None, help="Override the film size, WIDTHxHEIGHT (each 1 to 16384)."),
-        click.option("--set", "sets", multiple=True,
-                     help="NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,... (linear): a scene <default>."),
-        click.option("--seed", type=int, default=None, help="Job seed, 0 to 2147483647 (default 0)."),
-        click.option("--tile", type=int, default=None,
-                     help=f"Tile size in pixels, 8 to 4096 (default on CPUs: the whole frame up to about 360x360 "
-                          f"pixels, else {DEFAULT_TILE}; {ACCELERATOR_TILE} on GPUs and TPUs; a store keeps its own)."),
-        click.option("--noise", type=float, default=None,
-                     help="A noise target (relative RMS error, e.g. 0.05): tiles get samples until their estimated "
-                          "noise is at most this, --spp then the most a tile gets."),
-        click.option("--min-spp", type=int, default=None,
-                     help="With --noise: the least a tile gets (default 256)."),
-        click.option("--aovs", default=None, metavar="NAME:TYPE,...",
-                     help="Add AOV channels, as Mitsuba's aov integrator (e.g. albedo:albedo,nn:sh_normal, what "
-                          "export --denoise needs); after the scene's own if it has one."),
-        click.option("--rfilter", type=click.Choice(FILTERS), default=None,
-                     help="Replace the film's reconstruction filter (box for export --denoise: wider filters "
-                          "correlate the noise of neighbouring pixels, which the denoiser keeps)."),
-    )):
-        f = option(f)
-    return f
+def _driver_options(f):
+    """Where a job's driver renders it, and how it shows that."""
+    f = group_options(f)
+    f = click.option("--address", default=None,
+                     help="Ray cluster to join (e.g. auto or ray://head:10001); default: an embedded local Ray.")(f)
+    return click.option("--no-progress", is_flag=True, help="No progress bar.")(f)
 
 
 @cli.command()
 @click.argument("source", type=click.Path(dir_okay=False))
-@_job_options
-@click.option("--accel", type=click.Choice(["auto", "embree", "warp", "jax"]), default=None,
-              help="Intersection backend (default auto: Embree on CPUs).")
-@click.option("--out", default=None, help="The job's Zarr store (a path, or a URL zarr accepts).")
+@job_options
 @_redo_option
 @click.option("--replace", is_flag=True, help="Replace the content of a frame store of another job with this job.")
-@_group_options
-def render(source, frames, spp, res, sets, seed, tile, noise, min_spp, aovs, rfilter, accel, out, redo, replace, address,
-           no_progress, groups, hosts_per_group, devices_per_host, platform, cpu_isa):
+@_driver_options
+def render(source, redo, replace, address, no_progress, **options):
     """Render SOURCE (a scene .xml, or a job .toml) into a Zarr store.
 
     Running it again on the store of the same job renders only what is missing; a higher --spp
     adds samples to a finished job, and a later last frame adds frames.
     """
-    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, accel, out, noise, min_spp, aovs, rfilter)
-    spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform, cpu_isa)
+    spec = with_groups(job_spec(source, options), options)
     _render(spec, address, no_progress, redo, replace)
 
 
 @cli.command()
 @click.argument("store")
 @_redo_option
-@_group_options
-def resume(store, redo, address, no_progress, groups, hosts_per_group, devices_per_host, platform, cpu_isa):
+@_driver_options
+def resume(store, redo, address, no_progress, **options):
     """Render what the store at STORE still lacks (there, wherever it was made)."""
     from farm.job import open_store
     spec, _ = open_store(store)
-    spec = _with_groups(spec, groups, hosts_per_group, devices_per_host, platform, cpu_isa)
-    _render(spec, address, no_progress, redo)
+    _render(with_groups(spec, options), address, no_progress, redo)
 
 
 @cli.command()
@@ -247,21 +147,13 @@ def _submission_id(spec):
 @cli.command()
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("--address", required=True, help="Ray dashboard address of the cluster, e.g. http://head:8265.")
-@_job_options
-@click.option("--out", default=None, help="The job's store: a path every node sees, or an object-store URL.")
-def submit(source, address, frames, spp, res, sets, seed, tile, noise, min_spp, aovs, rfilter, out):
+@job_options
+def submit(source, address, **options):
     """Submit SOURCE to a Ray cluster through the Jobs API; prints the job id and returns."""
     import shlex
 
-    spec = _spec_from_args(source, frames, spp, res, sets, seed, tile, None, out, noise, min_spp, aovs, rfilter)
-    args = ["farm", "render", source, "--address", "auto", "--no-progress"]
-    for flag, value in (("--frames", frames), ("--spp", spp), ("--res", res), ("--seed", seed), ("--tile", tile),
-                        ("--noise", noise), ("--min-spp", min_spp), ("--aovs", aovs), ("--rfilter", rfilter),
-                        ("--out", out)):
-        if value is not None:
-            args += [flag, str(value)]
-    for s in sets:
-        args += ["--set", s]
+    spec = job_spec(source, options)
+    args = ["farm", "render", source, "--address", "auto", "--no-progress", *command_line(options)]
     sid = _submission_id(spec)
     client = _jobs_client(address)
     try:
