@@ -234,7 +234,8 @@ class WorkerGroup:
         return handle[0]
 
     def result(self, handle):
-        """(value, weight, seconds) of a finished task; ``GroupFailed`` if a member died."""
+        """A finished task's answer (``cluster.task.TileSums`` or ``TileWritten``); ``GroupFailed``
+        if a member died."""
         try:
             out = ray.get(handle[0])
             ray.get(handle[1:])

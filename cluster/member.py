@@ -16,6 +16,7 @@ import numpy as np
 import ray
 
 from cluster import bootstrap
+from cluster.task import TileSums, TileWritten
 
 __all__ = ["GroupMember", "Member"]
 
@@ -84,9 +85,8 @@ class Member:
         return self._scene[1]
 
     def render(self, task):
-        """Render a ``cluster.task.TileTask``. Rank 0 returns (value, weight, seconds), or, for a
-        task with an ``out``, (what ``out.write`` returns, seconds) once its result is written
-        there; others return None."""
+        """Render a ``cluster.task.TileTask``. Rank 0 returns its ``TileSums``, or, for a task
+        with an ``out``, its ``TileWritten`` once its result is written there; others return None."""
         t0 = time.perf_counter()
         if task.start is not None:
             start = tuple(np.asarray(a, np.float32) for a in task.start)
@@ -99,26 +99,21 @@ class Member:
         if self.rank != 0:
             return None
         if task.out is not None:
-            return task.out.write(*out), time.perf_counter() - t0
-        return (*out, time.perf_counter() - t0)
+            return TileWritten(task.out.write(*out), time.perf_counter() - t0)
+        return TileSums(*out, time.perf_counter() - t0)
 
     def _work(self, task, start):
         """The work unit: (value, weight) of the task's passes added to ``start``, host numpy on
         rank 0 (others: None)."""
         import jax
 
-        from tracer.integrator import drain_phases, pool_size
-        from tracer.rendering import render_tile, trace_passes
+        from tracer.rendering import WorkItem, plan_work, render_tile
 
         scene = self._load(task.scene)
-        ints = [np.int32(v) for v in (task.frame, task.seed, task.tile_y, task.tile_x, task.first_pass,
-                                      task.n_passes, task.spp)]
-        args = self._replicate((*ints, *start))
-        value, weight = render_tile(scene, *args, tile_h=task.tile_h, tile_w=task.tile_w,
-                                    pass_size=task.pass_size, mesh=self.mesh, path_pool=pool_size(scene),
-                                    passes_traced=trace_passes(task.chunk_passes, task.pass_size, task.tile_h,
-                                                               task.tile_w, scene.film),
-                                    drain_phases=drain_phases(task.job_samples))
+        shape = plan_work(scene, task.tile_h, task.tile_w, task.pass_size, task.chunk_passes, task.job_samples)
+        item = WorkItem.of(task.frame, task.seed, task.tile_y, task.tile_x, task.first_pass, task.n_passes, task.spp)
+        item, value, weight = self._replicate((item, *start))
+        value, weight = render_tile(scene, item, value, weight, shape=shape, mesh=self.mesh)
         if self.size > 1 and not value.is_fully_replicated:
             from jax.experimental import multihost_utils
             value, weight = multihost_utils.process_allgather((value, weight), tiled=True)

@@ -3,8 +3,11 @@
 Plain data (no JAX): the farm builds these on the driver and Ray ships them to every member.
 """
 import dataclasses
+from typing import NamedTuple
 
-__all__ = ["SceneRef", "TileTask"]
+import numpy as np
+
+__all__ = ["SceneRef", "TileTask", "TileSums", "TileWritten"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +29,7 @@ class TileTask:
     The result is the sum of those passes added one at a time, in pass order, to the accumulator
     ``start`` (None: zeros, or what ``out`` reads): value (tile_h, tile_w, channels) and weight
     (tile_h, tile_w) float32, handed back, or written by the member where ``out`` says;
-    ``channels``: RGB, then the scene's AOV channels (``tracer.io.aovs``).
+    ``channels``: RGB, then the scene's AOV channels (``tracer.shared.aov_channel_count``).
     """
 
     scene: SceneRef
@@ -54,3 +57,19 @@ class TileTask:
         """Samples per pixel this task adds (the last pass may be cut short by spp)."""
         first = self.first_pass * self.pass_size
         return max(0, min(self.spp, first + self.n_passes * self.pass_size) - first)
+
+
+class TileSums(NamedTuple):
+    """A task's answer handed back (by rank 0): its sums, and the seconds the member took."""
+
+    value: np.ndarray    # (tile_h, tile_w, channels) float32
+    weight: np.ndarray   # (tile_h, tile_w) float32
+    seconds: float
+
+
+class TileWritten(NamedTuple):
+    """A task's answer written where its ``out`` said: what ``out.write`` returned (for
+    ``farm.results.Slot``, the CRC of what it wrote), and the seconds the member took."""
+
+    receipt: object
+    seconds: float

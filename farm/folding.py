@@ -27,6 +27,17 @@ class Folds:
         self.store, self.records, self.spp, self.window = store, records, spp, window
         self.waiting = {}  # tile (frame, ty, tx) -> {chunk: (task, value, weight)}
 
+    def slot(self, task):
+        """None: results come back to the driver (``farm.results.Commits`` has workers write them)."""
+        return None
+
+    def flush(self):
+        """Tiles whose next chunks may go after a commit: none (results fold as they arrive)."""
+        return []
+
+    def close(self):
+        """Nothing to let go (results waiting in memory are rendered again on resume)."""
+
     def may_start(self, task):
         """Whether ``task``'s chunk is within its tile's window."""
         return task.chunk < int(self.records[task.line][FOLDED]) + self.window

@@ -28,6 +28,7 @@ from farm.tree import split_tail
 from farm.planner import Task, plan
 from farm.progress import RunProgress
 from farm.results import Commits, shared_root
+from tracer.errors import SceneError
 
 __all__ = ["run_job", "JobFailed", "Cancelled", "Dispatch"]
 
@@ -60,7 +61,7 @@ def _remote_error(exc):
     cause = getattr(exc, "cause", None)
     if cause is not None:
         text = str(cause).strip().splitlines()
-        return (text[-1] if text else type(cause).__name__), type(cause).__name__ == "SceneError"
+        return (text[-1] if text else type(cause).__name__), isinstance(cause, SceneError)
     text = str(exc).strip().splitlines()
     return (text[-1] if text else type(exc).__name__), False
 
@@ -126,10 +127,8 @@ class _JobRun:
     def tile_task(self, task):
         spec = self.spec
         _, _, ty, tx = task.key
-        start, out = None, None
-        if isinstance(self.folds, Commits):
-            out = self.folds.slot(task)
-        elif task.continues:
+        start, out = None, self.folds.slot(task)
+        if out is None and task.continues:
             tail = self.store.read_tail(task.line)
             start = np.zeros((self.th, self.tw, tail.shape[-1]), np.float32)
             start[:tail.shape[0], :tail.shape[1]] = tail
@@ -195,7 +194,7 @@ class _JobRun:
             raise
         finally:
             self.teardown(groups)
-            if isinstance(self.folds, Commits):
+            if self.folds is not None:
                 self.folds.close()
 
     def teardown(self, groups):
@@ -258,16 +257,15 @@ class _JobRun:
         del self.live[d.task.key]
         self.slowest = max(self.slowest, time.monotonic() - d.started)
         if d.slot is not None:
-            self.folds.accept(d.task, d.slot, answer[0])
-        elif self.folds.accept(d.task, *answer[:2]):
+            self.folds.accept(d.task, d.slot, answer.receipt)
+        elif self.folds.accept(d.task, answer.value, answer.weight):
             self.unpark(d.task.line)
         self.progress.done(self.units(d.task), d.task.key[0])
 
     def commit(self):
         """Commit the answers collected (workers wrote their data); their tiles' next chunks may go."""
-        if isinstance(self.folds, Commits):
-            for line in self.folds.flush():
-                self.unpark(line)
+        for line in self.folds.flush():
+            self.unpark(line)
 
     def unpark(self, line):
         """The tile at ``line`` has folded a chunk: its parked chunks may go, and a noise target

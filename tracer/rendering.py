@@ -10,6 +10,7 @@ filter splats are added in a fixed order; passes are added to the accumulator on
 pass order, starting from the accumulator given. Samples at or past ``spp`` are masked out, so a
 short last pass adds exact zeros.
 """
+import dataclasses
 import functools
 import numbers
 
@@ -25,11 +26,13 @@ from tracer import process, rng
 from tracer.direct import trace_direct
 from tracer.integrator import DEFAULT_POOL, DRAIN_PHASES, drain_phases, pool_size, trace_paths
 from tracer.programs import KeptPrograms
+from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.shared import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
                            TRACE_SAMPLES, aov_channel_count, fitting_tile, pass_samples, resolve)
 
-__all__ = ["local_mesh", "render_tile", "render", "trace_passes", "trace_samples", "whole_image_tile",
+__all__ = ["local_mesh", "WorkShape", "WorkItem", "plan_work", "render_tile", "render", "trace_passes", "trace_samples",
+           "whole_image_tile",
            "TRACE_SAMPLES", "ACCELERATOR_TRACE_SAMPLES",
            "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
 
@@ -78,6 +81,51 @@ def trace_passes(chunk_passes, pass_size, tile_h, tile_w, film, platform=None):
     chunk_passes = max(1, chunk_passes)
     fits = max(1, trace_samples(platform) // pass_samples(pass_size, tile_h, tile_w, film.margin))
     return max(d for d in range(1, min(chunk_passes, fits) + 1) if chunk_passes % d == 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkShape:
+    """What a work unit's compiled program depends on besides the scene's structure and the mesh:
+    static, so one program serves every task of a job. The sizes in pixels and samples decide the
+    bits (the reduction tree); ``path_pool``, ``passes_traced`` and ``drain_phases`` only the
+    speed and the compile time."""
+
+    tile_h: int                        # output tile, pixels
+    tile_w: int
+    pass_size: int                     # samples per pixel in a pass
+    path_pool: int = DEFAULT_POOL      # paths in flight per device (integrator.pool_size)
+    passes_traced: int = 1             # passes traced as one batch (trace_passes)
+    drain_phases: int = DRAIN_PHASES   # integrator.drain_phases of the samples the program traces in all
+
+
+@pytree_dataclass
+class WorkItem:
+    """Which samples a work unit adds: int32 scalars, traced (a job's every frame, tile and pass
+    range runs one program). (tile_y, tile_x) is the tile's top-left pixel in the film's crop
+    window; passes [first_pass, first_pass + n_passes) of ``WorkShape.pass_size`` samples, those
+    at or past ``spp`` masked out."""
+
+    frame: jnp.ndarray
+    seed: jnp.ndarray
+    tile_y: jnp.ndarray
+    tile_x: jnp.ndarray
+    first_pass: jnp.ndarray
+    n_passes: jnp.ndarray
+    spp: jnp.ndarray
+
+    @classmethod
+    def of(cls, frame, seed, tile_y, tile_x, first_pass, n_passes, spp):
+        """A work item from host integers (as numpy int32 scalars)."""
+        return cls(*(np.int32(v) for v in (frame, seed, tile_y, tile_x, first_pass, n_passes, spp)))
+
+
+def plan_work(scene, tile_h, tile_w, pass_size, chunk_passes, job_samples, platform=None) -> WorkShape:
+    """The ``WorkShape`` of a job's work unit in this process: tiles of ``tile_h`` x ``tile_w``,
+    ``chunk_passes`` passes of ``pass_size`` a work unit usually adds, ``job_samples`` samples in
+    the job (``tracer.integrator.drain_phases``)."""
+    return WorkShape(tile_h, tile_w, pass_size, path_pool=pool_size(scene),
+                     passes_traced=trace_passes(chunk_passes, pass_size, tile_h, tile_w, scene.film, platform),
+                     drain_phases=drain_phases(job_samples))
 
 
 def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, *, tile_h, tile_w, pass_size, passes,
@@ -155,39 +203,34 @@ def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, 
     return run(scene, frame, seed, tile_y, tile_x, first_sample, live, spp)
 
 
-def _work_unit(scene, frame, seed, tile_y, tile_x, first_pass, n_passes, spp, value, weight, *,
-               tile_h, tile_w, pass_size, mesh, path_pool=DEFAULT_POOL, passes_traced=1, drain_phases=DRAIN_PHASES):
-    """Add passes [first_pass, first_pass + n_passes) of one tile to the accumulator (value, weight).
+def _work_unit(scene, item, value, weight, *, shape, mesh):
+    """Add the passes of ``item`` (a ``WorkItem``) of one tile to the accumulator (value, weight).
 
-    scene: tracer.scene.Scene; frame, seed, tile_y, tile_x, first_pass, n_passes, spp: int32
-    scalars (traced); (tile_y, tile_x) is the tile's top-left pixel in the image, the film's crop
-    window (the whole film unless it is cropped). value (tile_h, tile_w, C) and weight (tile_h,
-    tile_w) float32: the sums of filter-weighted radiance and of filter weights so far; C = 3
-    channels of RGB, then the scene's AOV channels (``tracer.aov``; ``tracer.shared``). Pixels of
-    the tile outside the film get zeros; those outside the window but inside the film are
-    rendered, and left out of the image by whoever assembles it. Returns the new (value, weight).
-    ``path_pool``: paths in flight per device (``tracer.integrator.pool_size(scene)`` sizes it
-    for this process); ``passes_traced``: passes traced as one batch (``trace_passes``);
-    ``drain_phases``: ``tracer.integrator.drain_phases`` of the samples the program will trace
-    in all (a job's). They change the speed and the compile time, never the bits.
+    scene: tracer.scene.Scene; shape: the ``WorkShape`` (static); mesh: the devices' mesh (one
+    axis, ``RAY_AXIS``). value (tile_h, tile_w, C) and weight (tile_h, tile_w) float32: the sums
+    of filter-weighted radiance and of filter weights so far; C = 3 channels of RGB, then the
+    scene's AOV channels (``tracer.aov``; ``tracer.shared``). Pixels of the tile outside the film
+    get zeros; those outside the crop window but inside the film are rendered, and left out of the
+    image by whoever assembles it. Returns the new (value, weight).
     """
-    batch = passes_traced
+    batch = shape.passes_traced
 
     def one_batch(b, acc):
-        live = jnp.minimum(n_passes - b * batch, batch)
-        v, w = _render_passes(scene, frame, seed, tile_y, tile_x, (first_pass + b * batch) * pass_size, live, spp,
-                              tile_h=tile_h, tile_w=tile_w, pass_size=pass_size, passes=batch, mesh=mesh,
-                              path_pool=path_pool, phases=drain_phases)
+        live = jnp.minimum(item.n_passes - b * batch, batch)
+        first_sample = (item.first_pass + b * batch) * shape.pass_size
+        v, w = _render_passes(scene, item.frame, item.seed, item.tile_y, item.tile_x, first_sample, live, item.spp,
+                              tile_h=shape.tile_h, tile_w=shape.tile_w, pass_size=shape.pass_size, passes=batch,
+                              mesh=mesh, path_pool=shape.path_pool, phases=shape.drain_phases)
         for k in range(batch):  # one pass at a time, in pass order; passes past n_passes not at all
             acc = (jnp.where(k < live, acc[0] + v[k], acc[0]), jnp.where(k < live, acc[1] + w[k], acc[1]))
         return acc
 
-    return jax.lax.fori_loop(0, (n_passes + batch - 1) // batch, one_batch, (value, weight))
+    return jax.lax.fori_loop(0, (item.n_passes + batch - 1) // batch, one_batch, (value, weight))
 
 
-# The jitted work unit. Eight programs kept: a job needs one, and each holds hundreds of memory maps.
-render_tile = KeptPrograms(_work_unit, static_argnames=("tile_h", "tile_w", "pass_size", "mesh", "path_pool",
-                                                       "passes_traced", "drain_phases"), keep=8,
+# The jitted work unit: render_tile(scene, item, value, weight, shape=, mesh=). Eight programs
+# kept: a job needs one, and each holds hundreds of memory maps.
+render_tile = KeptPrograms(_work_unit, static_argnames=("shape", "mesh"), keep=8,
                            hold=lambda args, kwargs: [(args[0] if args else kwargs["scene"]).geometry.host_scene])
 
 
@@ -240,20 +283,17 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
     th, tw = min(tile, height), min(tile, width)
     channels = 3 + aov_channel_count(scene.settings.aovs)
     image = np.zeros((height, width, channels), np.float32)
-    i32 = jnp.int32
     chunk = n_passes if chunk_passes is None else chunk_passes
-    batch = trace_passes(chunk, pass_size, th, tw, film)
     # The program serves this process's later calls too, their number unknown: at least two phases.
-    phases = max(integrator.DRAIN_PHASES, drain_phases(spp * height * width))
+    shape = WorkShape(th, tw, pass_size, path_pool=path_pool, passes_traced=trace_passes(chunk, pass_size, th, tw, film),
+                      drain_phases=max(integrator.DRAIN_PHASES, drain_phases(spp * height * width)))
     for y in range(0, height, th):
         for x in range(0, width, tw):
             value, weight = np.zeros((th, tw, channels), np.float32), np.zeros((th, tw), np.float32)
             for first in range(0, n_passes, chunk):
-                v, w = render_tile(
-                    scene, i32(frame), i32(seed), i32(y), i32(x), i32(first), i32(min(chunk, n_passes - first)),
-                    i32(spp), jnp.zeros((th, tw, channels), jnp.float32), jnp.zeros((th, tw), jnp.float32),
-                    tile_h=th, tile_w=tw, pass_size=pass_size, mesh=mesh, path_pool=path_pool,
-                    passes_traced=batch, drain_phases=phases)
+                item = WorkItem.of(frame, seed, y, x, first, min(chunk, n_passes - first), spp)
+                v, w = render_tile(scene, item, jnp.zeros((th, tw, channels), jnp.float32),
+                                   jnp.zeros((th, tw), jnp.float32), shape=shape, mesh=mesh)
                 value, weight = value + np.asarray(v), weight + np.asarray(w)
             h, w = min(th, height - y), min(tw, width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])

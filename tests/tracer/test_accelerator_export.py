@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 import tracer
-from tracer.rendering import local_mesh, render_tile
+from tracer.rendering import WorkItem, WorkShape, local_mesh, render_tile
 
 EXAMPLES = sorted(pathlib.Path(__file__).parents[2].joinpath("examples").glob("*.xml"))
 TILE, PASS = 8, 2
@@ -20,11 +20,10 @@ TILE, PASS = 8, 2
 def _export(path, accel):
     """``render_tile`` of the scene at ``path`` exported for GPUs and TPUs."""
     with tracer.load_scene(path, resolution=(TILE, TILE), accel=accel) as scene:
-        i32 = jnp.int32
-        args = (scene, i32(0), i32(0), i32(0), i32(0), i32(0), i32(1), i32(PASS),
-                jnp.zeros((TILE, TILE, 3), jnp.float32), jnp.zeros((TILE, TILE), jnp.float32))
+        args = (scene, WorkItem.of(0, 0, 0, 0, 0, 1, PASS), jnp.zeros((TILE, TILE, 3), jnp.float32),
+                jnp.zeros((TILE, TILE), jnp.float32))
         return jax.export.export(render_tile.jit(), platforms=("cuda", "tpu"))(
-            *args, tile_h=TILE, tile_w=TILE, pass_size=PASS, mesh=local_mesh())
+            *args, shape=WorkShape(TILE, TILE, PASS), mesh=local_mesh())
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -122,7 +122,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
     import numpy as np, jax, jax.numpy as jnp
     from jax.sharding import Mesh
     import tracer
-    from tracer.rendering import render_tile
+    from tracer.rendering import WorkItem, WorkShape, render_tile
     for path, params, sampler in (("examples/materials.xml", dict(width=20, height=20), "sobol"),
                                   ("examples/orbit.xml", dict(width=20, height=20), "independent")):
         scene = tracer.load_scene(path, **params)
@@ -132,7 +132,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
             mesh = Mesh(np.array(jax.devices()[:n]), ("rays",))
             # 18 rows: the devices' bands of output rows (9, 6, 5 rows) do not divide it evenly.
             z = (jnp.zeros((18, 20, 3), jnp.float32), jnp.zeros((18, 20), jnp.float32))
-            v, w = render_tile(scene, 0, 3, 0, 0, 0, 2, 8, *z, tile_h=18, tile_w=20, pass_size=4, mesh=mesh)
+            v, w = render_tile(scene, WorkItem.of(0, 3, 0, 0, 0, 2, 8), *z, shape=WorkShape(18, 20, 4), mesh=mesh)
             out.append(np.asarray(v))
         assert out[0].mean() > 0
         print(path, sampler, "same" if all(np.array_equal(out[0], o) for o in out) else "different")
