@@ -9,10 +9,10 @@ then joins its group (``join_group``).
 
 What a worker runs with:
 
-* CPU: the job's instruction-set level (``tracer.xla_flags``: the same bits on any device count,
+* CPU: the job's instruction-set level (``tracer.runtime.xla_flags``: the same bits on any device count,
   host count or x86 CPU of that level; a host below it refuses to start) and one XLA device per
-  core unless the group names a count (``tracer.cpu``: XLA runs a device's kernels on one core at
-  a time), at least ``tracer.cpu.MIN_CPU_DEVICES`` (``tracer.cpu.device_count``); gloo collectives.
+  core unless the group names a count (``tracer.runtime.cpu``: XLA runs a device's kernels on one core at
+  a time), at least ``tracer.runtime.cpu.MIN_CPU_DEVICES`` (``tracer.runtime.cpu.device_count``); gloo collectives.
 * GPU / TPU: ``JAX_PLATFORMS`` names the platform; nothing else.
 * Every platform: JAX's persistent compilation cache in ``cache_dir()``, so that a second run of a
   job (a resume, a refine, the next job on the same scene) loads its programs instead of
@@ -23,7 +23,7 @@ What a worker runs with:
 import os
 import sys
 
-from tracer.xla_flags import check_host, named_isa, with_flags
+from tracer.runtime.xla_flags import check_host, named_isa, with_flags
 
 __all__ = ["CACHE_ENV", "cache_dir", "worker_env", "start_jax", "enable_compilation_cache", "join_group",
            "compile_stats"]
@@ -67,7 +67,7 @@ def worker_env(platform, devices_per_host=None, environ=None, isa=None):
 
 def _one_device_per_core(flags):
     """A CPU member given no device count takes one per core it may run on."""
-    from tracer.cpu import device_count
+    from tracer.runtime.cpu import device_count
 
     return flags if _DEVICE_COUNT in flags else f"{flags} {_DEVICE_COUNT}={device_count()}".strip()
 
@@ -83,7 +83,7 @@ def start_jax(env):
         if isa is not None:
             check_host(isa)
     if "jax" in sys.modules:
-        from tracer.jax_private import backends_are_initialized
+        from tracer.runtime.jax_private import backends_are_initialized
 
         stale = {k: v for k, v in env.items() if os.environ.get(k) != v}
         if stale and backends_are_initialized():

@@ -43,7 +43,7 @@ class GroupShape:
     hosts: members (one per host; a TPU slice's VM count). platform: 'cpu', 'gpu' or 'tpu'.
     devices_per_host: CPU only, virtual devices per member (XLA's host platform device count);
     None: one per core the member may run on (XLA runs a device's kernels one at a time, so
-    that is what puts every core to work: ``tracer.cpu``).
+    that is what puts every core to work: ``tracer.runtime.cpu``).
     gpus_per_host: GPUs each member holds. tpu_topology / tpu_version: the slice to reserve
     (e.g. '2x2x2', 'v4'). cpus_per_host: Ray CPUs each member holds. strategy: placement across
     nodes (STRICT_SPREAD; PACK to share one machine).
@@ -57,7 +57,7 @@ class GroupShape:
     tpu_version: str = None
     cpus_per_host: float = 1
     strategy: str = "STRICT_SPREAD"
-    cpu_isa: str = None  # CPU: the arithmetic's instruction-set level (None: the host's; tracer.xla_flags)
+    cpu_isa: str = None  # CPU: the arithmetic's instruction-set level (None: the host's; tracer.runtime.xla_flags)
 
     def __post_init__(self):
         if self.platform not in PLATFORMS:
@@ -90,8 +90,8 @@ class GroupShape:
 
 def local_devices_per_member(members):
     """CPU devices for each of ``members`` worker processes that share this machine's cores: a
-    device per core, the cores split evenly (``tracer.cpu``: XLA runs a device on one core)."""
-    from tracer.cpu import cores  # (no JAX there)
+    device per core, the cores split evenly (``tracer.runtime.cpu``: XLA runs a device on one core)."""
+    from tracer.runtime.cpu import cores  # (no JAX there)
 
     return max(1, cores() // members)
 

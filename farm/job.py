@@ -10,7 +10,7 @@ from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
 from tracer.shared import PORTABLE_ISA
-from tracer.xla_flags import local_isa
+from tracer.runtime.xla_flags import local_isa
 
 __all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
 
@@ -39,7 +39,7 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False, local=True):
     ``store.lease``, the caller releases it) before anything is written to an existing store, and
     every write checks it. A CPU job's instruction-set level (``groups.cpu_isa``, unless the job
     names one): the store's; for a new store this host's when the job renders here (``local``),
-    else ``tracer.xla_flags.PORTABLE_ISA`` (a cluster's hosts may differ).
+    else ``tracer.runtime.xla_flags.PORTABLE_ISA`` (a cluster's hosts may differ).
     Returns (planned spec, FrameStore).
     """
     check_params(spec)

@@ -69,7 +69,7 @@ class JobSummary:
     damaged_tasks: int = 0            # records that do not decode (or, verified, tiles that do not read back)
     damaged_frames: tuple = ()        # the frame numbers of those
     per_frame: tuple = ()             # FrameProgress per frame
-    cpu_isa: str | None = None        # a CPU job's arithmetic: its instruction-set level (tracer.xla_flags)
+    cpu_isa: str | None = None        # a CPU job's arithmetic: its instruction-set level (tracer.runtime.xla_flags)
 
     def to_json(self, frames=False):
         """A dict for JSON (``farm status --json``, ``farm serve``'s API); ``per_frame`` with ``frames``."""

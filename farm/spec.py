@@ -26,7 +26,7 @@ Job file (paths relative to the file)::
     devices_per_host = 2          # optional, CPU: devices per member (default one per core)
     platform = "cpu"              # cpu, gpu, tpu
     cpu_isa = "AVX2"              # optional, CPU: AVX, AVX2, AVX512 (default: a store keeps its own;
-                                  # a new one this machine's locally, AVX2 on a cluster: tracer.xla_flags)
+                                  # a new one this machine's locally, AVX2 on a cluster: tracer.runtime.xla_flags)
     [params.angle]                # a keyframed $angle
     keys = [[0, 0.0], [23, 345.0]]
     interpolation = "linear"      # linear, step, smooth
@@ -143,7 +143,7 @@ class GroupsSpec:
     gpus_per_host: int = 0
     tpu_topology: str = None
     tpu_version: str = None
-    cpu_isa: str = None  # CPU: the instruction-set level of the job's arithmetic (tracer.xla_flags.ISAS)
+    cpu_isa: str = None  # CPU: the instruction-set level of the job's arithmetic (tracer.runtime.xla_flags.ISAS)
 
     def __post_init__(self):
         if self.cpu_isa is not None and self.cpu_isa not in ISAS:

@@ -80,7 +80,7 @@ def fastest(fn, repeats):
 def intersection(n_rays, repeats):
     import jax
 
-    from tracer import geometry
+    from tracer.shapes import geometry
 
     closest = jax.jit(lambda g, o, d, t: geometry.closest_hit(g, o, d, t).t)
     occluded = jax.jit(geometry.occluded)
@@ -110,7 +110,7 @@ def tracer_vs_mitsuba():
     runs = [("cbox", ["--scene", str(ROOT / "examples" / "cbox.xml"), "--res", "512"]),
             ("mesh", ["--scene", str(ROOT / "examples" / "mesh.xml"), "--res", "256"])]
     for name, extra in runs:
-        # One device per core: what the farm's CPU workers run (tracer/cpu.py).
+        # One device per core: what the farm's CPU workers run (tracer/runtime/cpu.py).
         cmd = [sys.executable, str(ROOT / "scripts" / "bench_tracer.py"), "--devices", str(os.cpu_count()), "--spp", "16",
                "--json", f"/tmp/bench_accel_{name}.json", *extra]
         subprocess.run(cmd, check=True)

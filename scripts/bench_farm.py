@@ -86,7 +86,7 @@ def main():
     spec_path.write_text(json.dumps(fs.spec_json))
     (tmp / "loop").mkdir()
     # The loop runs with the farm workers' deterministic CPU flags, so that the bits can be compared.
-    from tracer.xla_flags import with_flags
+    from tracer.runtime.xla_flags import with_flags
     loop_env = dict(env, XLA_FLAGS=with_flags(os.environ.get("XLA_FLAGS", ""), devices=1))
     out = subprocess.run([sys.executable, __file__, "--loop-worker", "--spec", str(spec_path), "--out", str(tmp / "loop")],
                          cwd=ROOT, env=loop_env, capture_output=True, text=True, check=True)

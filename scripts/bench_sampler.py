@@ -59,7 +59,7 @@ def main(argv=None):
     parser.add_argument("--ref-spp", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    from tracer.xla_flags import set_in_environment
+    from tracer.runtime.xla_flags import set_in_environment
     set_in_environment()  # the farm's arithmetic, before JAX starts
     import tracer
 

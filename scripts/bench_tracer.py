@@ -6,10 +6,10 @@
 
 Each measurement runs in its own process: ours with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (the tracer shards over
-``jax.local_devices()``; ``default``: no count set, one device per core, ``tracer.cpu``), once
+``jax.local_devices()``; ``default``: no count set, one device per core, ``tracer.runtime.cpu``), once
 with the code ``tracer.render`` gets by default (XLA's, 512 bits wide on an AVX-512 host:
-``tracer.xla_flags.use_wide_vectors``) and then with the deterministic flags the farm's workers use
-(``tracer.xla_flags``: at least 2 devices; code of this host's instruction-set level, a local
+``tracer.runtime.xla_flags.use_wide_vectors``) and then with the deterministic flags the farm's workers use
+(``tracer.runtime.xla_flags``: at least 2 devices; code of this host's instruction-set level, a local
 job's, and of AVX2, a cluster's), Mitsuba with every core. The first render of a process pays for
 compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
 durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), and the run time is
@@ -103,7 +103,7 @@ def run_worker(engine, devices, args, isa=None):
         env["JAX_PLATFORMS"] = "cuda"
     elif engine == "ours":
         sys.path.insert(0, str(ROOT))
-        from tracer.xla_flags import with_flags
+        from tracer.runtime.xla_flags import with_flags
         env["XLA_FLAGS"] = with_flags(env.get("XLA_FLAGS", ""), devices, deterministic=isa is not None, isa=isa)
         env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
     if engine == "ours":
@@ -170,7 +170,7 @@ def main():
         rows.append((f"ours, {accel} (gpu)", result))
     sys.path.insert(0, str(ROOT))
     from tracer.shared import PORTABLE_ISA
-    from tracer.xla_flags import local_isa
+    from tracer.runtime.xla_flags import local_isa
     # XLA's default code, a local job's level and a cluster's (once each where they coincide)
     for isa in (() if args.platform == "gpu" else dict.fromkeys((None, local_isa(), PORTABLE_ISA))):
         for d in (None if x == "default" else int(x) for x in args.devices.split(",")):

@@ -5,7 +5,7 @@
 
 The check a refactoring owes: the same scenes, seeds and backends give the same bits before and
 after. Each scene renders at 48x36 with 8 spp (passes of 4, tiles of 32: several tiles and
-passes) with the deterministic arithmetic of the farm's workers (``tracer.xla_flags``), once with
+passes) with the deterministic arithmetic of the farm's workers (``tracer.runtime.xla_flags``), once with
 the default intersection backend and once with every other one that applies: 'jax' (brute force
 or BVH), 'bvh' forced, and Embree where installed. ``compare`` exits 1 naming every image whose
 bits differ. ``--against N`` compares with the images saved on N devices: the farm's promise that
@@ -48,7 +48,7 @@ def main():
     parser.add_argument("--against", type=int, help="compare with the images saved on this many devices")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tracer.xla_flags import set_in_environment
+    from tracer.runtime.xla_flags import set_in_environment
 
     set_in_environment(devices=args.devices)
     images = render_all()

@@ -6,8 +6,8 @@ import tempfile
 import pytest
 from hypothesis import settings
 
-from tracer.process import configure
-from tracer.xla_flags import set_in_environment
+from tracer.runtime.process import configure
+from tracer.runtime.xla_flags import set_in_environment
 
 set_in_environment()  # before any test module imports JAX
 configure()  # a device per core (at least two), as tracer.render's callers get, before any array exists
@@ -60,7 +60,7 @@ def compiled_programs_freed():
     maps: XLA maps each program's machine code in hundreds of them, jax.jit keeps every program
     its functions made, and past Linux's 65,530 (vm.max_map_count) LLVM aborts the process (a
     whole-suite run did, after some 1,300 tests; the renders' own work unit keeps 8 programs,
-    tracer.programs, but the tests jit many functions of their own)."""
+    tracer.runtime.programs, but the tests jit many functions of their own)."""
     yield
     with open("/proc/self/maps", "rb") as maps:
         if maps.read().count(b"\n") > 20_000:

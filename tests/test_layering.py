@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("tracer", "cluster", "farm")
 READER = "tracer.io"
 # What the farm may import from the tracer: a module, or a package and everything under it.
-FARM_MAY_IMPORT = ("tracer.shared", "tracer.errors", "tracer.xla_flags", READER)
+FARM_MAY_IMPORT = ("tracer.shared", "tracer.errors", "tracer.runtime.xla_flags", READER)
 
 
 def _module_name(path):
@@ -75,7 +75,8 @@ def test_only_the_reader_imports_the_reader():
 
 
 def test_the_traced_program_loads_no_reader():
-    loaded = _loaded_after("import tracer.rendering, tracer.integrator, tracer.direct, tracer.aov, tracer.scene")
+    loaded = _loaded_after("import tracer.rendering, tracer.integrators.path, tracer.integrators.direct, "
+                           "tracer.integrators.aov, tracer.scene")
     assert "jax" in _tops(loaded)
     assert sorted(m for m in loaded if _within(m, READER)) == []
 
@@ -89,7 +90,7 @@ def test_the_farm_takes_from_the_tracer_only_what_they_share():
 def test_farm_does_not_import_jax():
     farm_modules = sorted(_module_name(p) for p in (ROOT / "farm").glob("*.py"))
     loaded = _tops(_loaded_after(f"import {', '.join(farm_modules)}, cluster.group, cluster.task, tracer.shared, "
-                                 "tracer.errors, tracer.xla_flags"))
+                                 "tracer.errors, tracer.runtime.xla_flags"))
     assert "jax" not in loaded and "jaxlib" not in loaded
 
 

@@ -17,7 +17,7 @@ _SOURCES = {
     "resolve": "tracer.shared",
     "local_mesh": "tracer.rendering",
     "Scene": "tracer.scene",
-    "configure": "tracer.process",
+    "configure": "tracer.runtime.process",
 }
 
 

@@ -14,7 +14,7 @@ class SurfaceKind:
     """What a primitive, or the shape an area emitter is attached to, is."""
 
     MESH, SPHERE, DISK, CYLINDER, RECTANGLE, LINEAR_CURVE, BSPLINE_CURVE = range(7)
-    CURVES = (LINEAR_CURVE, BSPLINE_CURVE)  # a segment of Mitsuba's curve shapes (tracer.curves)
+    CURVES = (LINEAR_CURVE, BSPLINE_CURVE)  # a segment of Mitsuba's curve shapes (tracer.shapes.curves)
     ANALYTIC = (SPHERE, DISK, CYLINDER, *CURVES)  # intersected as themselves, not as triangles
     # RECTANGLE: intersected as its two triangles, but an area light on it is sampled through its
     # square parametrisation, as Mitsuba's ``Rectangle::sample_position``.

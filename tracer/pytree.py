@@ -8,23 +8,27 @@ It is not part of the tree, so copies that tree operations make (``jax.tree.map`
 through the object's arrays and are valid while its owner keeps it open.
 """
 import dataclasses
+from typing import Any, TypeVar, dataclass_transform
 
 import jax
 
 __all__ = ["pytree_dataclass", "static", "owned"]
 
+T = TypeVar("T")
 
-def static(default=dataclasses.MISSING):
+
+def static(default: Any = dataclasses.MISSING) -> Any:
     """A field that is part of the tree structure (hashed into the compiled program)."""
     return dataclasses.field(default=default, metadata={"static": True})
 
 
-def owned():
+def owned() -> Any:
     """A host resource the object owns; not part of the pytree (copies get None)."""
     return dataclasses.field(default=None, metadata={"owned": True}, compare=False, repr=False)
 
 
-def pytree_dataclass(cls):
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, static, owned))
+def pytree_dataclass(cls: type[T]) -> type[T]:
     """Make ``cls`` a frozen dataclass and a pytree whose leaves are its non-static fields."""
     cls = dataclasses.dataclass(frozen=True)(cls)
     fields = dataclasses.fields(cls)

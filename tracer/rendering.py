@@ -19,13 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from tracer import aov, integrator
+from tracer.integrators import aov
+
+from tracer.integrators import path as integrator
 from tracer import camera as cameras
 from tracer import film as films
-from tracer import process, rng
-from tracer.direct import trace_direct
-from tracer.integrator import DEFAULT_POOL, DRAIN_PHASES, drain_phases, pool_size, trace_paths
-from tracer.programs import KeptPrograms
+from tracer import rng
+from tracer.runtime import process
+from tracer.integrators.direct import trace_direct
+from tracer.integrators.path import DEFAULT_POOL, DRAIN_PHASES, drain_phases, pool_size, trace_paths
+from tracer.runtime.programs import KeptPrograms
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.shared import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
@@ -122,7 +125,7 @@ class WorkItem:
 def plan_work(scene, tile_h, tile_w, pass_size, chunk_passes, job_samples, platform=None) -> WorkShape:
     """The ``WorkShape`` of a job's work unit in this process: tiles of ``tile_h`` x ``tile_w``,
     ``chunk_passes`` passes of ``pass_size`` a work unit usually adds, ``job_samples`` samples in
-    the job (``tracer.integrator.drain_phases``)."""
+    the job (``tracer.integrators.path.drain_phases``)."""
     return WorkShape(tile_h, tile_w, pass_size, path_pool=pool_size(scene),
                      passes_traced=trace_passes(chunk_passes, pass_size, tile_h, tile_w, scene.film, platform),
                      drain_phases=drain_phases(job_samples))
@@ -209,7 +212,7 @@ def _work_unit(scene, item, value, weight, *, shape, mesh):
     scene: tracer.scene.Scene; shape: the ``WorkShape`` (static); mesh: the devices' mesh (one
     axis, ``RAY_AXIS``). value (tile_h, tile_w, C) and weight (tile_h, tile_w) float32: the sums
     of filter-weighted radiance and of filter weights so far; C = 3 channels of RGB, then the
-    scene's AOV channels (``tracer.aov``; ``tracer.shared``). Pixels of the tile outside the film
+    scene's AOV channels (``tracer.integrators.aov``; ``tracer.shared``). Pixels of the tile outside the film
     get zeros; those outside the crop window but inside the film are rendered, and left out of the
     image by whoever assembles it. Returns the new (value, weight).
     """
@@ -266,7 +269,7 @@ def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=Non
     ``tile`` defaults to the whole image where a pass of it fits ``trace_samples()`` (one work
     unit drains its path pool once, where tiles would each), else ``DEFAULT_TILE`` on CPUs (the
     farm's) and the largest power of two from it whose pass fits on GPUs and TPUs.
-    ``path_pool`` defaults to ``tracer.integrator.pool_size(scene)``.
+    ``path_pool`` defaults to ``tracer.integrators.path.pool_size(scene)``.
     """
     process.configure()
     spp = _whole("spp", scene.settings.spp if spp is None else spp, 1, MAX_SPP)

@@ -13,12 +13,12 @@ import jax.numpy as jnp
 from tracer.pytree import pytree_dataclass, static
 
 if TYPE_CHECKING:  # the table modules stay free to import this one
-    from tracer.aov import AovTables
+    from tracer.integrators.aov import AovTables
     from tracer.bsdfs.table import Materials
     from tracer.camera import Camera
     from tracer.emitters.table import Emitters
     from tracer.film import Film
-    from tracer.geometry import Geometry
+    from tracer.shapes.geometry import Geometry
     from tracer.textures import Textures
 
 __all__ = ["Shapes", "Settings", "Scene"]
@@ -39,7 +39,7 @@ class Shapes:
 class Settings:
     """Integrator and sampler settings that shape the compiled program."""
 
-    integrator: str = static("path")  # 'path' or 'direct' (tracer.integrator, tracer.direct)
+    integrator: str = static("path")  # 'path' or 'direct' (tracer.integrators.path, tracer.integrators.direct)
     max_depth: int = static(8)      # longest path, in segments; -1 for unbounded
     rr_depth: int = static(5)       # depth from which Russian roulette applies
     hide_emitters: bool = static(False)

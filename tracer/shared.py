@@ -7,10 +7,10 @@ these is written once:
   its reduction tree (``tracer.rendering``), so ``tracer.render`` with these defaults gives the
   bits of a farm job made with them;
 * the names a job may give: device platforms, reconstruction filters (``tracer.filters``),
-  instruction-set levels (``tracer.xla_flags``);
+  instruction-set levels (``tracer.runtime.xla_flags``);
 * the last step of every reduction tree, ``resolve`` (pixels from a film's sums), which
   ``tracer.render`` applies to its tiles and the farm to its stores' frames;
-* the layout of a film's AOV channels after its RGB (``tracer.aov`` fills them; the farm's store
+* the layout of a film's AOV channels after its RGB (``tracer.integrators.aov`` fills them; the farm's store
   and export name them).
 """
 import numpy as np
@@ -39,7 +39,7 @@ MAX_PASS_SIZE = 1024     # samples per pixel in one pass (a static shape of the 
 # Mitsuba's reconstruction filters (``rfilter`` plugins) that a job may name (tracer.filters).
 FILTERS = ("box", "tent", "gaussian", "mitchell", "catmullrom", "lanczos")
 ISAS = ("AVX", "AVX2", "AVX512")  # XLA's names for a CPU job's instruction-set level, lowest first
-PORTABLE_ISA = "AVX2"  # a cluster job's level: every x86-64 CPU since 2013-2015 (tracer.xla_flags)
+PORTABLE_ISA = "AVX2"  # a cluster job's level: every x86-64 CPU since 2013-2015 (tracer.runtime.xla_flags)
 
 
 def pass_samples(pass_size, tile_h, tile_w, margin=_MARGIN):

@@ -10,7 +10,7 @@ import pytest
 from cluster import bootstrap
 from cluster.group import GroupShape, WorkerGroup
 from cluster.task import SceneRef, TileTask
-from tracer import xla_flags
+from tracer.runtime import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_instruction_set_levels(tmp_path):
 
 
 def test_a_host_below_the_jobs_instruction_set_refuses_it():
-    code = ("from tracer import xla_flags; xla_flags.host_isa = lambda: 'AVX'; from cluster import bootstrap; "
+    code = ("from tracer.runtime import xla_flags; xla_flags.host_isa = lambda: 'AVX'; from cluster import bootstrap; "
             "bootstrap.start_jax(bootstrap.worker_env('cpu', 2, isa='AVX2'))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode != 0 and "this host's CPU has AVX, not AVX2" in result.stderr

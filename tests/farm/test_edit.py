@@ -12,7 +12,7 @@ from farm.errors import SpecError
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec
 from farm.store import FrameStore, StoreError
-from tracer import xla_flags
+from tracer.runtime import xla_flags
 from tests.helpers.farm_cases import ORBIT, exported, farm_main, filled_store, orbit_spec, reference, store_files
 
 

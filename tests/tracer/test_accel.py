@@ -10,7 +10,7 @@ import trimesh
 from hypothesis import given, settings
 
 from tests.helpers.rays import assert_same_hits, fan, fan_rays, grazing, soups, spheres_disks_and_meshes, unit
-from tracer import geometry
+from tracer.shapes import geometry
 from tracer.accel import embree, host
 
 HOST_ENGINES = [name for name, engine in geometry.HOST_ENGINES.items() if engine.available()]

@@ -9,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.rays import assert_same_hits, fan, fan_rays, moller_trumbore64, soups, spheres_disks_and_meshes, unit
-from tracer import bvh, bvh_build, geometry
-from tracer import intersect as isect
+from tracer.shapes import bvh
+from tracer.shapes import bvh_build
+from tracer.shapes import geometry
+from tracer.shapes import intersect as isect
 from tracer.kinds import SurfaceKind
 
 N_RAYS = 1024  # two traversal phases (1024 -> 256)

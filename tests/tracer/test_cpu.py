@@ -8,14 +8,14 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = """
 import jax, tracer
-from tracer import cpu
+from tracer.runtime import cpu
 tracer.load_scene("examples/cbox.xml", res=8)
 print(jax.local_device_count(), cpu.cores())
 """
 
 
 def _devices(env):
-    """(JAX's local devices, tracer.cpu.cores()) in a fresh process with environment ``env``."""
+    """(JAX's local devices, tracer.runtime.cpu.cores()) in a fresh process with environment ``env``."""
     result = subprocess.run([sys.executable, "-c", SCRIPT], env=env | {"JAX_PLATFORMS": "cpu"}, cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -42,7 +42,7 @@ def test_a_device_count_the_process_sets_is_kept(clean_env, setting):
                                                  ("AVX512", "--xla_cpu_prefer_vector_width=256", "256"),
                                                  ("AVX512", "--xla_cpu_max_isa=AVX2", None)])  # an AVX2 job's worker
 def test_an_avx512_host_vectorizes_512_bits_wide_unless_the_process_says(clean_env, host, flags, width):
-    code = (f"from tracer import xla_flags; xla_flags.host_isa = lambda: {host!r}; import os, tracer, jax; "
+    code = (f"from tracer.runtime import xla_flags; xla_flags.host_isa = lambda: {host!r}; import os, tracer, jax; "
             "tracer.load_scene('examples/cbox.xml', res=8); print(os.environ.get('XLA_FLAGS', ''))")
     result = subprocess.run([sys.executable, "-c", code], env=clean_env | {"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"},
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -52,11 +52,11 @@ def test_an_avx512_host_vectorizes_512_bits_wide_unless_the_process_says(clean_e
 
 
 def test_importing_the_tracer_changes_nothing_in_the_process(clean_env):
-    """Only the entry points set a process up (``tracer.process.configure``): importing every
+    """Only the entry points set a process up (``tracer.runtime.process.configure``): importing every
     module of the tracer leaves XLA_FLAGS, the device count and JAX's backend as they were."""
     code = ("import importlib, os, pkgutil, jax, tracer; "
             "[importlib.import_module(m.name) for m in pkgutil.walk_packages(tracer.__path__, 'tracer.')]; "
-            "from tracer.jax_private import backends_are_initialized; "
+            "from tracer.runtime.jax_private import backends_are_initialized; "
             "print(repr(os.environ.get('XLA_FLAGS')), jax.config.jax_num_cpu_devices, backends_are_initialized())")
     result = subprocess.run([sys.executable, "-c", code], env=clean_env | {"JAX_PLATFORMS": "cpu"}, cwd=ROOT,
                             capture_output=True, text=True, timeout=300)

@@ -1,5 +1,5 @@
 """Mitsuba's ``linearcurve`` and ``bsplinecurve``: hits, normals and uvs of the curve kernel
-(``tracer.curves``, jitted alone on rays) against Mitsuba's own (Embree's curves) ray by ray,
+(``tracer.shapes.curves``, jitted alone on rays) against Mitsuba's own (Embree's curves) ray by ray,
 the segments' bounds around every hit, one small scene rendered by both, and bad curve files
 refused by the loader in one line naming file and line."""
 import jax
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tracer import curves
+from tracer.shapes import curves
 from tracer.io import curves as curve_files
 from tracer.errors import SceneError
 from tracer.kinds import SurfaceKind

@@ -7,7 +7,7 @@ import pytest
 import trimesh
 
 from tests.helpers.rays import transform, unit
-from tracer import geometry
+from tracer.shapes import geometry
 from tracer import vecmath as vm
 from tracer.kinds import SurfaceKind
 

@@ -14,7 +14,7 @@ import trimesh
 import tracer
 from tests.helpers.mitsuba_render import assert_matches_mitsuba, mitsuba_image
 from tests.helpers.rays import transform, unit
-from tracer import geometry
+from tracer.shapes import geometry
 from tracer.errors import SceneError
 from tracer.kinds import SurfaceKind
 from tracer.rendering import render_tile
@@ -226,7 +226,7 @@ def test_bad_groups_and_instances_are_one_line_errors(tmp_path, expected):
 NEAR_SIDE = """
 import jax, numpy as np, trimesh
 from tests.helpers.rays import transform, unit
-from tracer import geometry
+from tracer.shapes import geometry
 from tracer.kinds import SurfaceKind
 ico = trimesh.creation.icosphere(3)
 quad = np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]], float) * 1.2

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.rays import cylinder64, fan, fan_rays, moller_trumbore64, transform, unit
-from tracer import intersect as isect
+from tracer.shapes import intersect as isect
 from tracer.kinds import SurfaceKind
 
 N_RAYS = 512

@@ -1,8 +1,8 @@
-"""Every private JAX name the project uses (``tracer.jax_private``) is still where it was: a JAX
+"""Every private JAX name the project uses (``tracer.runtime.jax_private``) is still where it was: a JAX
 upgrade that moves one fails here, by name, instead of changing what the tracer does."""
 import jax
 
-from tracer import jax_private
+from tracer.runtime import jax_private
 
 
 def test_backends_are_initialized_is_reachable():

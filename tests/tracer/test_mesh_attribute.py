@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.mesh_files import triangle_ply
-from tracer import geometry
+from tracer.shapes import geometry
 from tracer import textures as tx
 from tracer.errors import SceneError
 from tracer.kinds import TextureKind

@@ -1,4 +1,4 @@
-"""tracer.programs.KeptPrograms: a process that compiles many program structures keeps only the
+"""tracer.runtime.programs.KeptPrograms: a process that compiles many program structures keeps only the
 last few, so XLA's machine code (hundreds of memory maps a program) cannot pile up until the
 process reaches Linux's map limit and aborts."""
 import gc
@@ -6,7 +6,7 @@ import gc
 import jax.numpy as jnp
 import numpy as np
 
-from tracer.programs import KeptPrograms
+from tracer.runtime.programs import KeptPrograms
 
 
 def _maps():
@@ -95,7 +95,7 @@ def test_a_scene_dropped_while_its_work_runs_stays_until_the_work_is_done():
     import subprocess
     import sys
 
-    from tracer.xla_flags import with_flags
+    from tracer.runtime.xla_flags import with_flags
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, XLA_FLAGS=with_flags(devices=2), JAX_PLATFORMS="cpu", PYTHONPATH=root)
     result = subprocess.run([sys.executable, "-c", SCENE_DROPPED_SCRIPT], env=env, capture_output=True, text=True,

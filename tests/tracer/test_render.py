@@ -11,7 +11,7 @@ import pytest
 import tracer
 from tests.helpers.tiles import render_passes as _tile
 from tracer.rendering import render_tile
-from tracer.xla_flags import with_flags
+from tracer.runtime.xla_flags import with_flags
 
 FURNACE = """<scene version="3.0.0">
   <default name="albedo" value="0.7"/>
@@ -128,7 +128,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
         scene = tracer.load_scene(path, **params)
         scene = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler=sampler))
         out = []
-        for n in (2, 3, 4):  # (a process has at least 2: tracer.cpu.MIN_CPU_DEVICES)
+        for n in (2, 3, 4):  # (a process has at least 2: tracer.runtime.cpu.MIN_CPU_DEVICES)
             mesh = Mesh(np.array(jax.devices()[:n]), ("rays",))
             # 18 rows: the devices' bands of output rows (9, 6, 5 rows) do not divide it evenly.
             z = (jnp.zeros((18, 20, 3), jnp.float32), jnp.zeros((18, 20), jnp.float32))
@@ -148,7 +148,7 @@ def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
 
     import jax
 
-    from tracer import integrator
+    from tracer.integrators import path as integrator
     scene = tracer.load_scene("examples/materials.xml", width=24, height=24)
     scene = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler="sobol"))
     samples = 8 * 24 * 24
@@ -170,7 +170,7 @@ def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
 
 
 def test_two_three_and_four_devices_render_the_same_bits():
-    # With the deterministic CPU flags (tracer.xla_flags): a scene with every BSDF kind (the
+    # With the deterministic CPU flags (tracer.runtime.xla_flags): a scene with every BSDF kind (the
     # brute-force intersection of spheres and quads), and the orbit (Embree, spheres, an
     # environment), whose FMA-contracted arithmetic differed between device counts (a one-device
     # program is not partitioned: not used).

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tracer import cpu
+from tracer.runtime import cpu
 from tracer.accel import host
 
 __all__ = ["available", "build", "MISSING"]

@@ -119,7 +119,7 @@ def _direct_primitive():
     (then ``pure_callback`` serves)."""
     try:
         from jax.extend.core import Primitive
-        from tracer.jax_private import callback_op_sharding
+        from tracer.runtime.jax_private import callback_op_sharding
         _callback_op_sharding = callback_op_sharding()
         from jax.interpreters import mlir
     except ImportError:

@@ -47,7 +47,7 @@ def _warp():
 
 def _define_kernels(wp):
     # Warp's own mesh_query_ray is not watertight (rays slip through shared edges), so the
-    # kernels walk Warp's BVH and test triangles with the watertight test of tracer.intersect:
+    # kernels walk Warp's BVH and test triangles with the watertight test of tracer.shapes.intersect:
     # the ray's dominant axis kz, a shear, and edge-function signs from compared products.
     @wp.func
     def watertight_t(a: wp.vec3, b: wp.vec3, c: wp.vec3, k: wp.vec3i, s: wp.vec3):

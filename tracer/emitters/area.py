@@ -24,7 +24,9 @@ as Mitsuba's ``Mesh::sample_position`` (the pdf then uses that normal's cosine, 
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import elementary, sampling, surface_uv
+from tracer import elementary, sampling
+
+from tracer.shapes import surface_uv
 from tracer import textures as tex
 from tracer import vecmath as vm
 from tracer.constants import INV_TWO_PI, RAY_EPSILON, TWO_PI

@@ -11,7 +11,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tracer import aov, curves, geometry, process
+from tracer.integrators import aov
+
+from tracer.shapes import curves
+
+from tracer.shapes import geometry
+
+from tracer.runtime import process
 from tracer.errors import SceneError, SceneNotice
 from tracer.io import aovs as aov_names
 from tracer.io import curves as curve_files
@@ -54,7 +60,7 @@ def load_scene(path: str | os.PathLike, resolution: tuple[int, int] | None = Non
     AOV channels as Mitsuba's ``aov`` integrator would, and ``rfilter`` (a filter name) replaces
     the film's reconstruction filter (``tracer.io.overrides``). Raises ``SceneError`` with file
     and line for anything malformed or unsupported. Sets the process up first
-    (``tracer.process.configure``): the scene's arrays are the first the tracer makes.
+    (``tracer.runtime.process.configure``): the scene's arrays are the first the tracer makes.
     """
     process.configure()
     root = overrides.apply(parse_file(str(path), **params), aovs, rfilter)
@@ -241,7 +247,7 @@ class _SceneBuilder:
 
     def _aov_settings(self, node):
         """Mitsuba's ``aov``: its nested integrator's RGB (black without one), then the AOVs of
-        its first camera-ray hit (``tracer.aov``; the channels are ``integrator_aovs``')."""
+        its first camera-ray hit (``tracer.integrators.aov``; the channels are ``integrator_aovs``')."""
         inner = node.children_of("integrator")
         if len(inner) > 1:
             raise SceneError(f"{inner[1].source}: 'aov' takes at most one nested integrator here, got {len(inner)}")
@@ -371,7 +377,7 @@ class _SceneBuilder:
 
     def _curve(self, node, to_world, index, group):
         """A ``linearcurve`` or ``bsplinecurve``: one analytic primitive per segment
-        (tracer.curves), control points in world space, radii as in the file."""
+        (tracer.shapes.curves), control points in world space, radii as in the file."""
         kind, pack = CURVE_TYPES[node.type]
         data = node.load(curve_files.load_curves, node.get_path("filename"), node.type)
         points = data.points @ to_world[:3, :3].T + to_world[:3, 3]

@@ -138,7 +138,7 @@ def _area_case(name, flip, tmp_path):
         kind = SurfaceKind.DISK if name == "disk" else SurfaceKind.RECTANGLE
         add = dict(analytic=(kind, np.array(t.matrix)))
     elif name.startswith("cylinder"):
-        from tracer import geometry
+        from tracer.shapes import geometry
         t = mi.ScalarTransform4f().translate([0.1, 0.2, 0.3]) @ mi.ScalarTransform4f().rotate([0.6, 0.8, 0], 30)
         if name == "cylinder_mirrored":  # Mitsuba then flips the sampled normals inward
             t = t @ mi.ScalarTransform4f().scale([1, -1, 1])

@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import chi2
 from tests.helpers import emitter_cases as C
-from tracer import geometry
+from tracer.shapes import geometry
 from tracer.kinds import SurfaceKind
 
 SAMPLES = 100_000  # one batch size for every test, so that tests of one table share a compilation

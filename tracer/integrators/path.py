@@ -13,7 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import bsdfs, cpu, emitters, geometry, lanes, rng
+from tracer import bsdfs, emitters, lanes, rng
+
+from tracer.runtime import cpu
+
+from tracer.shapes import geometry
 from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.kinds import Perturbation
@@ -30,7 +34,7 @@ __all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "
 # every BSDF kind). The barriers make each stage run once per bounce.
 _stage = jax.lax.optimization_barrier
 # Lanes in flight per CPU device, sized so that their arrays stay in the caches. With a core
-# per device (tracer.cpu): 4k lanes (Cornell box, 2 devices on 2 cores: 1.64 Msamples/s at 4k,
+# per device (tracer.runtime.cpu): 4k lanes (Cornell box, 2 devices on 2 cores: 1.64 Msamples/s at 4k,
 # 1.56 at 8k), 8k when a host engine answers the rays, whose calls cost more a call (medians of
 # 6 renders in one process, November 25: mesh.xml at 256x256 0.88 s a frame at 8k and 4k, 1.00 at
 # 32k; orbit.xml 0.47 s at 8k, 0.50 at 4k, 0.58 at 32k, and 1.95 against 2.23 s at 320x240). A

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import intersect as isect
+from tracer.shapes import intersect as isect
 from tracer import lanes
 from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass, static

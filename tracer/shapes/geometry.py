@@ -9,8 +9,8 @@ the way Mitsuba 3 computes them (``Mesh``, ``Sphere``, ``Disk`` and ``Cylinder``
 ``spawn_ray``/``spawn_ray_to`` offset new rays as Mitsuba's ``Interaction::offset_p``.
 
 Shape groups (Mitsuba's ``shapegroup``) keep their primitives once, in object space, after the
-world-space ones in each table; instances place them (``tracer.instancing``). The backends
-answer world primitives as before and instances in JAX: a two-level BVH (``tracer.instance_bvh``)
+world-space ones in each table; instances place them (``tracer.shapes.instancing``). The backends
+answer world primitives as before and instances in JAX: a two-level BVH (``tracer.shapes.instance_bvh``)
 or, for small scenes, brute force per instance. Embree has instancing of its own, but embreex
 does not expose it, and Warp's BVH has none: with those backends the world triangles go to the
 engine and the instances to the JAX two-level BVH.
@@ -21,14 +21,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import bvh as bvh_traversal
-from tracer import bvh_build, curves, instancing, surface_uv
-from tracer import instance_bvh as two_level
-from tracer import intersect as isect
+from tracer.shapes import bvh as bvh_traversal
+from tracer.shapes import bvh_build
+from tracer.shapes import curves
+from tracer.shapes import instancing
+from tracer.shapes import surface_uv
+from tracer.shapes import instance_bvh as two_level
+from tracer.shapes import intersect as isect
 from tracer import vecmath as vm
 from tracer.accel import embree, host, warp
 from tracer.constants import PI, RAY_EPSILON, SHADOW_EPSILON, TWO_PI
-from tracer.intersect import Hit
+from tracer.shapes.intersect import Hit
 from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
 
@@ -147,7 +150,7 @@ class AnalyticShape(NamedTuple):
     shape: int                   # the scene's shape index
     group: int = -1              # the shape group it belongs to (to_world is then to object space)
     local: np.ndarray | None = None  # (4, 4) what to_local holds: to_world's inverse when None
-                                     # (a curve segment packs data in both: tracer.curves)
+                                     # (a curve segment packs data in both: tracer.shapes.curves)
 
 
 class Instance(NamedTuple):

@@ -2,14 +2,15 @@
 the tracer changes nothing in the process.
 
 ``configure()`` gives a user's process the settings a local farm job's workers run with, where the
-process has not chosen its own: one XLA CPU device per core, at least two (``tracer.cpu``), and
-512-bit vectors on an AVX-512 host (``tracer.xla_flags.use_wide_vectors``). Both must be in place
+process has not chosen its own: one XLA CPU device per core, at least two (``tracer.runtime.cpu``), and
+512-bit vectors on an AVX-512 host (``tracer.runtime.xla_flags.use_wide_vectors``). Both must be in place
 before JAX's backend starts, that is before the first array exists: ``tracer.load_scene`` and
 ``tracer.render`` call it first, and a program that makes JAX arrays before either calls it
 itself. A farm worker is set up by ``cluster.bootstrap`` instead (its XLA_FLAGS name a device count
 and an instruction-set level, which ``configure`` leaves alone).
 """
-from tracer import cpu, xla_flags
+from tracer.runtime import cpu
+from tracer.runtime import xla_flags
 
 __all__ = ["configure"]
 

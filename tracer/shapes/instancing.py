@@ -10,7 +10,7 @@ M, normals by the inverse transpose, renormalized.
 
 This module holds what every backend shares: the ray and surface transforms, the world boxes
 of instances (host), and the brute-force query (each group's instances in one ``fori_loop``,
-each testing the group's primitives). ``tracer.instance_bvh`` is the two-level BVH.
+each testing the group's primitives). ``tracer.shapes.instance_bvh`` is the two-level BVH.
 """
 from typing import NamedTuple
 
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import intersect as isect
+from tracer.shapes import intersect as isect
 from tracer import vecmath as vm
 
 __all__ = ["GroupSpan", "transform_rays", "object_rays", "surface_to_world", "instance_bounds",

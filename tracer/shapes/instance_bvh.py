@@ -1,9 +1,9 @@
 """Two-level stackless BVH in JAX: a top tree over instances, a bottom tree per shape group.
 
 The top tree is built over the instances' world boxes with one instance per leaf; each shape
-group has its own tree over its primitives in object space (``tracer.bvh``'s binned SAH trees,
+group has its own tree over its primitives in object space (``tracer.shapes.bvh``'s binned SAH trees,
 threaded per octant). Both levels live in one node table: top nodes first, then the groups'
-trees, so the traversal of ``tracer.bvh`` serves both with one extra column: a top leaf names
+trees, so the traversal of ``tracer.shapes.bvh`` serves both with one extra column: a top leaf names
 its instance (column 7), and reaching it *enters* the instance: the lane remembers where the top
 walk resumes, maps its ray into the instance's object space (``instancing.transform_rays``,
 unnormalized, so t is shared by both levels and the closest hit so far still bounds the boxes)
@@ -19,9 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import bvh as flat
-from tracer import bvh_build, instancing
-from tracer import intersect as isect
+from tracer.shapes import bvh as flat
+from tracer.shapes import bvh_build
+from tracer.shapes import instancing
+from tracer.shapes import intersect as isect
 from tracer import lanes
 from tracer.pytree import pytree_dataclass
 

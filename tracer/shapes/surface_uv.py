@@ -1,6 +1,6 @@
 """Surface uv of the analytic shapes at a point, as Mitsuba 3's shapes report it.
 
-One definition for the two places that need it: a ray hit (``tracer.geometry``) and a point an
+One definition for the two places that need it: a ray hit (``tracer.shapes.geometry``) and a point an
 area light samples (``tracer.emitters.area``, whose textured radiance is read at that uv).
 Points are world space (3, N); ``to_local`` (3, 4) maps the shape's world to its object frame
 (the unit sphere, the unit tube, the unit disk).

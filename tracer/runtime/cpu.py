@@ -12,7 +12,7 @@ __all__ = ["MIN_CPU_DEVICES", "cores", "cores_per_device", "device_count", "use_
 
 _DEVICE_COUNT = "--xla_force_host_platform_device_count"
 # XLA compiles a one-device program without its SPMD partitioner, and that program fuses (and so
-# rounds) differently from one partitioned over several devices (``tracer.xla_flags``): every CPU
+# rounds) differently from one partitioned over several devices (``tracer.runtime.xla_flags``): every CPU
 # process has at least two devices, so every work unit is a partitioned program.
 MIN_CPU_DEVICES = 2
 
@@ -45,13 +45,13 @@ def use_every_core():
     process says otherwise: a device count in XLA_FLAGS or ``JAX_NUM_CPU_DEVICES``, the option
     set already, or JAX's backend already started (then nothing can change; it stays as is).
 
-    Part of ``tracer.process.configure``, so that ``tracer.render`` uses every core with nothing
+    Part of ``tracer.runtime.process.configure``, so that ``tracer.render`` uses every core with nothing
     for the user to set: it splits each pass over ``jax.local_devices()``, and XLA runs one
     device's kernels on one core at a time.
     """
     import jax
 
-    from tracer.jax_private import backends_are_initialized
+    from tracer.runtime.jax_private import backends_are_initialized
 
     if (_DEVICE_COUNT in os.environ.get("XLA_FLAGS", "") or "JAX_NUM_CPU_DEVICES" in os.environ
             or jax.config.jax_num_cpu_devices >= 0 or backends_are_initialized()):

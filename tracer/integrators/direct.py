@@ -7,16 +7,18 @@ scaled by each strategy's share of the samples, and each is averaged over its co
 1997, section 9.2). As in Mitsuba's ``direct.cpp``, a delta light's sample is added whole for
 every emitter sample, not averaged.
 
-The stages are the path integrator's (``tracer.integrator``): a BSDF sample here is a path of
+The stages are the path integrator's (``tracer.integrators.path``): a BSDF sample here is a path of
 one more segment whose emission is weighted against the light-sampling strategy.
 """
 import jax.numpy as jnp
 
-from tracer import bsdfs, geometry
+from tracer import bsdfs
+
+from tracer.shapes import geometry
 from tracer import textures as tx
 from tracer import vecmath as vm
-from tracer.integrator import (PathState, add_emission, add_next_event, bounce_uniforms, find_surfaces, fresh_paths,
-                               material_and_frame)
+from tracer.integrators.path import (PathState, add_emission, add_next_event, bounce_uniforms, find_surfaces,
+                                     fresh_paths, material_and_frame)
 from tracer.rng import Dims
 
 __all__ = ["trace_direct"]

@@ -19,7 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import curves, lanes
+from tracer import lanes
+
+from tracer.shapes import curves
 from tracer import vecmath as vm
 from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass

@@ -12,13 +12,13 @@ instruction-set level, so that a job can be split, resumed and refined anywhere.
   work on it rather than give other bits (``check_host``).
 * Where a multiply and an add are contracted into an FMA. XLA does so wherever its fusion puts
   them together, so one program must trace a path whatever the schedule: every bounce runs in one
-  loop body (``tracer.integrator``; a pool of 256 paths differed from one pool holding every path
+  loop body (``tracer.integrators.path``; a pool of 256 paths differed from one pool holding every path
   in 5% of pixels until then), and float reductions are left out of the traced code
   (``tracer.vecmath.fold``).
 * The program itself. XLA compiles a program over one device without its SPMD partitioner, and
   that module fuses differently from the one partitioned over several devices (examples/orbit.xml:
   6 of 1,200 pixels between 1 and 2 devices; 2 and 4 devices, and 2 hosts, agree). So a CPU
-  process gets at least ``tracer.cpu.MIN_CPU_DEVICES`` devices (virtual ones cost nothing) and every work
+  process gets at least ``tracer.runtime.cpu.MIN_CPU_DEVICES`` devices (virtual ones cost nothing) and every work
   unit is a partitioned program.
 
 Until November 2026 the farm capped the instruction set at AVX (no FMA at all, the bits then
@@ -30,7 +30,7 @@ before JAX starts) to get a farm job's bits from ``tracer.render``.
 """
 import os
 
-from tracer.cpu import device_count
+from tracer.runtime.cpu import device_count
 from tracer.shared import ISAS, PORTABLE_ISA
 
 __all__ = ["host_isa", "local_isa", "isa_flags", "named_isa", "check_host", "with_flags", "set_in_environment",
@@ -95,7 +95,7 @@ def check_host(isa, have=None):
 def with_flags(xla_flags="", devices=None, deterministic=True, isa=None):
     """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flags of the ``isa`` level
     (default: this host's, else ``PORTABLE_ISA``) and, if given, a virtual CPU device count (with
-    the flag: ``tracer.cpu.device_count``'s rule); earlier values of the same flags are replaced."""
+    the flag: ``tracer.runtime.cpu.device_count``'s rule); earlier values of the same flags are replaced."""
     drop = (_MAX_ISA, _VECTOR_WIDTH, "--xla_force_host_platform_device_count")
     flags = [f for f in (xla_flags or "").split() if not f.startswith(drop)]
     if deterministic:
@@ -116,10 +116,10 @@ def use_wide_vectors():
     names a vector width or an instruction-set level in XLA_FLAGS (a farm worker's are its job's:
     ``isa_flags``) or JAX's backend has started (then nothing can change).
 
-    Part of ``tracer.process.configure``, beside ``tracer.cpu.use_every_core``, so that
+    Part of ``tracer.runtime.process.configure``, beside ``tracer.runtime.cpu.use_every_core``, so that
     ``tracer.render`` runs at the speed of a local farm job with nothing for the user to set.
     """
-    from tracer.jax_private import backends_are_initialized
+    from tracer.runtime.jax_private import backends_are_initialized
 
     flags = os.environ.get("XLA_FLAGS", "")
     if (_VECTOR_WIDTH in flags or named_isa(flags) is not None or backends_are_initialized()

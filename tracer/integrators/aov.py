@@ -29,11 +29,13 @@ zeros (Mitsuba zeroes the interaction of an invalid hit). Per type (Mitsuba's ao
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import bsdfs, geometry
+from tracer import bsdfs
+
+from tracer.shapes import geometry
 from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.bsdfs import layers
-from tracer.integrator import find_surfaces, fresh_paths
+from tracer.integrators.path import find_surfaces, fresh_paths
 from tracer.constants import SRGB_TO_XYZ
 from tracer.kinds import BsdfKind, Perturbation, Projection
 from tracer.pytree import pytree_dataclass
