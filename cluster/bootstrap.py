@@ -22,6 +22,8 @@ What a worker runs with:
 """
 import os
 import sys
+import types
+from collections.abc import Mapping
 
 from tracer.runtime.xla_flags import check_host, named_isa, with_flags
 
@@ -30,7 +32,7 @@ __all__ = ["CACHE_ENV", "cache_dir", "worker_env", "start_jax", "enable_compilat
 
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # a compilation, or a load from the cache
 _CACHE_HIT = "/jax/compilation_cache/cache_hits"
-_stats = {"programs": 0, "cache_hits": 0, "seconds": 0.0}
+_stats: dict[str, float] = {"programs": 0, "cache_hits": 0, "seconds": 0.0}
 _listening = False
 # The persistent compilation cache's folder; empty or "off" turns the cache off.
 CACHE_ENV = "JAXFARM_XLA_CACHE"
@@ -38,7 +40,7 @@ _PLATFORM_NAMES = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}  # GroupShape's na
 _DEVICE_COUNT = "--xla_force_host_platform_device_count"
 
 
-def cache_dir(environ=None):
+def cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
     """The persistent compilation cache's folder for this process, or None when turned off:
     ``$JAXFARM_XLA_CACHE``, else ``$XDG_CACHE_HOME/jaxfarm/xla`` (``~/.cache/jaxfarm/xla``)."""
     environ = os.environ if environ is None else environ
@@ -49,7 +51,8 @@ def cache_dir(environ=None):
     return os.path.join(base, "jaxfarm", "xla")
 
 
-def worker_env(platform, devices_per_host=None, environ=None, isa=None):
+def worker_env(platform: str, devices_per_host: int | None = None, environ: Mapping[str, str] | None = None,
+               isa: str | None = None) -> dict[str, str]:
     """Environment variables of a member process (driver side; ``environ``: the driver's);
     ``isa``: the CPU arithmetic's instruction-set level (default: the driver's host's).
 
@@ -65,14 +68,14 @@ def worker_env(platform, devices_per_host=None, environ=None, isa=None):
     return env
 
 
-def _one_device_per_core(flags):
+def _one_device_per_core(flags: str) -> str:
     """A CPU member given no device count takes one per core it may run on."""
     from tracer.runtime.cpu import device_count
 
     return flags if _DEVICE_COUNT in flags else f"{flags} {_DEVICE_COUNT}={device_count()}".strip()
 
 
-def start_jax(env):
+def start_jax(env: Mapping[str, str]) -> types.ModuleType:
     """Member side: put ``env`` (``worker_env``) in this process's environment, import JAX and
     configure it; returns the ``jax`` module. Refuses a process whose JAX already started with
     other settings (its flags can no longer change)."""
@@ -98,7 +101,7 @@ def start_jax(env):
     return jax
 
 
-def enable_compilation_cache(directory):
+def enable_compilation_cache(directory: str | None) -> None:
     """JAX's persistent compilation cache in ``directory`` (None: off), for every program: JAX's
     defaults skip programs that compile in under a second, and small ones."""
     import jax
@@ -112,7 +115,7 @@ def enable_compilation_cache(directory):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
-def join_group(coordinator, size, rank, timeout_s, heartbeat_s):
+def join_group(coordinator: str | None, size: int, rank: int, timeout_s: float, heartbeat_s: float) -> None:
     """Join the group's JAX program (``jax.distributed``); a one-member group needs none."""
     import jax
 
@@ -143,7 +146,7 @@ def _listen():
     _listening = True
 
 
-def compile_stats():
+def compile_stats() -> dict[str, float]:
     """This process's XLA programs so far: ``programs`` made, ``cache_hits`` of them loaded from the
     persistent cache (the rest were compiled), ``seconds`` spent making them (loads included)."""
     return dict(_stats, compiled=_stats["programs"] - _stats["cache_hits"])

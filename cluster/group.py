@@ -14,14 +14,20 @@ import dataclasses
 import itertools
 import os
 import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster import bootstrap
 from cluster.member import GroupMember
+from cluster.task import TileSums, TileTask, TileWritten
 from tracer.shared import PLATFORMS
+
+if TYPE_CHECKING:
+    from ray.util.tpu import SlicePlacementGroup
 
 __all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes", "local_devices_per_member"]
 
@@ -51,15 +57,16 @@ class GroupShape:
 
     hosts: int = 1
     platform: str = "cpu"
-    devices_per_host: int = None
+    devices_per_host: int | None = None
     gpus_per_host: int = 0
-    tpu_topology: str = None
-    tpu_version: str = None
+    tpu_topology: str | None = None
+    tpu_version: str | None = None
     cpus_per_host: float = 1
     strategy: str = "STRICT_SPREAD"
-    cpu_isa: str = None  # CPU: the arithmetic's instruction-set level (None: the host's; tracer.runtime.xla_flags)
+    # CPU: the arithmetic's instruction-set level (None: the host's; tracer.runtime.xla_flags)
+    cpu_isa: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
             raise GroupError(f"platform must be one of {', '.join(PLATFORMS)}, got {self.platform!r}")
         if self.hosts < 1 or (self.devices_per_host is not None and self.devices_per_host < 1):
@@ -70,25 +77,25 @@ class GroupShape:
             raise GroupError("a TPU group needs tpu_topology (e.g. 2x2x2) and tpu_version (e.g. v4)")
 
     @property
-    def devices(self):
+    def devices(self) -> int | None:
         """Devices in the group's mesh (CPU: virtual devices; GPU: GPUs); None where unknown until
         started (TPUs, and CPU members that take one device per core)."""
         per_host = {"cpu": self.devices_per_host, "gpu": self.gpus_per_host}.get(self.platform)
         return None if per_host is None else self.hosts * per_host
 
-    def bundle(self):
-        b = {"CPU": self.cpus_per_host}
+    def bundle(self) -> dict[str, float]:
+        b: dict[str, float] = {"CPU": self.cpus_per_host}
         if self.platform == "gpu":
             b["GPU"] = self.gpus_per_host
         return b
 
-    def env(self):
+    def env(self) -> dict[str, str]:
         """Environment of every member process, set there before JAX is imported
         (``cluster.bootstrap``: reproducible CPU arithmetic, devices, the compilation cache)."""
         return bootstrap.worker_env(self.platform, self.devices_per_host, isa=self.cpu_isa)
 
 
-def local_devices_per_member(members):
+def local_devices_per_member(members: int) -> int:
     """CPU devices for each of ``members`` worker processes that share this machine's cores: a
     device per core, the cores split evenly (``tracer.runtime.cpu``: XLA runs a device on one core)."""
     from tracer.runtime.cpu import cores  # (no JAX there)
@@ -96,7 +103,7 @@ def local_devices_per_member(members):
     return max(1, cores() // members)
 
 
-def discover_shapes(nodes=None):
+def discover_shapes(nodes: Iterable[Mapping[str, Any]] | None = None) -> list[GroupShape]:
     """Default groups for a running cluster (``ray.nodes()`` by default): one group per GPU node
     holding all its GPUs; without GPUs, one single-host CPU group per node with CPUs. TPU slices
     are not guessed: name their topology in the job's [groups]."""
@@ -115,20 +122,23 @@ class WorkerGroup:
     heartbeat_s is how long JAX waits before declaring a silent member dead.
     """
 
-    def __init__(self, shape, name=None, init_timeout_s=60, heartbeat_s=20, start_attempts=3):
+    where: list[tuple[str | None, str | None, int | None]]  # (node id, node IP, pid) per member, once started
+
+    def __init__(self, shape: GroupShape, name: str | None = None, init_timeout_s: float = 60, heartbeat_s: float = 20,
+                 start_attempts: int = 3) -> None:
         self.shape = shape
         self.name = name or f"group-{next(_names)}"
         self.init_timeout_s, self.heartbeat_s, self.start_attempts = init_timeout_s, heartbeat_s, start_attempts
-        self.members = []
-        self.info = []
+        self.members: list[Any] = []  # the members' Ray actor handles, by rank
+        self.info: list[dict[str, int | str]] = []  # what each member's ``initialize`` answered
         self.generation = 0  # bumped by every (re)build: results of an older generation are stale
         self.rebuilds = 0    # times ``rebuild`` was called
-        self._pg = None
-        self._slice = None
+        self._pg: PlacementGroup | None = None
+        self._slice: "SlicePlacementGroup | None" = None
 
     # -- forming and tearing down ------------------------------------------------------------
 
-    def start(self, port=None):
+    def start(self, port: int | None = None) -> Self:
         """Place, spawn and initialize the members. ``port`` forces the coordinator port (tests)."""
         last = None
         for _ in range(self.start_attempts):
@@ -141,7 +151,7 @@ class WorkerGroup:
                 self.teardown()
                 if port is not None:  # a forced port will not free itself
                     break
-        raise last
+        raise cast(GroupError, last)
 
     def _start_once(self, port):
         deadline = time.monotonic() + self.init_timeout_s
@@ -197,7 +207,7 @@ class WorkerGroup:
             cause = str(getattr(e, "cause", None) or e).strip().splitlines()
             raise GroupError(f"{self.name}: failed {what}: {cause[-1] if cause else type(e).__name__}") from None
 
-    def teardown(self):
+    def teardown(self) -> None:
         """Kill every member and release the placement: a group cannot outlive a lost member."""
         for m in self.members:
             try:
@@ -215,7 +225,7 @@ class WorkerGroup:
                 pass
         self._pg = None
 
-    def rebuild(self):
+    def rebuild(self) -> Self:
         """New member processes in place of the old ones (``jax.distributed`` cannot re-form)."""
         self.rebuilds += 1
         self.teardown()
@@ -223,17 +233,17 @@ class WorkerGroup:
 
     # -- work --------------------------------------------------------------------------------
 
-    def submit(self, task):
+    def submit(self, task: TileTask) -> list[ray.ObjectRef]:
         """Start ``task`` on every member; returns a handle for ``result``/``ready_ref``."""
         return [m.render.remote(task) for m in self.members]
 
     @staticmethod
-    def ready_ref(handle):
+    def ready_ref(handle: list[ray.ObjectRef]) -> ray.ObjectRef:
         """The object to ``ray.wait`` on: rank 0's answer (it fails too when any member dies,
         since JAX aborts the survivors of a lost member)."""
         return handle[0]
 
-    def result(self, handle):
+    def result(self, handle: list[ray.ObjectRef]) -> TileSums | TileWritten:
         """A finished task's answer (``cluster.task.TileSums`` or ``TileWritten``); ``GroupFailed``
         if a member died."""
         try:
@@ -250,7 +260,7 @@ class WorkerGroup:
                 raise GroupFailed(f"{self.name}: a member was lost mid-task") from None
             raise
 
-    def alive(self, timeout_s=10):
+    def alive(self, timeout_s: float = 10) -> bool:
         """Whether every member still answers."""
         try:
             ray.get([m.where.remote() for m in self.members], timeout=timeout_s)
@@ -258,7 +268,7 @@ class WorkerGroup:
         except Exception:
             return False
 
-    def compile_stats(self, timeout_s=10):
+    def compile_stats(self, timeout_s: float = 10) -> dict[str, float] | None:
         """Rank 0's XLA programs so far (``cluster.bootstrap.compile_stats``; every member makes
         the same ones), or None if it does not answer."""
         try:
@@ -266,5 +276,5 @@ class WorkerGroup:
         except Exception:
             return None
 
-    def member_pids(self):
+    def member_pids(self) -> list[int | None]:
         return [pid for _, _, pid in self.where]

@@ -8,19 +8,27 @@ JAX is imported in the actor process only, by ``cluster.bootstrap.start_jax`` wi
 environment the driver computed for the group (virtual CPU devices, platform, compilation
 cache): the driver never imports it.
 """
+from __future__ import annotations
+
 import os
 import socket
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
 
 from cluster import bootstrap
-from cluster.task import TileSums, TileWritten
+from cluster.task import SceneRef, TileSums, TileTask, TileWritten
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
+    from tracer.scene import Scene
 
 __all__ = ["GroupMember", "Member"]
 
-def _free_port(host):
+def _free_port(host: str) -> int:
     """A port that was free a moment ago (another process may still take it: callers retry)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -30,27 +38,27 @@ def _free_port(host):
 class Member:
     """A member's work (``GroupMember`` is the Ray actor; ``cluster.simulated`` replaces the work unit)."""
 
-    def __init__(self, rank, size, env):
+    def __init__(self, rank: int, size: int, env: dict[str, str]) -> None:
         """``env``: the process's environment for JAX (``cluster.bootstrap.worker_env``)."""
         self.rank, self.size, self.env = rank, size, env
-        self.mesh = None
-        self._scene_key = None
-        self._scene = None
+        self.mesh: Mesh | None = None
+        self._scene_key: SceneRef | None = None
+        self._scene: tuple[Scene, Scene] | None = None
 
-    def where(self):
+    def where(self) -> tuple[str, str, int]:
         """(node id, node IP, pid) of this member."""
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
 
-    def compile_stats(self):
+    def compile_stats(self) -> dict[str, float] | None:
         """This member's XLA programs so far (``cluster.bootstrap.compile_stats``)."""
         return bootstrap.compile_stats()
 
-    def reserve_port(self, port=None):
+    def reserve_port(self, port: int | None = None) -> str:
         """Rank 0: the coordinator address the group will meet at."""
         ip = ray.util.get_node_ip_address()
         return f"{ip}:{port or _free_port(ip)}"
 
-    def initialize(self, coordinator, timeout_s, heartbeat_s):
+    def initialize(self, coordinator: str | None, timeout_s: float, heartbeat_s: float) -> dict[str, int | str]:
         """Join the group's JAX program and build its mesh; returns what this member sees."""
         jax = bootstrap.start_jax(self.env)
         from jax.sharding import Mesh
@@ -70,7 +78,7 @@ class Member:
         sharding = NamedSharding(self.mesh, PartitionSpec())
         return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
 
-    def _load(self, ref):
+    def _load(self, ref: SceneRef) -> Scene:
         """The scene of ``ref`` (a cluster.task.SceneRef) as replicated global arrays; the last one is kept."""
         import tracer
 
@@ -82,9 +90,10 @@ class Member:
             # The replicated copy names the host engine's scene by handle; the original owns it.
             self._scene = (scene, self._replicate(scene))
             self._scene_key = ref
+        assert self._scene is not None  # (loaded above, or by an earlier call)
         return self._scene[1]
 
-    def render(self, task):
+    def render(self, task: TileTask) -> TileSums | TileWritten | None:
         """Render a ``cluster.task.TileTask``. Rank 0 returns its ``TileSums``, or, for a task
         with an ``out``, its ``TileWritten`` once its result is written there; others return None."""
         t0 = time.perf_counter()
@@ -98,11 +107,12 @@ class Member:
         out = self._work(task, start)
         if self.rank != 0:
             return None
+        assert out is not None  # (rank 0's work unit returns its sums)
         if task.out is not None:
             return TileWritten(task.out.write(*out), time.perf_counter() - t0)
         return TileSums(*out, time.perf_counter() - t0)
 
-    def _work(self, task, start):
+    def _work(self, task: TileTask, start: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         """The work unit: (value, weight) of the task's passes added to ``start``, host numpy on
         rank 0 (others: None)."""
         import jax

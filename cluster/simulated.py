@@ -18,17 +18,20 @@ after a fault gets a process of its own without one.
 import itertools
 import os
 import time
+from typing import Any
 
 import numpy as np
 import ray
+from numpy.typing import ArrayLike
 
-from cluster.group import WorkerGroup
+from cluster.group import GroupShape, WorkerGroup
 from cluster.member import Member
+from cluster.task import TileTask
 
 __all__ = ["Hosts", "SimulatedGroup", "stub_tile"]
 
 
-def stub_tile(task, start):
+def stub_tile(task: TileTask, start: tuple[ArrayLike, ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
     """(value (th, tw, 3), weight (th, tw)) float32: the task's passes added to ``start``."""
     value, weight = (np.array(a, np.float32) for a in start)
     y, x = np.mgrid[task.tile_y:task.tile_y + task.tile_h, task.tile_x:task.tile_x + task.tile_w]
@@ -73,19 +76,20 @@ _Actor = ray.remote(max_restarts=0, max_task_retries=0)(_SimulatedMember)
 class Hosts:
     """The processes that host simulated groups' members; ``make_group`` is ``run_job``'s."""
 
-    def __init__(self, groups, per_process=1, latency_s=0.0, after_write=None, marker=None):
+    def __init__(self, groups: int, per_process: int = 1, latency_s: float = 0.0, after_write: str | None = None,
+                 marker: str | None = None) -> None:
         self.latency_s = latency_s
         processes = -(-groups // per_process)
         self.actors = [_Actor.options(max_concurrency=per_process, num_cpus=0).remote(latency_s, after_write, marker)
                        for _ in range(processes)]
         self.per_process = per_process
         self._next = itertools.count()
-        self.spares = []  # processes of rebuilt groups
+        self.spares: list[Any] = []  # processes of rebuilt groups (Ray actor handles)
 
-    def make_group(self, shape, name=None, init_timeout_s=60):
+    def make_group(self, shape: GroupShape, name: str | None = None, init_timeout_s: float = 60) -> "SimulatedGroup":
         return SimulatedGroup(shape, self, next(self._next), name=name, init_timeout_s=init_timeout_s)
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         for actor in self.actors + self.spares:
             ray.kill(actor, no_restart=True)
 
@@ -93,7 +97,7 @@ class Hosts:
 class SimulatedGroup(WorkerGroup):
     """A one-member group on a shared process of ``hosts`` (its ``index``-th group)."""
 
-    def __init__(self, shape, hosts, index, **kwargs):
+    def __init__(self, shape: GroupShape, hosts: Hosts, index: int, **kwargs: Any) -> None:
         super().__init__(shape, **kwargs)
         self.hosts, self.index = hosts, index
 
@@ -107,5 +111,5 @@ class SimulatedGroup(WorkerGroup):
         self.info = [ray.get(member.initialize.remote(None, self.init_timeout_s, self.heartbeat_s))]
         self.where = [(None, None, None)]
 
-    def teardown(self):
+    def teardown(self) -> None:
         self.members = []  # the processes are the pool's (``Hosts.shutdown``)

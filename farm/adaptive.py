@@ -35,15 +35,26 @@ the chunks of a uniform render at s spp. A store first rendered otherwise (unifo
 target) keeps what it holds: a tile past the next checkpoint is decided where it stands, one
 between checkpoints goes on to the next, and one with a tail is never stopped short of it.
 """
+from __future__ import annotations
+
 import dataclasses
 import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from farm.planner import tile_tasks
 from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
 from farm.tree import tile_sums, variance
 from tracer.shared import resolve
+
+if TYPE_CHECKING:
+    from farm.planner import Task
+    from farm.spec import JobSpec
+    from farm.store import FrameStore
+    from farm.tree import Tree
 
 __all__ = ["Shot", "DEFAULT_MIN_SPP", "EPSILON", "relative_noise", "tile_noise", "stored_noise", "frame_noise",
            "shot_noise", "FrameNoise"]
@@ -53,7 +64,7 @@ EPSILON = 1e-2          # keeps dark pixels from dominating (tests/helpers/image
 _GROWTH = 8             # each checkpoint 1/_GROWTH more chunks than the one before
 
 
-def relative_noise(value, var):
+def relative_noise(value: ArrayLike, var: ArrayLike) -> float:
     """sqrt(mean(var / (value^2 + EPSILON))) over all elements of ``value`` and ``var`` (same
     shape), summed exactly (``math.fsum``): a float, the same on any machine."""
     value, var = np.asarray(value, np.float64), np.asarray(var, np.float64)
@@ -61,7 +72,8 @@ def relative_noise(value, var):
     return math.sqrt(math.fsum(terms.ravel()) / max(terms.size, 1))
 
 
-def tile_noise(state, chunks, samples=None, tail=None):
+def tile_noise(state: np.ndarray, chunks: int, samples: tuple[int, int] | None = None,
+               tail: np.ndarray | None = None) -> float | None:
     """The noise of a tile whose ``state`` (h, w, STATE_CHANNELS) holds ``chunks`` complete chunks
     (None below two); ``tail`` (h, w, 4): its partial chunk's sums, if it has one, and ``samples``
     (its complete chunks' samples, all its samples) per pixel, the ratio its variance falls by."""
@@ -73,7 +85,7 @@ def tile_noise(state, chunks, samples=None, tail=None):
     return relative_noise(resolve(*tile_sums(state, tail)), var)
 
 
-def _checkpoints(first, last):
+def _checkpoints(first: int, last: int) -> Iterator[int]:
     """The chunk counts where tiles are estimated: ``first``, then an eighth more each, then ``last``."""
     k = first
     while k < last:
@@ -93,7 +105,7 @@ class Shot:
     """A job's noise target (``spec.noise``; inactive without one) over its store: each tile's
     decided spp, and the tasks a decision adds."""
 
-    def __init__(self, spec, store):
+    def __init__(self, spec: JobSpec, store: FrameStore):
         self.spec, self.store = spec, store
         tree = spec.tree
         self.chunk = tree.chunk_samples
@@ -103,18 +115,19 @@ class Shot:
             first = max(2, -(-(spec.min_spp or DEFAULT_MIN_SPP) // self.chunk))
             self.checkpoints = list(_checkpoints(min(first, self.last), self.last))
             self.full = tree.complete(spec.spp)  # complete chunks at the job's spp
-        self.goal = {}  # tile -> the chunks it is to hold (a checkpoint): decided by this run
+        # tile -> the chunks it is to hold (a checkpoint): decided by this run
+        self.goal: dict[tuple[int, ...], int] = {}
 
     @property
-    def least(self):
+    def least(self) -> int:
         """The spp every tile gets at least (the first checkpoint's)."""
         return self.spp_of(self.checkpoints[0]) if self.active else self.spec.spp
 
-    def spp_of(self, chunks):
+    def spp_of(self, chunks: int) -> int:
         """The spp of ``chunks`` chunks: the job's at the last, else a whole number of chunks."""
         return self.spec.spp if chunks >= self.last else chunks * self.chunk
 
-    def tile_spp(self, records):
+    def tile_spp(self, records: np.ndarray) -> np.ndarray | None:
         """(F, TY, TX) ints: the spp each tile is to hold now, decided from the stored state where
         a tile stands at a checkpoint; None without a target (every tile: the job's spp)."""
         if not self.active:
@@ -125,7 +138,7 @@ class Shot:
             out[key] = self.spp_of(self.goal[key])
         return out
 
-    def frame_totals(self, records):
+    def frame_totals(self, records: np.ndarray) -> list[int]:
         """Per frame index: the pixel samples it is to hold (with a target: as decided so far)."""
         pixels = np.array([[self.store.tile_pixels(ty, tx) for tx in range(records.shape[2])]
                            for ty in range(records.shape[1])], np.int64)
@@ -134,7 +147,7 @@ class Shot:
             return [int(pixels.sum()) * self.spec.spp] * records.shape[0]
         return [int((spp[f] * pixels).sum()) for f in range(records.shape[0])]
 
-    def more(self, line, record):
+    def more(self, line: tuple[int, int, int], record: np.ndarray) -> list[Task]:
         """The tasks a tile gets once a chunk has folded (``record``: its new record): none unless
         it has reached its goal, a checkpoint, and is above the target there."""
         if not self.active or int(record[FOLDED]) != self.goal.get(line):
@@ -158,10 +171,11 @@ class Shot:
 
 # -- what a frame holds, for `farm status` and the monitor --------------------------------------
 
-_noise_seen = {}  # (store url, tile, its record's bytes) -> its noise: a record names its data's CRCs
+# (store url, tile, its record's bytes) -> its noise: a record names its data's CRCs
+_noise_seen: dict[tuple[str, tuple[int, int, int], bytes], float | None] = {}
 
 
-def stored_noise(store, tree, key, record):
+def stored_noise(store: FrameStore, tree: Tree, key: tuple[int, int, int], record: np.ndarray) -> float | None:
     """``tile_noise`` of the tile ``key`` as the store holds it (``record``: its record); None
     below two complete chunks or where its data does not read. Kept by the record: a tile whose
     record did not change is not read again."""
@@ -179,7 +193,7 @@ def stored_noise(store, tree, key, record):
     return _noise_seen[seen]
 
 
-def frame_noise(store, spec, records, f):
+def frame_noise(store: FrameStore, spec: JobSpec, records: np.ndarray, f: int) -> FrameNoise:
     """``FrameNoise`` of frame index ``f`` from its tiles' ``records`` (TY, TX, FIELDS), which
     should be verified (``FrameStore.verified_records``)."""
     tree, pixels, samples, squares, unknown = spec.tree, 0, 0.0, 0.0, False
@@ -195,6 +209,6 @@ def frame_noise(store, spec, records, f):
     return FrameNoise(frame=spec.frames[0] + f, spp=samples / max(pixels, 1), noise=noise)
 
 
-def shot_noise(store, spec, records):
+def shot_noise(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[FrameNoise]:
     """``frame_noise`` of every frame of the job."""
     return [frame_noise(store, spec, records[f], f) for f in range(spec.n_frames)]

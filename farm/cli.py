@@ -4,16 +4,26 @@ Exit codes: 0 done, 1 user error (FarmError), 2 invalid job spec or command line
 problem, 4 the job failed, 5 cancelled, 70 a bug (an unexpected exception, reported in one line
 with where it was raised), 130 interrupted. No command prints a traceback.
 """
+from __future__ import annotations
+
 import hashlib
 import os
 import re
 import sys
 import traceback
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from farm.errors import FarmError, Interrupted
 from farm.options import command_line, group_options, job_options, job_spec, with_groups
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobSubmissionClient
+
+    from farm.monitor import JobSummary
+    from farm.spec import JobSpec
 
 __all__ = ["main"]
 
@@ -140,7 +150,7 @@ def export(store, fmt, frames, out, partial, denoise, name):
         click.echo(f"not written, no samples yet: frame {', '.join(skipped)}", err=True)
 
 
-def _submission_id(spec):
+def _submission_id(spec: JobSpec) -> str:
     return "farm-" + hashlib.sha256(os.path.abspath(spec.store).encode()).hexdigest()[:16]
 
 
@@ -166,7 +176,7 @@ def submit(source, address, **options):
     click.echo(sid)
 
 
-def _jobs_client(address):
+def _jobs_client(address: str) -> JobSubmissionClient:
     from ray.job_submission import JobSubmissionClient
     try:
         return JobSubmissionClient(address)
@@ -233,33 +243,33 @@ def list_jobs(root):
         click.echo(_job_line(path, j))
 
 
-def _shown_path(path):
+def _shown_path(path: str) -> str:
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
 
 
-def _job_line(path, j):
+def _job_line(path: str, j: JobSummary) -> str:
     if j.state == "damaged":
         return f"{'damaged':<11} {'-':>11} {'-':>9}  {path}  ({_one_line(j.error or '')})"
     return f"{j.state:<11} {f'{j.frames_done}/{j.frames}':>11} {f'{j.spp} spp':>9}  {path}"
 
 
-def _first_line(error):
+def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
 
 
-def _one_line(text):
+def _one_line(text: str) -> str:
     """``text`` with its control characters escaped (a message is one line whatever it quotes)."""
     return re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
 
 
-def _fail(message, code):
+def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {_one_line(message)}", err=True)
     sys.exit(code)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``farm`` command line on ``argv`` (default: the process's arguments); exits."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:

@@ -17,10 +17,10 @@ INTERPOLATIONS = ("linear", "step", "smooth")
 @dataclasses.dataclass(frozen=True)
 class Curve:
     name: str
-    keys: tuple          # ((frame, value), ...) sorted by frame; values are floats or strings
+    keys: tuple[tuple[int, float | str], ...]  # ((frame, value), ...) sorted by frame; values are floats or strings
     interpolation: str = "linear"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"a parameter name must be a non-empty string, got {shown(self.name)}")
         if not isinstance(self.keys, tuple) or not all(isinstance(k, tuple) and len(k) == 2 for k in self.keys):
@@ -45,7 +45,7 @@ class Curve:
         if len(self.keys) > 1 and not numeric and self.interpolation != "step":
             raise SpecError(f"parameter '{self.name}': non-numeric keys need 'step' interpolation")
 
-    def at(self, frame):
+    def at(self, frame: int) -> float | str:
         keys = self.keys
         # A key's own value keeps its type (an int stays an int); between keys the value is a float.
         if len(keys) == 1 or frame <= keys[0][0]:
@@ -56,6 +56,7 @@ class Curve:
             if f0 <= frame < f1:
                 if frame == f0 or self.interpolation == "step":
                     return v0
+                assert not isinstance(v0, str) and not isinstance(v1, str)  # (strings need step: __post_init__)
                 t = (frame - f0) / (f1 - f0)
                 if self.interpolation == "smooth":
                     t = t * t * (3.0 - 2.0 * t)
@@ -63,11 +64,11 @@ class Curve:
         return keys[-1][1]
 
 
-def _whole(value):
+def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _finite(value):
+def _finite(value: object) -> bool:
     """A number (not a bool) that is a finite float, so that curves can interpolate it."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
@@ -77,7 +78,7 @@ def _finite(value):
         return False
 
 
-def _number_or_string(text):
+def _number_or_string(text: str) -> int | float | str:
     """An integer literal stays an int (integer scene parameters reject '80.0'); other numbers are floats."""
     try:
         return int(text)
@@ -92,7 +93,7 @@ def _number_or_string(text):
     return value
 
 
-def parse_set(text):
+def parse_set(text: str) -> Curve:
     """Parse one ``--set`` argument into a Curve."""
     name, sep, rest = text.partition("=")
     name = name.strip()
@@ -100,11 +101,11 @@ def parse_set(text):
         raise SpecError(f"--set '{text}': expected NAME=VALUE or NAME=FRAME:VALUE,FRAME:VALUE,...")
     if ":" not in rest:
         return Curve(name, ((0, _number_or_string(rest.strip())),))
-    keys = []
+    keys: list[tuple[int, float | str]] = []
     for part in rest.split(","):
-        frame, sep, value = part.partition(":")
+        frame_text, sep, value = part.partition(":")
         try:
-            frame = int(frame)
+            frame = int(frame_text)
         except ValueError:
             raise SpecError(f"--set '{text}': '{part}' is not FRAME:VALUE with an integer frame") from None
         if not sep or not value.strip():

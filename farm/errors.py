@@ -19,7 +19,7 @@ class SceneFileError(FarmError):
     """The scene, or a file it uses, is malformed or unsupported (the loader's one line)."""
 
 
-def shown(value, limit=60):
+def shown(value: object, limit: int = 60) -> str:
     """``repr(value)`` for a one-line message: newlines escaped, cut at ``limit`` characters."""
     try:
         text = repr(value)

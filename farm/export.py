@@ -20,7 +20,10 @@ shares samples between pixels, and OIDN then removes little noise, which ``filte
 says (the job option ``rfilter = "box"`` renders for it). OIDN on the CPU gives the same bits
 on every run for the same input.
 """
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +33,10 @@ from farm.names import DEFAULT_TEMPLATE, frame_names, job_name
 from farm.store import FOLDED, TAIL_PASSES, StoreError
 from farm.tree import variance
 from tracer.shared import aov_channel_names, find_aov, resolve
+
+if TYPE_CHECKING:
+    from farm.spec import JobSpec
+    from farm.store import FrameStore
 
 __all__ = ["export_frames", "checkered", "denoise", "filter_warning", "NO_SAMPLES", "AUX_HINT"]
 
@@ -42,7 +49,9 @@ NO_SAMPLES = (96, 136)  # the 8-bit greys of the checker shown where a tile has 
 CHECKER = 8              # its squares' side in pixels
 
 
-def export_frames(spec, store, frames, fmt, out, partial=False, denoised=False, name=DEFAULT_TEMPLATE):
+def export_frames(spec: JobSpec, store: FrameStore, frames: tuple[int, int] | None, fmt: str, out: str,
+                  partial: bool = False, denoised: bool = False,
+                  name: str = DEFAULT_TEMPLATE) -> list[tuple[int, str | None, float]]:
     """Write frames (numbers) of ``store`` (its job ``spec``, ``farm.job.open_store``) in ``out``,
     named by the template ``name`` (``farm.names``). A frame with tiles that do not read back
     (``FrameStore.verified_records``) is not finished. ``partial`` exports what unfinished frames
@@ -65,7 +74,7 @@ def export_frames(spec, store, frames, fmt, out, partial=False, denoised=False, 
             raise StoreError(f"frame {frame} is {100 * status[f]:.0f}% rendered{why}; finish it "
                              f"(farm resume {store.url}) or export with --partial")
     _make_folder(out)
-    written = []
+    written: list[tuple[int, str | None, float]] = []
     for frame in range(first, last + 1):
         f = frame - spec.frames[0]
         if status[f] <= 0.0:
@@ -85,7 +94,7 @@ def export_frames(spec, store, frames, fmt, out, partial=False, denoised=False, 
     return written
 
 
-def _aux_channels(store):
+def _aux_channels(store: FrameStore) -> tuple[int, int]:
     """(albedo offset, normal offset) of the store's AOVs, or a StoreError naming what is missing."""
     albedo, normal = find_aov(store.aovs, "albedo"), find_aov(store.aovs, "sh_normal", "geo_normal")
     if albedo is None or normal is None:
@@ -95,7 +104,7 @@ def _aux_channels(store):
     return albedo, normal
 
 
-def filter_warning(store):
+def filter_warning(store: FrameStore) -> str | None:
     """A line saying why denoising the store's frames gains little, or None: a film whose
     reconstruction filter is not a box (Mitsuba's default is a gaussian) spreads each sample over
     neighbouring pixels, and OIDN keeps noise that is correlated across pixels as detail
@@ -106,7 +115,7 @@ def filter_warning(store):
             f"neighbouring pixels: the denoiser removes little of it (render with --rfilter box)")
 
 
-def denoise(image, albedo, normal):
+def denoise(image: np.ndarray, albedo: int, normal: int) -> np.ndarray:
     """The RGB of ``image`` (H, W, 3 + K) denoised by Open Image Denoise, with its albedo and
     normal channels at offsets ``albedo`` and ``normal``: (H, W, 3) float32. Inputs are clipped
     to what OIDN takes (colour >= 0, albedo in [0, 1], normals in [-1, 1])."""
@@ -133,7 +142,7 @@ def _exr_channels(store, f, records, image):
     return channels
 
 
-def checkered(pixels, sampled, tile):
+def checkered(pixels: np.ndarray, sampled: np.ndarray, tile: int) -> np.ndarray:
     """8-bit ``pixels`` (H, W, 3) with the tiles where ``sampled`` (TY, TX) is False as a grey
     checker: what has no samples yet is never shown as black."""
     h, w = pixels.shape[:2]
@@ -145,7 +154,7 @@ def checkered(pixels, sampled, tile):
     return pixels
 
 
-def _make_folder(out):
+def _make_folder(out: str) -> None:
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:

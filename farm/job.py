@@ -2,8 +2,12 @@
 
 The Ray session that runs a prepared job is ``farm.session``; export is ``farm.export``.
 """
+from __future__ import annotations
+
 import dataclasses
 import os
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
 
 from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
@@ -12,10 +16,16 @@ from farm.store import FrameStore, StoreError
 from tracer.shared import PORTABLE_ISA
 from tracer.runtime.xla_flags import local_isa
 
+if TYPE_CHECKING:
+    import numpy as np
+    from zarr.core.common import AccessModeLiteral
+
+    from cluster.group import GroupShape
+
 __all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
 
 
-def check_params(spec):
+def check_params(spec: JobSpec) -> None:
     """Refuse a parameter the scene has no <default> of (exit 2: the job, not the scene, is wrong)."""
     names = scene_defaults(spec.scene)
     for c in spec.curves:
@@ -24,11 +34,12 @@ def check_params(spec):
             raise SpecError(f"parameter '{c.name}' is not a <default> of {os.path.basename(spec.scene)} (it has: {known})")
 
 
-def _scene_hash(spec):
+def _scene_hash(spec: JobSpec) -> str:
     return scene_hash(spec.scene, [spec.params_at(frame) for frame in range(spec.frames[0], spec.frames[1] + 1)])
 
 
-def prepare(spec, create=True, redo=(), replace=False, lease=False, local=True):
+def prepare(spec: JobSpec, create: bool = True, redo: Collection[int] = (), replace: bool = False, lease: bool = False,
+            local: bool = True) -> tuple[JobSpec, FrameStore]:
     """Validate ``spec`` and bind it to its store (created, or checked to be this job's).
 
     On an existing store the reduction tree, and the AOVs and filter the job does not name, come
@@ -65,7 +76,8 @@ def prepare(spec, create=True, redo=(), replace=False, lease=False, local=True):
         raise
 
 
-def _edit(spec, stored, store, digest, redo):
+def _edit(spec: JobSpec, stored: JobSpec, store: FrameStore, digest: str,
+          redo: Iterable[int]) -> tuple[JobSpec, FrameStore]:
     """Bind ``store`` (of the job ``stored``) to ``spec`` and discard the frames to ``redo``."""
     if ((spec.frames, spec.groups, spec.accel, spec.noise, spec.min_spp)
             != (stored.frames, stored.groups, stored.accel, stored.noise, stored.min_spp) or spec.spp > stored.spp):
@@ -74,20 +86,20 @@ def _edit(spec, stored, store, digest, redo):
     return spec, store
 
 
-def _with_isa(spec, isa):
+def _with_isa(spec: JobSpec, isa: str) -> JobSpec:
     """``spec`` with ``isa`` as its CPU instruction-set level unless it names one."""
     if spec.groups.platform != "cpu" or spec.groups.cpu_isa is not None:
         return spec
     return dataclasses.replace(spec, groups=dataclasses.replace(spec.groups, cpu_isa=isa))
 
 
-def _check_redo(spec, redo):
+def _check_redo(spec: JobSpec, redo: Iterable[int]) -> None:
     for frame in redo:
         if not spec.frames[0] <= frame <= spec.frames[1]:
             raise SpecError(f"--redo {frame}: the job has frames {spec.frames[0]}-{spec.frames[1]}")
 
 
-def _create(spec, digest, replace, lease):
+def _create(spec: JobSpec, digest: str, replace: bool, lease: bool) -> tuple[JobSpec, FrameStore]:
     """A new store of ``spec`` (planned here, for its frames' size), or (``replace``) one in place
     of the frame store there."""
     film, info = film_size(spec), frame_info(spec)
@@ -109,7 +121,7 @@ def _create(spec, digest, replace, lease):
     return spec, store
 
 
-def _bind(spec, hashes):
+def _bind(spec: JobSpec, hashes: dict[tuple[int, int], str]) -> tuple[JobSpec, JobSpec, FrameStore]:
     """(planned spec, the stored job, its FrameStore): ``spec`` checked against the store at
     ``spec.store`` without writing anything: the same job, or one that adds frames or samples.
     ``hashes``: scene hashes by frame range, filled in."""
@@ -138,7 +150,7 @@ def _bind(spec, hashes):
     return spec, stored, store
 
 
-def open_store(url, mode="r"):
+def open_store(url: str, mode: AccessModeLiteral = "r") -> tuple[JobSpec, FrameStore]:
     """(the job, the FrameStore) of the store at ``url``, both checked; the job's store is
     ``url``, wherever the store was made (the path it records is history). A store whose recorded
     job is malformed or does not match its identity or arrays is a StoreError."""
@@ -160,7 +172,7 @@ def open_store(url, mode="r"):
     return spec, store
 
 
-def group_shapes(spec, local):
+def group_shapes(spec: JobSpec, local: bool) -> list[GroupShape]:
     """The worker groups of a job: ``groups.count`` groups of ``groups.hosts`` hosts each; on a
     cluster, a job that names no groups gets one per node (``cluster.group.discover_shapes``)."""
     from cluster.group import GroupShape, discover_shapes, local_devices_per_member
@@ -177,7 +189,7 @@ def group_shapes(spec, local):
     return [shape] * g.count
 
 
-def frame_status(store, spec, records):
+def frame_status(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[float]:
     """Per frame index: the fraction of its samples done at the job's spp (with a noise target:
     at the spp its tiles are decided to get so far, ``farm.adaptive``), as ``records``
     (``FrameStore.verified_records``) have them."""

@@ -39,10 +39,12 @@ import socket
 import threading
 import time
 import uuid
+from typing import Literal, Self
 
+import zarr
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
-from zarr.storage import LocalStore
+from zarr.storage import LocalStore, StorePath
 
 from farm.errors import SpecError, shown
 from farm.store import StoreError
@@ -75,17 +77,17 @@ class Holder:
     expires: float
     released: bool = False
 
-    def live(self, now):
+    def live(self, now: float) -> bool:
         return not self.released and now < self.expires
 
-    def mine(self):
+    def mine(self) -> bool:
         """Whether this process holds it (a process is one driver)."""
         return self.process == _PROCESS
 
-    def who(self):
+    def who(self) -> str:
         return f"{self.host} pid {self.pid}"
 
-    def describe(self, now):
+    def describe(self, now: float) -> str:
         """The holder and the state of its lease, for ``farm status``."""
         if self.released:
             return (f"none (the last, {self.who()}, released its lease {now - self.renewed:.0f} s ago; "
@@ -97,7 +99,7 @@ class Holder:
                 f"froze; the next `farm resume` takes over; epoch {self.epoch})")
 
 
-def lease_duration():
+def lease_duration() -> float:
     """Seconds a lease lasts without renewal: ``FARM_LEASE_S``, else ``DEFAULT_LEASE_S``."""
     text = os.environ.get("FARM_LEASE_S")
     if text is None:
@@ -111,11 +113,11 @@ def lease_duration():
     return value
 
 
-def _key(epoch):
+def _key(epoch: int) -> str:
     return f"{_PREFIX}{epoch:010d}{_SUFFIX}"
 
 
-def _folder(node):
+def _folder(node: StorePath) -> str | None:
     """The folder of ``node`` where its store is a local filesystem, else None. Reads there skip
     zarr's event loop (a twentieth of the time): a driver checks its lease before every write."""
     if isinstance(node.store, LocalStore):
@@ -123,7 +125,7 @@ def _folder(node):
     return None
 
 
-def _epochs(node):
+def _epochs(node: StorePath) -> list[int]:
     """The epochs of the documents under ``node`` (a zarr StorePath), highest last."""
     async def listed():
         return [name async for name in node.store.list_dir(node.path)]
@@ -139,9 +141,10 @@ def _epochs(node):
     return sorted(found)
 
 
-def _read(node, epoch):
+def _read(node: StorePath, epoch: int) -> Holder | None:
     """The document of ``epoch``, or None where it is missing or does not parse."""
     folder = _folder(node)
+    text: bytes | None
     try:
         if folder:
             with open(os.path.join(folder, _key(epoch)), "rb") as f:
@@ -163,11 +166,11 @@ def _read(node, epoch):
     return Holder(**{name: doc[name] for name in fields})
 
 
-def _number(value):
+def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _whole(value):
+def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -176,19 +179,19 @@ _TYPES = {"epoch": _whole, "pid": _whole, "host": lambda v: isinstance(v, str), 
           "released": lambda v: isinstance(v, bool)}
 
 
-def _write(node, holder, exclusive=False):
+def _write(node: StorePath, holder: Holder, exclusive: bool = False) -> None:
     buffer = default_buffer_prototype().buffer.from_bytes(json.dumps(dataclasses.asdict(holder)).encode())
     path = node / _key(holder.epoch)
     sync(path.set_if_not_exists(buffer) if exclusive else path.set(buffer))
 
 
-def _top(node):
+def _top(node: StorePath) -> tuple[int, Holder | None]:
     """(highest epoch or 0, its document or None)."""
     epochs = _epochs(node)
     return (epochs[-1], _read(node, epochs[-1])) if epochs else (0, None)
 
 
-def holder(group):
+def holder(group: zarr.Group) -> Holder | Literal[False] | None:
     """The holder of the store whose zarr group is ``group`` (None before any driver held it),
     or False where its document does not read."""
     if "lease" not in group:
@@ -200,16 +203,16 @@ def holder(group):
 class Lease:
     """This driver's hold on one store: ``acquire``, then ``check`` before every write; ``release``."""
 
-    def __init__(self, node, url, holder, duration):
+    def __init__(self, node: StorePath, url: str, holder: Holder, duration: float):
         self.node, self.url, self.duration = node, url, duration
         self.holder = holder
         self.expires = holder.expires  # by this driver's last successful renewal
-        self.lost = None               # why it was lost, once it is
+        self.lost: str | None = None   # why it was lost, once it is
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"lease {url}", daemon=True)
 
     @classmethod
-    def acquire(cls, group, url, duration=None, heartbeat=True):
+    def acquire(cls, group: zarr.Group, url: str, duration: float | None = None, heartbeat: bool = True) -> Self:
         """Take the store whose zarr group is ``group`` (at ``url``, for messages), or raise
         LeaseHeld naming the live holder; starts the heartbeat (without it, ``renew`` is the
         caller's)."""
@@ -233,7 +236,7 @@ class Lease:
                 return lease
         raise LeaseHeld(f"{url}: other drivers keep taking this store's lease; `farm status {url}` shows who holds it")
 
-    def check(self):
+    def check(self) -> None:
         """Raise Fenced unless this driver may still write: its epoch is the highest, its
         document is its own, and its lease has not expired."""
         if self.lost is None:
@@ -247,7 +250,7 @@ class Lease:
             raise Fenced(f"{self.url}: this driver lost the store's lease ({self.lost}); "
                          f"it stopped without writing. `farm status {self.url}` shows who holds it")
 
-    def renew(self):
+    def renew(self) -> None:
         """Push this driver's lease forward (after a ``check``)."""
         self.check()
         now = time.time()
@@ -255,7 +258,7 @@ class Lease:
         _write(self.node, renewed)
         self.holder, self.expires = renewed, renewed.expires
 
-    def release(self):
+    def release(self) -> None:
         """Stop the heartbeat and mark the lease released (not if it was lost: it is another's)."""
         self._stop.set()
         if self._heartbeat.is_alive():
@@ -267,7 +270,7 @@ class Lease:
             pass
         self.lost = self.lost or "it was released"
 
-    def _beat(self):
+    def _beat(self) -> None:
         while not self._stop.wait(self.duration / 3):
             try:
                 self.renew()
@@ -276,7 +279,7 @@ class Lease:
             except Exception:  # the store did not answer: try again; ``check`` fails once it expires
                 continue
 
-    def _forget_before(self, epoch):
+    def _forget_before(self, epoch: int) -> None:
         """Remove the documents of epochs below ``epoch`` (history; the highest two stay)."""
         for old in _epochs(self.node):
             if old < epoch:

@@ -16,10 +16,14 @@ symbolic links are not followed, and a store with a link in it that leads out of
 shown as damaged and none of it is read (a store is walked for links at most every
 ``LINK_CHECK_S`` seconds).
 """
+from __future__ import annotations
+
 import dataclasses
 import io
 import os
 import time
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +33,10 @@ from farm.export import NO_SAMPLES, checkered
 from farm.job import frame_status, open_store
 from farm.store import FIELDS, FOLDED, TAIL_PASSES, FrameStore, StoreError, error_line, progress_number
 from tracer.shared import resolve
+
+if TYPE_CHECKING:
+    from farm.adaptive import FrameNoise
+    from farm.spec import JobSpec
 
 __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "summary_of",
            "preview", "STALE_S", "NO_SAMPLES"]
@@ -67,11 +75,11 @@ class JobSummary:
     eta_s: float | None = None        # seconds left, while it runs (None until the rate is known)
     updated: float | None = None      # Unix time of the last run's last progress note
     damaged_tasks: int = 0            # records that do not decode (or, verified, tiles that do not read back)
-    damaged_frames: tuple = ()        # the frame numbers of those
-    per_frame: tuple = ()             # FrameProgress per frame
+    damaged_frames: tuple[int, ...] = ()  # the frame numbers of those
+    per_frame: tuple[FrameProgress, ...] = ()  # FrameProgress per frame
     cpu_isa: str | None = None        # a CPU job's arithmetic: its instruction-set level (tracer.runtime.xla_flags)
 
-    def to_json(self, frames=False):
+    def to_json(self, frames: bool = False) -> dict[str, Any]:
         """A dict for JSON (``farm status --json``, ``farm serve``'s API); ``per_frame`` with ``frames``."""
         out = dataclasses.asdict(self)
         out.pop("per_frame")
@@ -82,7 +90,7 @@ class JobSummary:
 
 # -- stores under a root ---------------------------------------------------------------------
 
-def find_stores(root):
+def find_stores(root: str) -> list[str]:
     """The stores under the folder ``root``: their paths relative to it ('/'-separated), sorted."""
     root = os.path.realpath(root)
     found = []
@@ -96,7 +104,7 @@ def find_stores(root):
     return sorted(found)
 
 
-def _is_store(path, root):
+def _is_store(path: str, root: str) -> bool:
     if _leads_out(os.path.join(path, "zarr.json"), root):
         return True  # listed, and shown damaged: its metadata is not read
     try:
@@ -105,11 +113,11 @@ def _is_store(path, root):
         return True  # its metadata does not read: a damaged store
 
 
-def _leads_out(path, root):
+def _leads_out(path: str, root: str) -> bool:
     return os.path.islink(path) and os.path.commonpath([root, os.path.realpath(path)]) != root
 
 
-def _link_out(path, root):
+def _link_out(path: str, root: str) -> str | None:
     """The first entry under ``path`` that is a symbolic link leading out of ``root`` (None if none)."""
     root, folders = os.path.realpath(root), [path]
     while folders:  # scandir knows links without a stat of each entry (a store has a file per chunk)
@@ -123,10 +131,11 @@ def _link_out(path, root):
     return None
 
 
-_links_seen = {}  # store path -> (when, _link_out's answer): one walk of a store serves a page's thumbnails
+# store path -> (when, _link_out's answer): one walk of a store serves a page's thumbnails
+_links_seen: dict[str, tuple[float, str | None]] = {}
 
 
-def _recent_link_out(path, root):
+def _recent_link_out(path: str, root: str) -> str | None:
     """``_link_out``, walked again once its last answer is ``LINK_CHECK_S`` old."""
     now = time.monotonic()
     when, answer = _links_seen.get(path, (-LINK_CHECK_S, None))
@@ -138,7 +147,7 @@ def _recent_link_out(path, root):
     return answer
 
 
-def store_path(root, store):
+def store_path(root: str, store: str) -> str:
     """The path of the store ``store`` (relative to ``root``, as ``find_stores`` names it); a
     LookupError for any other name (so nothing outside the root is ever opened)."""
     if store not in find_stores(root):
@@ -146,7 +155,7 @@ def store_path(root, store):
     return os.path.join(os.path.realpath(root), *store.split("/"))
 
 
-def _open(root, store):
+def _open(root: str, store: str) -> tuple[JobSpec, FrameStore]:
     """(spec, FrameStore) of a store under ``root``, opened read-only; StoreError if it does not read."""
     path = store_path(root, store)
     outside = _recent_link_out(path, root)
@@ -157,21 +166,22 @@ def _open(root, store):
 
 # -- a job's summary -------------------------------------------------------------------------
 
-def summarize(root, store, now=None):
+def summarize(root: str, store: str, now: float | None = None) -> JobSummary:
     """The ``JobSummary`` of ``store`` under ``root``: state ``damaged`` (with the reason in
     ``error``) where the store does not read; a LookupError if there is no such store."""
     store_path(root, store)
     return _summarize(store, lambda: _open(root, store), now, hide=os.path.realpath(root) + os.sep)
 
 
-def summarize_url(url, now=None, verify=False):
+def summarize_url(url: str, now: float | None = None, verify: bool = False) -> JobSummary:
     """The ``JobSummary`` of the store at ``url`` (any path or URL ``farm status`` takes). With
     ``verify``, what is done counts only tiles whose data passes its CRC (the whole store is read;
     ``damaged_tasks``: tiles that do not read back), as ``farm resume`` would count it."""
     return _summarize(url, lambda: open_store(url, mode="r"), now, verify=verify)
 
 
-def _summarize(name, opener, now, hide=None, verify=False):
+def _summarize(name: str, opener: Callable[[], tuple[JobSpec, FrameStore]], now: float | None, hide: str | None = None,
+               verify: bool = False) -> JobSummary:
     try:
         spec, fs = opener()
     except FarmError as e:
@@ -183,13 +193,13 @@ def _summarize(name, opener, now, hide=None, verify=False):
     return JobSummary(store=name, state="damaged", error=error.replace(hide, "") if hide else error)
 
 
-def summary_of(name, spec, fs, now=None, verify=False):
+def summary_of(name: str, spec: JobSpec, fs: FrameStore, now: float | None = None, verify: bool = False) -> JobSummary:
     """The ``JobSummary`` of an open store (``open_store``'s pair), named ``name``; ``verify``: as
     ``summarize_url``'s."""
     return _summary(name, spec, fs, time.time() if now is None else now, verify)
 
 
-def _summary(name, spec, fs, now, verify=False):
+def _summary(name: str, spec: JobSpec, fs: FrameStore, now: float, verify: bool = False) -> JobSummary:
     try:
         records, bad = fs.verified_records() if verify else fs.read_records()
         done = frame_status(fs, spec, records)
@@ -218,7 +228,7 @@ def _summary(name, spec, fs, now, verify=False):
         cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None)
 
 
-def _state(notes, finished, started, now):
+def _state(notes: Mapping[str, Any], finished: bool, started: bool, now: float) -> str:
     last = str(notes.get("state", ""))
     if finished:
         return "done"
@@ -230,7 +240,8 @@ def _state(notes, finished, started, now):
     return "incomplete" if started or last == "done" else "new"
 
 
-def _frames(done, noise, totals, eta, running):
+def _frames(done: Sequence[float], noise: Sequence[FrameNoise], totals: Sequence[int], eta: float | None,
+            running: bool) -> tuple[FrameProgress, ...]:
     """FrameProgress per frame; ``eta``: the job's, shared out by what each frame and those before
     it have left (frames render in order); ``totals``: each frame's pixel samples to do."""
     out, left, total_left = [], 0.0, sum((1.0 - d) * t for d, t in zip(done, totals))
@@ -249,7 +260,8 @@ def _frames(done, noise, totals, eta, running):
 
 # -- a frame's preview -----------------------------------------------------------------------
 
-def preview(root, store, frame, max_size=None, cache=None):
+def preview(root: str, store: str, frame: int, max_size: int | None = None,
+            cache: MutableMapping[tuple[str, str, str], bytes] | None = None) -> tuple[bytes, str]:
     """(PNG bytes, tag) of frame number ``frame`` of ``store`` under ``root``, tone-mapped as
     ``farm export`` makes PNGs, from the tasks recorded so far whose sums pass their CRC; a tile
     with none is a grey checker (``NO_SAMPLES``). ``max_size`` bounds the longer side (a
@@ -274,7 +286,7 @@ def preview(root, store, frame, max_size=None, cache=None):
     return png, tag
 
 
-def _frame_records(fs, f):
+def _frame_records(fs: FrameStore, f: int) -> np.ndarray:
     """The tile records of frame index ``f``: (TY, TX, FIELDS) uint32, zeros where one does not decode."""
     try:
         return np.array(fs.records[f])
@@ -288,12 +300,12 @@ def _frame_records(fs, f):
         return out
 
 
-def _digest(records):
+def _digest(records: np.ndarray) -> str:
     import hashlib
     return hashlib.sha256(records.tobytes()).hexdigest()[:16]
 
 
-def _png(fs, image, sampled, max_size):
+def _png(fs: FrameStore, image: np.ndarray, sampled: np.ndarray, max_size: int | None) -> bytes:
     """PNG bytes of the linear ``image``, tiles where ``sampled`` (TY, TX) is False as a checker."""
     from PIL import Image
 

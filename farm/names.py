@@ -10,6 +10,7 @@ two frames of the export must not get the same name.
 """
 import os
 import string
+from collections.abc import Iterable
 
 from farm.errors import SpecError
 
@@ -20,19 +21,19 @@ FIELDS = ("job", "frame", "ext")
 MAX_NAME = 255  # bytes: most file systems' limit for one name
 
 
-def job_name(url):
+def job_name(url: str) -> str:
     """The ``{job}`` of a store: its last path element, less ``.zarr``."""
     name = os.path.basename(url.rstrip("/\\")) or "job"
     return name[:-5] if name.endswith(".zarr") and len(name) > 5 else name
 
 
-def frame_names(template, job, frames, ext):
+def frame_names(template: str, job: str, frames: Iterable[int], ext: str) -> dict[int, str]:
     """{frame: file name} for ``frames`` (numbers); a bad template is a one-line ``SpecError``."""
     where = f"--name {template!r}"
     fields = _fields(template, where)
     if "frame" not in fields:
         raise SpecError(f"{where}: must contain {{frame}} (e.g. '{{job}}_{{frame:04d}}.{ext}'), or frames overwrite each other")
-    names = {}
+    names: dict[int, str] = {}
     for frame in frames:
         try:
             name = template.format(job=job, frame=frame, ext=ext)
@@ -40,7 +41,7 @@ def frame_names(template, job, frames, ext):
             raise SpecError(f"{where}: {e}") from None
         _check_name(name, where)
         names[frame] = name
-    seen = {}
+    seen: dict[str, int] = {}
     for frame, name in names.items():
         if name in seen:
             raise SpecError(f"{where}: frames {seen[name]} and {frame} both get the name {name!r}")
@@ -48,12 +49,12 @@ def frame_names(template, job, frames, ext):
     return names
 
 
-def _fields(template, where):
+def _fields(template: str, where: str) -> set[str]:
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:
         raise SpecError(f"{where}: {e}") from None
-    fields = set()
+    fields: set[str] = set()
     for _, field, spec, _ in parsed:
         if field is None:
             continue
@@ -65,7 +66,7 @@ def _fields(template, where):
     return fields
 
 
-def _check_name(name, where):
+def _check_name(name: str, where: str) -> None:
     if name in ("", ".", "..") or "/" in name or "\\" in name or os.sep in name or (os.altsep and os.altsep in name):
         raise SpecError(f"{where}: makes {name!r}, which is not a plain file name in the output folder")
     if any(ord(c) < 32 or ord(c) == 127 for c in name) or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME:

@@ -9,11 +9,12 @@ default that would override a job file's value.
 """
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import click
 
-from farm.curves import parse_set
+from farm.curves import Curve, parse_set
 from farm.errors import FarmError, SpecError
 from farm.spec import GroupsSpec, JobSpec, parse_frames, parse_res, scene_info
 from tracer.shared import ACCELERATOR_TILE, DEFAULT_TILE, FILTERS, ISAS, MAX_FRAME, MAX_SPP, PLATFORMS
@@ -50,7 +51,7 @@ class Option:
         return self.parse(given) if self.parse else given
 
 
-def _curves(sets):
+def _curves(sets: Iterable[str]) -> tuple[Curve, ...]:
     return tuple(parse_set(s) for s in sets)
 
 
@@ -91,7 +92,7 @@ GROUP_OPTIONS = (
 )
 
 
-def _decorator(options):
+def _decorator(options: Sequence[Option]) -> Callable[[Callable], Callable]:
     def apply(f):
         for option in reversed(options):
             f = option.decorate(f)
@@ -103,7 +104,7 @@ job_options = _decorator(JOB_OPTIONS)
 group_options = _decorator(GROUP_OPTIONS)
 
 
-def _given(options, values):
+def _given(options: Iterable[Option], values: Mapping[str, Any]) -> dict[str, Any]:
     """{field: value} of the ``options`` that ``values`` (click's parameters) give."""
     return {o.field: o.value(values[o.name]) for o in options if o.given(values.get(o.name))}
 
@@ -126,7 +127,7 @@ def job_spec(source: str, values: dict) -> JobSpec:
         raise SpecError("--out STORE is required with a scene file (a job file names its store)")
     if "spp" not in fields:  # the scene's sampler's (Mitsuba's 4 when it has none)
         fields["spp"] = scene_info(source).spp
-    defaults = {"frames": parse_frames("0"), "seed": 0, "accel": "auto"}
+    defaults: dict[str, Any] = {"frames": parse_frames("0"), "seed": 0, "accel": "auto"}
     return JobSpec(scene=os.path.abspath(source), **(defaults | fields))
 
 
@@ -143,7 +144,7 @@ def command_line(values: dict) -> list[str]:
     """The ``JOB_OPTIONS`` that ``values`` give, as command-line arguments that give them again."""
     args = []
     for option in JOB_OPTIONS:
-        given = values.get(option.name)
+        given: Any = values.get(option.name)
         if option.given(given):
             for value in (given if option.multiple else (given,)):
                 args += [option.flag, str(value)]

@@ -12,20 +12,28 @@ A plan is made frame by frame from the records, and its tasks are made when they
 once (numpy), so planning a 10,000-frame job costs next to nothing, and its 640,000 ``Task``
 records are made as the scheduler sends them.
 """
+from __future__ import annotations
+
 import collections
 import dataclasses
 import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
+
+if TYPE_CHECKING:
+    from farm.spec import JobSpec
 
 __all__ = ["Plan", "Task", "plan", "tile_tasks"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    key: tuple          # (frame index, chunk, tile row, tile column)
+    key: tuple[int, int, int, int]  # (frame index, chunk, tile row, tile column)
     frame: int          # frame number
     first_pass: int
     n_passes: int
@@ -34,11 +42,11 @@ class Task:
     tail: bool = False  # the partial last chunk: kept as the tile's tail, not folded
 
     @property
-    def chunk(self):
+    def chunk(self) -> int:
         return self.key[1]
 
     @property
-    def line(self):
+    def line(self) -> tuple[int, int, int]:
         """(frame index, tile row, tile column): the tile whose chunks fold in order."""
         f, _, ty, tx = self.key
         return f, ty, tx
@@ -49,43 +57,46 @@ class Plan:
     """What is left of a job: per frame index with work, its tasks (None: every chunk of every
     tile, nothing stored), frame by frame, chunk by chunk, tile by tile."""
 
-    frames: tuple       # (frame index, tuple of Task or None), frame index ascending
+    frames: tuple[tuple[int, tuple[Task, ...] | None], ...]  # (frame index, tuple of Task or None),
+                                                             # frame index ascending
     first_frame: int    # the frame number of frame index 0
-    chunks: tuple       # (chunk, first_pass, n_passes, tail) of a tile with nothing stored
-    tiles: tuple        # (tile row, tile column), row by row
+    chunks: tuple[tuple[int, int, int, bool], ...]  # (chunk, first_pass, n_passes, tail) of a tile with nothing stored
+    tiles: tuple[tuple[int, int], ...]  # (tile row, tile column), row by row
     n_chunks: int
     total_units: int    # samples x tile pixels of the whole job, for progress
     done_units: int     # of which the store has
-    stats: dict = None  # filled in by the scheduler after a run
+    stats: dict[str, Any] | None = None  # filled in by the scheduler after a run
 
-    def tasks(self):
+    def tasks(self) -> Iterator[Task]:
         """The tasks, made as they are asked for."""
         for f, tasks in self.frames:
             yield from self._fresh(f) if tasks is None else tasks
 
-    def _fresh(self, f):
+    def _fresh(self, f: int) -> list[Task]:
         frame = self.first_frame + f
         return [Task((f, c, ty, tx), frame, first, n, False, n, tail)  # a whole chunk: it ends where it starts + n
                 for c, first, n, tail in self.chunks for ty, tx in self.tiles]
 
     @functools.cached_property
-    def todo(self):
+    def todo(self) -> list[Task]:
         """Every task, as a list."""
         return list(self.tasks())
 
-    def frame_tasks(self):
+    def frame_tasks(self) -> collections.Counter[int]:
         """Tasks per frame index with any: a Counter."""
         fresh = len(self.chunks) * len(self.tiles)
         return collections.Counter({f: fresh if tasks is None else len(tasks) for f, tasks in self.frames})
 
 
-def plan(spec, records, tiles_y, tiles_x, tile_pixels, spp=None):
+def plan(spec: JobSpec, records: np.ndarray, tiles_y: int, tiles_x: int, tile_pixels: Callable[[int, int], int],
+         spp: ArrayLike | None = None) -> Plan:
     """What is left of ``spec`` (planned) given the store's records (F, TY, TX, fields).
 
     ``spp`` (F, TY, TX) ints: what each tile is to hold now (a noise target's, ``farm.adaptive``;
     a multiple of the chunk size, or the job's spp); default the job's spp for every tile."""
     tree, n = spec.tree, spec.n_frames
     g, full, tail = spec.chunk_passes, tree.complete(spec.spp), tree.tail_passes(spec.spp)
+    assert g is not None and spec.pass_size is not None  # (planned)
     tiles = tuple((ty, tx) for ty in range(tiles_y) for tx in range(tiles_x))
     pixels = np.array([[tile_pixels(ty, tx) for tx in range(tiles_x)] for ty in range(tiles_y)], np.int64)
     goals = np.full((n, tiles_y, tiles_x), spec.spp, np.int64) if spp is None else np.asarray(spp, np.int64)[:n]
@@ -99,6 +110,7 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels, spp=None):
     uniform = spp is None
     fresh_frame = ~busy.any(axis=(1, 2)) & uniform
     whole_frame = whole.all(axis=(1, 2)) & uniform
+    frames: list[tuple[int, tuple[Task, ...] | None]]
     frames, done = [], int((pixels * spec.spp).sum()) * int(whole_frame.sum())
     for f in range(n):
         if fresh_frame[f]:
@@ -114,9 +126,10 @@ def plan(spec, records, tiles_y, tiles_x, tile_pixels, spp=None):
                 n_chunks=tree.n_chunks(spec.spp), total_units=int((goals * pixels).sum()), done_units=done)
 
 
-def _frame_tasks(spec, f, tiles, rows, goals, pixels):
+def _frame_tasks(spec: JobSpec, f: int, tiles: Sequence[tuple[int, int]], rows: list[list[list[int]]],
+                 goals: list[list[int]], pixels: list[list[int]]) -> tuple[list[Task], int]:
     """(frame index ``f``'s tasks, chunk by chunk, tile by tile; the pixel samples it holds)."""
-    per_chunk = collections.defaultdict(list)
+    per_chunk: collections.defaultdict[int, list[Task]] = collections.defaultdict(list)
     done = 0
     for ty, tx in tiles:
         tasks, samples = tile_tasks(spec, (f, ty, tx), rows[ty][tx], goals[ty][tx])
@@ -126,7 +139,8 @@ def _frame_tasks(spec, f, tiles, rows, goals, pixels):
     return [t for c in sorted(per_chunk) for t in per_chunk[c]], done
 
 
-def tile_tasks(spec, line, record, spp):
+def tile_tasks(spec: JobSpec, line: tuple[int, int, int], record: Sequence[int] | np.ndarray,
+               spp: int) -> tuple[list[Task], int]:
     """(the tasks that bring the tile ``line`` (frame index, tile row, tile column) to ``spp``,
     the samples per pixel the store has of it): ``spp`` is the job's, or a multiple of the chunk
     size below it (then no tail: samples past the job's spp are the only ones ever masked)."""
@@ -134,6 +148,7 @@ def tile_tasks(spec, line, record, spp):
     full, tail = tree.complete(spp), tree.tail_passes(spp)
     folded, kept, cut = int(record[FOLDED]), int(record[TAIL_PASSES]), int(record[TAIL_SPP])
     g, frame = spec.chunk_passes, spec.frames[0] + f
+    assert g is not None  # (planned)
     if folded > full or (folded == full and kept > tail):
         folded, kept = 0, 0  # more than the job asks: not this job's (planning never gets here)
     # The stored tail counts where its passes hold the samples the job asks of them now: a pass

@@ -11,13 +11,21 @@ The rate counts only the steady state (``Throughput``): the first task's samples
 last ``WINDOW_S`` seconds. No ETA is given until ``MIN_TASKS`` tasks have come back after the
 first: before that, any figure would be start-up divided by a guess.
 """
+from __future__ import annotations
+
 import collections
 import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from farm.errors import FarmError
 from farm.store import error_line
+
+if TYPE_CHECKING:
+    from farm.planner import Plan
+    from farm.store import FrameStore
 
 __all__ = ["PHASES", "Throughput", "RunProgress", "WINDOW_S", "MIN_TASKS", "NOTE_EVERY_S"]
 
@@ -35,12 +43,13 @@ class Throughput:
     compilation. The rate is over the tasks of the last ``window_s`` seconds (at least
     ``min_tasks`` of them), so a slow start is forgotten as the run goes on."""
 
-    def __init__(self, window_s=WINDOW_S, min_tasks=MIN_TASKS):
+    def __init__(self, window_s: float = WINDOW_S, min_tasks: int = MIN_TASKS):
         self.window_s, self.min_tasks = window_s, min_tasks
-        self.points = collections.deque()  # (time, units counted up to then), the anchor first
+        # (time, units counted up to then), the anchor first
+        self.points: collections.deque[tuple[float, int]] = collections.deque()
         self.counted = 0                   # tasks after the anchor
 
-    def add(self, units, now):
+    def add(self, units: int, now: float) -> None:
         total = self.points[-1][1] + units if self.points else 0
         if self.points:
             self.counted += 1
@@ -48,14 +57,14 @@ class Throughput:
         while len(self.points) > self.min_tasks + 1 and self.points[1][0] <= now - self.window_s:
             self.points.popleft()
 
-    def rate(self):
+    def rate(self) -> float | None:
         """Units per second, or None before ``min_tasks`` tasks came back after the first."""
         if self.counted < self.min_tasks:
             return None
         (t0, u0), (t1, u1) = self.points[0], self.points[-1]
         return (u1 - u0) / (t1 - t0) if t1 > t0 else None
 
-    def eta(self, left, now):
+    def eta(self, left: float, now: float) -> float | None:
         """Seconds until ``left`` more units are done (counted from the last task back), or None."""
         rate = self.rate()
         if rate is None or rate <= 0:
@@ -63,7 +72,7 @@ class Throughput:
         return max(0.0, left / rate - (now - self.points[-1][0]))
 
 
-def _clock(seconds):
+def _clock(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
@@ -74,31 +83,34 @@ class RunProgress:
 
     _BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
-    def __init__(self, store, show=True, clock=time.monotonic):
+    def __init__(self, store: FrameStore, show: bool = True, clock: Callable[[], float] = time.monotonic):
         self.store, self.clock = store, clock
-        self.phase_name, self.phases = None, {}   # the phase, and when each began (Unix time)
+        self.phase_name: str | None = None  # the phase,
+        self.phases: dict[str, float] = {}  # and when each began (Unix time)
         self.total_units = self.done_units = 0
-        self.n_frames, self.frames_left = 0, collections.Counter()
-        self.throughput, self.last_note = Throughput(), None
+        self.n_frames = 0
+        self.frames_left: collections.Counter[int] = collections.Counter()
+        self.throughput = Throughput()
+        self.last_note: float | None = None
         self.ended = False  # the run's last notes (done, or how it failed) are written
         self.bar = tqdm(total=None, unit="px-sample", unit_scale=True, desc="starting", disable=not show,
                         dynamic_ncols=True, bar_format=self._BAR)
 
-    def start(self, job, n_frames):
+    def start(self, job: Plan, n_frames: int) -> None:
         """The plan is known: ``job`` (``farm.planner.plan``) of ``n_frames`` frames."""
         self.total_units, self.done_units, self.n_frames = job.total_units, job.done_units, n_frames
         self.frames_left = job.frame_tasks()
         self.bar.reset(total=job.total_units)
         self.bar.update(job.done_units)
 
-    def phase(self, name):
+    def phase(self, name: str) -> None:
         """Enter the phase ``name`` (one of ``PHASES``): shown at once, and noted in the store."""
         self.phase_name = name
         self.phases[name] = time.time()
         self.bar.set_description_str(name)
         self.note(force=True)
 
-    def done(self, units, frame_index):
+    def done(self, units: int, frame_index: int) -> None:
         """A task of frame index ``frame_index`` came back with ``units`` pixel samples."""
         if self.phase_name != "rendering":
             self.phase("rendering")
@@ -107,17 +119,17 @@ class RunProgress:
         self.bar.update(units)
         self.frames_left[frame_index] -= 1
 
-    def grow(self, units, frame_indexes):
+    def grow(self, units: int, frame_indexes: Iterable[int]) -> None:
         """A noise target asked for more (``farm.adaptive``): ``units`` more pixel samples, in
         tasks of ``frame_indexes``."""
         self.total_units += units
         self.bar.total = self.total_units
         self.frames_left.update(frame_indexes)
 
-    def frames_done(self):
+    def frames_done(self) -> int:
         return self.n_frames - sum(1 for v in self.frames_left.values() if v > 0)
 
-    def note(self, force=False):
+    def note(self, force: bool = False) -> bool:
         """Write the notes if ``NOTE_EVERY_S`` passed (or ``force``); a cancel found then raises."""
         now = self.clock()
         if not force and self.last_note is not None and now - self.last_note < NOTE_EVERY_S:
@@ -133,21 +145,21 @@ class RunProgress:
         self.write("running", rate=rate, eta_s=eta)
         return True
 
-    def write(self, state, **fields):
+    def write(self, state: str, **fields: Any) -> None:
         """The store's notes: ``state`` and this run's phase, samples and frames, and ``fields``."""
         self.store.write_progress(state=state, phase=self.phase_name, phases=dict(self.phases),
                                   done_units=self.done_units, total_units=self.total_units,
                                   frames_done=self.frames_done(), n_frames=self.n_frames, **fields)
 
-    def finish(self):
+    def finish(self) -> None:
         self.ended = True
         self.write("done", rate=self.throughput.rate(), eta_s=0)
 
-    def fail(self, error, state):
+    def fail(self, error: BaseException | str, state: str) -> None:
         self.ended = True
         self.write(state, error=str(error), rate=self.throughput.rate())
 
-    def fail_quietly(self, error):
+    def fail_quietly(self, error: BaseException) -> None:
         """``fail`` for an error from outside the render loop; nothing is written where the
         store refuses it (a lease lost is one such error)."""
         state = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
@@ -157,5 +169,5 @@ class RunProgress:
         except Exception:
             pass
 
-    def close(self):
+    def close(self) -> None:
         self.bar.close()

@@ -10,7 +10,7 @@ import os
 __all__ = ["registry_path", "record", "recorded"]
 
 
-def registry_path():
+def registry_path() -> str:
     """Where the registry file is (it may not exist)."""
     if os.environ.get("FARM_REGISTRY"):
         return os.environ["FARM_REGISTRY"]
@@ -18,11 +18,11 @@ def registry_path():
     return os.path.join(state, "jaxfarm", "stores")
 
 
-def _key(url):
+def _key(url: str) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
-def record(url):
+def record(url: str) -> None:
     """Add the store at ``url`` to the registry, unless it is there; never raises for the file."""
     key = _key(url)
     if "\n" in key or key in recorded():
@@ -36,7 +36,7 @@ def record(url):
         pass
 
 
-def recorded():
+def recorded() -> list[str]:
     """The stores in the registry, in the order they were added, each once ([] without a registry)."""
     try:
         with open(registry_path(), encoding="utf-8", errors="replace") as f:

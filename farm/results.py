@@ -31,15 +31,20 @@ names. Nothing reads them; the driver deletes the whole area when a run starts (
 anything) and when it ends. A fenced or dead driver's workers write only at indexes of its own
 epoch, which the live driver never renames: their writes can never become committed.
 """
+from __future__ import annotations
+
 import dataclasses
 import os
 import random
 import shutil
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 import zarr
+from numpy.typing import ArrayLike
 from numcodecs import Zstd
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.storage import LocalStore
@@ -47,34 +52,38 @@ from zarr.storage import LocalStore
 from farm.store import FIELDS, FOLDED, NEXT_CRC, STATE_CRC, TAIL_CRC, TAIL_PASSES, TAIL_SPP
 from farm.tree import fold, split_tail, state_channels, tail_block, tail_channels
 
+if TYPE_CHECKING:
+    from farm.planner import Task
+    from farm.store import FrameStore
+
 __all__ = ["Slot", "Commits", "shared_root", "DispatchError"]
 
 _AREA = "dispatch"
 _INDEXES = 2 ** 62
-_arrays = {}  # (folder, run) -> zarr.Array: a member opens each array once a run
+_arrays: dict[tuple[str, int], zarr.Array] = {}  # (folder, run) -> zarr.Array: a member opens each array once a run
 
 
 class DispatchError(Exception):
     """A member could not read what its task folds onto (missing or failing its CRC)."""
 
 
-def shared_root(store):
+def shared_root(store: FrameStore) -> str | None:
     """The store's folder where workers can write to it (a local filesystem store), else None."""
     return store.group.store.root.as_posix() if isinstance(store.group.store, LocalStore) else None
 
 
-def _crc(block):
+def _crc(block: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(block, np.float32).tobytes()) & 0xFFFFFFFF
 
 
-def _array(folder, run):
+def _array(folder: str, run: int) -> zarr.Array:
     """The Zarr array at ``folder``, opened once per run (a run does not reshape the store)."""
     if (folder, run) not in _arrays:
         _arrays[(folder, run)] = zarr.open_array(folder, mode="r+")
     return _arrays[(folder, run)]
 
 
-def _fsync(path):
+def _fsync(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -90,7 +99,7 @@ class ChunkFile:
     event loop, which 32 groups sharing a process queue on. ``of`` an array with other codecs
     is None: members go through zarr."""
 
-    shape: tuple        # (tile, tile, channels): a chunk, its first dimension (one frame) dropped
+    shape: tuple[int, int, int]  # (tile, tile, channels): a chunk, its first dimension (one frame) dropped
     level: int
     checksum: bool
 
@@ -102,13 +111,13 @@ class ChunkFile:
             return None
         return cls(tuple(array.chunks[1:]), codecs[1].level, codecs[1].checksum)
 
-    def encode(self, block):
+    def encode(self, block: np.ndarray) -> bytes:
         """The file of the chunk whose top-left corner is ``block`` (h, w, channels); zeros past it."""
         chunk = np.zeros(self.shape, "<f4")
         chunk[:block.shape[0], :block.shape[1]] = block
         return Zstd(level=self.level, checksum=self.checksum).encode(chunk.tobytes())
 
-    def decode(self, data):
+    def decode(self, data: bytes) -> np.ndarray:
         """The chunk (tile, tile, channels) float32 of a file's bytes."""
         raw = Zstd(level=self.level, checksum=self.checksum).decode(data)
         return np.frombuffer(raw, "<f4").reshape(self.shape).astype(np.float32)
@@ -126,26 +135,26 @@ class Slot:
     root: str
     kind: str
     index: int
-    key: tuple          # (frame index, tile row, tile column)
-    box: tuple          # (y0, y1, x0, x1) of the tile in the film
+    key: tuple[int, int, int]  # (frame index, tile row, tile column)
+    box: tuple[int, int, int, int]  # (y0, y1, x0, x1) of the tile in the film
     folded: int
     base_crc: int
-    start_crc: int = None
+    start_crc: int | None = None
     aovs: int = 0       # the job's AOV channels, after the RGB (``tracer.io.aovs``)
-    chunk_key: str = None   # the tile's chunk key in ``kind``'s array (``state/`` and ``tail/`` alike)
-    files: tuple = None     # (state's, tail's) ``ChunkFile``, or None: through zarr
+    chunk_key: str | None = None  # the tile's chunk key in ``kind``'s array (``state/`` and ``tail/`` alike)
+    files: tuple[ChunkFile, ChunkFile] | None = None  # (state's, tail's) ``ChunkFile``, or None: through zarr
 
     @property
-    def path(self):
+    def path(self) -> str:
         """The chunk file this dispatch writes."""
         return os.path.join(self._area, self._dispatch.metadata.encode_chunk_key((self.index, 0, 0, 0)))
 
     @property
-    def _area(self):
+    def _area(self) -> str:
         return os.path.join(self.root, _AREA, self.kind)
 
     @property
-    def _dispatch(self):
+    def _dispatch(self) -> zarr.Array:
         return _array(self._area, self.index >> 32)
 
     def _read(self, kind, crc):
@@ -166,7 +175,7 @@ class Slot:
     def _file(self, kind):
         return self.files[0] if kind == "state" else self.files[1]
 
-    def start(self, tile_h, tile_w):
+    def start(self, tile_h: int, tile_w: int) -> tuple[np.ndarray, np.ndarray]:
         """(value (tile_h, tile_w, 3 + aovs), weight (tile_h, tile_w)) the task adds its passes to."""
         start = np.zeros((tile_h, tile_w, tail_channels(self.aovs)), np.float32)
         if self.start_crc is not None:
@@ -174,7 +183,7 @@ class Slot:
             start[:tail.shape[0], :tail.shape[1]] = tail
         return split_tail(start)
 
-    def write(self, value, weight):
+    def write(self, value: ArrayLike, weight: ArrayLike) -> int:
         """Write the task's result (value (th, tw, 3 + aovs), weight (th, tw), the tile's full size)
         at this slot, durably; returns the CRC-32 of the block written (cropped to the film)."""
         y0, y1, x0, x1 = self.box
@@ -201,13 +210,14 @@ class Slot:
         # The folder needs no fsync: the driver renames the file out of it and makes the folder
         # it lands in durable before any record names it. That folder is made here, so that the
         # driver only renames (an empty folder names nothing).
+        assert self.chunk_key is not None  # (Commits.slot names it)
         os.makedirs(os.path.dirname(os.path.join(self.root, self.kind, self.chunk_key)), exist_ok=True)
         return _crc(block)
 
 
 @dataclasses.dataclass
 class _Written:
-    task: object
+    task: Task
     slot: Slot
     crc: int
 
@@ -219,12 +229,12 @@ class Commits:
     changes them (the driver reads no record back while it runs).
     """
 
-    def __init__(self, store, records, spp, root):
+    def __init__(self, store: FrameStore, records: np.ndarray, spp: int, root: str):
         self.store, self.records, self.spp, self.root = store, records, spp, root
         lease = store.lease
         run = lease.holder.epoch if lease is not None else random.getrandbits(29) | 2 ** 29
         self.next_index = run * 2 ** 32
-        self.pending = []   # _Written answers not yet committed
+        self.pending: list[_Written] = []  # _Written answers not yet committed
         self.pool = ThreadPoolExecutor(64)  # fsyncs of the folders renames land in, side by side
         self._arrays = {kind: self._make_area(kind) for kind in ("state", "tail")}
         files = tuple(ChunkFile.of(self._arrays[kind]) for kind in ("state", "tail"))
@@ -248,11 +258,11 @@ class Commits:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def may_start(self, task):
+    def may_start(self, task: Task) -> bool:
         """A tile's chunk is sent once the chunks before it are committed."""
         return task.chunk == int(self.records[task.line][FOLDED])
 
-    def slot(self, task):
+    def slot(self, task: Task) -> Slot:
         """A new slot for a dispatch of ``task`` (its tile's earlier chunks committed)."""
         record = self.records[task.line]
         self.next_index += 1
@@ -262,24 +272,24 @@ class Commits:
                     base_crc=int(record[STATE_CRC]), start_crc=start, aovs=self.store.channels - 3,
                     chunk_key=self._chunk_key("tail" if task.tail else "state", task.line), files=self.files)
 
-    def _chunk_key(self, kind, line):
+    def _chunk_key(self, kind: str, line: tuple[int, int, int]) -> str:
         """The tile's chunk key in ``kind``'s array."""
         return self._arrays[kind].metadata.encode_chunk_key((*line, 0))
 
     # -- committing ------------------------------------------------------------------------
 
-    def accept(self, task, slot, crc):
+    def accept(self, task: Task, slot: Slot, crc: int) -> None:
         """A live dispatch's answer: its slot holds a block of CRC ``crc``; committed by ``flush``."""
         self.pending.append(_Written(task, slot, crc))
 
-    def drop(self, slot):
+    def drop(self, slot: Slot) -> None:
         """Delete what a dispatch that will never be committed wrote (a fenced answer)."""
         try:
             os.remove(slot.path)
         except FileNotFoundError:
             pass
 
-    def flush(self):
+    def flush(self) -> list[tuple[int, int, int]]:
         """Commit the answers accepted since the last flush; returns the tiles that advanced."""
         if not self.pending:
             return []
@@ -287,7 +297,7 @@ class Commits:
         self.store._check_lease()
         keys = [w.task.line for w in batch]
         before = [self.records[k].copy() for k in keys]
-        marked = []
+        marked: list[tuple[tuple[int, int, int], np.ndarray]] = []
         for w, record in zip(batch, before):
             # The CRC about to land, so that a kill after the rename still counts the tile's
             # earlier chunks; a first fold needs none (a kill then loses that chunk alone).
@@ -297,8 +307,9 @@ class Commits:
                 marked.append((w.task.line, record))
         if marked:
             self._put(*zip(*marked))
-        folders = set()
+        folders: set[str] = set()
         for w in batch:
+            assert w.slot.chunk_key is not None  # (Commits.slot names it)
             target = os.path.join(self.root, w.slot.kind, w.slot.chunk_key)
             try:
                 os.rename(w.slot.path, target)
@@ -307,7 +318,7 @@ class Commits:
                 os.rename(w.slot.path, target)
             folders.add(os.path.dirname(target))
         list(self.pool.map(_fsync, folders))
-        done = []
+        done: list[np.ndarray] = []
         for w, record in zip(batch, before):
             new = record.copy()
             if w.slot.kind == "state":
@@ -320,12 +331,12 @@ class Commits:
         self._put(keys, done)
         return keys
 
-    def _put(self, keys, records):
+    def _put(self, keys: Sequence[tuple[int, int, int]], records: Sequence[np.ndarray]) -> None:
         """Write the records of ``keys`` in one batch (the lease was checked by ``flush``)."""
         f, ty, tx = (np.array(k)[:, None] for k in zip(*keys))
         self.store.records.vindex[f, ty, tx, np.arange(len(FIELDS))[None, :]] = np.stack(records)
 
-    def close(self):
+    def close(self) -> None:
         """Delete the dispatch area's chunks (orphans only: everything answered is committed)."""
         self.pool.shutdown()
         for kind in ("state", "tail"):

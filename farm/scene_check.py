@@ -5,18 +5,24 @@ unsupported plugin or a bad parameter would otherwise surface only in a worker, 
 started and the store was made. ``check_scene`` loads the scene in a child process
 (``python -m tracer.io.validate``: the driver never imports JAX) for the job's first and last frames.
 """
+from __future__ import annotations
+
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from farm.errors import FarmError, SceneFileError
+
+if TYPE_CHECKING:
+    from farm.spec import JobSpec
 
 __all__ = ["check_scene"]
 
 
-def check_scene(spec):
+def check_scene(spec: JobSpec) -> None:
     """Raise ``SceneFileError`` (the loader's one line) unless the scene of ``spec`` loads at its
     first and last frames."""
     first, last = spec.frames

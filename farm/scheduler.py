@@ -11,24 +11,33 @@ written twice when its first group comes back (fencing). A lost member fails its
 and the group is rebuilt from new processes; a task that fails ``max_attempts`` times fails the
 job with its own error.
 """
+from __future__ import annotations
+
 import collections
 import dataclasses
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
 
-from cluster.group import GroupError, GroupFailed, WorkerGroup
+from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
 from cluster.task import SceneRef, TileTask
 from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
 from farm.tree import split_tail
-from farm.planner import Task, plan
+from farm.planner import Plan, Task, plan
 from farm.progress import RunProgress
 from farm.results import Commits, shared_root
 from tracer.errors import SceneError
+
+if TYPE_CHECKING:
+    from farm.results import Slot
+    from farm.spec import JobSpec
+    from farm.store import FrameStore
 
 __all__ = ["run_job", "JobFailed", "Cancelled", "Dispatch"]
 
@@ -50,13 +59,13 @@ class Dispatch:
 
     task: Task
     group: WorkerGroup
-    handle: list        # the group's handle of the render (``WorkerGroup.submit``)
+    handle: list[ray.ObjectRef]  # the group's handle of the render (``WorkerGroup.submit``)
     generation: int     # the group's generation when sent: an answer of an older one is stale
     started: float      # time.monotonic() when sent
-    slot: object = None  # where its member writes the result (farm.results.Slot), or None: sent back
+    slot: Slot | None = None  # where its member writes the result (farm.results.Slot), or None: sent back
 
 
-def _remote_error(exc):
+def _remote_error(exc: BaseException) -> tuple[str, bool]:
     """One line for a task's own error: a SceneError's message, else the exception's last line."""
     cause = getattr(exc, "cause", None)
     if cause is not None:
@@ -70,10 +79,11 @@ class _Queue:
     """Tasks to send, first first: those put back in front (retries, a tile's chunks let go),
     then the plan's, made as they are taken (``Plan.tasks``)."""
 
-    def __init__(self, tasks):
-        self.front, self.rest = collections.deque(), iter(tasks)
+    def __init__(self, tasks: Iterable[Task]):
+        self.front: collections.deque[Task] = collections.deque()
+        self.rest: Iterator[Task] | None = iter(tasks)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         if not self.front and self.rest is not None:  # look one ahead
             task = next(self.rest, None)
             if task is None:
@@ -82,13 +92,13 @@ class _Queue:
                 self.front.append(task)
         return bool(self.front)
 
-    def popleft(self):
+    def popleft(self) -> Task | None:
         return self.front.popleft() if self else None
 
-    def appendleft(self, task):
+    def appendleft(self, task: Task) -> None:
         self.front.appendleft(task)
 
-    def extendleft(self, tasks):
+    def extendleft(self, tasks: Iterable[Task]) -> None:
         self.front.extendleft(tasks)
 
 
@@ -344,8 +354,10 @@ def _sum_stats(stats):
     return {k: sum(s[k] for s in stats) for k in stats[0]} if stats else None
 
 
-def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=True, log=print, init_timeout_s=60,
-            task_timeout_s=None, make_group=WorkerGroup, progress=None):
+def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_attempts: int = 3,
+            max_rebuilds: int = 3, show_progress: bool = True, log: Callable[[str], object] = print,
+            init_timeout_s: float = 60, task_timeout_s: float | None = None,
+            make_group: Callable[..., WorkerGroup] = WorkerGroup, progress: RunProgress | None = None) -> Plan:
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
@@ -355,7 +367,7 @@ def run_job(spec, store, shapes, max_attempts=3, max_rebuilds=3, show_progress=T
     the groups' XLA programs, how many came from the persistent compilation cache).
     """
     own = progress is None
-    progress = RunProgress(store, show_progress) if own else progress
+    progress = RunProgress(store, show_progress) if progress is None else progress
     runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
                      task_timeout_s, make_group)
     try:

@@ -19,14 +19,23 @@ on that machine (README, Figures; ``scripts/bench_vs_mitsuba.py`` shows the star
 the process that starts it; the driver hides that module while ``ray.init`` runs, and only then.
 Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
 """
+from __future__ import annotations
+
 import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from farm.job import group_shapes
+
+if TYPE_CHECKING:
+    from farm.planner import Plan
+    from farm.spec import GroupsSpec, JobSpec
+    from farm.store import FrameStore
 
 __all__ = ["starting_ray", "start_local_ray", "RayStart", "run"]
 
@@ -35,14 +44,16 @@ _INIT_LOGGER = "ray._private.worker"  # says that a ray.init outside the main th
 _DASHBOARD_DEPS = "ray.dashboard.optional_deps"  # what Ray imports to tell a full install from a minimal one
 
 
-def start_local_ray(num_cpus):
+def start_local_ray(num_cpus: int) -> None:
     """``ray.init`` of a new embedded, minimal Ray with ``num_cpus`` logical CPUs (see above)."""
     import ray  # here, not at the top: in the thread that starts Ray, beside the driver's other imports
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     logging.getLogger(_TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     saved = sys.modules.get(_DASHBOARD_DEPS)
-    sys.modules[_DASHBOARD_DEPS] = None  # an import of it now raises ImportError: a minimal node
+    # An import of it now raises ImportError: a minimal node. (None in sys.modules is Python's way to make an
+    # import fail; typeshed's sys.modules holds modules only.)
+    sys.modules[_DASHBOARD_DEPS] = None  # type: ignore[assignment]
     try:
         # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
@@ -54,7 +65,7 @@ def start_local_ray(num_cpus):
             sys.modules[_DASHBOARD_DEPS] = saved
 
 
-def _start(address, groups):
+def _start(address: str | None, groups: GroupsSpec | None) -> None:
     import ray
 
     if address is None:
@@ -65,13 +76,13 @@ def _start(address, groups):
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
 
 
-def _shutdown():
+def _shutdown() -> None:
     import ray
 
     ray.shutdown()
 
 
-def _exit_on_sigterm():
+def _exit_on_sigterm() -> None:
     """What ``ray.init`` does in the main thread, for one it runs in another: a SIGTERM exits
     through Python (``finally`` blocks, then Ray's own shutdown at exit), and Ray's note that it
     set no handler is left unsaid."""
@@ -80,7 +91,7 @@ def _exit_on_sigterm():
     logging.getLogger(_INIT_LOGGER).addFilter(_not_the_sigterm_note)
 
 
-def _not_the_sigterm_note(record):
+def _not_the_sigterm_note(record: logging.LogRecord) -> bool:
     return "SIGTERM handler is not set" not in record.getMessage()
 
 
@@ -90,37 +101,38 @@ class RayStart:
     thread that started them (Linux's parent-death signal is per thread), so it must not end
     first. ``eager=False`` starts Ray at the first ``wait()`` instead, in the thread that waits."""
 
-    def __init__(self, address=None, groups=None, eager=True):
-        self.error, self.closed = None, False
+    def __init__(self, address: str | None = None, groups: GroupsSpec | None = None, eager: bool = True):
+        self.error: BaseException | None = None
+        self.closed = False
         self._where = (address, groups)
         self._up, self._done = threading.Event(), threading.Event()
-        self._thread = None
+        self._thread: threading.Thread | None = None
         if eager:
             _exit_on_sigterm()
             self._thread = threading.Thread(target=self._hold, name="ray-start", daemon=True)
             self._thread.start()
 
-    def _start(self):
+    def _start(self) -> None:
         try:
             _start(*self._where)
         except BaseException as e:  # handed to the thread that waits
             self.error = e
         self._up.set()
 
-    def _hold(self):
+    def _hold(self) -> None:
         self._start()
         self._done.wait()
         if self.error is None:
             _shutdown()
 
-    def wait(self):
+    def wait(self) -> None:
         if self._thread is None and not self._up.is_set():
             self._start()
         self._up.wait()
         if self.error is not None:
             raise self.error
 
-    def close(self):
+    def close(self) -> None:
         """Wait for a start under way to end (it cannot be cut short), then shut Ray down (once)."""
         if self.closed:
             return
@@ -133,7 +145,8 @@ class RayStart:
 
 
 @contextlib.contextmanager
-def starting_ray(address=None, groups=None, eager=True):
+def starting_ray(address: str | None = None, groups: GroupsSpec | None = None,
+                 eager: bool = True) -> Iterator[RayStart]:
     """Ray for a ``with`` block, started in the background: local (``address`` None) with room
     for ``groups`` (a ``GroupsSpec``: ``count * hosts`` members), or the cluster at ``address``.
     Yields the ``RayStart``; pass it to ``run``. ``eager=False``: only once ``run`` needs it (a
@@ -145,7 +158,8 @@ def starting_ray(address=None, groups=None, eager=True):
         start.close()
 
 
-def run(spec, store, address=None, show_progress=True, log=print, ray_start=None):
+def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progress: bool = True,
+        log: Callable[[str], object] = print, ray_start: RayStart | None = None) -> Plan:
     """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address`` (or the
     Ray of ``ray_start``, a ``RayStart`` of ``starting_ray``, already on its way); the run's
     phases from the start of Ray on are in the store's progress notes (``farm.progress``)."""

@@ -44,6 +44,8 @@ import dataclasses
 import hashlib
 import os
 import tomllib
+from collections.abc import Iterable, Sequence
+from typing import Any, Self, TypeGuard
 
 from farm.curves import Curve
 from farm.errors import SceneFileError, SpecError, shown
@@ -52,7 +54,7 @@ from tracer.shared import (DEFAULT_PASS_SIZE, FILTERS, ISAS, MAX_FILM_SIZE, MAX_
                            PLATFORMS, default_tile)
 from tracer.io.aovs import parse_aovs
 from tracer.errors import SceneError
-from tracer.io.scene_info import describe
+from tracer.io.scene_info import SceneInfo, describe
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults",
            "scene_hash", "film_size", "frame_info", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
@@ -66,7 +68,7 @@ MAX_JOB_FILE = 1 << 20   # bytes
 MAX_NOISE = 1e6          # a noise target past any image's (it is a relative error)
 
 
-def parse_frames(text):
+def parse_frames(text: str | int) -> tuple[int, int]:
     """'A-B' or 'A' -> (first, last)."""
     text = str(text).strip()
     try:
@@ -80,7 +82,7 @@ def parse_frames(text):
     return _check_frames((first, last), text)
 
 
-def _check_frames(frames, text):
+def _check_frames(frames: Sequence[int], text: str) -> tuple[int, int]:
     first, last = frames
     if first < 0 or last < first:
         raise SpecError(f"frames '{text}': need 0 <= FIRST <= LAST")
@@ -91,15 +93,15 @@ def _check_frames(frames, text):
     return first, last
 
 
-def parse_frame_list(text):
+def parse_frame_list(text: str) -> tuple[int, ...]:
     """'3,7-9' -> (3, 7, 8, 9): frame numbers and inclusive ranges, sorted, each once."""
-    frames = set()
+    frames: set[int] = set()
     for part in str(text).split(","):
         try:
             first, last = parse_frames(part) if part.strip() else (None, None)
         except SpecError as e:
             raise SpecError(f"--redo '{text}': {e}") from None
-        if first is None:
+        if first is None or last is None:  # (both or neither)
             raise SpecError(f"--redo '{text}': expected frames like 3,7-9")
         frames.update(range(first, last + 1))
         if len(frames) > MAX_FRAMES:
@@ -107,7 +109,7 @@ def parse_frame_list(text):
     return tuple(sorted(frames))
 
 
-def parse_res(text):
+def parse_res(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     try:
@@ -117,19 +119,19 @@ def parse_res(text):
     return _check_res((w, h), text)
 
 
-def _check_res(res, text):
+def _check_res(res: Sequence[int], text: str) -> tuple[int, int]:
     w, h = res
     if not (1 <= w <= MAX_FILM_SIZE and 1 <= h <= MAX_FILM_SIZE):
         raise SpecError(f"resolution '{text}': width and height must be between 1 and {MAX_FILM_SIZE}")
     return int(w), int(h)
 
 
-def _whole(value):
+def _whole(value: object) -> TypeGuard[int]:
     """An int that is not a bool (TOML's ``true`` would otherwise pass as 1)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_count(name, value, low, high, unit=""):
+def _check_count(name: str, value: object, low: int, high: int, unit: str = "") -> None:
     if not _whole(value) or not low <= value <= high:
         raise SpecError(f"{name} must be a whole number{unit} from {low} to {high}, got {shown(value)}")
 
@@ -138,14 +140,14 @@ def _check_count(name, value, low, high, unit=""):
 class GroupsSpec:
     count: int = 1
     hosts: int = 1
-    devices_per_host: int = None  # CPU: None is one device per core (cluster.group.GroupShape)
+    devices_per_host: int | None = None  # CPU: None is one device per core (cluster.group.GroupShape)
     platform: str = "cpu"
     gpus_per_host: int = 0
-    tpu_topology: str = None
-    tpu_version: str = None
-    cpu_isa: str = None  # CPU: the instruction-set level of the job's arithmetic (tracer.runtime.xla_flags.ISAS)
+    tpu_topology: str | None = None
+    tpu_version: str | None = None
+    cpu_isa: str | None = None  # CPU: the instruction-set level of the job's arithmetic (tracer.runtime.xla_flags.ISAS)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.cpu_isa is not None and self.cpu_isa not in ISAS:
             raise SpecError(f"groups.cpu_isa must be one of {', '.join(ISAS)}, got {shown(self.cpu_isa)}")
         counts = ("count", "hosts") + (() if self.devices_per_host is None else ("devices_per_host",))
@@ -165,23 +167,24 @@ class GroupsSpec:
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     scene: str                 # absolute path of the scene XML
-    frames: tuple              # (first, last), inclusive
+    frames: tuple[int, int]    # (first, last), inclusive
     spp: int
     store: str                 # path or URL of the Zarr store
-    resolution: tuple = None   # (width, height) override
+    resolution: tuple[int, int] | None = None  # (width, height) override
     seed: int = 0
-    tile: int = None           # default: tracer.shared.default_tile of the groups' platform (planned)
-    pass_size: int = None      # default: DEFAULT_PASS_SIZE (whatever the spp)
-    chunk_passes: int = None   # default: farm.tree.CHUNK_SPP samples, NOISE_CHUNK_SPP with noise (whatever the spp)
-    curves: tuple = ()         # farm.curves.Curve
+    tile: int | None = None    # default: tracer.shared.default_tile of the groups' platform (planned)
+    pass_size: int | None = None  # default: DEFAULT_PASS_SIZE (whatever the spp)
+    chunk_passes: int | None = None  # default: farm.tree.CHUNK_SPP samples, NOISE_CHUNK_SPP with noise
+                                     # (whatever the spp)
+    curves: tuple[Curve, ...] = ()  # farm.curves.Curve
     accel: str = "auto"
     groups: GroupsSpec = GroupsSpec()
-    noise: float = None        # a noise target (farm.adaptive): spp is then the most a tile gets
-    min_spp: int = None        # with noise: the least a tile gets (default farm.adaptive.DEFAULT_MIN_SPP)
-    aovs: str = None           # AOVs added to the scene's image (tracer.io.overrides), e.g. "albedo:albedo"
-    rfilter: str = None        # the film's reconstruction filter in place of the scene's (tracer.filters)
+    noise: float | None = None  # a noise target (farm.adaptive): spp is then the most a tile gets
+    min_spp: int | None = None  # with noise: the least a tile gets (default farm.adaptive.DEFAULT_MIN_SPP)
+    aovs: str | None = None    # AOVs added to the scene's image (tracer.io.overrides), e.g. "albedo:albedo"
+    rfilter: str | None = None  # the film's reconstruction filter in place of the scene's (tracer.filters)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("scene", "store"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value or "\0" in value:
@@ -215,7 +218,7 @@ class JobSpec:
         self._check_noise()
         self._check_overrides()
 
-    def _check_noise(self):
+    def _check_noise(self) -> None:
         noise = self.noise
         if noise is not None and not (isinstance(noise, (int, float)) and not isinstance(noise, bool)
                                       and 0 < noise <= MAX_NOISE):
@@ -225,7 +228,7 @@ class JobSpec:
                 raise SpecError("min_spp is only for a noise target (set noise too)")
             _check_count("min_spp", self.min_spp, 1, self.spp, " of samples (at most the spp)")
 
-    def _check_overrides(self):
+    def _check_overrides(self) -> None:
         """The scene overrides (``tracer.io.overrides``): aovs a list Mitsuba reads, rfilter a
         filter we have; their names against the scene's are checked with the scene."""
         if self.aovs is not None:
@@ -244,7 +247,7 @@ class JobSpec:
 
     # -- derived -------------------------------------------------------------------------------
 
-    def planned(self, film=None):
+    def planned(self, film: tuple[int, int] | None = None) -> Self:
         """This spec with the reduction tree and tiles fixed: pass size and passes per chunk, neither
         chosen from the spp (a job below one pass still renders whole passes, masked); a job made
         with a noise target gets smaller chunks; the tile its groups' platform's default, for frames
@@ -256,19 +259,20 @@ class JobSpec:
         return dataclasses.replace(self, pass_size=pass_size, chunk_passes=chunk, tile=tile)
 
     @property
-    def n_frames(self):
+    def n_frames(self) -> int:
         return self.frames[1] - self.frames[0] + 1
 
     @property
-    def tree(self):
+    def tree(self) -> Tree:
         """The reduction tree (of a planned spec): ``farm.tree.Tree``."""
+        assert self.pass_size is not None and self.chunk_passes is not None  # planned
         return Tree(self.pass_size, self.chunk_passes)
 
-    def params_at(self, frame):
+    def params_at(self, frame: int) -> tuple[tuple[str, str], ...]:
         """The scene's ``$name`` values at ``frame``, as sorted (name, value) pairs."""
         return tuple(sorted((c.name, _param_text(c.at(frame))) for c in self.curves))
 
-    def identity(self, scene_digest):
+    def identity(self, scene_digest: str) -> dict[str, Any]:
         """What a store is bound to (JSON-able)."""
         return {
             "scene_hash": scene_digest, "frames": list(self.frames),
@@ -280,13 +284,13 @@ class JobSpec:
             **({"rfilter": self.rfilter} if self.rfilter else {}),
         }
 
-    def to_json(self):
+    def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["curves"] = [[c.name, c.interpolation, [list(k) for k in c.keys]] for c in self.curves]
         return d
 
     @classmethod
-    def from_json(cls, d):
+    def from_json(cls, d: object) -> Self:
         """The spec ``to_json`` gave (a store records it); a malformed one is a SpecError."""
         if not isinstance(d, dict):
             raise SpecError(f"a job spec must be a JSON object, got {shown(d)}")
@@ -309,7 +313,7 @@ class JobSpec:
             raise SpecError(f"a job spec needs {', '.join(sorted(fields - set(d)))}") from None
 
     @classmethod
-    def from_toml(cls, path):
+    def from_toml(cls, path: str) -> Self:
         """The job file at ``path`` (format in this module's docstring); errors are one-line
         SpecErrors that start with the path and name the field."""
         doc = _read_toml(path)
@@ -319,7 +323,7 @@ class JobSpec:
             raise SpecError(f"{path}: {e}") from None
 
     @classmethod
-    def _from_toml_doc(cls, doc, base):
+    def _from_toml_doc(cls, doc: dict[str, Any], base: str) -> Self:
         known = {"scene", "frames", "spp", "resolution", "store", "seed", "tile", "pass_size", "accel", "groups",
                  "params", "noise", "min_spp", "aovs", "rfilter"}
         unknown = sorted(set(doc) - known)
@@ -355,7 +359,7 @@ class JobSpec:
                    min_spp=doc.get("min_spp"), aovs=doc.get("aovs"), rfilter=doc.get("rfilter"))
 
 
-def _read_toml(path):
+def _read_toml(path: str) -> dict[str, Any]:
     """The TOML document at ``path``, read whole (at most ``MAX_JOB_FILE`` bytes of UTF-8)."""
     try:
         with open(path, "rb") as f:
@@ -385,7 +389,7 @@ def _pairs(items):
     return tuple(tuple(k) if isinstance(k, list) else k for k in items)
 
 
-def _groups(table):
+def _groups(table: object) -> GroupsSpec:
     """A [groups] table (or the groups of a recorded spec) as a GroupsSpec."""
     if not isinstance(table, dict):
         raise SpecError(f"[groups] must be a table, got {shown(table)}")
@@ -396,7 +400,7 @@ def _groups(table):
     return GroupsSpec(**table)
 
 
-def _param_text(value):
+def _param_text(value: float | str) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
@@ -429,7 +433,8 @@ def _frame_order(frame):
 
 # -- the scene, read on the driver without JAX ------------------------------------------------
 
-def scene_info(path, params=(), aovs=None, rfilter=None):
+def scene_info(path: str, params: Iterable[tuple[str, float | str]] = (), aovs: str | None = None,
+               rfilter: str | None = None) -> SceneInfo:
     """``tracer.io.scene_info.describe`` of the scene with ``params`` ((name, value) pairs) set
     and a job's ``aovs`` and ``rfilter`` applied; a bad scene is a ``SceneFileError``."""
     if not os.path.isfile(path):
@@ -440,12 +445,12 @@ def scene_info(path, params=(), aovs=None, rfilter=None):
         raise SceneFileError(str(e)) from None
 
 
-def scene_defaults(path):
+def scene_defaults(path: str) -> dict[str, str]:
     """The names and values of the scene's ``<default>`` parameters (its included files' too)."""
     return scene_info(path).defaults
 
 
-def scene_hash(path, param_sets=((),)):
+def scene_hash(path: str, param_sets: Iterable[Iterable[tuple[str, float | str]]] = ((),)) -> str:
     """SHA-256 over the scene XML and every file it reads (includes, spectra, meshes, images), as
     the loader resolves them, for each set of parameters in ``param_sets`` ((name, value) pairs,
     e.g. one per frame): the files of the first set in document order, each as its name and the
@@ -471,7 +476,7 @@ def scene_hash(path, param_sets=((),)):
     return digest.hexdigest()
 
 
-def _file_sha256(path):
+def _file_sha256(path: str) -> bytes:
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -479,7 +484,7 @@ def _file_sha256(path):
     return sha.digest()
 
 
-def frame_info(spec):
+def frame_info(spec: JobSpec) -> SceneInfo:
     """``scene_info`` of the job's first frame as the workers render it, the job's ``aovs`` and
     ``rfilter`` applied (``tracer.io.overrides``): its ``aovs`` are the scene's then the job's
     (a job's AOV name the scene has too is a ``SceneFileError``), its ``rfilter`` the job's or
@@ -487,7 +492,7 @@ def frame_info(spec):
     return scene_info(spec.scene, spec.params_at(spec.frames[0]), spec.aovs, spec.rfilter)
 
 
-def film_size(spec):
+def film_size(spec: JobSpec) -> tuple[int, int]:
     """(width, height) of the frames: the override, or the size of the scene's film's crop window
     (the whole film unless cropped) at the first frame, with the loader's limits."""
     if spec.resolution:

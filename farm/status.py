@@ -6,9 +6,13 @@ Samples count as done only where the store's data passes its CRC (the whole stor
 ``farm resume`` reads it); the state, phase, rate and ETA come from the last run's progress notes
 (``farm.progress``).
 """
+from __future__ import annotations
+
 import json
 import sys
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,12 +21,17 @@ from farm.lease import holder
 from farm.monitor import summary_of
 from farm.store import StoreError, progress_number
 
+if TYPE_CHECKING:
+    from farm.monitor import JobSummary
+    from farm.spec import JobSpec
+    from farm.store import FrameStore
+
 __all__ = ["show", "spp_text", "WATCH_S"]
 
 WATCH_S = 2.0  # seconds between two looks with --watch (the driver notes its progress as often)
 
 
-def show(store, as_json=False, watch=False, interval=WATCH_S):
+def show(store: str, as_json: bool = False, watch: bool = False, interval: float = WATCH_S) -> JobSummary | None:
     """Print the job at ``store`` (a path or URL); with ``watch``, again every ``interval``
     seconds while it runs. Returns the last ``JobSummary`` (None if Ctrl-C stopped the watch)."""
     try:
@@ -37,7 +46,7 @@ def show(store, as_json=False, watch=False, interval=WATCH_S):
         return None
 
 
-def _show_once(store, as_json, clear):
+def _show_once(store: str, as_json: bool, clear: bool) -> JobSummary:
     spec, fs = open_store(store)
     summary = summary_of(store, spec, fs, verify=True)
     if summary.state == "damaged":
@@ -79,7 +88,7 @@ def _lines(store, spec, fs, s):
     return lines
 
 
-def spp_text(spec, store):
+def spp_text(spec: JobSpec, store: FrameStore) -> str:
     """'64 spp', or with a noise target what a tile gets: 'noise 0.05: 256 to 4096 spp a tile'."""
     if spec.noise is None:
         return f"{spec.spp} spp"
@@ -87,7 +96,7 @@ def spp_text(spec, store):
     return f"noise {spec.noise:g}: {Shot(spec, store).least} to {spec.spp} spp a tile"
 
 
-def _last_run(notes, s):
+def _last_run(notes: Mapping[str, Any] | None, s: JobSummary) -> str | None:
     """The status line of the last run's progress notes (None before any run); any field may be
     missing or of the wrong type (they are notes, not the job)."""
     if notes is None:

@@ -50,6 +50,8 @@ import math
 import os
 import time
 import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 import zarr
@@ -58,6 +60,11 @@ from zarr.storage import LocalStore
 from farm.errors import FarmError, shown
 from farm.tree import state_channels, tail_block, tail_channels, tile_sums
 from tracer.shared import AOV_SUFFIXES, FILTERS, MAX_FILM_SIZE, aov_channel_count
+
+if TYPE_CHECKING:
+    from zarr.core.common import AccessModeLiteral
+
+    from farm.lease import Lease
 
 __all__ = ["FrameStore", "StoreError", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC", "TAIL_PASSES",
            "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
@@ -68,7 +75,7 @@ _RECORDS_PER_TILE = "jaxfarm-frames/2"
 READS = (FORMAT, _RECORDS_PER_TILE)
 # The chunk keys of state/ and tail/ (format 3): ``c.F.TY.TX.0``, every tile's file in one
 # folder, so that committing a batch of tiles syncs one folder, not one per tile.
-_FLAT = {"name": "default", "separator": "."}
+_FLAT: dict[str, Any] = {"name": "default", "separator": "."}
 # The group's only attribute while a store is being made (or replaced): not a store yet.
 _INCOMPLETE = "jaxfarm-incomplete"
 # A tile's record, field by field (uint32).
@@ -86,13 +93,13 @@ _ABSENT = (FileNotFoundError, NotADirectoryError, FileExistsError,  # a file whe
            zarr.errors.GroupNotFoundError, zarr.errors.NodeTypeValidationError, zarr.errors.ContainsArrayError)
 
 
-def error_line(error):
+def error_line(error: BaseException) -> str:
     """One line for an error zarr or fsspec raised (they raise many types for bad metadata or URLs)."""
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
-def _open_group(url, mode):
+def _open_group(url: str, mode: "AccessModeLiteral") -> zarr.Group | None:
     """The Zarr group at ``url``, None where there is none, or a StoreError if it does not read."""
     try:
         return zarr.open_group(url, mode=mode)
@@ -114,7 +121,7 @@ def _node(group, name, url):
         raise StoreError(f"{url}: damaged store: {name}/zarr.json does not read ({error_line(e)})") from None
 
 
-def _layout(meta, url):
+def _layout(meta: dict[str, Any], url: str) -> tuple[int, int, int]:
     """(width, height, tile) from the group's ``farm`` attributes, checked."""
     film, identity, spec = meta.get("film"), meta.get("identity"), meta.get("spec")
     if not (isinstance(identity, dict) and isinstance(spec, dict)):
@@ -126,7 +133,7 @@ def _layout(meta, url):
     return film[0], film[1], identity["tile"]
 
 
-def _aovs(meta, url):
+def _aovs(meta: dict[str, Any], url: str) -> tuple[tuple[str, str], ...]:
     """The store's (name, type) AOVs (none for a store without them), checked."""
     aovs = meta.get("aovs", [])
     ok = isinstance(aovs, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p)
@@ -136,18 +143,18 @@ def _aovs(meta, url):
     return tuple(tuple(p) for p in aovs)
 
 
-def _rfilter(meta, url):
+def _rfilter(meta: dict[str, Any], url: str) -> str | None:
     rfilter = meta.get("rfilter")
     if rfilter is not None and rfilter not in FILTERS:
         raise StoreError(f"{url}: damaged store: zarr.json's rfilter is {shown(rfilter)}, not one of {', '.join(FILTERS)}")
     return rfilter
 
 
-def _whole(value, high):
+def _whole(value: object, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high
 
 
-def _has(group, name):
+def _has(group: zarr.Group, name: str) -> bool:
     """Whether ``group`` has a node ``name``, readable or not."""
     try:
         return name in group
@@ -155,7 +162,7 @@ def _has(group, name):
         return True
 
 
-def _incomplete(group):
+def _incomplete(group: zarr.Group) -> bool:
     """Whether ``group`` is a store whose making (or replacing) was cut short, by any format."""
     return str(group.attrs.get(_INCOMPLETE, "")).startswith("jaxfarm-frames/")
 
@@ -170,21 +177,21 @@ def _crc(block):
 class FrameStore:
     """Open with ``create`` or ``open``. Tiles are keyed (frame index, tile row, tile column)."""
 
-    def __init__(self, group, url):
+    def __init__(self, group: zarr.Group, url: str):
         self.group, self.url = group, url
-        self.lease = None  # farm.lease.Lease of the driver that writes, checked before each write
-        self.meta = group.attrs.get("farm")
+        self.lease: Lease | None = None  # farm.lease.Lease of the driver that writes, checked before each write
+        self.meta: dict[str, Any] = cast("dict[str, Any]", group.attrs.get("farm"))  # (open and create check it)
         self.width, self.height, self.tile = _layout(self.meta, url)
         self.aovs = _aovs(self.meta, url)
         self.rfilter = _rfilter(self.meta, url)  # the film's reconstruction filter; None: not recorded
         self.channels = 3 + aov_channel_count(self.aovs)  # of a tile's value: RGB, then the AOVs
         self.tiles_y, self.tiles_x = -(-self.height // self.tile), -(-self.width // self.tile)
-        self.state = _node(group, "state", url)
-        self.tail = _node(group, "tail", url)
-        self.records = _node(group, "records", url)
+        self.state: zarr.Array = _node(group, "state", url)  # (arrays, checked by _check_arrays)
+        self.tail: zarr.Array = _node(group, "tail", url)
+        self.records: zarr.Array = _node(group, "records", url)
         self._check_arrays()
 
-    def _check_arrays(self):
+    def _check_arrays(self) -> None:
         """The arrays are the film's, in its tiles, with as many frames as each other."""
         arrays = (("state", self.state), ("tail", self.tail), ("records", self.records))
         for name, array in arrays:
@@ -205,13 +212,15 @@ class FrameStore:
     # -- opening ---------------------------------------------------------------------------------
 
     @classmethod
-    def exists(cls, url):
+    def exists(cls, url: str) -> bool:
         """Whether a frame store is at ``url`` (metadata there that does not read is a StoreError)."""
         group = _open_group(url, mode="r")
         return group is not None and "farm" in group.attrs
 
     @classmethod
-    def create(cls, url, identity, spec_json, film, n_frames, over=None, aovs=(), rfilter=None):
+    def create(cls, url: str, identity: dict[str, Any], spec_json: dict[str, Any], film: tuple[int, int], n_frames: int,
+               over: zarr.Group | None = None, aovs: Sequence[tuple[str, str]] = (),
+               rfilter: str | None = None) -> Self:
         """A new store; fails if ``url`` already holds anything. ``over``: the group of a store
         (``replaceable``) whose content the new one replaces (its lease stays). ``aovs``: the
         scene's (name, type) AOVs, whose channels the tiles' sums carry after the RGB; ``rfilter``:
@@ -234,7 +243,7 @@ class FrameStore:
                            dtype="uint32", fill_value=0, dimension_names=["frame", "tile_y", "tile_x", "field"])
         group.create_group("progress")
         # Written last: a store without it is not a store (one cut short is made again by --replace).
-        meta = {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}
+        meta: dict[str, Any] = {"format": FORMAT, "identity": identity, "spec": spec_json, "film": [width, height]}
         if aovs:
             meta["aovs"] = [list(pair) for pair in aovs]
         if rfilter:
@@ -243,7 +252,7 @@ class FrameStore:
         return cls(group, url)
 
     @staticmethod
-    def _new_group(url):
+    def _new_group(url: str) -> zarr.Group:
         try:
             return zarr.open_group(url, mode="w-", attributes={_INCOMPLETE: FORMAT})
         except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError):
@@ -255,7 +264,7 @@ class FrameStore:
             raise StoreError(f"{url}: cannot make a store here ({error_line(e)})") from None
 
     @classmethod
-    def replaceable(cls, url):
+    def replaceable(cls, url: str) -> zarr.Group | None:
         """The zarr group at ``url`` if it is a frame store (of any job, even damaged) or one whose
         making was cut short; None where nothing is there. Anything else is a StoreError: what
         the farm did not make is never replaced."""
@@ -269,7 +278,7 @@ class FrameStore:
         raise StoreError(f"{url}: not a farm frame store; --replace replaces only frame stores (choose another --out)")
 
     @classmethod
-    def open(cls, url, mode="r+"):
+    def open(cls, url: str, mode: "AccessModeLiteral" = "r+") -> Self:
         """The store at ``url``, checked (see the module's docstring); opening writes nothing."""
         group = _open_group(url, mode)
         if group is None:
@@ -282,7 +291,7 @@ class FrameStore:
                              f"{' and '.join(map(json.dumps, READS))}): render the job again (another --out, or --replace)")
         return cls(group, url)
 
-    def check_identity(self, identity):
+    def check_identity(self, identity: dict[str, Any]) -> None:
         """Refuse a store of another job: name the first field that differs."""
         mine = self.meta["identity"]
         order = ["scene_hash", "frames", "resolution", "seed", "tile", "pass_size", "chunk_passes", "params"]
@@ -296,18 +305,18 @@ class FrameStore:
     # -- the job's shape ---------------------------------------------------------------------
 
     @property
-    def spec_json(self):
+    def spec_json(self) -> dict[str, Any]:
         return self.meta["spec"]
 
     @property
-    def n_frames(self):
+    def n_frames(self) -> int:
         return self.state.shape[0]
 
-    def set_spp(self, spec_json):
+    def set_spp(self, spec_json: dict[str, Any]) -> None:
         """Record the job's new spp (the driver alone calls this): the arrays do not depend on it."""
         self.grow(spec_json, self.meta["identity"], self.n_frames)
 
-    def grow(self, spec_json, identity, n_frames):
+    def grow(self, spec_json: dict[str, Any], identity: dict[str, Any], n_frames: int) -> None:
         """Bind the store to a job with at least its frames: the arrays grow first (what is
         stored stays where it is), then the attributes (the driver alone calls this)."""
         self._check_lease()
@@ -318,25 +327,26 @@ class FrameStore:
         self.group.attrs["farm"] = meta
         self.meta = meta
 
-    def tile_box(self, ty, tx):
+    def tile_box(self, ty: int, tx: int) -> tuple[int, int, int, int]:
         y0, x0 = ty * self.tile, tx * self.tile
         return y0, min(y0 + self.tile, self.height), x0, min(x0 + self.tile, self.width)
 
-    def tile_pixels(self, ty, tx):
+    def tile_pixels(self, ty: int, tx: int) -> int:
         """Film pixels in the tile (edge tiles are cut by the film)."""
         y0, y1, x0, x1 = self.tile_box(ty, tx)
         return (y1 - y0) * (x1 - x0)
 
     # -- tiles -------------------------------------------------------------------------------
 
-    def all_records(self):
+    def all_records(self) -> np.ndarray:
         """(F, TY, TX, FIELDS) uint32, as stored (a record that does not decode raises)."""
-        return self.records[...]
+        return cast(np.ndarray, self.records[...])
 
-    def read_records(self):
+    def read_records(self) -> tuple[np.ndarray, list[tuple[int, ...]]]:
         """Every tile's record, (F, TY, TX, FIELDS) uint32, and the keys of those that do not
         decode (zeros here: nothing done). Only frames with a record written are read, where
         the store lists its files (a new job of 10,000 frames reads none)."""
+        bad: list[tuple[int, ...]]
         records, bad = np.zeros(self.records.shape, np.uint32), []
         for f in self._frames_recorded():
             try:
@@ -363,7 +373,7 @@ class FrameStore:
             return []
         return sorted(int(n) for n in names if n.isdigit() and int(n) < self.n_frames)
 
-    def verified_records(self, repair=False):
+    def verified_records(self, repair: bool = False) -> tuple[np.ndarray, list[tuple[int, ...]]]:
         """``read_records``, checked against the data (see the module's docstring): (records as
         the data stands, a fold whose state was written counted, anything damaged zeroed; the
         sorted keys of tiles whose record does not decode or whose state or tail fail their
@@ -385,12 +395,12 @@ class FrameStore:
                 self.records[f] = records[f]
         return records, sorted(bad)
 
-    def verify_tile(self, key, record):
+    def verify_tile(self, key: tuple[int, int, int], record: np.ndarray) -> tuple[np.ndarray, bool]:
         """(the record the tile's data supports, whether all it recorded read back): reads the
         tile's state and tail, writes nothing."""
         return self._verified(key, record)
 
-    def _verified(self, key, record):
+    def _verified(self, key: tuple[int, ...], record: np.ndarray) -> tuple[np.ndarray, bool]:
         """(the record the tile's data supports, whether all it recorded read back)."""
         record, ok = record.copy(), True
         if record[FOLDED] or record[NEXT_CRC]:
@@ -404,24 +414,24 @@ class FrameStore:
             record[TAIL_PASSES:], ok = 0, False
         return record, ok
 
-    def _read(self, array, key):
+    def _read(self, array: zarr.Array, key: tuple[int, ...]) -> np.ndarray | None:
         """The tile's block of ``array``, cropped to the film; None where it does not decode."""
         f, ty, tx = key
         y0, y1, x0, x1 = self.tile_box(ty, tx)
         try:
-            return array[f, y0:y1, x0:x1, :]
+            return cast(np.ndarray, array[f, y0:y1, x0:x1, :])
         except Exception:
             return None
 
-    def read_state(self, key):
+    def read_state(self, key: tuple[int, int, int]) -> np.ndarray | None:
         """The tile's folded state (h, w, 10 + K), cropped to the film."""
         return self._read(self.state, key)
 
-    def read_tail(self, key):
+    def read_tail(self, key: tuple[int, int, int]) -> np.ndarray | None:
         """The tile's tail (h, w, 4 + K): value RGB, weight and the AOVs, cropped to the film."""
         return self._read(self.tail, key)
 
-    def fold_tile(self, key, record, state):
+    def fold_tile(self, key: tuple[int, int, int], record: np.ndarray, state: np.ndarray) -> np.ndarray:
         """Durably replace the tile's state by ``state`` (cropped to the film), one more chunk
         folded; ``record`` is the tile's current one. Returns the new record (no tail)."""
         state = np.ascontiguousarray(state, np.float32)
@@ -435,7 +445,8 @@ class FrameStore:
         self._put_record(key, done)
         return done
 
-    def write_tail(self, key, record, value, weight, passes, spp_cut):
+    def write_tail(self, key: tuple[int, int, int], record: np.ndarray, value: np.ndarray, weight: np.ndarray,
+                   passes: int, spp_cut: int) -> np.ndarray:
         """Durably store the tile's tail (sums of ``passes`` passes of its partial last chunk,
         cut at ``spp_cut``), then its record. Returns the new record."""
         y0, y1, x0, x1 = self.tile_box(*key[1:])
@@ -447,30 +458,30 @@ class FrameStore:
         self._put_record(key, new)
         return new
 
-    def _put_record(self, key, record):
+    def _put_record(self, key: tuple[int, int, int], record: np.ndarray) -> None:
         f, ty, tx = key
         self._check_lease()  # the commit: right before the record
         self.records[f, ty, tx, :] = record
 
-    def _write(self, array, key, block):
+    def _write(self, array: zarr.Array, key: tuple[int, int, int], block: np.ndarray) -> None:
         f, ty, tx = key
         self._check_lease()
         y0, y1, x0, x1 = self.tile_box(ty, tx)
         array[f, y0:y1, x0:x1, :] = block
 
-    def forget_frames(self, frames):
+    def forget_frames(self, frames: Iterable[int]) -> None:
         """Discard the data of frames (indexes): their records are zeroed, so they are rendered afresh."""
         for f in frames:
             self._check_lease()
             self.records[f] = 0
 
-    def _check_lease(self):
+    def _check_lease(self) -> None:
         if self.lease is not None:
             self.lease.check()
 
     # -- frames ------------------------------------------------------------------------------
 
-    def frame_sums(self, f, records):
+    def frame_sums(self, f: int, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(value (H, W, 3 + K), weight (H, W)): frame index ``f``'s folded sums plus each tile's
         tail where ``records`` (the frame's, (TY, TX, FIELDS), verified) have one; zeros where a
         tile has nothing."""
@@ -485,12 +496,13 @@ class FrameStore:
                 state = (self.read_state((f, ty, tx)) if record[FOLDED]
                          else np.zeros((y1 - y0, x1 - x0, state_channels(self.channels - 3)), np.float32))
                 tail = self.read_tail((f, ty, tx)) if record[TAIL_PASSES] else None
+                assert state is not None  # (verified records: the tile's state reads back)
                 value[y0:y1, x0:x1], weight[y0:y1, x0:x1] = tile_sums(state, tail)
         return value, weight
 
     # -- progress and cancel -----------------------------------------------------------------
 
-    def write_progress(self, **fields):
+    def write_progress(self, **fields: Any) -> None:
         self._check_lease()
         fields["updated"] = time.time()
         try:
@@ -499,7 +511,7 @@ class FrameStore:
             node = self.group.create_group("progress", overwrite=True)
         node.attrs["progress"] = fields
 
-    def progress(self):
+    def progress(self) -> dict[str, Any] | None:
         """The last run's progress attributes ({} before any), or None where they do not read."""
         try:
             node = self.group["progress"]
@@ -510,23 +522,23 @@ class FrameStore:
         value = node.attrs.get("progress", {})
         return dict(value) if isinstance(value, dict) else None
 
-    def request_cancel(self):
+    def request_cancel(self) -> None:
         if not _has(self.group, "cancel"):
             self.group.create_group("cancel")
 
-    def cancel_requested(self):
+    def cancel_requested(self) -> bool:
         try:
             return _has(zarr.open_group(self.url, mode="r"), "cancel")
         except Exception:
             return False
 
-    def clear_cancel(self):
+    def clear_cancel(self) -> None:
         if _has(self.group, "cancel"):
             self._check_lease()
             del self.group["cancel"]  # by name: unreadable metadata there goes too
 
 
-def progress_number(notes, key):
+def progress_number(notes: Mapping[str, Any], key: str) -> float | None:
     """A progress note's number (``FrameStore.progress``), None where it is missing or not a
     finite number: the notes are the driver's, not the job's, and may be of any type."""
     value = notes.get(key)
@@ -534,6 +546,6 @@ def progress_number(notes, key):
     return value if ok else None
 
 
-def _short(value):
+def _short(value: object) -> str:
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."

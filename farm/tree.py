@@ -30,6 +30,7 @@ chunks hold disjoint samples, so their spread estimates the variance of the pixe
 import dataclasses
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer.shared import resolve
 
@@ -53,12 +54,12 @@ SUMS, MEANS, SQUARES, AOVS = slice(0, 4), slice(4, 7), slice(7, 10), slice(10, N
 TAIL_CHANNELS = 4
 
 
-def state_channels(k):
+def state_channels(k: int) -> int:
     """Channels of a tile's state with ``k`` AOV channels."""
     return STATE_CHANNELS + k
 
 
-def tail_channels(k):
+def tail_channels(k: int) -> int:
     """Channels of a tile's tail with ``k`` AOV channels."""
     return TAIL_CHANNELS + k
 
@@ -71,28 +72,28 @@ class Tree:
     chunk_passes: int
 
     @property
-    def chunk_samples(self):
+    def chunk_samples(self) -> int:
         return self.pass_size * self.chunk_passes
 
-    def complete(self, spp):
+    def complete(self, spp: int) -> int:
         """Complete chunks at ``spp``."""
         return spp // self.chunk_samples
 
-    def tail_passes(self, spp):
+    def tail_passes(self, spp: int) -> int:
         """Passes of the partial last chunk at ``spp`` (0: none)."""
         return -(-(spp % self.chunk_samples) // self.pass_size)
 
-    def n_chunks(self, spp):
+    def n_chunks(self, spp: int) -> int:
         """Chunks at ``spp``, the tail included."""
         return self.complete(spp) + (1 if self.tail_passes(spp) else 0)
 
-    def covered(self, chunk, passes, spp):
+    def covered(self, chunk: int, passes: int, spp: int) -> int:
         """Samples per pixel that the first ``passes`` passes of ``chunk`` hold at ``spp``."""
         first = chunk * self.chunk_samples
         return max(0, min(spp, first + passes * self.pass_size) - first)
 
 
-def fold(state, value, weight):
+def fold(state: np.ndarray, value: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """The running state (h, w, STATE_CHANNELS + K) float32 with one more complete chunk, whose
     sums are value (h, w, 3 + K) and weight (h, w); a new array (numpy, in the order the module
     gives)."""
@@ -106,7 +107,7 @@ def fold(state, value, weight):
     return out
 
 
-def tile_sums(state, tail=None):
+def tile_sums(state: np.ndarray, tail: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(value (..., 3 + K), weight (...)): the folded sums, plus the tail's (..., 4 + K) when there
     is one."""
     sums = np.concatenate([state[..., SUMS], state[..., AOVS]], axis=-1)
@@ -115,17 +116,17 @@ def tile_sums(state, tail=None):
     return split_tail(sums)
 
 
-def tail_block(value, weight):
+def tail_block(value: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """A tail's (or a chunk's) channels (..., 4 + K) from value (..., 3 + K) and weight (...)."""
     return np.concatenate([value[..., :3], weight[..., None], value[..., 3:]], axis=-1).astype(np.float32)
 
 
-def split_tail(block):
+def split_tail(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(value (..., 3 + K), weight (...)) of a tail's channels (``tail_block``)."""
     return np.concatenate([block[..., :3], block[..., TAIL_CHANNELS:]], axis=-1), block[..., 3]
 
 
-def variance(state, n):
+def variance(state: np.ndarray, n: ArrayLike) -> np.ndarray:
     """Per-pixel variance (..., 3) of the estimate of ``n`` complete chunks (an int or an array
     broadcasting over the pixels; at least 2), from the spread of the chunks' own estimates:
     s^2 = (sum m^2 - (sum m)^2 / n) / (n - 1), and the mean of n chunks has variance s^2 / n."""

@@ -12,13 +12,22 @@ Every store is read through ``farm.monitor``, which opens stores read-only and a
 the stores it finds under the folder: any other name, however encoded, is a 404 (nothing outside
 the folder is ever opened). A damaged store is listed as damaged, with its reason.
 """
+from __future__ import annotations
+
 import math
 import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 from flask import Flask, abort, jsonify, render_template_string, request, url_for
 
 from farm import monitor
 from farm.errors import FarmError
+
+if TYPE_CHECKING:
+    from flask.json.provider import DefaultJSONProvider
+
+    from farm.monitor import JobSummary
 
 __all__ = ["make_app", "serve"]
 
@@ -78,14 +87,14 @@ up to {% endif %}{{ j.spp }} spp</td></tr>
 {% endif %}</body></html>"""
 
 
-def _clock(seconds):
+def _clock(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "-"
     s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def _helpers():
+def _helpers() -> dict[str, Any]:
     import time
     return {
         "clock": _clock,
@@ -98,17 +107,17 @@ def _helpers():
     }
 
 
-def _refresh(jobs):
+def _refresh(jobs: Iterable[JobSummary]) -> int | None:
     waits = [_REFRESH_S[j.state] for j in jobs if j.state in _REFRESH_S]
     return min(waits) if waits else None
 
 
-def make_app(root):
+def make_app(root: str) -> Flask:
     """The Flask application serving the stores under the folder ``root``."""
     app = Flask(__name__, static_folder=None)  # no static route: nothing but what monitor answers
-    app.json.sort_keys = False
+    cast("DefaultJSONProvider", app.json).sort_keys = False  # (Flask's default provider)
     app.url_map.merge_slashes = False  # '//x' names no store: a 404, not a redirect to '/x'
-    previews = {}
+    previews: dict[tuple[str, str, str], bytes] = {}
 
     def summary(store):
         try:
@@ -162,7 +171,8 @@ def make_app(root):
     return app
 
 
-def serve(root, host="127.0.0.1", port=8600, log=print, ready=None):
+def serve(root: str, host: str = "127.0.0.1", port: int = 8600, log: Callable[[str], object] = print,
+          ready: Callable[[Any], object] | None = None) -> None:
     """Serve the stores under ``root`` on ``host``:``port`` until interrupted (port 0: a free
     one). ``ready(server)`` is called once it listens (its port: ``server.effective_port``)."""
     import waitress

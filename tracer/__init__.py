@@ -6,6 +6,7 @@ entry points call it; nothing is set at import). Attributes load lazily, so host
 (``tracer.io.images``) can be used without importing JAX.
 """
 import importlib
+from typing import Any
 
 __all__ = ["SceneError", "load_scene", "render", "render_tile", "resolve", "local_mesh", "Scene", "configure"]
 
@@ -21,7 +22,7 @@ _SOURCES = {
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name in _SOURCES:
         return getattr(importlib.import_module(_SOURCES[name]), name)
     raise AttributeError(f"module 'tracer' has no attribute {name!r}")

@@ -7,8 +7,10 @@ is only which pixels are rendered: ``tracer.film``).
 """
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer import sampling
 from tracer import vecmath as vm
@@ -27,12 +29,12 @@ class Camera:
     far_clip: jnp.ndarray        # ()
     aperture_radius: jnp.ndarray  # () zero for a pinhole
     focus_distance: jnp.ndarray  # ()
-    projection: int = static(Projection.PERSPECTIVE)  # ORTHOGRAPHIC: tan_half_fov is 1, no aperture
+    projection: int = static(default=Projection.PERSPECTIVE)  # ORTHOGRAPHIC: tan_half_fov is 1, no aperture
 
 
-def x_fov_from(fov, fov_axis, width, height):
+def x_fov_from(fov: float, fov_axis: str, width: int, height: int) -> float:
     """Mitsuba's ``parse_fov``: the horizontal field of view (degrees) for any ``fov_axis``."""
-    def from_y(f):
+    def from_y(f: float) -> float:
         return np.degrees(2 * np.arctan(np.tan(np.radians(f) / 2) * width / height))
 
     if fov_axis == "x":
@@ -48,22 +50,24 @@ def x_fov_from(fov, fov_axis, width, height):
     raise ValueError(f"unknown fov_axis {fov_axis!r} (expected x, y, diagonal, smaller or larger)")
 
 
-def make_camera(to_world, x_fov, width, height, near_clip=1e-2, far_clip=1e4, aperture_radius=0.0,
-                focus_distance=0.0):
+def make_camera(to_world: ArrayLike, x_fov: float, width: int, height: int, near_clip: float = 1e-2,
+                far_clip: float = 1e4, aperture_radius: float = 0.0, focus_distance: float = 0.0) -> Camera:
     f32 = lambda v: jnp.asarray(v, jnp.float32)
     return Camera(to_world=f32(np.asarray(to_world)[:3, :4]), tan_half_fov=f32(np.tan(np.radians(x_fov) / 2)),
                   aspect=f32(width / height), near_clip=f32(near_clip), far_clip=f32(far_clip),
                   aperture_radius=f32(aperture_radius), focus_distance=f32(focus_distance))
 
 
-def make_orthographic(to_world, width, height, near_clip=1e-2, far_clip=1e4):
+def make_orthographic(to_world: ArrayLike, width: int, height: int, near_clip: float = 1e-2,
+                      far_clip: float = 1e4) -> Camera:
     """Mitsuba's ``orthographic`` sensor: the film spans [-1, 1] x [-1/aspect, 1/aspect] of the
     camera's xy plane (``to_world`` scales it), rays run along the camera's +z."""
     camera = make_camera(to_world, 90.0, width, height, near_clip=near_clip, far_clip=far_clip)
     return dataclasses.replace(camera, tan_half_fov=jnp.float32(1.0), projection=Projection.ORTHOGRAPHIC)
 
 
-def generate_rays(camera, film_uv, aperture_u):
+def generate_rays(camera: Camera, film_uv: jax.Array,
+                  aperture_u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Primary rays for film positions ``film_uv`` (2, N) in [0, 1]^2 and aperture uniforms (2, N).
 
     Returns (origin (3, N), unit direction (3, N), t_max (N,)). With a zero aperture radius the
@@ -85,7 +89,7 @@ def generate_rays(camera, film_uv, aperture_u):
     return o + d * near_t, d, camera.far_clip * inv_z - near_t
 
 
-def _orthographic_rays(camera, film_uv):
+def _orthographic_rays(camera: Camera, film_uv: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Mitsuba's ``OrthographicCamera::sample_ray``: from the film's point on the near plane
     (camera z = near_clip), along to_world's +z, for far_clip - near_clip."""
     near = jnp.stack([1.0 - 2.0 * film_uv[0], (1.0 - 2.0 * film_uv[1]) / camera.aspect,

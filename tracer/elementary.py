@@ -7,8 +7,10 @@ are Cephes's single-precision approximations (as Dr.Jit's ``sincos``, ``atan2``,
 ``acos``, which Mitsuba uses), within a few ulp over the arguments a renderer meets; XLA fuses
 them like any other arithmetic, on every platform.
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from tracer.constants import PI
 
@@ -21,7 +23,7 @@ _QUARTER_PI = _F(np.pi / 4)
 _DP1, _DP2, _DP3 = _F(1.5703125), _F(4.837512969970703125e-4), _F(7.54978995489188216e-8)
 
 
-def sincos(x):
+def sincos(x: ArrayLike) -> tuple[jax.Array, jax.Array]:
     """(sin x, cos x) for float32 x; accurate to a few ulp for |x| up to about 10^4."""
     x = jnp.asarray(x, jnp.float32)
     q = jnp.round(x * _F(2 / np.pi))
@@ -39,7 +41,7 @@ def sincos(x):
     return sin_x, cos_x
 
 
-def _atan_unit(t):
+def _atan_unit(t: jax.Array) -> jax.Array:
     """atan t for t in [0, 1]: Cephes atanf, reduced about tan(pi / 8)."""
     big = t > _F(0.4142135623730950)
     t = jnp.where(big, (t - _F(1.0)) / (t + _F(1.0)), t)
@@ -49,7 +51,7 @@ def _atan_unit(t):
     return jnp.where(big, y + _QUARTER_PI, y)
 
 
-def atan2(y, x):
+def atan2(y: ArrayLike, x: ArrayLike) -> jax.Array:
     """The angle of (x, y) in [-pi, pi], signed like y (including -0.0); 0 for the origin."""
     y = jnp.asarray(y, jnp.float32)
     x = jnp.asarray(x, jnp.float32)
@@ -61,7 +63,7 @@ def atan2(y, x):
     return jnp.where(jnp.signbit(y), -a, a)
 
 
-def _asin_half(x):
+def _asin_half(x: jax.Array) -> jax.Array:
     """asin x for |x| <= 1/2 (Cephes asinf's polynomial)."""
     z = x * x
     p = ((((_F(4.2163199048e-2) * z + _F(2.4181311049e-2)) * z + _F(4.5470025998e-2)) * z
@@ -69,7 +71,7 @@ def _asin_half(x):
     return x + x * z * p
 
 
-def _asin_reduced(x):
+def _asin_reduced(x: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(x as float32, |x| > 1/2, a): a = asin x where |x| <= 1/2, else asin(sqrt((1 - |x|) / 2)),
     the small angle both asin and acos are rebuilt from near |x| = 1 (which keeps it exact)."""
     x = jnp.asarray(x, jnp.float32)
@@ -77,7 +79,7 @@ def _asin_reduced(x):
     return x, big, _asin_half(jnp.where(big, jnp.sqrt(_F(0.5) * (_F(1.0) - jnp.abs(x))), x))
 
 
-def asin(x):
+def asin(x: ArrayLike) -> jax.Array:
     """asin x for x in [-1, 1] (NaN outside, like numpy)."""
     x, big, a = _asin_reduced(x)
     # |x| > 1/2: asin |x| = pi/2 - 2 a, signed like x (the polynomial is odd: small x keep their sign).
@@ -85,7 +87,7 @@ def asin(x):
     return jnp.where(big, jnp.where(jnp.signbit(x), -near_one, near_one), a)
 
 
-def acos(x):
+def acos(x: ArrayLike) -> jax.Array:
     """acos x for x in [-1, 1] (NaN outside, like numpy); accurate near both ends."""
     x, big, a = _asin_reduced(x)
     # |x| > 1/2: acos |x| = 2 a, and acos(-|x|) = pi - that.

@@ -12,7 +12,7 @@ class SceneError(ValueError):
     file itself. Newlines are folded so that a CLI can print the error as one line.
     """
 
-    def __init__(self, message, where=None):
+    def __init__(self, message: object, where: str | None = None) -> None:
         message = " ".join(str(message).split("\n"))
         if where:
             message = f"{where}: {message}"

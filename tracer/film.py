@@ -35,26 +35,27 @@ class Film:
     width: int = static()              # the whole film, pixels: rays and pixel addresses span it
     height: int = static()
     rfilter: filters.Filter = static()
-    crop_x: int = static(0)            # the rendered window: its top-left pixel in the film...
-    crop_y: int = static(0)
-    crop_width: int = static(0)        # ...and its size, the rendered image's (H, W) = (crop_height, crop_width)
-    crop_height: int = static(0)
+    crop_x: int = static(default=0)  # the rendered window: its top-left pixel in the film...
+    crop_y: int = static(default=0)
+    crop_width: int = static(default=0)  # ...and its size, the rendered image's (H, W) = (crop_height, crop_width)
+    crop_height: int = static(default=0)
 
     @property
-    def filter(self):
+    def filter(self) -> int:
         return self.rfilter.kind
 
     @property
-    def radius(self):
+    def radius(self) -> float:
         return self.rfilter.radius
 
     @property
-    def margin(self):
+    def margin(self) -> int:
         """Pixels on each side of a pixel reached by its samples' splats."""
         return self.rfilter.margin
 
 
-def make_film(width, height, filter="gaussian", crop=None, **params):
+def make_film(width: int, height: int, filter: str | filters.Filter = "gaussian",
+              crop: tuple[int, int, int, int] | None = None, **params: float) -> Film:
     """A ``width`` x ``height`` film; ``crop`` (x, y, width, height) is the rendered window (default
     the whole film); ``filter`` is a ``tracer.filters.Filter`` or a name with its ``params``.
 
@@ -76,7 +77,7 @@ def make_film(width, height, filter="gaussian", crop=None, **params):
 FILTER_RESOLUTION = filters.RESOLUTION
 
 
-def filter_weights(film, x, discretized=True):
+def filter_weights(film: Film, x: jax.Array, discretized: bool = True) -> jax.Array:
     """Filter value f(x) for offsets x (any shape) in pixels, as Mitsuba's ImageBlock splats it."""
     f = film.rfilter
     ax = jnp.abs(x)
@@ -90,7 +91,7 @@ def filter_weights(film, x, discretized=True):
         return jnp.asarray(np.array(f.table, np.float32))[index]
     if discretized:
         bins = jnp.floor(ax * (FILTER_RESOLUTION / f.radius))
-        inside = bins < FILTER_RESOLUTION
+        inside: jax.Array | bool = bins < FILTER_RESOLUTION
         ax = bins * np.float32(f.radius / FILTER_RESOLUTION)
     else:
         inside = True
@@ -103,7 +104,8 @@ def filter_weights(film, x, discretized=True):
     return jnp.where(inside, value, 0.0)
 
 
-def splat_tile(film, offset_in_pixel, radiance, valid, tile_h, tile_w):
+def splat_tile(film: Film, offset_in_pixel: jax.Array, radiance: jax.Array, valid: jax.Array, tile_h: int,
+               tile_w: int) -> tuple[jax.Array, jax.Array]:
     """Reduce the samples of one tile's source grid to the tile's sums.
 
     offset_in_pixel: (2, S, GH, GW) sample position inside its source pixel, in [0, 1)^2

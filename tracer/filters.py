@@ -28,6 +28,7 @@ import math
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer.kinds import FilterKind
 from tracer.shared import FILTERS
@@ -49,21 +50,21 @@ class Filter:
     stddev: float = 0.0    # gaussian
     b: float = 0.0         # mitchell / catmullrom (B, C) = (0, 1/2)
     c: float = 0.0
-    table: tuple = ()      # TABULATED kinds: RESOLUTION + 1 float32 values of eval_discretized
+    table: tuple[float, ...] = ()    # TABULATED kinds: RESOLUTION + 1 float32 values of eval_discretized
 
     @property
-    def margin(self):
+    def margin(self) -> int:
         """Pixels on each side of a pixel reached by its samples' splats."""
         return max(0, math.ceil(self.radius - 0.5))
 
 
-def _check(name, value, lo, hi):
+def _check(name: str, value: float, lo: float, hi: float) -> float:
     if not (isinstance(value, numbers.Real) and math.isfinite(value) and lo <= value <= hi):
         raise ValueError(f"'{name}' must be a finite number in [{lo:g}, {hi:g}], got {value!r}")
     return float(value)
 
 
-def make_filter(name="gaussian", **params):
+def make_filter(name: str = "gaussian", **params: float) -> Filter:
     """The filter Mitsuba's ``<rfilter type=name>`` makes; ``params`` as in its XML.
 
     Raises ``ValueError`` naming the parameter that is unknown, not finite or out of its limits.
@@ -93,7 +94,7 @@ def make_filter(name="gaussian", **params):
     return _tabulated(FilterKind.MITCHELL, 2.0, b, c)
 
 
-def _tabulated(kind, radius, b=0.0, c=0.0):
+def _tabulated(kind: int, radius: float, b: float = 0.0, c: float = 0.0) -> Filter:
     f = Filter(kind, radius, b=float(np.float32(b)), c=float(np.float32(c)))
     # Mitsuba's init_discretization, in float32: entry i at (radius * i) / RESOLUTION.
     r = np.float32(radius)
@@ -102,7 +103,7 @@ def _tabulated(kind, radius, b=0.0, c=0.0):
     return dataclasses.replace(f, table=tuple(float(v) for v in table))
 
 
-def evaluate(f, x):
+def evaluate(f: Filter, x: ArrayLike) -> np.ndarray:
     """Mitsuba's ``eval(x)`` of a tabulated filter at offsets x (numpy float32), to the bit.
 
     Mitsuba 3.9.1's scalar variant evaluates mitchell's cubics with fused multiply-adds

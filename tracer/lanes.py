@@ -8,6 +8,9 @@ Arrays carry their batch of lanes on the last axis. Three things the loops need,
 * ``min_key`` / ``key_index`` / ``key_t``: the closest of several candidates per lane as one
   integer min over keys that hold t's bits and the candidate's index.
 """
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,8 +19,11 @@ __all__ = ["stable_partition", "drain_in_phases", "min_key", "key_index", "key_t
 
 INF_KEY = np.int32(0x7F800000)  # the bits of float32 inf: every key of a hit is below it
 
+T = TypeVar("T")  # a pytree of arrays with the lanes on their last axis
+S = TypeVar("S")  # a pytree the loop carries whole
 
-def stable_partition(mask):
+
+def stable_partition(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(order, count): the indices of ``mask``'s (N,) true entries in order, then of its false
     ones in order; and the number of true ones. A prefix sum and a scatter: XLA's CPU sort took
     19 ms for 278k entries."""
@@ -29,7 +35,21 @@ def stable_partition(mask):
     return order, count
 
 
-def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None, shared=None, busy=None):
+@overload
+def drain_in_phases(carry: T, live: Callable[[T], jax.Array], step: Callable[[T], T], *, shrink: int,
+                    min_phase: int, max_phases: int | None = None, shared: None = None,
+                    busy: Callable[[tuple[()]], jax.Array] | None = None) -> T: ...
+
+
+@overload
+def drain_in_phases(carry: T, live: Callable[[T], jax.Array], step: Callable[[T, S], tuple[T, S]], *, shrink: int,
+                    min_phase: int, max_phases: int | None = None, shared: S,
+                    busy: Callable[[S], jax.Array] | None = None) -> tuple[T, S]: ...
+
+
+def drain_in_phases(carry: Any, live: Callable[[Any], jax.Array], step: Callable[..., Any], *, shrink: int,
+                    min_phase: int, max_phases: int | None = None, shared: Any = None,
+                    busy: Callable[[Any], jax.Array] | None = None) -> Any:
     """Apply ``step`` to ``carry`` until ``live(carry)`` (N,) is all false; returns the carry.
 
     A batched loop runs until its slowest lane is done. So it runs in phases over shrinking
@@ -70,11 +90,11 @@ def drain_in_phases(carry, live, step, *, shrink, min_phase, max_phases=None, sh
         size, phase = smaller, phase + 1
 
 
-def _head(tree, size):
+def _head(tree: T, size: int) -> T:
     return jax.tree.map(lambda a: a[..., :size], tree)
 
 
-def min_key(t, index_bits, axis):
+def min_key(t: jax.Array, index_bits: int, axis: int) -> jax.Array:
     """Integer min along ``axis`` of keys (t's bits, low ``index_bits`` bits replaced by the
     candidate's position along ``axis``).
 
@@ -89,11 +109,11 @@ def min_key(t, index_bits, axis):
     return jnp.min((jax.lax.bitcast_convert_type(t, jnp.int32) & ~low) | position, axis=axis)
 
 
-def key_index(key, index_bits):
+def key_index(key: jax.Array, index_bits: int) -> jax.Array:
     """The candidate position a ``min_key`` key holds (meaningful where key < INF_KEY)."""
     return key & ((1 << index_bits) - 1)
 
 
-def key_t(key, index_bits):
+def key_t(key: jax.Array, index_bits: int) -> jax.Array:
     """The truncated t a ``min_key`` key holds (inf for INF_KEY)."""
     return jax.lax.bitcast_convert_type(key & ~((1 << index_bits) - 1), jnp.float32)

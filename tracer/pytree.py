@@ -8,9 +8,12 @@ It is not part of the tree, so copies that tree operations make (``jax.tree.map`
 through the object's arrays and are valid while its owner keeps it open.
 """
 import dataclasses
-from typing import Any, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Any, TypeVar, cast, dataclass_transform
 
 import jax
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["pytree_dataclass", "static", "owned"]
 
@@ -31,7 +34,7 @@ def owned() -> Any:
 def pytree_dataclass(cls: type[T]) -> type[T]:
     """Make ``cls`` a frozen dataclass and a pytree whose leaves are its non-static fields."""
     cls = dataclasses.dataclass(frozen=True)(cls)
-    fields = dataclasses.fields(cls)
+    fields = dataclasses.fields(cast("type[DataclassInstance]", cls))
     kind = lambda f: "owned" if f.metadata.get("owned") else "static" if f.metadata.get("static") else "data"
     data = [f.name for f in fields if kind(f) == "data"]
     meta = [f.name for f in fields if kind(f) == "static"]

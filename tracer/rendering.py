@@ -10,9 +10,12 @@ filter splats are added in a fixed order; passes are added to the accumulator on
 pass order, starting from the accumulator given. Samples at or past ``spp`` are masked out, so a
 short last pass adds exact zeros.
 """
+from __future__ import annotations
+
 import dataclasses
 import functools
 import numbers
+from typing import TYPE_CHECKING, Self
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +37,10 @@ from tracer.rng import Dims
 from tracer.shared import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
                            TRACE_SAMPLES, aov_channel_count, fitting_tile, pass_samples, resolve)
 
+if TYPE_CHECKING:
+    from tracer.film import Film
+    from tracer.scene import Scene
+
 __all__ = ["local_mesh", "WorkShape", "WorkItem", "plan_work", "render_tile", "render", "trace_passes", "trace_samples",
            "whole_image_tile",
            "TRACE_SAMPLES", "ACCELERATOR_TRACE_SAMPLES",
@@ -42,7 +49,7 @@ __all__ = ["local_mesh", "WorkShape", "WorkItem", "plan_work", "render_tile", "r
 RAY_AXIS = "rays"
 
 
-def local_mesh():
+def local_mesh() -> Mesh:
     """A one-axis mesh over this process's devices; ray batches are split along it."""
     return Mesh(np.array(jax.local_devices()), (RAY_AXIS,))
 
@@ -58,7 +65,7 @@ _MAX_ACCELERATOR_TRACE_SAMPLES = 1 << 24
 _BYTES_A_LANE = 2048  # device memory a lane may take: twice the ~0.9 KB measured, for scenes that keep more
 
 
-def trace_samples(platform=None):
+def trace_samples(platform: str | None = None) -> int:
     """Samples a work unit traces as one batch at most: ``TRACE_SAMPLES`` on CPUs; on GPUs and
     TPUs the largest power of two up to 2^24 whose lanes fit the device's memory at 2 KB each
     (80 GB: 2^24; 16 GB: 2^22), ``ACCELERATOR_TRACE_SAMPLES`` where that is unknown.
@@ -75,7 +82,8 @@ def trace_samples(platform=None):
     return max(1 << 16, min(_MAX_ACCELERATOR_TRACE_SAMPLES, 1 << (max(1, lanes).bit_length() - 1)))
 
 
-def trace_passes(chunk_passes, pass_size, tile_h, tile_w, film, platform=None):
+def trace_passes(chunk_passes: int, pass_size: int, tile_h: int, tile_w: int, film: Film,
+                 platform: str | None = None) -> int:
     """Passes a work unit traces as one batch: the largest divisor of ``chunk_passes`` (the passes
     a work unit usually adds) within ``trace_samples(platform)``. One batch drains its path pool
     once: a pool's last bounces run mostly idle lanes (orbit.xml: a third of all lanes traced), so
@@ -108,21 +116,22 @@ class WorkItem:
     window; passes [first_pass, first_pass + n_passes) of ``WorkShape.pass_size`` samples, those
     at or past ``spp`` masked out."""
 
-    frame: jnp.ndarray
-    seed: jnp.ndarray
-    tile_y: jnp.ndarray
-    tile_x: jnp.ndarray
-    first_pass: jnp.ndarray
-    n_passes: jnp.ndarray
-    spp: jnp.ndarray
+    frame: jnp.ndarray | np.int32  # np.int32 on the host (``of``), arrays in the traced program
+    seed: jnp.ndarray | np.int32
+    tile_y: jnp.ndarray | np.int32
+    tile_x: jnp.ndarray | np.int32
+    first_pass: jnp.ndarray | np.int32
+    n_passes: jnp.ndarray | np.int32
+    spp: jnp.ndarray | np.int32
 
     @classmethod
-    def of(cls, frame, seed, tile_y, tile_x, first_pass, n_passes, spp):
+    def of(cls, frame: int, seed: int, tile_y: int, tile_x: int, first_pass: int, n_passes: int, spp: int) -> Self:
         """A work item from host integers (as numpy int32 scalars)."""
         return cls(*(np.int32(v) for v in (frame, seed, tile_y, tile_x, first_pass, n_passes, spp)))
 
 
-def plan_work(scene, tile_h, tile_w, pass_size, chunk_passes, job_samples, platform=None) -> WorkShape:
+def plan_work(scene: Scene, tile_h: int, tile_w: int, pass_size: int, chunk_passes: int, job_samples: int,
+              platform: str | None = None) -> WorkShape:
     """The ``WorkShape`` of a job's work unit in this process: tiles of ``tile_h`` x ``tile_w``,
     ``chunk_passes`` passes of ``pass_size`` a work unit usually adds, ``job_samples`` samples in
     the job (``tracer.integrators.path.drain_phases``)."""
@@ -131,8 +140,10 @@ def plan_work(scene, tile_h, tile_w, pass_size, chunk_passes, job_samples, platf
                      drain_phases=drain_phases(job_samples))
 
 
-def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, *, tile_h, tile_w, pass_size, passes,
-                   mesh, path_pool, phases):
+def _render_passes(scene: Scene, frame: jax.Array, seed: jax.Array, tile_y: jax.Array, tile_x: jax.Array,
+                   first_sample: jax.Array, live: jax.Array, spp: jax.Array, *, tile_h: int, tile_w: int,
+                   pass_size: int, passes: int, mesh: Mesh, path_pool: int,
+                   phases: int) -> tuple[jax.Array, jax.Array]:
     """The splats of ``passes`` consecutive passes from ``first_sample``, traced as one batch:
     value (passes, tile_h, tile_w, C) and weight (passes, tile_h, tile_w). Passes at or past
     ``live`` (traced) trace nothing (their samples are invalid) and are to be left out."""
@@ -206,7 +217,8 @@ def _render_passes(scene, frame, seed, tile_y, tile_x, first_sample, live, spp, 
     return run(scene, frame, seed, tile_y, tile_x, first_sample, live, spp)
 
 
-def _work_unit(scene, item, value, weight, *, shape, mesh):
+def _work_unit(scene: Scene, item: WorkItem, value: jax.Array, weight: jax.Array, *, shape: WorkShape,
+               mesh: Mesh) -> tuple[jax.Array, jax.Array]:
     """Add the passes of ``item`` (a ``WorkItem``) of one tile to the accumulator (value, weight).
 
     scene: tracer.scene.Scene; shape: the ``WorkShape`` (static); mesh: the devices' mesh (one
@@ -237,7 +249,7 @@ render_tile = KeptPrograms(_work_unit, static_argnames=("shape", "mesh"), keep=8
                            hold=lambda args, kwargs: [(args[0] if args else kwargs["scene"]).geometry.host_scene])
 
 
-def whole_image_tile(film, pass_size, platform=None):
+def whole_image_tile(film: Film, pass_size: int, platform: str | None = None) -> int:
     """``tracer.render``'s tile: the film's crop window whole where a pass of it (grown by the
     filter's margin) fits ``trace_samples(platform)``, else the largest power-of-two tile from
     ``DEFAULT_TILE`` up whose pass fits (``DEFAULT_TILE`` on CPUs: the farm's)."""
@@ -254,8 +266,9 @@ def _whole(name, value, low, high):
     return int(value)
 
 
-def render(scene, spp=None, seed=0, frame=0, tile=None, pass_size=None, mesh=None,
-           chunk_passes=None, path_pool=None):
+def render(scene: Scene, spp: int | None = None, seed: int = 0, frame: int = 0, tile: int | None = None,
+           pass_size: int | None = None, mesh: Mesh | None = None, chunk_passes: int | None = None,
+           path_pool: int | None = None) -> np.ndarray:
     """Render the whole image, the film's crop window: linear radiance, numpy float32 (H, W, 3),
     followed by the AOV channels of a scene with Mitsuba's ``aov`` integrator ((H, W, 3 + K), as
     ``mitsuba.render`` gives them; ``tracer.shared.aov_channel_names`` names them).

@@ -18,8 +18,12 @@ bit-identical to an unsplit one. Two samplers, a static setting of the compiled 
 The hash is Chris Wellons' "lowbias32" (bias 0.17 of the best possible), chained over the
 address words; floats take the top 24 bits so they lie in [0, 1) exactly.
 """
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from tracer import sobol
 from tracer.pytree import pytree_dataclass, static
@@ -35,7 +39,7 @@ REUSES_EMITTER_SELECT = {"independent": False, "sobol": True}
 _GOLDEN = np.uint32(0x9E3779B9)
 
 
-def hash32(x):
+def hash32(x: ArrayLike) -> jax.Array:
     """lowbias32 on uint32 arrays."""
     x = jnp.asarray(x, jnp.uint32)
     x = x ^ (x >> 16)
@@ -46,32 +50,32 @@ def hash32(x):
     return x
 
 
-def _mix(h, word):
+def _mix(h: jax.Array, word: ArrayLike) -> jax.Array:
     return hash32(h ^ (jnp.asarray(word, jnp.uint32) + _GOLDEN + (h << 6) + (h >> 2)))
 
 
-def _pixel_key(seed, frame, pixel):
+def _pixel_key(seed: ArrayLike, frame: ArrayLike, pixel: ArrayLike) -> jax.Array:
     h = hash32(jnp.asarray(seed, jnp.uint32) ^ np.uint32(0x5BD1E995))
     h = _mix(h, frame)
     return _mix(h, pixel)
 
 
-def sample_key(seed, frame, pixel, sample):
+def sample_key(seed: ArrayLike, frame: ArrayLike, pixel: ArrayLike, sample: ArrayLike) -> jax.Array:
     """The uint32 key of one pixel sample; arguments broadcast against each other."""
     return _mix(_pixel_key(seed, frame, pixel), sample)
 
 
-def _to_unit(bits):
+def _to_unit(bits: jax.Array) -> jax.Array:
     """uint32 -> float32 in [0, 1): the top 24 bits."""
     return (bits >> 8).astype(jnp.float32) * np.float32(1.0 / (1 << 24))
 
 
-def uniform(key, dim):
+def uniform(key: jax.Array, dim: int | jax.Array) -> jax.Array:
     """A float32 in [0, 1) for each key at dimension ``dim`` (a Python or traced integer)."""
     return _to_unit(_mix(key, dim))
 
 
-def uniform2(key, dim):
+def uniform2(key: jax.Array, dim: int | jax.Array) -> jax.Array:
     """Two uniforms at dimensions dim and dim + 1, stacked to shape (2, ...)."""
     return jnp.stack([uniform(key, dim), uniform(key, dim + 1)])
 
@@ -95,7 +99,7 @@ class Dims:
     SPARE = 7
 
     @staticmethod
-    def bounce(depth, offset):
+    def bounce(depth: int | jax.Array, offset: int) -> int | jax.Array:
         return Dims.BOUNCE_BASE + depth * Dims.PER_BOUNCE + offset
 
 
@@ -104,11 +108,12 @@ class SampleKeys:
     """Where N pixel samples draw their random numbers (``draw``, ``draw_bounce``)."""
 
     key: jnp.ndarray    # (N,) uint32: independent, the sample's key; sobol, its pixel's key
-    index: jnp.ndarray  # (N,) uint32 sample index in its pixel, bit-reversed (sobol); None for independent
-    sampler: str = static("independent")  # one of SAMPLERS
+    index: jnp.ndarray | None  # (N,) uint32 sample index in its pixel, bit-reversed (sobol); None for independent
+    sampler: str = static(default="independent")  # one of SAMPLERS
 
 
-def sample_keys(sampler, seed, frame, pixel, sample):
+def sample_keys(sampler: str, seed: ArrayLike, frame: ArrayLike, pixel: ArrayLike,
+                sample: ArrayLike) -> SampleKeys:
     """The ``SampleKeys`` of pixel samples (uint32 arguments broadcast against each other)."""
     if sampler == "independent":
         return SampleKeys(sample_key(seed, frame, pixel, sample), None, sampler)
@@ -126,7 +131,7 @@ def _sobol_group(keys, dim, width):
     return sobol.scrambled_sobol(keys.index, seeds, width)
 
 
-def draw(keys, dim, width=2):
+def draw(keys: SampleKeys, dim: int | jax.Array, width: int = 2) -> jax.Array:
     """(width, N) float32 in [0, 1): dimensions dim .. dim + width - 1, one group of the layout
     (``Dims``; for sobol one group, width 1 to 3)."""
     if keys.sampler == "independent":
@@ -134,7 +139,7 @@ def draw(keys, dim, width=2):
     return _to_unit(_sobol_group(keys, dim, width))
 
 
-def draw_bounce(keys, depth):
+def draw_bounce(keys: SampleKeys, depth: int | jax.Array) -> jax.Array:
     """(Dims.SPARE, N) float32: the numbers of bounce ``depth`` ((N,) int32 or an int), rows in
     the order of Dims' per-bounce offsets.
 
@@ -147,7 +152,7 @@ def draw_bounce(keys, depth):
     """
     if keys.sampler == "independent":
         return jnp.stack([uniform(keys.key, Dims.bounce(depth, k)) for k in range(Dims.SPARE)])
-    rows = [None] * Dims.SPARE
+    rows: list[Any] = [None] * Dims.SPARE  # each filled below
     light = _to_unit(_sobol_group(keys, Dims.bounce(depth, Dims.EMITTER_SELECT), 2))
     rows[Dims.EMITTER_SELECT], rows[Dims.EMITTER_POINT], rows[Dims.EMITTER_POINT + 1] = light[0], light[0], light[1]
     bsdf = _to_unit(_sobol_group(keys, Dims.bounce(depth, Dims.BSDF_COMPONENT), 3))

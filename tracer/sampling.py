@@ -21,7 +21,7 @@ __all__ = [
 
 
 
-def square_to_uniform_disk_concentric(u):
+def square_to_uniform_disk_concentric(u: jax.Array) -> jax.Array:
     """Shirley-Chiu concentric map of [0,1)^2 onto the unit disk (pdf 1/pi)."""
     x = 2.0 * u[0] - 1.0
     y = 2.0 * u[1] - 1.0
@@ -35,7 +35,7 @@ def square_to_uniform_disk_concentric(u):
     return jnp.stack([r * cos_phi, r * sin_phi])
 
 
-def square_to_cosine_hemisphere(u):
+def square_to_cosine_hemisphere(u: jax.Array) -> jax.Array:
     """Malley's method: project the concentric disk up onto the +z hemisphere."""
     p = square_to_uniform_disk_concentric(u)
     z = vm.safe_sqrt(1.0 - p[0] * p[0] - p[1] * p[1])
@@ -44,11 +44,11 @@ def square_to_cosine_hemisphere(u):
     return jnp.stack(jax.lax.optimization_barrier((p[0], p[1], z)))
 
 
-def square_to_cosine_hemisphere_pdf(v):
+def square_to_cosine_hemisphere_pdf(v: jax.Array) -> jax.Array:
     return INV_PI * jnp.maximum(v[2], 0.0)
 
 
-def square_to_uniform_sphere(u):
+def square_to_uniform_sphere(u: jax.Array) -> jax.Array:
     z = 1.0 - 2.0 * u[1]
     r = vm.safe_sqrt(1.0 - z * z)
     phi = 2.0 * PI * u[0]
@@ -56,17 +56,17 @@ def square_to_uniform_sphere(u):
     return jnp.stack([r * cos_phi, r * sin_phi, z])
 
 
-def square_to_uniform_sphere_pdf(v):
+def square_to_uniform_sphere_pdf(v: jax.Array) -> jax.Array:
     return jnp.full(v.shape[1:], INV_FOUR_PI)
 
 
-def square_to_uniform_triangle(u):
+def square_to_uniform_triangle(u: jax.Array) -> jax.Array:
     """Barycentrics (b1, b2) uniform over the triangle (Mitsuba's square-root warp)."""
     t = vm.safe_sqrt(1.0 - u[0])
     return jnp.stack([1.0 - t, t * u[1]])
 
 
-def sample_discrete(cdf, u):
+def sample_discrete(cdf: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Index i with cdf[i-1] <= u < cdf[i] for an inclusive, increasing cdf (M,); u (N,) in [0, 1).
 
     Returns (index, u rescaled to [0, 1) inside the chosen bin) so the same uniform can be reused.
@@ -79,7 +79,7 @@ def sample_discrete(cdf, u):
     return idx, u_reused
 
 
-def power_heuristic(pdf_a, pdf_b):
+def power_heuristic(pdf_a: jax.Array, pdf_b: jax.Array) -> jax.Array:
     """Veach's power heuristic with beta = 2, as Mitsuba's path integrator uses it."""
     a2 = pdf_a * pdf_a
     b2 = pdf_b * pdf_b

@@ -6,7 +6,7 @@ animation differ only in arrays, so one compiled work unit serves the whole job.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import jax.numpy as jnp
 
@@ -39,15 +39,16 @@ class Shapes:
 class Settings:
     """Integrator and sampler settings that shape the compiled program."""
 
-    integrator: str = static("path")  # 'path' or 'direct' (tracer.integrators.path, tracer.integrators.direct)
-    max_depth: int = static(8)      # longest path, in segments; -1 for unbounded
-    rr_depth: int = static(5)       # depth from which Russian roulette applies
-    hide_emitters: bool = static(False)
-    spp: int = static(16)           # the scene's default samples per pixel
-    sampler: str = static("independent")  # tracer.rng.SAMPLERS: 'independent' or 'sobol'
-    emitter_samples: int = static(1)  # direct: light samples per camera ray
-    bsdf_samples: int = static(1)     # direct: BSDF samples per camera ray
-    aovs: tuple = static(())          # Mitsuba's aov integrator: ((name, type), ...) (tracer.io.aovs)
+    integrator: str = static(default="path")  # 'path' or 'direct' (tracer.integrators.path, tracer.integrators.direct)
+    max_depth: int = static(default=8)      # longest path, in segments; -1 for unbounded
+    rr_depth: int = static(default=5)       # depth from which Russian roulette applies
+    hide_emitters: bool = static(default=False)
+    spp: int = static(default=16)           # the scene's default samples per pixel
+    sampler: str = static(default="independent")  # tracer.rng.SAMPLERS: 'independent' or 'sobol'
+    emitter_samples: int = static(default=1)  # direct: light samples per camera ray
+    bsdf_samples: int = static(default=1)     # direct: BSDF samples per camera ray
+    # Mitsuba's aov integrator: ((name, type), ...) (tracer.io.aovs)
+    aovs: tuple[tuple[str, str], ...] = static(default=())
 
 
 @pytree_dataclass
@@ -67,8 +68,8 @@ class Scene:
         made by tree operations share it, so close the scene that ``load_scene`` returned."""
         self.geometry.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -13,6 +13,8 @@ these is written once:
 * the layout of a film's AOV channels after its RGB (``tracer.integrators.aov`` fills them; the farm's store
   and export name them).
 """
+from collections.abc import Iterable, Sequence
+
 import numpy as np
 
 __all__ = ["DEFAULT_TILE", "ACCELERATOR_TILE", "TRACE_SAMPLES", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE",
@@ -42,12 +44,13 @@ ISAS = ("AVX", "AVX2", "AVX512")  # XLA's names for a CPU job's instruction-set 
 PORTABLE_ISA = "AVX2"  # a cluster job's level: every x86-64 CPU since 2013-2015 (tracer.runtime.xla_flags)
 
 
-def pass_samples(pass_size, tile_h, tile_w, margin=_MARGIN):
+def pass_samples(pass_size: int, tile_h: int, tile_w: int, margin: int = _MARGIN) -> int:
     """Samples one pass of a tile traces: its source grid is the tile grown by the filter's margin."""
     return pass_size * (tile_h + 2 * margin) * (tile_w + 2 * margin)
 
 
-def fitting_tile(width, height, pass_size, budget, margin=_MARGIN, grow=False):
+def fitting_tile(width: int, height: int, pass_size: int, budget: int, margin: int = _MARGIN,
+                 grow: bool = False) -> int:
     """The frame's longer edge where one pass of the whole frame fits ``budget`` samples (one
     work unit drains its path pool once, where tiles would each), else ``DEFAULT_TILE``; with
     ``grow``, that doubled while a pass of it still fits and it is smaller than the frame."""
@@ -59,7 +62,7 @@ def fitting_tile(width, height, pass_size, budget, margin=_MARGIN, grow=False):
     return tile
 
 
-def default_tile(platform, film=None, pass_size=DEFAULT_PASS_SIZE):
+def default_tile(platform: str, film: tuple[int, int] | None = None, pass_size: int = DEFAULT_PASS_SIZE) -> int:
     """A new job's tile when it names none (the tile does not change a pixel's bits, only how the
     work is split): ``ACCELERATOR_TILE`` on GPUs and TPUs. On CPUs the whole frame where one pass
     of it fits ``TRACE_SAMPLES`` (``film``: its (width, height); None for a job with a noise
@@ -73,7 +76,7 @@ def default_tile(platform, film=None, pass_size=DEFAULT_PASS_SIZE):
 
 
 # ------------------------------------------------------------------------- the reduction's last step
-def resolve(value, weight):
+def resolve(value: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Pixel values from a film's accumulated sums (numpy): sum(f L) / sum(f), zero where sum(f) is zero.
 
     A film accumulates, per pixel, the sum of filter-weighted radiance ``sum(f L)`` and the sum of
@@ -111,17 +114,17 @@ MOMENT_TYPES = ("moment_xyz", "moment_m2")
 AOV_SUFFIXES.update({kind: ("X", "Y", "Z") for kind in MOMENT_TYPES})
 
 
-def aov_channel_names(aovs):
+def aov_channel_names(aovs: Iterable[tuple[str, str]]) -> tuple[str, ...]:
     """The AOV channels' names (Mitsuba's ``aov_names``) of ((name, type), ...), after R, G, B."""
     return tuple(f"{name}.{suffix}" for name, kind in aovs for suffix in AOV_SUFFIXES[kind])
 
 
-def aov_channel_count(aovs):
+def aov_channel_count(aovs: Iterable[tuple[str, str]]) -> int:
     """How many channels the AOVs ((name, type), ...) add after R, G, B."""
     return sum(len(AOV_SUFFIXES[kind]) for _, kind in aovs)
 
 
-def find_aov(aovs, *kinds):
+def find_aov(aovs: Sequence[tuple[str, str]], *kinds: str) -> int | None:
     """The channel offset (after R, G, B: 3 + ...) of the first AOV of the first of ``kinds``
     the list has, or None."""
     for kind in kinds:

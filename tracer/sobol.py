@@ -20,8 +20,12 @@ Dimensions: 0 is van der Corput (the bit reversal of the index), 1 and 2 are Sob
 is a (0, 2)-sequence; (0, 2) and (1, 2) have t = 1, and the three together are a (1, 3)-sequence.
 Values are 32-bit fractions (bit 31 weighs 1/2); ``tracer.rng`` turns them into floats.
 """
+from collections.abc import Sequence
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 __all__ = ["reverse_bits", "owen_scramble", "sobol_bits", "scrambled_sobol", "DIMENSIONS"]
 
@@ -29,7 +33,7 @@ DIMENSIONS = 3
 _MASKS = ((1, 0x55555555), (2, 0x33333333), (4, 0x0F0F0F0F), (8, 0x00FF00FF))
 
 
-def _direction_numbers(degree, coefficients, initial):
+def _direction_numbers(degree: int, coefficients: int, initial: Sequence[int]) -> np.ndarray:
     """The 32 columns (uint32, column k for index bit k) of a Sobol generator matrix, from the
     primitive polynomial's degree, its inner coefficients a_1..a_{s-1} as bits and the initial
     m_1..m_s (Joe and Kuo, "Constructing Sobol sequences with better two-dimensional projections",
@@ -49,16 +53,17 @@ _DIM2_COLUMNS = _direction_numbers(2, 1, (1, 3))
 _DIM2_REVERSED = np.array([int(f"{c:032b}"[::-1], 2) for c in _DIM2_COLUMNS], np.uint32)
 
 
-def reverse_bits(x):
+def reverse_bits(x: ArrayLike) -> jax.Array:
     """Bit reversal of uint32 arrays (bit 0 <-> bit 31)."""
     x = jnp.asarray(x, jnp.uint32)
+    mask: int | np.uint32
     for shift, mask in _MASKS:
         mask = np.uint32(mask)
         x = ((x >> shift) & mask) | ((x & mask) << shift)
     return (x >> 16) | (x << 16)
 
 
-def _nested_permutation(v, seed):
+def _nested_permutation(v: jax.Array, seed: jax.Array) -> jax.Array:
     """Vegdahl's Laine-Karras-style hash on bit-reversed values: bit k of the result is bit k of
     ``v`` flipped by a function of the seed and of v's bits below k."""
     v = v ^ (v * np.uint32(0x3D20ADEA))
@@ -68,14 +73,14 @@ def _nested_permutation(v, seed):
     return v ^ (v * np.uint32(0x53A22864))
 
 
-def owen_scramble(x, seed):
+def owen_scramble(x: ArrayLike, seed: ArrayLike) -> jax.Array:
     """Owen (nested uniform) scrambling of 32-bit fractions ``x`` (uint32), one tree per seed:
     bit 31 - k flips by a function of the seed and the bits above it. Maps aligned blocks of 2^m
     values onto aligned blocks of 2^m values."""
     return reverse_bits(_nested_permutation(reverse_bits(x), jnp.asarray(seed, jnp.uint32)))
 
 
-def _pascal(index):
+def _pascal(index: jax.Array) -> jax.Array:
     """Sobol dimension 1 before its final bit reversal: output bit p is the XOR of the index bits
     k whose positions contain p's bits (the Pascal matrix mod 2, by Lucas' theorem), computed as a
     superset-sum transform over the 5 bits of a bit position."""
@@ -85,7 +90,7 @@ def _pascal(index):
     return y ^ (y >> 16)
 
 
-def _multiply(columns, index):
+def _multiply(columns: np.ndarray, index: jax.Array) -> jax.Array:
     """The generator matrix with these 32 columns times the index's bits, over GF(2)."""
     acc = jnp.zeros_like(index)
     for k in range(32):
@@ -94,7 +99,7 @@ def _multiply(columns, index):
     return acc
 
 
-def sobol_bits(index, width):
+def sobol_bits(index: ArrayLike, width: int) -> jax.Array:
     """Unscrambled Sobol points: (width, N) uint32 fractions of dimensions 0..width-1 of the
     points at ``index`` (N,) uint32."""
     index = jnp.asarray(index, jnp.uint32)
@@ -102,7 +107,7 @@ def sobol_bits(index, width):
     return jnp.stack(dims[:width])
 
 
-def scrambled_sobol(reversed_index, seeds, width):
+def scrambled_sobol(reversed_index: ArrayLike, seeds: Sequence[ArrayLike], width: int) -> jax.Array:
     """Shuffled, Owen-scrambled Sobol points (Burley 2020): (width, N) uint32 fractions.
 
     reversed_index: (N,) uint32 position in the sequence, bit-reversed (``reverse_bits(i)``: a

@@ -10,6 +10,8 @@ mesh, interpolated by ``geometry.surface_interaction`` (``TexturePoint.attribute
 ``scale``; an attribute of width 1 is gray.
 """
 import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,9 @@ from tracer import vecmath as vm
 from tracer.kinds import BitmapFilter, TextureKind, WrapMode
 from tracer.pytree import pytree_dataclass, static
 from tracer.table_rows import column, stacked
+
+if TYPE_CHECKING:
+    from tracer.shapes.geometry import AttributeSlot
 
 __all__ = [
     "Textures", "TextureRow", "TextureTableBuilder", "TexturePoint", "texture_point", "eval_rgb", "eval_float",
@@ -42,21 +47,21 @@ class Textures:
     wrap: jnp.ndarray          # (K,) int32 a WrapMode
     texels: jnp.ndarray        # (3, M) linear RGB of all bitmaps, row-major, rows top to bottom
     channels: jnp.ndarray      # (3, K) int32 mesh attributes: the attribute channels of R, G, B
-    kinds_present: tuple = static(())  # which kinds occur, so absent ones cost nothing
+    kinds_present: tuple[int, ...] = static(default=())  # which kinds occur, so absent ones cost nothing
     # The bitmaps' wrap modes and filters that occur: a lookup computes only those.
-    wraps_present: tuple = static((WrapMode.REPEAT, WrapMode.MIRROR, WrapMode.CLAMP))
-    filters_present: tuple = static((BitmapFilter.NEAREST, BitmapFilter.BILINEAR))
+    wraps_present: tuple[int, ...] = static(default=(WrapMode.REPEAT, WrapMode.MIRROR, WrapMode.CLAMP))
+    filters_present: tuple[int, ...] = static(default=(BitmapFilter.NEAREST, BitmapFilter.BILINEAR))
 
 
-def _black():
+def _black() -> np.ndarray:
     return np.zeros(3, np.float32)
 
 
-def _identity_uv():
+def _identity_uv() -> np.ndarray:
     return np.array([[1, 0, 0], [0, 1, 0]], np.float32)
 
 
-def _no_channels():
+def _no_channels() -> np.ndarray:
     return np.zeros(3, np.int32)
 
 
@@ -68,7 +73,7 @@ class TexturePoint:
     attributes: jnp.ndarray  # (C, N) the geometry's attribute channels at the hits
 
 
-def texture_point(uv, attributes=None):
+def texture_point(uv: jnp.ndarray, attributes: jnp.ndarray | None = None) -> jnp.ndarray | TexturePoint:
     """What the textures of a surface read: uv (2, N), or a ``TexturePoint`` with the hits'
     attribute channels (C, N) when there are any (``SurfaceInteraction.attributes``)."""
     return uv if attributes is None else TexturePoint(uv=uv, attributes=attributes)
@@ -94,12 +99,12 @@ class TextureRow:
 class TextureTableBuilder:
     """Host-side accumulator: ``add_*`` returns a texture id; ``build()`` makes the table."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._rows: list[TextureRow] = []
         self._attributes: dict[int, str] = {}  # mesh_attribute texture id -> attribute name
         self._texels: list[np.ndarray] = []
         self._n_texels = 0
-        self._constants: dict[tuple[float, float, float], int] = {}
+        self._constants: dict[tuple[float, ...], int] = {}
 
     def add_constant(self, rgb: ArrayLike) -> int:
         rgb = tuple(float(c) for c in np.broadcast_to(np.asarray(rgb, np.float64), (3,)))
@@ -156,7 +161,7 @@ class TextureTableBuilder:
                                      to_uv=to_uv, **bitmap))
         return len(self._rows) - 1
 
-    def build(self, attribute_slots=()) -> Textures:
+    def build(self, attribute_slots: Iterable["AttributeSlot"] = ()) -> Textures:
         """The table; ``attribute_slots``: the geometry's ``AttributeSlot``s, which hold every
         attribute a mesh_attribute texture reads."""
         if not self._rows:
@@ -247,7 +252,7 @@ def _bitmap(textures, tid, uv):
     return jnp.where(textures.filter[tid] == BitmapFilter.BILINEAR, bilinear, texels.nearest())
 
 
-def eval_gradient(textures: Textures, tid: jnp.ndarray, at) -> jnp.ndarray:
+def eval_gradient(textures: Textures, tid: jnp.ndarray, at: jnp.ndarray | TexturePoint) -> jnp.ndarray:
     """(d/du, d/dv) (2, N) of the scalar value of bitmaps ``tid`` (N,), as Mitsuba's
     ``bitmap::eval_1_grad``: the derivative of the bilinear interpolation of the texels'
     luminance, zero for a nearest-neighbour lookup. The uv map's linear part is applied as
@@ -293,14 +298,15 @@ def _eval(textures, tid, at, checker_swapped, constant):
     return result
 
 
-def eval_rgb(textures: Textures, tid: jnp.ndarray, at, constant: bool = False) -> jnp.ndarray:
+def eval_rgb(textures: Textures, tid: jnp.ndarray, at: jnp.ndarray | TexturePoint,
+             constant: bool = False) -> jnp.ndarray:
     """RGB (3, N) of textures ``tid`` (N,) at surface uv (2, N), or at a ``TexturePoint`` (the
     only way to reach mesh attributes). ``constant`` (static): the caller knows every id is a
     constant texture, so only its value is read."""
     return _eval(textures, tid, at, checker_swapped=False, constant=constant)
 
 
-def eval_float(textures: Textures, tid: jnp.ndarray, at, constant: bool = False,
+def eval_float(textures: Textures, tid: jnp.ndarray, at: jnp.ndarray | TexturePoint, constant: bool = False,
                checker_mean: bool = False) -> jnp.ndarray:
     """Scalar (N,) texture values as Mitsuba's ``Texture::eval_1``: the luminance of the RGB value
     (a bitmap's, and a constant's: the value itself, to rounding, for the gray ones that float

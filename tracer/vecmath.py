@@ -3,7 +3,11 @@
 Every vector batch has shape (3, N) (components first) and every scalar batch shape (N,):
 XLA vectorizes along N, which is five times faster on the CPU than batches of 3-vectors.
 """
+from collections.abc import Callable
+
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from tracer.constants import LUMINANCE_WEIGHTS
 
@@ -13,16 +17,19 @@ __all__ = [
     "transform_normal", "max_component", "fold",
 ]
 
+# A shading frame (s, t, n): three unit vectors (3, N).
+Frame = tuple[jax.Array, jax.Array, jax.Array]
 
-def dot(a, b):
+
+def dot(a: jax.Array, b: jax.Array) -> jax.Array:
     return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
 
-def cross(a, b):
+def cross(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
 
 
-def fold(op, a, axis=0):
+def fold(op: Callable[[jax.Array, jax.Array], jax.Array], a: jax.Array, axis: int = 0) -> jax.Array:
     """``op`` folded over ``a``'s (short, static) ``axis`` from its first entry on, written out.
 
     What the tracer uses instead of float reductions (``jnp.sum``, ``jnp.max``, ``jnp.prod``):
@@ -37,29 +44,29 @@ def fold(op, a, axis=0):
     return out
 
 
-def max_component(a):
+def max_component(a: jax.Array) -> jax.Array:
     """The largest of the components of a (3, N) vector, (N,)."""
     return jnp.maximum(jnp.maximum(a[0], a[1]), a[2])
 
 
-def norm(a):
+def norm(a: jax.Array) -> jax.Array:
     return jnp.sqrt(dot(a, a))
 
 
-def normalize(a):
+def normalize(a: jax.Array) -> jax.Array:
     return a * jnp.reciprocal(jnp.sqrt(jnp.maximum(dot(a, a), 1e-30)))
 
 
-def safe_sqrt(x):
+def safe_sqrt(x: jax.Array) -> jax.Array:
     return jnp.sqrt(jnp.maximum(x, 0.0))
 
 
-def select(mask, a, b):
+def select(mask: ArrayLike, a: ArrayLike, b: ArrayLike) -> jax.Array:
     """``jnp.where`` that broadcasts an (N,) mask over (3, N) vectors."""
     return jnp.where(mask, a, b)
 
 
-def coordinate_system(n):
+def coordinate_system(n: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Two tangents (s, t) completing the unit normal n (3, N) to an orthonormal frame.
 
     Duff et al. 2017, "Building an Orthonormal Basis, Revisited" -- the construction Mitsuba 3 uses,
@@ -73,7 +80,7 @@ def coordinate_system(n):
     return s, t
 
 
-def tangent_frame(n, tangent):
+def tangent_frame(n: jax.Array, tangent: jax.Array) -> Frame:
     """The frame (s, t, n) whose s is ``tangent`` (3, N) made orthogonal to the unit normal n
     (Gram-Schmidt) and t = n x s: Mitsuba's ``SurfaceInteraction::initialize_sh_frame`` with
     tangent = dp/du, so that anisotropic BSDFs are oriented along the surface's parametrisation.
@@ -84,44 +91,44 @@ def tangent_frame(n, tangent):
     return s, cross(n, s), n
 
 
-def to_local(frame, v):
+def to_local(frame: Frame, v: jax.Array) -> jax.Array:
     s, t, n = frame
     return jnp.stack([dot(v, s), dot(v, t), dot(v, n)])
 
 
-def to_world(frame, v):
+def to_world(frame: Frame, v: jax.Array) -> jax.Array:
     s, t, n = frame
     return s * v[0] + t * v[1] + n * v[2]
 
 
-def reflect(wi):
+def reflect(wi: jax.Array) -> jax.Array:
     """Mirror a local direction about the local z axis (the shading normal)."""
     return jnp.stack([-wi[0], -wi[1], wi[2]])
 
 
-def upper_hemisphere(v):
+def upper_hemisphere(v: jax.Array) -> jax.Array:
     """v (3, N) turned to the z >= 0 side of a local frame (negated where v_z < 0)."""
     return v * jnp.where(v[2] >= 0, 1.0, -1.0)
 
 
-def luminance(rgb):
+def luminance(rgb: jax.Array) -> jax.Array:
     return LUMINANCE_WEIGHTS[0] * rgb[0] + LUMINANCE_WEIGHTS[1] * rgb[1] + LUMINANCE_WEIGHTS[2] * rgb[2]
 
 
-def transform_point(m, p):
+def transform_point(m: jax.Array, p: jax.Array) -> jax.Array:
     """Apply affine matrices m (3, 4, N) -- or one (3, 4) -- to points p (3, N)."""
     if m.ndim == 2:
         m = m[:, :, None]
     return m[:, 0] * p[0] + m[:, 1] * p[1] + m[:, 2] * p[2] + m[:, 3]
 
 
-def transform_vector(m, v):
+def transform_vector(m: jax.Array, v: jax.Array) -> jax.Array:
     if m.ndim == 2:
         m = m[:, :, None]
     return m[:, 0] * v[0] + m[:, 1] * v[1] + m[:, 2] * v[2]
 
 
-def transform_normal(inverse, n):
+def transform_normal(inverse: jax.Array, n: jax.Array) -> jax.Array:
     """Transform normals with the inverse of the affine map (its transpose is applied)."""
     if inverse.ndim == 2:
         inverse = inverse[:, :, None]

@@ -65,7 +65,7 @@ def _run(spec, store, order, kill_after=None, tear_at=None):
     results, or ``tear_at`` array writes into the run (before that write)."""
     runner = _JobRun(spec, store, [], 3, 0, False, lambda *_: None, 1, None)
     records, _ = runner.verify_store()
-    folds = Folds(store, records, spec.spp, window=3)
+    folds = runner.folds = Folds(store, records, spec.spp, window=3)
     queue = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels).todo
     writes = [0]
     originals = {name: getattr(store, name) for name in ("_write", "_put_record")}
@@ -112,6 +112,7 @@ def _direct(spec, store):
     """The frames as ``tracer.render`` sums them: per tile, chunks from zero, added to a zero
     accumulator in chunk order (the stub unit in place of the tracer's)."""
     runner = _JobRun(spec, store, [], 3, 0, False, lambda *_: None, 1, None)
+    runner.folds = Folds(store, runner.verify_store()[0], spec.spp)  # results handed back, as without a shared root
     g, n_passes = spec.chunk_passes, -(-spec.spp // spec.pass_size)
     out = []
     for f in range(spec.n_frames):

@@ -20,10 +20,10 @@ MISSING = "the 'embree' intersection backend needs embreex: pip install embreex 
 _MIN_SPLIT = 4096
 
 _lock = threading.Lock()
-_pool = None
+_pool: ThreadPoolExecutor | None = None
 
 
-def available():
+def available() -> bool:
     try:
         import embreex.rtcore_scene  # noqa: F401
     except ImportError:
@@ -31,12 +31,12 @@ def available():
     return True
 
 
-def _threads():
+def _threads() -> int:
     """Threads per query: this device's share of the cores (the other devices query too)."""
     return cpu.cores_per_device() or cpu.cores()
 
 
-def _executor():
+def _executor() -> ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
@@ -44,7 +44,7 @@ def _executor():
         return _pool
 
 
-def build(p0, p1, p2, robust=False):
+def build(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, robust: bool = False) -> host.HostScene:
     """Host: an Embree scene over triangles p0, p1, p2 (3, T), as a ``host.HostScene``;
     ``robust``: Embree's watertight triangle test (Mitsuba's default is off: mesh.xml renders
     1.04-1.08x faster without it)."""

@@ -10,14 +10,27 @@ not depend on how a batch is split: renders stay bit-identical across device cou
 import itertools
 import threading
 import weakref
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 __all__ = ["HostScene", "closest_hit", "occluded"]
 
-_scenes = {}  # handle -> (engine, engine scene): what the host callback looks up
+
+class Engine(Protocol):
+    """The ``engine`` of a ``HostScene`` (see there): ``tracer.accel.embree``'s and ``tracer.accel.warp``'s."""
+
+    def closest(self, scene: Any, o: np.ndarray, d: np.ndarray, t_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ...
+
+    def occluded(self, scene: Any, o: np.ndarray, d: np.ndarray, t_max: np.ndarray) -> np.ndarray:
+        ...
+
+
+_scenes: dict[int, tuple[Engine, Any]] = {}  # handle -> (engine, engine scene): what the host callback looks up
 _ids = itertools.count(1)
 _lock = threading.Lock()
 
@@ -31,7 +44,7 @@ class HostScene:
     Closing twice is harmless, and a HostScene that is dropped unclosed closes itself.
     """
 
-    def __init__(self, engine, scene):
+    def __init__(self, engine: Engine, scene: Any) -> None:
         with _lock:
             self.handle = next(_ids)
             _scenes[self.handle] = (engine, scene)
@@ -49,7 +62,7 @@ class HostScene:
         return not self._finalizer.alive
 
 
-def _lookup(handle):
+def _lookup(handle: np.ndarray) -> tuple[Engine, Any]:
     entry = _scenes.get(int(handle))
     if entry is None:
         raise RuntimeError(f"intersection scene {int(handle)} is gone: the scene that built it was closed or freed")
@@ -144,7 +157,7 @@ def _direct_primitive():
 _direct = _direct_primitive()
 
 
-def closest_hit(handle, o, d, t_max):
+def closest_hit(handle: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> tuple[jax.Array, jax.Array]:
     """(t, prim) of rays o, d (3, N) against the scene ``handle``; t = inf, prim = -1 for misses."""
     n = o.shape[1]
     t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))
@@ -152,7 +165,7 @@ def closest_hit(handle, o, d, t_max):
     return _host_call(_host_closest, shapes, handle, o, d, t_max)
 
 
-def occluded(handle, o, d, t_max):
+def occluded(handle: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
     """(N,) bool: the scene ``handle`` has a triangle at 0 < t < t_max along the ray."""
     n = o.shape[1]
     t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))

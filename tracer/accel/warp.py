@@ -22,7 +22,7 @@ _lock = threading.Lock()
 _kernels = None
 
 
-def available():
+def available() -> bool:
     try:
         import warp  # noqa: F401
     except ImportError:
@@ -49,8 +49,10 @@ def _define_kernels(wp):
     # Warp's own mesh_query_ray is not watertight (rays slip through shared edges), so the
     # kernels walk Warp's BVH and test triangles with the watertight test of tracer.shapes.intersect:
     # the ray's dominant axis kz, a shear, and edge-function signs from compared products.
+    # (Warp reads the kernels' annotations at run time; mypy cannot resolve types on the module
+    # passed in as ``wp``, hence the ignores.)
     @wp.func
-    def watertight_t(a: wp.vec3, b: wp.vec3, c: wp.vec3, k: wp.vec3i, s: wp.vec3):
+    def watertight_t(a: wp.vec3, b: wp.vec3, c: wp.vec3, k: wp.vec3i, s: wp.vec3):  # type: ignore[name-defined]
         kx, ky, kz = k[0], k[1], k[2]
         sx, sy, sz = s[0], s[1], s[2]
         ax = a[kx] - sx * a[kz]
@@ -72,7 +74,7 @@ def _define_kernels(wp):
         return t
 
     @wp.func
-    def shear_axes(d: wp.vec3):
+    def shear_axes(d: wp.vec3):  # type: ignore[name-defined]
         ad = wp.vec3(wp.abs(d[0]), wp.abs(d[1]), wp.abs(d[2]))
         kz = int(2)
         if ad[0] >= ad[1] and ad[0] >= ad[2]:
@@ -86,13 +88,14 @@ def _define_kernels(wp):
         return wp.vec3i(kx, ky, kz)
 
     @wp.func
-    def shear(d: wp.vec3, k: wp.vec3i):
+    def shear(d: wp.vec3, k: wp.vec3i):  # type: ignore[name-defined]
         """(d_kx / d_kz, d_ky / d_kz, 1 / d_kz): the ray's shear along its axes ``k``."""
         sz = 1.0 / d[k[2]]
         return wp.vec3(d[k[0]] * sz, d[k[1]] * sz, sz)
 
     @wp.kernel
-    def closest(bvh: wp.uint64, p0: wp.array(dtype=wp.vec3), p1: wp.array(dtype=wp.vec3),
+    def closest(bvh: wp.uint64, p0: wp.array(dtype=wp.vec3),  # type: ignore[name-defined]
+                p1: wp.array(dtype=wp.vec3),
                 p2: wp.array(dtype=wp.vec3), o: wp.array(dtype=wp.vec3), d: wp.array(dtype=wp.vec3),
                 t_max: wp.array(dtype=wp.float32), prim: wp.array(dtype=wp.int32), t: wp.array(dtype=wp.float32)):
         i = wp.tid()
@@ -112,7 +115,8 @@ def _define_kernels(wp):
         t[i] = best
 
     @wp.kernel
-    def anyhit(bvh: wp.uint64, p0: wp.array(dtype=wp.vec3), p1: wp.array(dtype=wp.vec3),
+    def anyhit(bvh: wp.uint64, p0: wp.array(dtype=wp.vec3),  # type: ignore[name-defined]
+               p1: wp.array(dtype=wp.vec3),
                p2: wp.array(dtype=wp.vec3), o: wp.array(dtype=wp.vec3), d: wp.array(dtype=wp.vec3),
                t_max: wp.array(dtype=wp.float32), blocked: wp.array(dtype=wp.int32)):
         i = wp.tid()
@@ -136,7 +140,7 @@ def _device(wp):
     return "cuda:0" if wp.get_cuda_device_count() > 0 else "cpu"
 
 
-def build(p0, p1, p2):
+def build(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray) -> host.HostScene:
     """Host: Warp's BVH over triangles p0, p1, p2 (3, T), as a ``host.HostScene``."""
     wp, _ = _warp()
     device = _device(wp)

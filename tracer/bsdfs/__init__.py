@@ -52,7 +52,8 @@ class BsdfSample:
 class _Params:
     """The per-ray parameters of a batch: texture values and table entries, gathered once."""
 
-    def __init__(self, materials, textures, mat, uv):
+    def __init__(self, materials: Materials, textures: tx.Textures, mat: jnp.ndarray,
+                 uv: jnp.ndarray | tx.TexturePoint) -> None:
         present = set(materials.kinds_present)
         self.kinds = present
         self.kind = materials.kind[mat]
@@ -85,23 +86,25 @@ class _Params:
         if present & set(BsdfKind.PRINCIPLEDS):
             self.disney = disney.gather(materials, textures, mat, uv, self.reflectance)
 
-    def has(self, kind):
+    def has(self, kind: int) -> bool:
         return kind in self.kinds
 
 
 class _Select:
     """Accumulates per-kind results: each ray keeps the one of its own kind."""
 
-    def __init__(self, kind, fields):
+    def __init__(self, kind: jnp.ndarray, fields: dict[str, jnp.ndarray]) -> None:
         self.kind, self.fields = kind, dict(fields)
 
-    def put(self, kind, **values):
+    def put(self, kind: int, **values: jnp.ndarray | bool) -> None:
         mine = self.kind == kind
         for name, value in values.items():
             self.fields[name] = jnp.where(mine, value, self.fields[name])
 
 
-def sample(materials, textures, mat, uv, wi, u1, u2, tangents=None):
+def sample(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
+           wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray,
+           tangents: perturb.Tangents | None = None) -> tuple[BsdfSample, jnp.ndarray]:
     """Sample Mitsuba's BSDFs: u1 (N,) picks the lobe, u2 (2, N) the direction.
 
     Returns (BsdfSample, weight (3, N)) with weight = f(wi, wo) |cos theta_o| / pdf (for a delta
@@ -126,7 +129,9 @@ def sample(materials, textures, mat, uv, wi, u1, u2, tangents=None):
     return dataclasses.replace(bs, pdf=pdf), mixture
 
 
-def _sample_leaf(materials, textures, mat, uv, wi, u1, u2, tangents):
+def _sample_leaf(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
+                 wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray,
+                 tangents: perturb.Tangents | None) -> tuple[BsdfSample, jnp.ndarray]:
     if materials.perturbation is None:
         return _sample_kinds(materials, textures, mat, uv, wi, u1, u2)
     pf = perturb.frame(materials.perturbation, textures, mat, uv, wi, tangents)
@@ -135,7 +140,8 @@ def _sample_leaf(materials, textures, mat, uv, wi, u1, u2, tangents):
     return dataclasses.replace(bs, wo=wo, pdf=pdf), weight
 
 
-def _sample_kinds(materials, textures, mat, uv, wi, u1, u2):
+def _sample_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
+                  wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray) -> tuple[BsdfSample, jnp.ndarray]:
     params = _Params(materials, textures, mat, uv)
     zero = jnp.zeros_like(wi[0])  # *_like: varying over shard_map's ray axis as wi is
     out = _Select(params.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0,
@@ -176,7 +182,8 @@ def _sample_kinds(materials, textures, mat, uv, wi, u1, u2):
     return BsdfSample(wo=wo, pdf=jnp.where(bad, 0.0, f["pdf"]), eta=f["eta"], is_delta=f["delta"]), weight
 
 
-def _sample_rough(materials, params, wi, u1, u2, out):
+def _sample_rough(materials: Materials, params: _Params, wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray,
+                  out: _Select) -> None:
     """One microfacet normal per ray serves every rough kind: the visible normals seen from wi, turned
     to the upper hemisphere for rough dielectrics only, as Mitsuba's do. (For the others wi below
     fails the sample; its direction still matters where a blend evaluates a sibling there, which
@@ -210,7 +217,9 @@ def _sample_rough(materials, params, wi, u1, u2, out):
         out.put(BsdfKind.PPLASTIC, wo=wo, pdf=pdf, weight=weight)
 
 
-def eval_pdf(materials, textures, mat, uv, wi, wo, tangents=None):
+def eval_pdf(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
+             wi: jnp.ndarray, wo: jnp.ndarray,
+             tangents: perturb.Tangents | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of the non-delta lobes; zero for delta-only kinds.
     A composite material's are its leaves' weighted sums. ``tangents``: as for ``sample``."""
     if materials.layers is None:
@@ -224,7 +233,9 @@ def eval_pdf(materials, textures, mat, uv, wi, wo, tangents=None):
     return value, pdf
 
 
-def _eval_pdf_leaf(materials, textures, mat, uv, wi, wo, tangents):
+def _eval_pdf_leaf(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
+                   wi: jnp.ndarray, wo: jnp.ndarray,
+                   tangents: perturb.Tangents | None) -> tuple[jnp.ndarray, jnp.ndarray]:
     if materials.perturbation is None:
         return _eval_pdf_kinds(materials, textures, mat, uv, wi, wo)
     pf = perturb.frame(materials.perturbation, textures, mat, uv, wi, tangents)
@@ -233,7 +244,8 @@ def _eval_pdf_leaf(materials, textures, mat, uv, wi, wo, tangents):
     return perturb.evaluated(pf, wo, wo_p, value, pdf)
 
 
-def _eval_pdf_kinds(materials, textures, mat, uv, wi, wo):
+def _eval_pdf_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
+                    wi: jnp.ndarray, wo: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     params = _Params(materials, textures, mat, uv)
     out = _Select(params.kind, dict(value=jnp.zeros_like(wi), pdf=jnp.zeros_like(wi[0])))
     if params.has(BsdfKind.DIFFUSE):
@@ -271,7 +283,7 @@ def _eval_pdf_kinds(materials, textures, mat, uv, wi, wo):
     return out.fields["value"], out.fields["pdf"]
 
 
-def has_nondelta_lobe(materials, mat):
+def has_nondelta_lobe(materials: Materials, mat: jnp.ndarray) -> jnp.ndarray:
     """(N,) bool: the material has a non-delta lobe, so that next-event estimation applies."""
     if materials.layers is not None:
         return materials.layers.nondelta[mat]

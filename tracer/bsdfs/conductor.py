@@ -5,6 +5,7 @@
 microfacet normal (sampling) and microfacet terms (evaluation) come in precomputed, so that all
 rough BSDFs of a batch share them.
 """
+import jax
 import jax.numpy as jnp
 
 from tracer import vecmath as vm
@@ -13,7 +14,8 @@ from tracer.bsdfs import fresnel, microfacet
 __all__ = ["smooth_sample", "rough_sample", "rough_eval_pdf"]
 
 
-def smooth_sample(wi, eta, k, specular):
+def smooth_sample(wi: jax.Array, eta: jax.Array, k: jax.Array,
+                  specular: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Mirror reflection. Returns (wo, pdf = 1, weight = specular F (3, N)); wi below fails the
     sample (weight 0), its direction and pdf kept as Mitsuba's (``tracer.bsdfs``: failed samples)."""
     ok = wi[2] > 0
@@ -21,7 +23,8 @@ def smooth_sample(wi, eta, k, specular):
     return vm.reflect(wi), jnp.ones_like(wi[2]), vm.select(ok, weight, 0.0)
 
 
-def rough_sample(wi, m, pdf_m, eta, k, specular, distr):
+def rough_sample(wi: jax.Array, m: jax.Array, pdf_m: jax.Array, eta: jax.Array, k: jax.Array, specular: jax.Array,
+                 distr: microfacet.Distribution) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Reflect wi about the normal m sampled by ``microfacet.sample(distr, wi, u2)`` (density pdf_m).
 
     Returns (wo, pdf, weight (3, N)) with Mitsuba's weights: F G1(wo) for visible-normal
@@ -41,7 +44,8 @@ def rough_sample(wi, m, pdf_m, eta, k, specular, distr):
     return wo, jnp.where(jnp.isfinite(pdf), pdf, 0.0), vm.select(ok, f * weight * specular, 0.0)
 
 
-def rough_eval_pdf(wi, wo, terms, eta, k, specular, distr):
+def rough_eval_pdf(wi: jax.Array, wo: jax.Array, terms: microfacet.Terms, eta: jax.Array, k: jax.Array,
+                   specular: jax.Array, distr: microfacet.Distribution) -> tuple[jax.Array, jax.Array]:
     """Torrance-Sparrow F D G / (4 cos_i) (cosine included) and the pdf of ``rough_sample``.
 
     ``terms``: ``microfacet.terms(distr, wi, wo, normalize(wi + wo))``.

@@ -5,6 +5,7 @@
 ``specular_reflectance`` / ``specular_transmittance`` factors. Radiance transport: refracted
 weights carry the (eta_t / eta_i)^-2 solid-angle compression factor.
 """
+import jax
 import jax.numpy as jnp
 
 from tracer import vecmath as vm
@@ -14,7 +15,8 @@ __all__ = ["smooth_sample", "thin_sample", "half_vector", "sampling_distribution
            "rough_eval_pdf"]
 
 
-def smooth_sample(wi, u1, eta, spec_r, spec_t):
+def smooth_sample(wi: jax.Array, u1: jax.Array, eta: jax.Array, spec_r: jax.Array,
+                  spec_t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """Choose reflection with probability F, else refraction.
 
     Returns (wo, pdf, weight (3, N), eta_sampled, reflected); the pdf is the lobe probability.
@@ -28,7 +30,8 @@ def smooth_sample(wi, u1, eta, spec_r, spec_t):
     return wo, pdf, weight, jnp.where(reflected, 1.0, eta_it), reflected
 
 
-def thin_sample(wi, u1, eta, spec_r, spec_t):
+def thin_sample(wi: jax.Array, u1: jax.Array, eta: jax.Array, spec_r: jax.Array,
+                spec_t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """A thin slab: reflection with the summed inter-reflections R' = 2R / (1 + R), else straight
     through (Mitsuba's null transmission). Returns (wo, pdf, weight (3, N))."""
     r = fresnel.dielectric(jnp.abs(wi[2]), eta)[0]
@@ -38,7 +41,7 @@ def thin_sample(wi, u1, eta, spec_r, spec_t):
     return wo, jnp.where(reflected, r, 1.0 - r), vm.select(reflected, spec_r, spec_t)
 
 
-def half_vector(wi, wo, eta):
+def half_vector(wi: jax.Array, wo: jax.Array, eta: jax.Array) -> jax.Array:
     """Generalized half vector (Walter et al. 2007, eq. 16), turned into the upper hemisphere."""
     cos_i = wi[2]
     reflect = cos_i * wo[2] > 0
@@ -47,7 +50,7 @@ def half_vector(wi, wo, eta):
     return m * jnp.where(m[2] >= 0, 1.0, -1.0)
 
 
-def sampling_distribution(distr, wi):
+def sampling_distribution(distr: microfacet.Distribution, wi: jax.Array) -> microfacet.Distribution:
     """The distribution ``rough_sample`` draws normals from: Walter et al.'s roughness widening
     (1.2 - 0.2 sqrt|cos_i|) when all normals are sampled; the visible normals need none."""
     if not distr.all_normals:
@@ -56,7 +59,9 @@ def sampling_distribution(distr, wi):
     return microfacet.scale_alpha(distr, scale)
 
 
-def rough_sample(wi, u1, m, pdf_m, eta, spec_r, spec_t, distr):
+def rough_sample(wi: jax.Array, u1: jax.Array, m: jax.Array, pdf_m: jax.Array, eta: jax.Array, spec_r: jax.Array,
+                 spec_t: jax.Array,
+                 distr: microfacet.Distribution) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """Reflect or refract about the normal m drawn by
     ``microfacet.sample(sampling_distribution(distr, wi), wi flipped up, u2)`` (density pdf_m);
     reflection with probability F(wi.m).
@@ -85,7 +90,8 @@ def rough_sample(wi, u1, m, pdf_m, eta, spec_r, spec_t, distr):
     return wo, jnp.where(ok, pdf, 0.0), vm.select(ok, weight * shadowing, 0.0), eta_out, reflected
 
 
-def rough_eval_pdf(wi, wo, terms, eta, spec_r, spec_t, distr):
+def rough_eval_pdf(wi: jax.Array, wo: jax.Array, terms: microfacet.Terms, eta: jax.Array, spec_r: jax.Array,
+                   spec_t: jax.Array, distr: microfacet.Distribution) -> tuple[jax.Array, jax.Array]:
     """Walter et al.'s rough dielectric BSDF (cosine included) and the pdf of ``rough_sample``.
 
     ``terms``: ``microfacet.terms(distr, wi, wo, half_vector(wi, wo, eta))``.

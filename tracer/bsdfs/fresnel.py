@@ -3,6 +3,7 @@
 Cosines are (N,) or (3, N); ``eta`` is the relative index of refraction inside / outside
 (> 1 when the normal points into the less dense medium), broadcast against them.
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -11,7 +12,7 @@ from tracer import vecmath as vm
 __all__ = ["dielectric", "conductor", "refract", "reflect_about", "diffuse_reflectance"]
 
 
-def dielectric(cos_theta_i, eta):
+def dielectric(cos_theta_i: jax.Array, eta: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Reflectance at a dielectric interface and the refracted cosine.
 
     Returns ``(r, cos_theta_t, eta_it, eta_ti)``: r the Fresnel reflectance; cos_theta_t the
@@ -35,7 +36,7 @@ def dielectric(cos_theta_i, eta):
     return r, cos_theta_t, eta_it, eta_ti
 
 
-def conductor(cos_theta_i, eta, k):
+def conductor(cos_theta_i: jax.Array, eta: jax.Array, k: jax.Array) -> jax.Array:
     """Reflectance of a conductor with complex IOR eta + i k (light arriving from outside).
 
     Moeller, "Optics" (1988), in Mitsuba's form; broadcasts (N,) cosines over (3, N) IORs.
@@ -55,17 +56,17 @@ def conductor(cos_theta_i, eta, k):
     return 0.5 * (r_s + r_p)
 
 
-def refract(wi, m, cos_theta_t, eta_ti):
+def refract(wi: jax.Array, m: jax.Array, cos_theta_t: jax.Array, eta_ti: jax.Array) -> jax.Array:
     """Refract local directions wi (3, N) about normals m (3, N); cosines from ``dielectric``."""
     return m * (vm.dot(wi, m) * eta_ti + cos_theta_t) - wi * eta_ti
 
 
-def reflect_about(wi, m):
+def reflect_about(wi: jax.Array, m: jax.Array) -> jax.Array:
     """Mirror wi (3, N) about the unit normals m (3, N)."""
     return m * (2.0 * vm.dot(wi, m)) - wi
 
 
-def diffuse_reflectance(eta):
+def diffuse_reflectance(eta: float) -> float:
     """Fdr: the fraction of diffuse (cosine-weighted) light reflected at a dielectric boundary.
 
     Host-side numpy, float64. Mitsuba's fits: Egan & Hilgeman (1973) for eta < 1, d'Eon & Irving

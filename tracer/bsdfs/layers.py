@@ -37,7 +37,7 @@ class Layers:
     nondelta: jnp.ndarray    # (M,) bool: some slot's leaf has a non-delta lobe (Mitsuba's Smooth flag)
 
 
-def weights(layers: Layers, textures: tx.Textures, mat: jnp.ndarray, at):
+def weights(layers: Layers, textures: tx.Textures, mat: jnp.ndarray, at: jnp.ndarray | tx.TexturePoint) -> jnp.ndarray:
     """Slot weights (L, N) of the materials ``mat`` (N,) at the texture point ``at`` (uv, or uv
     and mesh attributes: tracer.textures.texture_point)."""
     factor = layers.factor[:, :, mat]
@@ -52,7 +52,7 @@ def weights(layers: Layers, textures: tx.Textures, mat: jnp.ndarray, at):
     return jnp.where(layers.leaf[:, mat] >= 0, weight, 0.0)
 
 
-def choose(weight: jnp.ndarray, u: jnp.ndarray):
+def choose(weight: jnp.ndarray, u: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """One of the slots with weights (L, N) per ray, with probability its weight: (chosen (L, N)
     bool, u rescaled to [0, 1) within the chosen slot (N,))."""
     upper = jnp.stack(list(itertools.accumulate(weight)))  # (a running sum written out: see vm.fold)

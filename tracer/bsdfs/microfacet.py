@@ -6,6 +6,7 @@ Every ray carries its own roughness and distribution; ``Distribution.present`` (
 the distributions that can occur so that an absent one is never traced.
 """
 import dataclasses
+from collections.abc import Iterable
 
 import jax.numpy as jnp
 import numpy as np
@@ -30,10 +31,11 @@ class Distribution:
 
     alpha_u: jnp.ndarray   # roughness along the tangent, clamped to >= 1e-4 as Mitsuba does
     alpha_v: jnp.ndarray   # roughness along the bitangent
-    ggx: jnp.ndarray       # bool: GGX, else Beckmann
-    visible: jnp.ndarray   # bool: sample the visible normals, else all normals (D cos)
-    present: tuple = static((Microfacet.BECKMANN, Microfacet.GGX))  # distributions that may occur in the batch
-    all_normals: bool = static(True)          # whether ``visible`` may be False
+    ggx: jnp.ndarray | bool      # bool: GGX, else Beckmann
+    visible: jnp.ndarray | bool  # bool: sample the visible normals, else all normals (D cos)
+    # The distributions that may occur in the batch.
+    present: tuple[int, ...] = static(default=(Microfacet.BECKMANN, Microfacet.GGX))
+    all_normals: bool = static(default=True)  # whether ``visible`` may be False
 
 
 @pytree_dataclass
@@ -46,13 +48,14 @@ class Terms:
     g1_o: jnp.ndarray   # (N,) G1(wo, m)
 
 
-def make(alpha_u, alpha_v, ggx, visible, present=(Microfacet.BECKMANN, Microfacet.GGX), all_normals=True):
+def make(alpha_u: jnp.ndarray, alpha_v: jnp.ndarray, ggx: jnp.ndarray | bool, visible: jnp.ndarray | bool,
+         present: Iterable[int] = (Microfacet.BECKMANN, Microfacet.GGX), all_normals: bool = True) -> Distribution:
     """A ``Distribution`` with Mitsuba's clamping of alpha to 1e-4."""
     return Distribution(jnp.maximum(alpha_u, 1e-4), jnp.maximum(alpha_v, 1e-4), ggx, visible,
                         tuple(present), bool(all_normals))
 
 
-def scale_alpha(distr, scale):
+def scale_alpha(distr: Distribution, scale: jnp.ndarray) -> Distribution:
     """The distribution with both roughnesses scaled by ``scale`` (N,) (not clamped again)."""
     return dataclasses.replace(distr, alpha_u=distr.alpha_u * scale, alpha_v=distr.alpha_v * scale)
 
@@ -70,7 +73,7 @@ def _by_type(distr, beckmann, ggx):
     return jnp.where(distr.ggx, g_, b)
 
 
-def eval_d(distr, m):
+def eval_d(distr: Distribution, m: jnp.ndarray) -> jnp.ndarray:
     """Normal distribution D(m) (N,) of microfacet normals m (3, N)."""
     au, av = distr.alpha_u, distr.alpha_v
     cos2 = m[2] * m[2]
@@ -83,7 +86,7 @@ def eval_d(distr, m):
     return jnp.where(result * m[2] > 1e-20, result, 0.0)
 
 
-def smith_g1(distr, v, m):
+def smith_g1(distr: Distribution, v: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:
     """Smith's shadowing-masking term for one direction v (3, N) and normal m (3, N)."""
     xy_alpha_2 = (distr.alpha_u * v[0]) ** 2 + (distr.alpha_v * v[1]) ** 2
     tan_theta_alpha_2 = xy_alpha_2 / (v[2] * v[2])
@@ -100,11 +103,11 @@ def smith_g1(distr, v, m):
     return jnp.where(vm.dot(v, m) * v[2] <= 0, 0.0, result)
 
 
-def terms(distr, wi, wo, m):
+def terms(distr: Distribution, wi: jnp.ndarray, wo: jnp.ndarray, m: jnp.ndarray) -> Terms:
     return Terms(m, eval_d(distr, m), smith_g1(distr, wi, m), smith_g1(distr, wo, m))
 
 
-def pdf(distr, wi, m):
+def pdf(distr: Distribution, wi: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:
     """Density (N,) of ``sample`` choosing normal m, per unit solid angle of m."""
     d = eval_d(distr, m)
     visible = smith_g1(distr, wi, m) * jnp.abs(vm.dot(wi, m)) / wi[2]
@@ -113,7 +116,7 @@ def pdf(distr, wi, m):
     return d * jnp.where(distr.visible, visible, m[2])
 
 
-def sample(distr, wi, u):
+def sample(distr: Distribution, wi: jnp.ndarray, u: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Sample a microfacet normal for directions wi (3, N) from uniforms u (2, N).
 
     Returns (m (3, N), pdf (N,)); wi must lie in the upper hemisphere.
@@ -126,7 +129,7 @@ def sample(distr, wi, u):
     return m, density
 
 
-def _sample_all(distr, u):
+def _sample_all(distr: Distribution, u: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Sample D(m) cos(theta_m) directly (Walter et al. 2007)."""
     au, av = distr.alpha_u, distr.alpha_v
     phi = (2.0 * PI) * u[1]
@@ -154,7 +157,7 @@ def _sample_all(distr, u):
     return jnp.stack([cos_phi * sin_theta, sin_phi * sin_theta, cos_theta]), density
 
 
-def _sample_visible(distr, wi, u):
+def _sample_visible(distr: Distribution, wi: jnp.ndarray, u: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Heitz & d'Eon 2014: stretch, sample the slopes of the alpha = 1 case, unstretch."""
     au, av = distr.alpha_u, distr.alpha_v
     wi_p = vm.normalize(jnp.stack([au * wi[0], av * wi[1], wi[2]]))
@@ -170,7 +173,7 @@ def _sample_visible(distr, wi, u):
     return m, density
 
 
-def _visible_11_beckmann(cos_theta_i, u):
+def _visible_11_beckmann(cos_theta_i: jnp.ndarray, u: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Slopes of visible Beckmann normals for alpha = 1, by Newton inversion (Jakob 2014)."""
     tan_theta_i = vm.safe_sqrt(1.0 - cos_theta_i * cos_theta_i) / cos_theta_i
     cot_theta_i = 1.0 / tan_theta_i
@@ -186,7 +189,7 @@ def _visible_11_beckmann(cos_theta_i, u):
     return lax.erf_inv(x), lax.erf_inv(2.0 * u[1] - 1.0)
 
 
-def _visible_11_ggx(cos_theta_i, u):
+def _visible_11_ggx(cos_theta_i: jnp.ndarray, u: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Slopes of visible GGX normals for alpha = 1 (Heitz & d'Eon 2014, Mitsuba's form)."""
     p = sampling.square_to_uniform_disk_concentric(u)
     s = 0.5 * (1.0 + cos_theta_i)

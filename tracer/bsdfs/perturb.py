@@ -40,7 +40,7 @@ class Perturbations:
     scale: jnp.ndarray         # (M,) float32 bumpmap's gradient scale
     flip_invalid: jnp.ndarray  # (M,) bool Mitsuba's flip_invalid_normals
     shadowing: jnp.ndarray     # (M,) bool Mitsuba's use_shadowing_function
-    kinds_present: tuple = static(())  # the perturbations some material has (NONE not counted)
+    kinds_present: tuple[int, ...] = static(default=())  # the perturbations some material has (NONE not counted)
 
 
 @pytree_dataclass
@@ -66,18 +66,19 @@ class PerturbedFrame:
     shadowed: jnp.ndarray   # (N,) bool: the shadowing term applies
 
     @property
-    def axes(self):
+    def axes(self) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
         return (self.s, self.t, self.n)
 
 
-def tangents(frame, dp_du, dp_dv, ng):
+def tangents(frame: tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray], dp_du: jnp.ndarray, dp_dv: jnp.ndarray,
+             ng: jnp.ndarray) -> Tangents:
     """``Tangents`` of hits with shading frame ``frame`` (s, t, n) and world dp/du, dp/dv and
     geometric normal ng, each (3, N)."""
     return Tangents(dp_du=vm.to_local(frame, dp_du), dp_dv=vm.to_local(frame, dp_dv), ng=vm.to_local(frame, ng),
                     dp_du_world=dp_du)
 
 
-def _flat(like):
+def _flat(like: jnp.ndarray) -> Tangents:
     """Tangents of a flat local parametrisation (dp/du = e_x, dp/dv = e_y), for callers with none."""
     zero = jnp.zeros_like(like[0])
     ex = jnp.stack([zero + 1.0, zero, zero])
@@ -111,12 +112,14 @@ def _bumpmap(textures, tid, scale, at, wi, flip, tangents):
     return s, vm.cross(n, s), n
 
 
-def frame(perturbations, textures, mat, at, wi, tangents=None):
+def frame(perturbations: Perturbations, textures: tx.Textures, mat: jnp.ndarray, at: jnp.ndarray | tx.TexturePoint,
+          wi: jnp.ndarray, tangents: Tangents | None = None) -> PerturbedFrame:
     """The ``PerturbedFrame`` of materials ``mat`` (N,) at the texture point ``at`` for local wi
     (3, N); ``tangents``: the hits' ``Tangents`` (a flat parametrisation when None)."""
     kind = perturbations.kind[mat]
     tid, flip = perturbations.texture[mat], perturbations.flip_invalid[mat]
     zero = jnp.zeros_like(wi[0])
+    axes: tuple[jnp.ndarray, ...]
     axes = (jnp.stack([zero + 1.0, zero, zero]), jnp.stack([zero, zero + 1.0, zero]), jnp.stack([zero, zero, zero + 1.0]))
     if Perturbation.NORMALMAP in perturbations.kinds_present:
         mapped = _normalmap(textures, tid, at, wi, flip)
@@ -126,31 +129,34 @@ def frame(perturbations, textures, mat, at, wi, tangents=None):
         bumped = _bumpmap(textures, tid, perturbations.scale[mat], at, wi, flip, tangents)
         axes = tuple(vm.select(kind == Perturbation.BUMPMAP, a, b) for a, b in zip(bumped, axes))
     shadowed = (kind != Perturbation.NONE) & perturbations.shadowing[mat]
-    return PerturbedFrame(*axes, kind=kind, shadowed=shadowed)
+    s, t, n = axes
+    return PerturbedFrame(s, t, n, kind=kind, shadowed=shadowed)
 
 
-def _tan2(v):
+def _tan2(v: jnp.ndarray) -> jnp.ndarray:
     """Mitsuba's ``Frame::tan_theta_2`` of unit vectors v (3, N)."""
     return jnp.maximum(1.0 - v[2] * v[2], 0.0) / (v[2] * v[2])
 
 
-def shadow_terminator(n, wo):
+def shadow_terminator(n: jnp.ndarray, wo: jnp.ndarray) -> jnp.ndarray:
     """Estevez et al.'s shadowing term (N,) for the perturbed normal n and wo (both (3, N), local)."""
     alpha2 = jnp.minimum(0.125 * _tan2(n), 1.0)
     return 2.0 / (1.0 + jnp.sqrt(1.0 + alpha2 * _tan2(wo)))
 
 
-def _scale(pf, wo):
+def _scale(pf: PerturbedFrame, wo: jnp.ndarray) -> jnp.ndarray:
     return jnp.where(pf.shadowed, shadow_terminator(pf.n, wo), 1.0)
 
 
-def evaluated(pf, wo, wo_p, value, pdf):
+def evaluated(pf: PerturbedFrame, wo: jnp.ndarray, wo_p: jnp.ndarray, value: jnp.ndarray,
+              pdf: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(value (3, N), pdf (N,)) of a perturbed leaf's ``eval_pdf`` at wo_p (= wo in its frame)."""
     ok = wo[2] * wo_p[2] > 0
     return vm.select(ok, value * _scale(pf, wo), 0.0), jnp.where(ok, pdf, 0.0)
 
 
-def sampled(pf, wo_p, weight, pdf):
+def sampled(pf: PerturbedFrame, wo_p: jnp.ndarray, weight: jnp.ndarray,
+            pdf: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """(wo (3, N), weight (3, N), pdf (N,)) of a perturbed leaf's sample wo_p (in its frame) with
     its weight and pdf. A failed sample keeps its pdf under a bump map (as Mitsuba's bumpmap does:
     a blend above it counts that pdf in its mixture), not under a normal map."""

@@ -4,13 +4,19 @@ A diffuse base under a dielectric coating (parameters in a ``Coating``). The rou
 external transmittance over cos(theta) is column ``column`` (N,) of ``table`` (RES, M), the
 materials' tables (``precompute.rough_transmittance``): only the two entries used are gathered.
 """
-from typing import NamedTuple
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax.numpy as jnp
 
 from tracer import sampling
 from tracer import vecmath as vm
 from tracer.bsdfs import fresnel
+
+if TYPE_CHECKING:
+    from tracer.bsdfs.microfacet import Distribution, Terms
 
 __all__ = ["Coating", "smooth_sample", "smooth_eval_pdf", "rough_sample", "rough_eval_pdf", "transmittance"]
 
@@ -26,20 +32,21 @@ class Coating(NamedTuple):
     nonlinear: jnp.ndarray  # (N,) bool: account for the color shift of internal scattering
 
 
-def _lobe_probability(f_spec, weight_s):
+def _lobe_probability(f_spec: jnp.ndarray, weight_s: jnp.ndarray) -> jnp.ndarray:
     """Probability of the specular lobe: its share of energy times the sampling weight."""
     p_s = f_spec * weight_s
     p_d = (1.0 - f_spec) * (1.0 - weight_s)
     return p_s / (p_s + p_d)
 
 
-def _base(c):
+def _base(c: Coating) -> jnp.ndarray:
     """The diffuse base's outgoing albedo after internal inter-reflections, divided by eta^2."""
     denom = 1.0 - jnp.where(c.nonlinear, c.diffuse * c.internal, c.internal)
     return c.diffuse / denom / (c.eta * c.eta)
 
 
-def smooth_sample(wi, u1, u2, c):
+def smooth_sample(wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray,
+                  c: Coating) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """Specular reflection with probability ~ F weight_s, else the cosine-weighted diffuse base.
 
     Returns (wo, pdf, weight (3, N), specular_chosen).
@@ -61,7 +68,7 @@ def smooth_sample(wi, u1, u2, c):
             chose_spec)
 
 
-def smooth_eval_pdf(wi, wo, c):
+def smooth_eval_pdf(wi: jnp.ndarray, wo: jnp.ndarray, c: Coating) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The diffuse lobe (the specular one is a delta) and its sampling pdf."""
     cos_i, cos_o = wi[2], wo[2]
     f_i = fresnel.dielectric(cos_i, c.eta)[0]
@@ -73,7 +80,7 @@ def smooth_eval_pdf(wi, wo, c):
     return vm.select(ok, value, 0.0), jnp.where(ok, pdf, 0.0)
 
 
-def transmittance(table, column, cos_theta):
+def transmittance(table: jnp.ndarray, column: jnp.ndarray, cos_theta: jnp.ndarray) -> jnp.ndarray:
     """Column ``column`` (N,) of the (RES, M) table, linearly interpolated at cos_theta (N,) in
     [0, 1] as Mitsuba's ``lerp_gather``."""
     res = table.shape[0]
@@ -88,7 +95,9 @@ def transmittance(table, column, cos_theta):
     return v0 + (v1 - v0) * t
 
 
-def rough_sample(wi, u1, u2, m, terms_fn, c, table, column, distr):
+def rough_sample(wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray, m: jnp.ndarray,
+                 terms_fn: Callable[[jnp.ndarray], Terms], c: Coating, table: jnp.ndarray, column: jnp.ndarray,
+                 distr: Distribution) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """Choose the lobe, sample it, and weigh by the full eval / pdf as Mitsuba does.
 
     m: the normal drawn by ``microfacet.sample(distr, wi, u2)``; ``terms_fn(wo)`` returns the
@@ -104,7 +113,8 @@ def rough_sample(wi, u1, u2, m, terms_fn, c, table, column, distr):
     return vm.select(wi[2] > 0, wo, 0.0), pdf, vm.select(ok, value / jnp.where(ok, pdf, 1.0), 0.0)
 
 
-def rough_eval_pdf(wi, wo, terms, c, table, column, distr):
+def rough_eval_pdf(wi: jnp.ndarray, wo: jnp.ndarray, terms: Terms, c: Coating, table: jnp.ndarray, column: jnp.ndarray,
+                   distr: Distribution) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Rough specular coating plus the attenuated diffuse base (cosine included), and the pdf.
 
     ``terms``: ``microfacet.terms(distr, wi, wo, normalize(wi + wo))``.

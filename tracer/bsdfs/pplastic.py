@@ -10,13 +10,19 @@ The specular lobe is sampled with the fixed probability ``weight_s`` = s_mean / 
 (not Fresnel-weighted as ``plastic``), the diffuse one by the cosine; the weight of a sample
 is the full eval over the full pdf.
 """
-from typing import NamedTuple
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax.numpy as jnp
 
 from tracer import sampling
 from tracer import vecmath as vm
 from tracer.bsdfs import fresnel
+
+if TYPE_CHECKING:
+    from tracer.bsdfs.microfacet import Distribution, Terms
 
 __all__ = ["Params", "sample", "eval_pdf"]
 
@@ -30,7 +36,8 @@ class Params(NamedTuple):
     weight_s: jnp.ndarray  # (N,) probability of sampling the specular lobe
 
 
-def eval_pdf(wi, wo, terms, p, distr):
+def eval_pdf(wi: jnp.ndarray, wo: jnp.ndarray, terms: Terms, p: Params,
+             distr: Distribution) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(f cos (3, N), pdf (N,)) for ``terms`` = ``microfacet.terms(distr, wi, wo, normalize(wi + wo))``."""
     cos_i, cos_o = wi[2], wo[2]
     h, d = terms.m, terms.d
@@ -48,7 +55,8 @@ def eval_pdf(wi, wo, terms, p, distr):
     return vm.select(ok, spec + base, 0.0), jnp.where(ok, pdf, 0.0)
 
 
-def sample(wi, u1, u2, m, terms_fn, p, distr):
+def sample(wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray, m: jnp.ndarray, terms_fn: Callable[[jnp.ndarray], Terms],
+           p: Params, distr: Distribution) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """The specular lobe (reflection about m, drawn by ``microfacet.sample(distr, wi, u2)``) for
     u1 < weight_s, else the cosine-weighted diffuse one. ``terms_fn(wo)``: the microfacet terms at
     wo's half vector. Returns (wo, pdf, weight (3, N))."""

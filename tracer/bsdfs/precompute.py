@@ -6,6 +6,8 @@ nodes of the unit square (32^2 when the relative IOR exceeds 1, else 128^2), for
 cosines. This module repeats that quadrature node for node, so the tables agree with Mitsuba's
 to float32 rounding.
 """
+from typing import SupportsFloat
+
 import numpy as np
 
 __all__ = ["RES", "rough_transmittance"]
@@ -131,14 +133,14 @@ def _quadrature(wi, alpha, ggx, eta, transmit):
     return (value * w).sum(1)
 
 
-def rough_transmittance(alpha, eta, ggx):
+def rough_transmittance(alpha: SupportsFloat, eta: SupportsFloat, ggx: bool) -> tuple[np.ndarray, float]:
     """(table (RES,), internal reflectance): the coating's external transmittance at cos(theta) =
     linspace(0, 1, RES) and its cosine-weighted internal diffuse reflectance."""
     with np.errstate(all="ignore"):  # grazing and normal incidence divide by zero on purpose
         return _rough_transmittance(alpha, eta, ggx)
 
 
-def _rough_transmittance(alpha, eta, ggx):
+def _rough_transmittance(alpha: SupportsFloat, eta: SupportsFloat, ggx: bool) -> tuple[np.ndarray, float]:
     alpha = max(float(alpha), 1e-4)
     eta = float(eta)
     mu = np.maximum(1e-6, np.linspace(0.0, 1.0, RES))

@@ -70,7 +70,7 @@ def _fresnel(p, f_dielectric, cos_theta_h, front, bsdf):
     return vm.select(front, f_front, bsdf * f_dielectric)
 
 
-def eval_pdf(wi, wo, p):
+def eval_pdf(wi: jnp.ndarray, wo: jnp.ndarray, p: disney.Params) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of Mitsuba's eval and pdf."""
     cos_i, cos_o = wi[2], wo[2]
     active = cos_i != 0.0
@@ -137,7 +137,8 @@ def _diffuse_sheen(p, w, wh, wo, cos_i, cos_o, front_reflect):
     return value
 
 
-def sample(wi, u1, u2, p):
+def sample(wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray,
+           p: disney.Params) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """Pick a lobe with u1 (N,), sample it with u2 (2, N). Returns (wo, pdf, weight (3, N), eta);
     eta is the relative IOR crossed (1 unless transmitted)."""
     cos_i = wi[2]

@@ -42,7 +42,7 @@ def _probabilities(p, spec_trans, diff_trans):
     return _Probabilities(spec_reflect * rcp_total, trans * rcp_total, diff_r * rcp_total, diff_t * rcp_total)
 
 
-def _distribution(p, scaled):
+def _distribution(p: disney.Params, scaled: jnp.ndarray) -> microfacet.Distribution:
     """The reflection's GGX distribution, or where ``scaled`` (N,) the transmission's (its roughness
     scaled by 0.65 eta - 0.35)."""
     roughness = p.roughness
@@ -51,12 +51,12 @@ def _distribution(p, scaled):
     return disney.distribution(p.anisotropic, roughness, p)
 
 
-def _flip(v, cos_theta_i):
+def _flip(v: jnp.ndarray, cos_theta_i: jnp.ndarray) -> jnp.ndarray:
     """v mirrored through the sheet where wi is below it (Dr.Jit's mulsign)."""
     return jnp.where(jnp.signbit(cos_theta_i), -v, v)
 
 
-def eval_pdf(wi, wo, p):
+def eval_pdf(wi: jnp.ndarray, wo: jnp.ndarray, p: disney.Params) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(f(wi, wo) |cos theta_o| (3, N), pdf (N,)) of Mitsuba's eval and pdf."""
     active = wi[2] != 0.0
     spec_trans, diff_trans = p.spec_trans, p.diff_trans / 2.0
@@ -102,7 +102,8 @@ def eval_pdf(wi, wo, p):
     return vm.select(active, value, 0.0), jnp.where(active, pdf, 0.0)
 
 
-def sample(wi, u1, u2, p):
+def sample(wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray,
+           p: disney.Params) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """Pick a lobe with u1 (N,), sample it with u2 (2, N). Returns (wo, pdf, weight (3, N))."""
     cos_theta_i = wi[2]
     wi_up = _flip(wi, cos_theta_i)

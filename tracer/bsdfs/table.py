@@ -56,8 +56,8 @@ class Principled:
     eta: jnp.ndarray              # (M,) int32 (principledthin: the sheet's IOR, a texture)
     rates: jnp.ndarray            # (Rate.COUNT, M) float32 lobe sampling rates
     has_spec_trans: jnp.ndarray   # (M,) bool principled's m_has_spec_trans (its pdf from inside depends on it)
-    features: tuple = static(())  # the PRINCIPLED_FEATURES whose flag some material sets
-    textured: tuple = static(PRINCIPLED_TEXTURES)  # fields with a non-constant texture somewhere
+    features: tuple[str, ...] = static(default=())  # the PRINCIPLED_FEATURES whose flag some material sets
+    textured: tuple[str, ...] = static(default=PRINCIPLED_TEXTURES)  # fields with a non-constant texture somewhere
 
 
 @pytree_dataclass
@@ -79,12 +79,13 @@ class Materials:
     internal_reflectance: jnp.ndarray    # (M,) plastic: Fdr(1 / eta); roughplastic: integrated
     transmittance: jnp.ndarray           # (TRANSMITTANCE_RES, M) roughplastic: t(cos theta)
     layers: Layers | None = None         # composite materials' leaves (None: the scene has none)
-    kinds_present: tuple = static((BsdfKind.DIFFUSE,))
-    distributions_present: tuple = static(())   # microfacet distributions of the rough kinds
-    all_normals: bool = static(False)           # some rough material samples all normals
+    kinds_present: tuple[int, ...] = static(default=(BsdfKind.DIFFUSE,))
+    distributions_present: tuple[int, ...] = static(default=())  # microfacet distributions of the rough kinds
+    all_normals: bool = static(default=False)  # some rough material samples all normals
     # Texture-id fields above that refer to a non-constant texture somewhere; the others are
     # read as constants (a bitmap lookup for every field of every ray is what this saves).
-    textured: tuple = static(("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v"))
+    textured: tuple[str, ...] = static(default=("reflectance", "specular_reflectance", "specular_transmittance",
+                                                "alpha_u", "alpha_v"))
     # The principled kinds' parameters; None (no leaves: the same compiled program) without them.
     principled: Principled | None = None
     # Normal and bump maps over leaves (tracer.bsdfs.perturb); None where no material has one.

@@ -21,6 +21,11 @@ All normals here are oriented: the shape's ``flip_normals`` is applied, as Mitsu
 ``si.n`` / ``ds.n``. Mesh normals are interpolated vertex normals when the mesh has them,
 as Mitsuba's ``Mesh::sample_position`` (the pdf then uses that normal's cosine, as Mitsuba).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -33,12 +38,16 @@ from tracer.constants import INV_TWO_PI, RAY_EPSILON, TWO_PI
 from tracer.emitters import discrete
 from tracer.kinds import SurfaceKind
 
+if TYPE_CHECKING:
+    from tracer.emitters.table import Emitters
+
 __all__ = ["sample", "pdf", "eval_radiance"]
 
 ONE_MINUS_EPS = np.float32(1.0 - 2.0**-24)
 
 
-def _to_solid_angle(ref, p, n, pdf_area):
+def _to_solid_angle(ref: jax.Array, p: jax.Array, n: jax.Array,
+                    pdf_area: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Direction, distance and solid-angle pdf of an area sample (``Shape::sample_direction``)."""
     d = p - ref
     dist2 = vm.dot(d, d)
@@ -94,7 +103,7 @@ def _sample_cylinder(em, e, ref, u):
     return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e]), uv
 
 
-def _sphere(em, e):
+def _sphere(em: Emitters, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     return em.to_world[:, 3, e], vm.norm(em.to_world[:, 0, e])
 
 
@@ -140,7 +149,8 @@ _SAMPLERS = {SurfaceKind.MESH: _sample_mesh, SurfaceKind.SPHERE: _sample_sphere,
              SurfaceKind.CYLINDER: _sample_cylinder, SurfaceKind.RECTANGLE: _sample_rectangle}
 
 
-def sample(em, textures, e, ref, u):
+def sample(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Array,
+           u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """Sample area emitters ``e`` (N,) from ``ref`` (3, N) with u (2, N).
 
     Returns (p, n, d, dist, pdf, weight): the point, its oriented normal, the unit direction
@@ -161,7 +171,7 @@ def sample(em, textures, e, ref, u):
     return p, n, d, dist, pdf, weight
 
 
-def pdf(em, e, ref, p, n, d):
+def pdf(em: Emitters, e: jax.Array, ref: jax.Array, p: jax.Array, n: jax.Array, d: jax.Array) -> jax.Array:
     """Solid-angle pdf (N,) of sampling point p (oriented normal n) of emitters ``e`` from ref
     along unit direction d (``AreaLight::pdf_direction``); zero on the back side."""
     dp = vm.dot(d, n)
@@ -176,7 +186,7 @@ def pdf(em, e, ref, p, n, d):
     return jnp.where(dp < 0, value, 0.0)
 
 
-def _radiance(em, textures, e, uv):
+def _radiance(em: Emitters, textures: tex.Textures, e: jax.Array, uv: jax.Array) -> jax.Array:
     """The radiance (3, N) of area emitters ``e`` at surface uv (2, N): times its texture there,
     if it has one."""
     if not em.textured:
@@ -186,7 +196,8 @@ def _radiance(em, textures, e, uv):
     return jnp.where(tid >= 0, em.radiance[:, e] * texture, em.radiance[:, e])
 
 
-def eval_radiance(em, textures, e, n, d, uv):
+def eval_radiance(em: Emitters, textures: tex.Textures, e: jax.Array, n: jax.Array, d: jax.Array,
+                  uv: jax.Array) -> jax.Array:
     """Radiance (3, N) leaving an area emitter towards -d (d: the ray's direction) at a point with
     oriented normal n and surface uv (2, N): the emitter's radiance (textured: at uv) on the front
     side, zero on the back (``AreaLight::eval``)."""

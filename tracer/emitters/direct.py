@@ -6,6 +6,10 @@ Each kind present is evaluated for the whole batch and merged by the lane's kind
 vectorized form of a per-lane switch. Pdfs include the selection probability, weights divide
 by it, as ``Scene::sample_emitter_direction`` / ``pdf_emitter_direction``.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 
@@ -13,6 +17,10 @@ from tracer import sampling
 from tracer.emitters import area, distant, envmap, point, projector
 from tracer.kinds import EmitterKind
 from tracer.pytree import pytree_dataclass
+
+if TYPE_CHECKING:
+    from tracer.emitters.table import Emitters
+    from tracer.textures import Textures
 
 __all__ = ["DirectionSample", "sample_direction", "pdf_direction", "eval_surface", "eval_environment"]
 
@@ -46,7 +54,8 @@ def _sample_kind(kind, emitters, textures, e, ref, u):
     return envmap.sample(emitters, ref, u, distant.far_distance(emitters, ref))
 
 
-def sample_direction(emitters, textures, ref_p, u_select, u, reuse=False):
+def sample_direction(emitters: Emitters, textures: Textures, ref_p: jnp.ndarray, u_select: jnp.ndarray, u: jnp.ndarray,
+                     reuse: bool = False) -> tuple[DirectionSample, jnp.ndarray]:
     """Choose an emitter with u_select (N,) and sample it from ref_p (3, N) with u (2, N).
 
     With ``reuse`` (static), the point's first coordinate is u_select rescaled inside the chosen
@@ -82,7 +91,8 @@ def sample_direction(emitters, textures, ref_p, u_select, u, reuse=False):
     return ds, weight
 
 
-def pdf_direction(emitters, ref_p, emitter, p, n, d):
+def pdf_direction(emitters: Emitters, ref_p: jnp.ndarray, emitter: jnp.ndarray, p: jnp.ndarray, n: jnp.ndarray,
+                  d: jnp.ndarray) -> jnp.ndarray:
     """Pdf (N,) with which ``sample_direction`` from ref_p produces direction d towards emitter.
 
     For MIS of a BSDF-sampled ray (unit direction d) from ref_p that hit area emitter
@@ -106,7 +116,8 @@ def pdf_direction(emitters, ref_p, emitter, p, n, d):
     return jnp.where(valid, value * emitters.select_pmf[e], 0.0)
 
 
-def eval_surface(emitters, textures, emitter, n, d, uv):
+def eval_surface(emitters: Emitters, textures: Textures, emitter: jnp.ndarray, n: jnp.ndarray, d: jnp.ndarray,
+                 uv: jnp.ndarray) -> jnp.ndarray:
     """Radiance (3, N) an area emitter sends back along a ray of direction d (3, N) that hit it
     at a point with oriented normal n (3, N): its radiance if dot(n, d) < 0, else zero.
 
@@ -120,7 +131,7 @@ def eval_surface(emitters, textures, emitter, n, d, uv):
     return jnp.where(is_area, area.eval_radiance(emitters, textures, e, n, d, uv), 0.0)
 
 
-def eval_environment(emitters, textures, d):
+def eval_environment(emitters: Emitters, textures: Textures, d: jnp.ndarray) -> jnp.ndarray:
     """Radiance (3, N) from the environment seen by rays escaping in unit world direction d."""
     env = emitters.environment
     if env < 0:

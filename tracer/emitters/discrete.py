@@ -7,13 +7,14 @@ compiled program does not depend on how many distributions there are or which la
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["search", "sample_reuse", "inclusive_cdf", "steps_for"]
 
 ONE_MINUS_EPS = np.float32(1.0 - 2.0**-24)
 
 
-def search(cdf, offset, count, u, steps):
+def search(cdf: jax.Array, offset: jax.Array, count: jax.Array | int, u: jax.Array, steps: int) -> jax.Array:
     """First index i in [offset, offset + count) with cdf[i] > u; (N,) int32.
 
     ``steps`` must be at least ceil(log2(max count)) + 1.
@@ -31,7 +32,8 @@ def search(cdf, offset, count, u, steps):
     return lo
 
 
-def sample_reuse(cdf, offset, count, u, steps):
+def sample_reuse(cdf: jax.Array, offset: jax.Array, count: jax.Array | int, u: jax.Array,
+                 steps: int) -> tuple[jax.Array, jax.Array]:
     """(index, u rescaled to [0, 1) inside the chosen bin), as Mitsuba's ``sample_reuse``."""
     i = search(cdf, offset, count, u, steps)
     below = jnp.where(i > offset, cdf[jnp.maximum(i - 1, 0)], 0.0)
@@ -40,7 +42,7 @@ def sample_reuse(cdf, offset, count, u, steps):
     return i, u_reused
 
 
-def inclusive_cdf(weights):
+def inclusive_cdf(weights: ArrayLike) -> np.ndarray:
     """Host: float32 inclusive CDF of non-negative weights (M,), summed in float64, last entry 1.
 
     All-zero weights give the uniform distribution.
@@ -55,6 +57,6 @@ def inclusive_cdf(weights):
     return cdf.astype(np.float32)
 
 
-def steps_for(count):
+def steps_for(count: int) -> int:
     """Binary-search steps enough for a distribution of ``count`` bins."""
     return max(int(count - 1).bit_length(), 0) + 1

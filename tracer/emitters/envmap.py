@@ -13,20 +13,29 @@ marginal/conditional CDF instead of its MIP hierarchy (same density, other mappi
 uniforms) and warp inside the cell with the same ``square_to_bilinear``. The solid-angle pdf
 is pdf(uv) / (2 pi^2 sin(theta)).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer import elementary
 from tracer import vecmath as vm
 from tracer.constants import INV_PI, INV_TWO_PI, INV_TWO_PI_SQUARED, LUMINANCE_WEIGHTS, PI
 from tracer.emitters import discrete
 
+if TYPE_CHECKING:
+    from tracer.emitters.table import Emitters
+
 __all__ = ["build_distribution", "sample", "pdf", "eval_radiance"]
 
 EPSILON = np.float32(2.0**-24)  # drjit's Epsilon<float>
 
 
-def build_distribution(image):
+def build_distribution(image: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host: (density (H, W+1), row CDF (H-1,), column CDFs ((H-1) W,)) for an (H, W, 3) image."""
     image = np.asarray(image, np.float32)
     h, w = image.shape[:2]
@@ -45,7 +54,7 @@ def build_distribution(image):
     return density, row_cdf, col_cdf
 
 
-def _lookup(em, uv):
+def _lookup(em: Emitters, uv: jax.Array) -> jax.Array:
     """Bilinear radiance (3, N) at uv (Mitsuba's ``eval_spectrum``)."""
     _, h, w = em.env_rgb.shape
     x = (uv[0] - jnp.floor(uv[0])) * w - 0.5
@@ -60,28 +69,28 @@ def _lookup(em, uv):
             + (1 - tx) * ty * rgb[:, yb, xa] + tx * ty * rgb[:, yb, xb])
 
 
-def _to_uv(v):
+def _to_uv(v: jax.Array) -> jax.Array:
     return jnp.stack([elementary.atan2(v[0], -v[2]) * INV_TWO_PI, elementary.acos(jnp.clip(v[1], -1.0, 1.0)) * INV_PI])
 
 
-def _local(em, d):
+def _local(em: Emitters, d: jax.Array) -> jax.Array:
     # Not renormalized, as Mitsuba: the same for rotations, Mitsuba's values for anything else.
     return vm.transform_vector(em.to_local[:, :, em.environment], d)
 
 
-def _interval_to_linear(v0, v1, u):
+def _interval_to_linear(v0: jax.Array, v1: jax.Array, u: jax.Array) -> jax.Array:
     """Invert the CDF of the linear density from v0 to v1 on [0, 1] (Mitsuba's warp)."""
     steep = jnp.abs(v0 - v1) > 1e-4 * (v0 + v1)
     root = (v0 - vm.safe_sqrt(v0 * v0 + (v1 * v1 - v0 * v0) * u)) / jnp.where(steep, v0 - v1, 1.0)
     return jnp.where(steep, root, u)
 
 
-def _corners(em, col, row):
+def _corners(em: Emitters, col: jax.Array, row: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     dens = em.env_density
     return dens[row, col], dens[row, col + 1], dens[row + 1, col], dens[row + 1, col + 1]
 
 
-def _density(em, uv):
+def _density(em: Emitters, uv: jax.Array) -> jax.Array:
     """pdf over the unit uv square (``Hierarchical2D::eval``)."""
     h, w1 = em.env_density.shape
     pos = jnp.clip(uv, 0.0, 1.0) * jnp.array([w1 - 1, h - 1], jnp.float32)[:, None]
@@ -92,7 +101,8 @@ def _density(em, uv):
     return (1 - fy) * ((1 - fx) * v00 + fx * v10) + fy * ((1 - fx) * v01 + fx * v11)
 
 
-def sample(em, ref, u, far):
+def sample(em: Emitters, ref: jax.Array, u: jax.Array,
+           far: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, n, d, dist, pdf, weight) of importance-sampled directions from ref (3, N) with u (2, N)."""
     h, w1 = em.env_density.shape
     w = w1 - 1
@@ -118,7 +128,7 @@ def sample(em, ref, u, far):
     return ref + d * far, -d, d, dist, pdf, weight
 
 
-def pdf(em, d):
+def pdf(em: Emitters, d: jax.Array) -> jax.Array:
     """Solid-angle pdf (N,) of ``sample`` producing world direction d (3, N)."""
     v = _local(em, d)
     uv = _to_uv(v)
@@ -129,6 +139,6 @@ def pdf(em, d):
     return _density(em, uv) * inv_sin * INV_TWO_PI_SQUARED
 
 
-def eval_radiance(em, d):
+def eval_radiance(em: Emitters, d: jax.Array) -> jax.Array:
     """Radiance (3, N) arriving along -d, i.e. seen by a ray escaping in world direction d."""
     return _lookup(em, _to_uv(_local(em, d)))

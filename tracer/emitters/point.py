@@ -5,16 +5,24 @@ The weight of a sample is the intensity times falloff over the squared distance;
 intensity is full inside ``beam_width``, falls linearly in angle to zero at ``cutoff_angle``
 and is optionally modulated by a texture projected over the cutoff cone.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
 import jax.numpy as jnp
 
 from tracer import elementary
 from tracer import textures as tex
 from tracer import vecmath as vm
 
+if TYPE_CHECKING:
+    from tracer.emitters.table import Emitters
+
 __all__ = ["sample_point", "sample_spot", "spot_falloff"]
 
 
-def _toward(em, e, ref):
+def _toward(em: Emitters, e: jax.Array, ref: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     p = em.to_world[:, 3, e]
     d = p - ref
     dist = vm.norm(d)
@@ -23,14 +31,15 @@ def _toward(em, e, ref):
     return p, d, dist, inv_dist2
 
 
-def sample_point(em, textures, e, ref, u):
+def sample_point(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Array,
+                 u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, n, d, dist, pdf, weight) for point lights ``e`` seen from ref (3, N)."""
     p, d, dist, inv_dist2 = _toward(em, e, ref)
     weight = em.radiance[:, e] * inv_dist2
     return p, jnp.zeros_like(p), d, dist, jnp.ones_like(dist), weight
 
 
-def spot_falloff(em, e, local):
+def spot_falloff(em: Emitters, e: jax.Array, local: jax.Array) -> jax.Array:
     """Falloff in [0, 1] (N,) along local emission directions (3, N) (``SpotLight::falloff_curve``)."""
     cos_theta = vm.normalize(local)[2]
     ramp = (em.spot_cutoff[e] - elementary.acos(jnp.clip(cos_theta, -1.0, 1.0))) * em.spot_inv_transition[e]
@@ -38,7 +47,8 @@ def spot_falloff(em, e, local):
     return jnp.where(cos_theta > em.spot_cos_cutoff[e], beam, 0.0)
 
 
-def sample_spot(em, textures, e, ref, u):
+def sample_spot(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Array,
+                u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, n, d, dist, pdf, weight) for spot lights ``e`` seen from ref (3, N)."""
     p, d, dist, inv_dist2 = _toward(em, e, ref)
     local = vm.transform_vector(em.to_local[:, :, e], -d)

@@ -11,16 +11,24 @@ axis (as given, not normalized) and d the unit direction towards the light: what
 the plane z = 1 would deliver. Outside [0, 1]^2 or behind the projector the sample is invalid
 (pdf 0). The pdf of a valid sample is 1 (a delta position).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
 import jax.numpy as jnp
 
 from tracer import textures as tex
 from tracer import vecmath as vm
 from tracer.constants import PI
 
+if TYPE_CHECKING:
+    from tracer.emitters.table import Emitters
+
 __all__ = ["film_uv", "sample"]
 
 
-def film_uv(em, e, local):
+def film_uv(em: Emitters, e: jax.Array, local: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(uv (2, N), valid (N,)) of local points (3, N) on the film of projectors ``e`` (N,)."""
     scale = 0.5 * em.proj_cot[e] / local[2]
     uv = jnp.stack([0.5 - local[0] * scale, 0.5 - local[1] * (scale * em.proj_aspect[e])])
@@ -28,7 +36,8 @@ def film_uv(em, e, local):
     return uv, valid
 
 
-def sample(em, textures, e, ref, u):
+def sample(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Array,
+           u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, n, d, dist, pdf, weight) for projectors ``e`` seen from ref (3, N)."""
     p = em.to_world[:, 3, e]
     d = p - ref

@@ -54,9 +54,9 @@ class Emitters:
     env_col_cdf: jnp.ndarray     # ((H - 1) * W,) conditional CDF over the cells of each row
     sphere_center: jnp.ndarray   # (3,) the scene's bounding sphere, for directional / environment lights
     sphere_radius: jnp.ndarray   # () its radius, (1 + RayEpsilon) enlarged as Mitsuba
-    count: int = static(0)                  # number of real emitters (0: the one black placeholder)
-    kinds_present: tuple = static(())       # kinds that occur, so absent ones cost nothing
-    area_shapes_present: tuple = static(())  # area surface types that occur
-    environment: int = static(-1)           # row of the constant / envmap emitter, -1 for none
-    textured: bool = static(False)          # some emitter has a texture
-    search_steps: int = static(1)           # binary-search iterations over the largest CDF
+    count: int = static(default=0)                            # number of real emitters (0: the one black placeholder)
+    kinds_present: tuple[int, ...] = static(default=())        # kinds that occur, so absent ones cost nothing
+    area_shapes_present: tuple[int, ...] = static(default=())  # area surface types that occur
+    environment: int = static(default=-1)                     # row of the constant / envmap emitter, -1 for none
+    textured: bool = static(default=False)                    # some emitter has a texture
+    search_steps: int = static(default=1)                     # binary-search iterations over the largest CDF

@@ -26,8 +26,14 @@ zeros (Mitsuba zeroes the interaction of an invalid hit). Per type (Mitsuba's ao
 - ``moment_xyz``, ``moment_m2`` (Mitsuba's ``moment`` integrator, ``tracer.io.aovs``): the XYZ of
   the sample's radiance and its square.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer import bsdfs
 
@@ -40,6 +46,9 @@ from tracer.constants import SRGB_TO_XYZ
 from tracer.kinds import BsdfKind, Perturbation, Projection
 from tracer.pytree import pytree_dataclass
 from tracer.shared import MOMENT_TYPES
+
+if TYPE_CHECKING:
+    from tracer.scene import Scene
 
 __all__ = ["AovTables", "make_tables", "evaluate"]
 
@@ -58,7 +67,8 @@ class AovTables:
     instance_order: jnp.ndarray  # (max(I, 1),) float32 each instance's place, as shape_order
 
 
-def make_tables(geo, order, one_prim, instance_order, prim_offset):
+def make_tables(geo: geometry.Geometry, order: np.ndarray, one_prim: ArrayLike, instance_order: np.ndarray,
+                prim_offset: ArrayLike) -> AovTables:
     """Host: ``AovTables`` from the geometry and the loader's per-shape ``order``, ``one_prim`` and
     ``prim_offset`` (S,) and the instances' places (I,), in the geometry's instance order
     (``tracer.io.shape_order``: places in Mitsuba's ``scene->shapes()``)."""
@@ -72,7 +82,8 @@ def make_tables(geo, order, one_prim, instance_order, prim_offset):
                      one_prim=jnp.asarray(np.asarray(one_prim, bool)), instance_order=jnp.asarray(instances))
 
 
-def evaluate(scene, origin, direction, t_max, valid, radiance):
+def evaluate(scene: Scene, origin: jax.Array, direction: jax.Array, t_max: jax.Array, valid: jax.Array,
+             radiance: jax.Array) -> jax.Array:
     """(K, N) float32: the AOVs of rays (origin, direction (3, N), t_max (N,)) from the camera,
     for ``valid`` (N,) rays (zeros elsewhere and for misses); a ``moment``'s channels come from
     the rays' ``radiance`` (3, N) (the XYZ of each sample and its square, hit or miss)."""

@@ -10,6 +10,11 @@ every emitter sample, not averaged.
 The stages are the path integrator's (``tracer.integrators.path``): a BSDF sample here is a path of
 one more segment whose emission is weighted against the light-sampling strategy.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
 import jax.numpy as jnp
 
 from tracer import bsdfs
@@ -21,10 +26,15 @@ from tracer.integrators.path import (PathState, add_emission, add_next_event, bo
                                      fresh_paths, material_and_frame)
 from tracer.rng import Dims
 
+if TYPE_CHECKING:
+    from tracer.rng import SampleKeys
+    from tracer.scene import Scene
+
 __all__ = ["trace_direct"]
 
 
-def trace_direct(scene, keys, origin, direction, t_max, active):
+def trace_direct(scene: Scene, keys: SampleKeys, origin: jax.Array, direction: jax.Array, t_max: jax.Array,
+                 active: jax.Array) -> jax.Array:
     """Radiance (3, N) arriving along camera rays; ``keys`` (``rng.SampleKeys``) address each ray's randomness.
 
     Light sample i draws its numbers from the path integrator's bounce block i, BSDF sample i

@@ -9,6 +9,10 @@ The structure follows Mitsuba's path integrator line by line (its PRB twin in
 previous BSDF sample, the light sample against the BSDF's pdf, and Russian roulette starts at
 ``rr_depth`` with survival probability min(max(throughput) * eta^2, 0.95).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,6 +28,9 @@ from tracer.kinds import Perturbation
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.sampling import power_heuristic
+
+if TYPE_CHECKING:
+    from tracer.scene import Scene
 
 __all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "drain_phases",
            "DRAIN_PHASES", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
@@ -115,7 +122,7 @@ class Surface:
     ng: jnp.ndarray      # (3, N) geometric normal
     ns: jnp.ndarray      # (3, N) shading normal
     front: jnp.ndarray   # (N,) bool: the ray arrives on the side ns points to
-    frame: tuple         # (s, t, ns), each (3, N): the shading frame, s along dp/du
+    frame: vm.Frame      # (s, t, ns), each (3, N): the shading frame, s along dp/du
     tangents: bsdfs.perturb.Tangents | None  # what bump maps read (None: the scene has none)
 
 
@@ -134,13 +141,13 @@ def _bounce(scene, keys, state):
     return _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radiance)
 
 
-def bounce_uniforms(keys, depth):
+def bounce_uniforms(keys: rng.SampleKeys, depth: jax.Array) -> jax.Array:
     """(Dims.SPARE, N) random numbers of bounce ``depth`` (Dims' per-bounce block), drawn once:
     consumers fused apart would each draw them again."""
     return _stage(rng.draw_bounce(keys, depth))
 
 
-def find_surfaces(scene, state, skip_hidden_emitters=True):
+def find_surfaces(scene: Scene, state: PathState, skip_hidden_emitters: bool = True) -> Surface:
     """The surfaces the paths' next rays hit (finished paths ask for nothing: t_max = 0, which
     every backend skips cheaply). With ``hide_emitters``, camera rays pass through area emitters
     (Mitsuba's path integrator) unless ``skip_hidden_emitters`` is off (its direct integrator)."""
@@ -164,7 +171,8 @@ def find_surfaces(scene, state, skip_hidden_emitters=True):
                    frame=frame, tangents=tangents)
 
 
-def add_emission(scene, state, surface, radiance, light_share=None):
+def add_emission(scene: Scene, state: PathState, surface: Surface, radiance: jax.Array,
+                 light_share: float | None = None) -> jax.Array:
     """Emission seen by this bounce's rays (area lights, or the environment for escaped rays),
     weighted by the power heuristic against the BSDF sample that made the ray. ``light_share``
     scales the light-sampling pdf in that heuristic (the direct integrator's sample counts)."""
@@ -192,7 +200,7 @@ def _emission_mis(state, em_pdf, light_share):
     return jnp.where(state.prev_bsdf_delta, 1.0, power_heuristic(state.prev_bsdf_pdf, em_pdf))
 
 
-def material_and_frame(scene, surface):
+def material_and_frame(scene: Scene, surface: Surface) -> tuple[jax.Array, vm.Frame]:
     """The material on the side the ray arrives from, and its shading frame; reflective
     two-sided BSDFs mirror the frame on the back (its normal negated, as Mitsuba's ``twosided``
     negates the local z)."""
@@ -203,7 +211,9 @@ def material_and_frame(scene, surface):
     return mat, (s, t, vm.select(mirror, -n, n))
 
 
-def add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance, shares=None):
+def add_next_event(scene: Scene, state: PathState, surface: Surface, mat: jax.Array, frame: vm.Frame, wi: jax.Array,
+                   more: jax.Array, uniforms: jax.Array, radiance: jax.Array,
+                   shares: tuple[float, float, float] | None = None) -> jax.Array:
     """Next-event estimation: a light sample, unless blocked, weighted by the power heuristic
     against the BSDF's pdf (delta lights and delta-only materials: no MIS, no sample).
     ``shares`` = (light share, BSDF share, weight): the direct integrator's sample counts, which
@@ -255,7 +265,7 @@ def _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radian
     )
 
 
-def fresh_paths(origin, direction, t_max, active):
+def fresh_paths(origin: jax.Array, direction: jax.Array, t_max: jax.Array, active: jax.Array) -> PathState:
     """Paths at their camera rays; *_like: inside shard_map the carry varies over the ray axis."""
     ones = jnp.ones_like(t_max, jnp.float32)
     return PathState(
@@ -266,7 +276,7 @@ def fresh_paths(origin, direction, t_max, active):
     )
 
 
-def pool_size(scene):
+def pool_size(scene: Scene) -> int:
     """Lanes in flight per device for ``scene`` in this process (host side: the pool is a static
     argument of the compiled program, decided when it is made, never while tracing); on GPUs and
     TPUs the whole batch (their width wants every path in flight). Any pool gives the same bits."""
@@ -278,7 +288,7 @@ def pool_size(scene):
     return _POOL_PER_CORE_HOST if scene.geometry.accel in geometry.HOST_ENGINES else _POOL_PER_CORE
 
 
-def drain_phases(samples):
+def drain_phases(samples: int) -> int:
     """Drain phases (the static ``phases`` of ``trace_paths``) for a program of this process that
     will trace about ``samples`` samples in all (a job's frames x spp x pixels): on CPUs those
     whose saving repays their compile (``PHASE_SAMPLES``), on GPUs and TPUs three. Any count gives
@@ -296,7 +306,8 @@ def _store(out, index, radiance):
     return tuple(row.at[index].set(radiance[k]) for k, row in enumerate(out))
 
 
-def trace_paths(scene, keys, origin, direction, t_max, active, pool=DEFAULT_POOL, phases=DRAIN_PHASES):
+def trace_paths(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction: jax.Array, t_max: jax.Array,
+                active: jax.Array, pool: int = DEFAULT_POOL, phases: int = DRAIN_PHASES) -> jax.Array:
     """Radiance (3, N) arriving along camera rays; ``keys`` (``rng.SampleKeys`` of N samples)
     address each path's randomness.
 

@@ -14,13 +14,20 @@ without one). Filtered like the rest, a pixel's ``m2_`` channels are its samples
 moments: minus the first moments squared, the per-sample variance. They are the AOV types
 ``moment_xyz`` and ``moment_m2``, which a scene's ``aovs`` list cannot name.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from tracer.errors import SceneError
 from tracer.shared import AOV_TYPES
+
+if TYPE_CHECKING:
+    from tracer.io.plugin_node import PluginNode
 
 __all__ = ["parse_aovs", "integrator_aovs"]
 
 
-def parse_aovs(text, where):
+def parse_aovs(text: str, where: str) -> tuple[tuple[str, str], ...]:
     """((name, type), ...) from Mitsuba's ``aovs`` string ``"name:type, name:type"`` (tokens split
     at commas and spaces, as Mitsuba's ``string::tokenize``). ``where`` ("file:line" or a flag's
     name) goes into the ``SceneError`` for a malformed pair or a type Mitsuba does not have."""
@@ -35,7 +42,7 @@ def parse_aovs(text, where):
     return tuple(pairs)
 
 
-def integrator_aovs(node):
+def integrator_aovs(node: PluginNode | None) -> tuple[tuple[str, str], ...]:
     """The (name, type) channels after the RGB that the ``<integrator>`` ``node`` (or None) gives:
     an ``aov``'s nested integrator's, then its list; a ``moment``'s two triples; none for the
     others. A malformed ``aovs`` list, or a ``moment`` over other than one integrator that is not an

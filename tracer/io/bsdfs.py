@@ -88,7 +88,7 @@ class PrincipledRow:
     features: frozenset[str] = frozenset()  # the PRINCIPLED_FEATURES whose flag is set
 
     @property
-    def has_spec_trans(self):
+    def has_spec_trans(self) -> bool:
         return "spec_trans" in self.features
 
 
@@ -398,13 +398,14 @@ class Slot(NamedTuple):
 class MaterialTableBuilder:
     """Host-side accumulator: ``add_side`` returns a material id; ``build()`` makes the table."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._rows: list[MaterialRow] = []
         self._known_means: dict[int, float] = {}  # texture id -> mean, for the constants added here
         # (id(node), perturbation) -> (node, kept so the id stays its, leaf row)
         self._leaves: dict[tuple, tuple[PluginNode, int]] = {}
         self._slots: dict[int, tuple[Slot, ...]] = {}  # composite row -> its slots
-        self._black = self._null = None
+        self._black: int | None = None
+        self._null: int | None = None
 
     def add_black(self) -> int:
         """The material of the back of one-sided BSDFs: black everywhere."""

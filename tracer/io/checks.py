@@ -11,9 +11,17 @@ as nothing, as a flat or black image, or as infinities; the loader refuses them 
   non-negative and at most ``MAX_RADIANCE``: a film pixel sums up to 2^30 samples of radiance
   times reflectance in float32 (3.4e38 at most), so 3e38 texels made infinite pixels.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer.errors import SceneError
+
+if TYPE_CHECKING:
+    from tracer.io.plugin_node import PluginNode
 
 __all__ = ["MAX_COORDINATE", "MAX_RADIANCE", "SINGULAR", "checked_to_world", "check_extent", "check_radiance",
            "check_texels"]
@@ -25,7 +33,7 @@ MAX_RADIANCE = 1e12
 SINGULAR = 2.0**-24
 
 
-def checked_to_world(node, what, name="to_world", singular=SINGULAR):
+def checked_to_world(node: PluginNode, what: str, name: str = "to_world", singular: float = SINGULAR) -> np.ndarray:
     """``node``'s transform ``name`` (4, 4) float64, checked; ``what`` names the plugin in the message."""
     m = node.get_transform(name)
     where = f"{node.source}: {what}: {name}"
@@ -41,7 +49,7 @@ def checked_to_world(node, what, name="to_world", singular=SINGULAR):
     return m
 
 
-def check_extent(node, what, points):
+def check_extent(node: PluginNode, what: str, points: ArrayLike) -> None:
     """Refuse world-space ``points`` (N, 3) of a shape that are not finite or lie past ``MAX_COORDINATE``."""
     points = np.asarray(points)
     if not np.all(np.isfinite(points)):
@@ -52,7 +60,7 @@ def check_extent(node, what, points):
                          f"{MAX_COORDINATE:g} (float32 arithmetic overflows)")
 
 
-def check_radiance(node, name, value):
+def check_radiance(node: PluginNode, name: str, value: ArrayLike) -> np.ndarray:
     """Refuse a radiance (or intensity, irradiance) ``value`` that is not finite, negative or past
     ``MAX_RADIANCE``; returns it."""
     value = np.asarray(value)
@@ -63,7 +71,7 @@ def check_radiance(node, name, value):
     return value
 
 
-def check_texels(node, path, image, scale=1.0):
+def check_texels(node: PluginNode, path: str, image: ArrayLike, scale: float = 1.0) -> None:
     """Refuse an image (``path``, its texels times ``scale``) with a texel that is not finite,
     negative or past ``MAX_RADIANCE``, naming the first such texel."""
     image = np.asarray(image)

@@ -28,7 +28,7 @@ class Curves(NamedTuple):
     starts: tuple        # the first control point of each curve
 
 
-def _read(path):
+def _read(path: str) -> str:
     try:
         if os.path.getsize(path) > MAX_FILE_BYTES:
             raise SceneError(f"curve file is larger than {MAX_FILE_BYTES // 2**20} MiB", path)
@@ -42,7 +42,7 @@ def _read(path):
         raise SceneError(f"cannot read curve file: {e.strerror}", path) from None
 
 
-def _control_point(path, number, line):
+def _control_point(path: str, number: int, line: str) -> list[float]:
     fields = line.split()
     try:
         values = [float(x) for x in fields[:4]]
@@ -57,10 +57,12 @@ def _control_point(path, number, line):
     return values
 
 
-def load_curves(path, plugin):
+def load_curves(path: str, plugin: str) -> Curves:
     """The ``Curves`` of the file at ``path`` for Mitsuba's ``plugin`` (``linearcurve`` or
     ``bsplinecurve``); ``SceneError`` naming file:line for bad input."""
-    points, starts, first_line = [], [], []
+    points: list[list[float]] = []
+    starts: list[int] = []
+    first_line: list[int] = []  # the line of each curve's first control point
     new_curve = True
     for number, line in enumerate(_read(path).split("\n"), start=1):
         if len(line) >= MAX_LINE:

@@ -153,6 +153,7 @@ class EmitterTableBuilder:
                                  "(Mitsuba samples it through them)", node.source)
             row = self._add_mesh(node, row, triangles, normals, uvs)
         else:
+            assert analytic is not None  # (exactly one of the two is given: checked above)
             row = self._add_analytic(node, row, *analytic)
         return self._append(row)
 

@@ -13,12 +13,18 @@ size) both read the film through ``read_film``, so they agree on it and on its l
 
 Every violation is a one-line ``SceneError`` naming the file, line and parameter.
 """
+from __future__ import annotations
+
 import dataclasses
 import numbers
+from typing import TYPE_CHECKING
 
 from tracer import filters
 from tracer.shared import FILTERS, MAX_FILM_SIZE
 from tracer.errors import SceneError
+
+if TYPE_CHECKING:
+    from tracer.io.plugin_node import PluginNode
 
 __all__ = ["FilmSpec", "read_film", "DEFAULT_SIZE"]
 
@@ -37,12 +43,12 @@ class FilmSpec:
     rfilter_name: str = "gaussian"  # the filter's type, as the scene names it
 
     @property
-    def image_size(self):
+    def image_size(self) -> tuple[int, int]:
         """(width, height) of the rendered image: the crop window's."""
         return self.crop[2], self.crop[3]
 
 
-def read_film(sensor, resolution=None):
+def read_film(sensor: PluginNode, resolution: tuple[int, int] | None = None) -> FilmSpec:
     """The ``FilmSpec`` of a sensor ``PluginNode``; ``resolution`` (width, height) overrides its size."""
     nodes = sensor.children_of("film")
     if len(nodes) > 1:

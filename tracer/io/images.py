@@ -10,10 +10,12 @@ Decoders: libpng (imagecodecs) for PNG, Pillow for JPEG, BMP, TGA, PNM and TIFF,
 Radiance HDR and PFM are read here (see ``_read_pfm``).
 """
 import os
+from collections.abc import Mapping
 
 import imagecodecs
 import numpy as np
 import OpenEXR
+from numpy.typing import ArrayLike
 from PIL import Image
 
 from tracer.errors import SceneError
@@ -35,7 +37,7 @@ _TO_SRGB_Q = (4.178892964897981e-7, -0.00004375359692957097, 0.03467195408529984
               1.8970238036421054, 1.0)
 
 
-def srgb_to_linear(x):
+def srgb_to_linear(x: ArrayLike) -> np.ndarray:
     """sRGB-encoded values -> linear (IEC 61966-2-1), as Mitsuba decodes textures.
 
     On [0, 1] this is Dr.Jit's rational fit of ((x + 0.055) / 1.055)^2.4 (x > 0.04045) and
@@ -47,7 +49,7 @@ def srgb_to_linear(x):
     return np.where(x <= 0.04045, x / 12.92, np.where(x <= 1.0, fit * x, exact))
 
 
-def linear_to_srgb(x):
+def linear_to_srgb(x: ArrayLike) -> np.ndarray:
     """Linear values -> sRGB encoding: 12.92 x below 0.0031308, else 1.055 x^(1/2.4) - 0.055."""
     x = np.asarray(x, np.float64)
     y = np.sqrt(np.maximum(x, 0.0))
@@ -57,7 +59,7 @@ def linear_to_srgb(x):
 
 
 # ---------------------------------------------------------------------------------- loading
-def load_image(path, raw=False):
+def load_image(path: str | os.PathLike[str], raw: bool = False) -> np.ndarray:
     """(H, W, C) float32 linear image, C = 1 (gray) or 3; row 0 is the top of the image.
 
     ``raw=True`` keeps 8/16-bit values as stored (divided by 255 or 65535) instead of decoding
@@ -231,7 +233,7 @@ def _rgbe_rle_scanline(data, pos, width, path):
 
 
 # ---------------------------------------------------------------------------------- writing
-def write_exr(path, image):
+def write_exr(path: str | os.PathLike[str], image: ArrayLike) -> None:
     """Write a linear (H, W, 3) or (H, W) image as a float32 EXR (ZIP compressed)."""
     image = np.asarray(image, np.float32)
     if image.ndim == 3 and image.shape[2] == 1:
@@ -239,7 +241,7 @@ def write_exr(path, image):
     _write_exr(path, {c: image[..., k] for k, c in enumerate("RGB")} if image.ndim == 3 else {"Y": image})
 
 
-def write_exr_channels(path, channels):
+def write_exr_channels(path: str | os.PathLike[str], channels: Mapping[str, ArrayLike]) -> None:
     """Write named float32 (H, W) channels as one scanline EXR (ZIP compressed): a multi-layer
     file when names have a layer prefix (``albedo.R``, ``N.X``), as DCC tools read them."""
     _write_exr(path, channels)
@@ -267,7 +269,7 @@ def _write_exr(path, channels):
     raise OSError(f"{path}: OpenEXR wrote channels {sorted(got)} that do not read back as the {sorted(data)} given")
 
 
-def srgb8(image):
+def srgb8(image: ArrayLike) -> np.ndarray:
     """A linear (H, W, 3) or (H, W) image as 8-bit sRGB, clipped to [0, 1]: what ``write_png`` writes."""
     image = np.asarray(image, np.float64)
     if image.ndim == 3 and image.shape[2] == 1:
@@ -276,11 +278,11 @@ def srgb8(image):
     return np.floor(encoded * 255.0 + 0.5).astype(np.uint8)
 
 
-def write_png(path, image):
+def write_png(path: str | os.PathLike[str], image: ArrayLike) -> None:
     """Write a linear (H, W, 3) or (H, W) image as an 8-bit sRGB PNG (clipped to [0, 1])."""
     Image.fromarray(srgb8(image)).save(os.fspath(path))
 
 
-def write_npy(path, image):
+def write_npy(path: str | os.PathLike[str], image: ArrayLike) -> None:
     """Write an array as .npy (float32), e.g. a render before any tone mapping."""
     np.save(os.fspath(path), np.asarray(image, np.float32))

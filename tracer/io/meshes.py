@@ -20,8 +20,10 @@ import dataclasses
 import os
 import re
 import warnings
+from typing import cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer.errors import SceneError
 
@@ -39,7 +41,7 @@ class Mesh:
     attributes: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
-def read_bytes(path):
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise SceneError("mesh file not found", path)
@@ -64,7 +66,7 @@ def _parse_numbers(text, dtype):
 _OBJ_KINDS = {b"v": 1, b"vt": 2, b"vn": 3, b"f": 4}
 
 
-def load_obj(path, flip_tex_coords=True):
+def load_obj(path: str | os.PathLike[str], flip_tex_coords: bool = True) -> Mesh:
     """Mesh of a Wavefront OBJ file, vertex for vertex as Mitsuba's ``obj`` plugin builds it."""
     path = os.fspath(path)
     blocks = _obj_blocks(read_bytes(path))
@@ -96,11 +98,11 @@ def load_obj(path, flip_tex_coords=True):
         mesh.normals = unit[np.maximum(vkeys[:, 2] - 1, 0)]
         if not np.all(has):
             # Mitsuba leaves these uninitialized; the angle-weighted normal is a sane stand-in.
-            mesh.normals[~has] = recompute_vertex_normals(mesh).normals[~has]
+            mesh.normals[~has] = cast(np.ndarray, recompute_vertex_normals(mesh).normals)[~has]
     return mesh
 
 
-def unit_normals(normals, path):
+def unit_normals(normals: ArrayLike, path: str) -> np.ndarray:
     """(V, 3) float32 unit normals; a zero or non-finite one is an error (Mitsuba's OBJ loader)."""
     normals = np.asarray(normals, np.float32)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -110,7 +112,7 @@ def unit_normals(normals, path):
     return unit
 
 
-def check_faces(faces, n_vertices, path):
+def check_faces(faces: ArrayLike, n_vertices: int, path: str) -> np.ndarray:
     """(F, 3) int32 vertex indices; no faces, or an index outside [0, n_vertices), is an error."""
     faces = np.asarray(faces).reshape(-1, 3)
     if len(faces) == 0:
@@ -230,7 +232,7 @@ def _first_use_ids(keys, sizes):
     return rank[inverse.reshape(-1)], first[order]
 
 
-def fans(counts, corner_ids):
+def fans(counts: np.ndarray, corner_ids: np.ndarray) -> np.ndarray:
     """Triangles (0, i, i+1) of every polygon, in polygon order: polygon p has ``counts[p]``
     consecutive entries of ``corner_ids``; polygons of fewer than 3 corners give none."""
     starts = np.cumsum(counts) - counts
@@ -243,7 +245,7 @@ def fans(counts, corner_ids):
 
 
 # ---------------------------------------------------------------------------------- processing
-def recompute_vertex_normals(mesh):
+def recompute_vertex_normals(mesh: Mesh) -> Mesh:
     """Mesh with angle-weighted vertex normals, as Mitsuba's ``Mesh::recompute_vertex_normals``.
 
     Each face's unit normal is added to its three vertices weighted by the corner angle;
@@ -281,7 +283,7 @@ def _unit_angle(a, b):
     return np.where(dot >= 0, near, far)
 
 
-def transform_mesh(mesh, to_world, normal_matrix=None):
+def transform_mesh(mesh: Mesh, to_world: ArrayLike, normal_matrix: ArrayLike | None = None) -> Mesh:
     """Mesh in world space: positions by the affine map, normals by its inverse transpose.
 
     ``normal_matrix`` (4, 4) replaces ``inv(to_world).T`` for the normals; give the parser's
@@ -302,7 +304,7 @@ def transform_mesh(mesh, to_world, normal_matrix=None):
     return dataclasses.replace(mesh, positions=positions.astype(np.float32), normals=normals)
 
 
-def rectangle_mesh():
+def rectangle_mesh() -> Mesh:
     """Mitsuba's ``rectangle``: [-1, 1]^2 at z = 0 facing +z, uv = ((x + 1) / 2, (y + 1) / 2), its two
     triangles as there (``rectangle.cpp``: x + y <= 0 is triangle 0, what ``prim_index`` says)."""
     xy = np.array([[-1, -1], [1, -1], [-1, 1], [1, 1]], np.float32)
@@ -312,7 +314,7 @@ def rectangle_mesh():
                 uvs=(xy + 1) / 2)
 
 
-def cube_mesh():
+def cube_mesh() -> Mesh:
     """Mitsuba's ``cube`` (``src/shapes/cube.cpp``): [-1, 1]^3, 24 vertices, per-face normals."""
     positions = np.array([
         [1, -1, -1], [1, -1, 1], [-1, -1, 1], [-1, -1, -1], [1, 1, -1], [-1, 1, -1], [-1, 1, 1], [1, 1, 1],

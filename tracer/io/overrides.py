@@ -27,14 +27,14 @@ AOVS_WHERE = "the job's aovs"         # how errors name the options
 RFILTER_WHERE = "the job's rfilter"
 
 
-def check_rfilter(name):
+def check_rfilter(name: str) -> str:
     """``name`` if it is a filter of ``tracer.filters``; a ``SceneError`` otherwise."""
     if name not in FILTERS:
         raise SceneError(f"{RFILTER_WHERE}: unknown reconstruction filter {name!r} ({', '.join(FILTERS)})")
     return name
 
 
-def apply(root, aovs=None, rfilter=None):
+def apply(root: PluginNode, aovs: str | None = None, rfilter: str | None = None) -> PluginNode:
     """Change the parsed scene ``root`` (in place) as a job's ``aovs`` and ``rfilter`` ask
     (each None: no change). Raises ``SceneError`` naming the option."""
     if aovs:

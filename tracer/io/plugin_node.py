@@ -1,21 +1,30 @@
 """``PluginNode``: one plugin of a parsed Mitsuba scene, with typed accessors that record what
 was read (host only: no JAX here). The parser that builds these is ``tracer.io.xml``."""
+from __future__ import annotations
+
 import dataclasses
 import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer.io import spectra
 from tracer.errors import SceneError
 from tracer.io.transforms import inverse_transpose
 
+if TYPE_CHECKING:
+    from tracer.io.xml import FileRef
+
 __all__ = ["PluginNode", "MISSING", "resolve_path", "INT32_RANGE"]
 
 INT32_RANGE = (-2**31, 2**31 - 1)  # what get_int returns: Mitsuba's plugins read int (or uint32)
+_T = TypeVar("_T")
 
 
 class _Missing:
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "MISSING"
 
 
@@ -35,7 +44,7 @@ _ACCEPTS = {
 }
 
 
-def _infer_kind(value):
+def _infer_kind(value: Any) -> str:
     if isinstance(value, spectra.Spectrum):
         return "spectrum"
     if isinstance(value, (bool, np.bool_)):
@@ -79,23 +88,26 @@ class PluginNode:
     # None: the folder of the tag's file.
     search_dirs: tuple | None = None
 
-    def __post_init__(self):
-        self._kinds = {}           # property name -> the tag it was given with
-        self._where = {}           # parameter name -> "file:line"
-        self._order = []           # parameter names (properties and named children), document order
-        self._child_names = [None] * len(self.children)  # per child: its parameter name, or None
+    def __post_init__(self) -> None:
+        self._kinds: dict[str, str] = {}  # property name -> the tag it was given with
+        self._where: dict[str, str] = {}  # parameter name -> "file:line"
+        self._order: list[str] = []  # parameter names (properties and named children), document order
+        self._child_names: list[str | None] = [None] * len(self.children)  # per child: its parameter name, or None
         self._child_where = [self.source] * len(self.children)  # per child: "file:line" of its tag or <ref>
-        self._used = set()         # parameter names read through an accessor
-        self._used_children = set()  # indices of ``children`` handed out
+        self._used: set[str] = set()  # parameter names read through an accessor
+        self._used_children: set[int] = set()  # indices of ``children`` handed out
         if self.search_dirs is None:
             self.search_dirs = ((), self.source_dir, self.source_dir)
-        self._normal_matrices = {}  # transform name -> the inverse transpose Mitsuba stores with it
+        self._normal_matrices: dict[str, np.ndarray] = {}  # transform name -> the inverse transpose Mitsuba stores
+        # The root's only, set by the parser (``tracer.io.xml``): the files the scene names, its <default>s.
+        self.files: tuple[FileRef, ...]
+        self.defaults: dict[str, str]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"PluginNode({self.category} type={self.type!r} id={self.id!r} at {self.source})"
 
     @classmethod
-    def synthetic(cls, category, type, **props):
+    def synthetic(cls, category: str, type: str, **props: object) -> Self:
         """A node made in code (a default plugin), e.g. ``synthetic('bsdf', 'diffuse')``."""
         node = cls(category, type)
         for name, value in props.items():
@@ -103,20 +115,20 @@ class PluginNode:
         return node
 
     # -- building (the parser, ``tracer.io.xml``)
-    def add_property(self, name, kind, value, where):
+    def add_property(self, name: str, kind: str, value: object, where: str) -> None:
         """Give the plugin property ``name`` (the tag ``kind``: 'float', 'rgb', ...) at "file:line"
         ``where``; a name given twice is a ``SceneError``."""
         self._claim(name, where)
         self.props[name] = value
         self._kinds[name] = kind
 
-    def add_transform(self, name, matrix, normal_matrix, where):
+    def add_transform(self, name: str, matrix: np.ndarray, normal_matrix: np.ndarray, where: str) -> None:
         """Give the transform ``name``, (4, 4), with the inverse transpose Mitsuba computed as it
         composed it (``get_normal_transform`` returns that one)."""
         self.add_property(name, "transform", matrix, where)
         self._normal_matrices[name] = normal_matrix
 
-    def add_child(self, child, name, where):
+    def add_child(self, child: PluginNode, name: str | None, where: str) -> None:
         """Nest the plugin ``child`` (a ``<ref>``'s target too), as parameter ``name`` or None."""
         if name is not None:
             self._claim(name, where)
@@ -124,25 +136,25 @@ class PluginNode:
         self._child_names.append(name)
         self._child_where.append(where)
 
-    def _claim(self, name, where):
+    def _claim(self, name: str, where: str) -> None:
         if name in self._where:
             raise SceneError(f"parameter '{name}' given twice (first at {self._where[name]})", where)
         self._where[name] = where
         self._order.append(name)
 
     # -- reading
-    def describe(self):
+    def describe(self) -> str:
         return "scene" if self.category == "scene" else f"{self.category} '{self.type}'"
 
-    def has(self, name):
+    def has(self, name: str) -> bool:
         """Whether a property or a named nested plugin ``name`` was given (reads nothing)."""
         return name in self.props or name in self._child_names
 
-    def kind_of(self, name):
+    def kind_of(self, name: str) -> str | None:
         """The tag property ``name`` was given with ('rgb', 'vector', 'float', ...), or None."""
         return self._kinds.get(name)
 
-    def _get(self, name, expect, default):
+    def _get(self, name: str, expect: str, default: Any) -> Any:
         if name in self.props:
             kind = self._kinds.get(name) or _infer_kind(self.props[name])
             if kind not in _ACCEPTS[expect]:
@@ -160,10 +172,10 @@ class PluginNode:
             raise SceneError(f"{self.describe()} is missing required parameter '{name}'", self.source)
         return default
 
-    def get_float(self, name, default=MISSING):
+    def get_float(self, name: str, default: float | _Missing = MISSING) -> float:
         return float(self._get(name, "float", default))
 
-    def get_int(self, name, default=MISSING):
+    def get_int(self, name: str, default: int | _Missing = MISSING) -> int:
         """An integer that fits 32 bits (what Mitsuba's plugins read; ``<integer>`` holds 64)."""
         value = int(self._get(name, "integer", default))
         if not INT32_RANGE[0] <= value <= INT32_RANGE[1] and name in self.props:
@@ -171,14 +183,21 @@ class PluginNode:
                              f"[{INT32_RANGE[0]}, {INT32_RANGE[1]}]", self._where.get(name, self.source))
         return value
 
-    def get_bool(self, name, default=MISSING):
+    def get_bool(self, name: str, default: bool | _Missing = MISSING) -> bool:
         return bool(self._get(name, "boolean", default))
 
-    def get_string(self, name, default=MISSING):
+    @overload
+    def get_string(self, name: str, default: str | _Missing = MISSING) -> str: ...
+
+    @overload
+    def get_string(self, name: str, default: None) -> str | None: ...
+
+    def get_string(self, name: str, default: str | _Missing | None = MISSING) -> str | None:
         value = self._get(name, "string", default)
         return value if value is None else str(value)
 
-    def get_rgb(self, name, default=MISSING, context=None):
+    def get_rgb(self, name: str, default: ArrayLike | _Missing = MISSING,
+                context: spectra.Context | None = None) -> np.ndarray:
         """(3,) float64 linear sRGB of a colour parameter, converted as Mitsuba's RGB variants do.
 
         ``rgb``, ``float``, ``spectrum`` (uniform, wavelength:value pairs or a file) or a nested
@@ -195,17 +214,17 @@ class PluginNode:
         kind = self._kinds.get(name) or _infer_kind(value)
         return spectra.to_rgb(value, kind, context, self._where.get(name, self.source))
 
-    def get_point(self, name, default=MISSING):
+    def get_point(self, name: str, default: ArrayLike | _Missing = MISSING) -> np.ndarray:
         return _vec3(self._get(name, "point", default))
 
     get_vector = get_point
 
-    def get_transform(self, name, default=None):
+    def get_transform(self, name: str, default: ArrayLike | None = None) -> np.ndarray:
         """(4, 4) float64; identity when absent and no default is given."""
         value = self._get(name, "transform", np.eye(4) if default is None else default)
         return np.array(value, np.float64).reshape(4, 4)
 
-    def get_normal_transform(self, name):
+    def get_normal_transform(self, name: str) -> np.ndarray:
         """(4, 4) matrix that Mitsuba applies to normals under transform ``name``.
 
         It is ``inv(M).T`` of ``get_transform(name)``, except after a ``rotate`` about an axis
@@ -217,18 +236,25 @@ class PluginNode:
             return self._normal_matrices[name].copy()
         return inverse_transpose(matrix)
 
-    def get_path(self, name, default=MISSING):
+    @overload
+    def get_path(self, name: str) -> str: ...
+
+    @overload
+    def get_path(self, name: str, default: _T) -> str | _T: ...
+
+    def get_path(self, name: str, default: Any = MISSING) -> Any:
         """Absolute path of a file name property (see ``resolve_path`` for the search order)."""
         if not self.has(name) and default is not MISSING:
             return default
+        assert self.search_dirs is not None  # (set by __post_init__)
         return resolve_path(self.get_string(name), *self.search_dirs)
 
-    def get_texture(self, name, default=MISSING):
+    def get_texture(self, name: str, default: ArrayLike | _Missing = MISSING) -> PluginNode | np.ndarray:
         """The nested plugin given as ``name`` if there is one, else ``get_rgb(name, default)``."""
         child = self.child(name)
         return child if child is not None else self.get_rgb(name, default)
 
-    def load(self, loader, *args, **kwargs):
+    def load(self, loader: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """Run a file loader this plugin asks for: its ``SceneError`` (naming the file) also names
         this plugin's line."""
         try:
@@ -236,11 +262,11 @@ class PluginNode:
         except SceneError as e:
             raise SceneError(f"{self.source}: {e}") from None
 
-    def mark_used(self, *names):
+    def mark_used(self, *names: str) -> None:
         """Declare parameters read without an accessor (e.g. ones that change nothing)."""
         self._used.update(names)
 
-    def child(self, name):
+    def child(self, name: str) -> PluginNode | None:
         """The nested plugin given with parameter name ``name``, or None (also for a constant
         spectrum plugin, which is a value: see ``get_rgb``)."""
         if name not in self._child_names:
@@ -253,7 +279,7 @@ class PluginNode:
         return self.children[index]
 
     @staticmethod
-    def _is_value(node):
+    def _is_value(node: PluginNode) -> bool:
         return node.category == "texture" and node.type in spectra.SPECTRUM_PLUGINS
 
     def _fold(self, name, expect, context=None):
@@ -271,15 +297,15 @@ class PluginNode:
         return float(rgb[0])
 
     # -- renaming (Mitsuba's upgrade of old scene versions)
-    def parameter_names(self):
+    def parameter_names(self) -> list[str]:
         """The names of the parameters given (properties and named nested plugins), in document order."""
         return list(self._order)
 
-    def where(self, name):
+    def where(self, name: str) -> str:
         """The "file:line" that gave parameter ``name``."""
         return self._where[name]
 
-    def rename(self, old, new):
+    def rename(self, old: str, new: str) -> None:
         """Give parameter ``old`` the name ``new`` (a name given twice is a ``SceneError``)."""
         if new in self._where:
             raise SceneError(f"parameter '{new}' given twice (as '{old}' at {self._where[old]}, "
@@ -294,7 +320,7 @@ class PluginNode:
         else:
             self._child_names[self._child_names.index(old)] = new
 
-    def remove(self, name):
+    def remove(self, name: str) -> Any:
         """Take property ``name`` out (it was replaced by another); returns its value."""
         del self._where[name]
         self._order.remove(name)
@@ -302,11 +328,11 @@ class PluginNode:
         self._normal_matrices.pop(name, None)
         return self.props.pop(name)
 
-    def named_children(self):
+    def named_children(self) -> list[tuple[str | None, PluginNode]]:
         """(name or None, node) for every nested plugin, in document order (reads nothing)."""
         return list(zip(self._child_names, self.children))
 
-    def children_of(self, category):
+    def children_of(self, category: str) -> list[PluginNode]:
         """Nested plugins of one category ('bsdf', 'emitter', ...) in document order."""
         found = []
         for index, (name, node) in enumerate(zip(self._child_names, self.children)):
@@ -317,10 +343,11 @@ class PluginNode:
                 found.append(node)
         return found
 
-    def check_unused(self, nested=True):
+    def check_unused(self, nested: bool = True) -> None:
         """Raise ``SceneError`` for the first parameter or nested plugin that nothing read;
         ``nested=False``: value parameters only (the ``<scene>``'s own check, whose nested plugins
         are the scene's objects)."""
+        name: str | None
         for name in self._order:
             if name not in self._used and (nested or name in self.props):
                 raise SceneError(f"{self.describe()} has unsupported parameter '{name}'", self._where[name])
@@ -336,7 +363,7 @@ def _vec3(value):
     return value if value is None else np.broadcast_to(np.asarray(value, np.float64), (3,)).copy()
 
 
-def resolve_path(value, search=(), own="", top=""):
+def resolve_path(value: str, search: Iterable[str] = (), own: str = "", top: str = "") -> str:
     """Absolute path of a file name: the folders of ``<path>`` tags (``search``), then the folder
     of the XML file that names it (``own``), then that of the top file (``top``; Mitsuba itself
     looks in ``search`` and ``top`` only); a name found nowhere is taken relative to ``own``."""

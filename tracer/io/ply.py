@@ -68,11 +68,11 @@ class _Property(NamedTuple):
 
 class _Element(NamedTuple):
     name: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count: the header's element count, by name
     properties: list
 
 
-def load_ply(path, face_normals=False, flip_tex_coords=False):
+def load_ply(path: str | os.PathLike[str], face_normals: bool = False, flip_tex_coords: bool = False) -> Mesh:
     """Object-space ``Mesh`` of a PLY file (ascii or binary), with Mitsuba's mesh attributes."""
     path = os.fspath(path)
     data = read_bytes(path)

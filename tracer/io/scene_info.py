@@ -16,6 +16,7 @@ from tracer.io.aovs import integrator_aovs
 from tracer.io import overrides
 from tracer.errors import SceneError
 from tracer.io.films import read_film
+from tracer.io.plugin_node import PluginNode
 from tracer.io.xml import parse_file
 
 __all__ = ["SceneInfo", "SceneFile", "describe", "scene_aovs", "the_sensor", "film_size", "sample_count", "sampler_type",
@@ -58,7 +59,8 @@ class SceneInfo:
     rfilter: str = "gaussian"  # its film's reconstruction filter (tracer.shared.FILTERS)
 
 
-def describe(path, aovs=None, rfilter=None, **params):
+def describe(path: str | os.PathLike[str], aovs: str | None = None, rfilter: str | None = None,
+             **params: object) -> SceneInfo:
     """Film size, samples per pixel, ``<default>``s and files of the scene at ``path``, with
     ``params`` set and the job's ``aovs`` and ``rfilter`` applied as ``load_scene`` does. Raises
     ``SceneError`` for a scene that does not parse, has no single sensor, or names a file that
@@ -70,7 +72,7 @@ def describe(path, aovs=None, rfilter=None, **params):
                      files=files_of(root), aovs=scene_aovs(root), rfilter=film.rfilter_name)
 
 
-def scene_aovs(root):
+def scene_aovs(root: PluginNode) -> tuple[tuple[str, str], ...]:
     """The (name, type) channels after the RGB of the scene's integrator (``integrator_aovs``:
     an ``aov``'s AOVs, a ``moment``'s moments; none for others)."""
     nodes = root.children_of("integrator")
@@ -90,7 +92,7 @@ def files_of(root):
     return tuple(files)
 
 
-def the_sensor(root):
+def the_sensor(root: PluginNode) -> PluginNode:
     """The scene's one ``<sensor>``."""
     sensors = root.children_of("sensor")
     if len(sensors) != 1:
@@ -98,20 +100,20 @@ def the_sensor(root):
     return sensors[0]
 
 
-def _one(node, category):
+def _one(node: PluginNode, category: str) -> PluginNode | None:
     found = node.children_of(category)
     if len(found) > 1:
         raise SceneError(f"{found[1].source}: more than one <{category}> in {node.describe()}")
     return found[0] if found else None
 
 
-def film_size(sensor):
+def film_size(sensor: PluginNode) -> tuple[int, int]:
     """(width, height) of the image the sensor's film makes: its crop window (the whole film,
     Mitsuba's 768x576 when it has none), as the loader reads it (``tracer.io.films``)."""
     return read_film(sensor).image_size
 
 
-def sample_count(sensor):
+def sample_count(sensor: PluginNode) -> int:
     """Samples per pixel of the sensor's sampler: its ``sample_count`` rounded as Mitsuba's
     sampler of that type rounds it (stratified 7 -> 9), 4 when it has none."""
     sampler = _sampler(sensor)
@@ -125,20 +127,20 @@ def sample_count(sensor):
     return mitsuba_sample_count(sampler.type, count)
 
 
-def sampler_type(sensor):
+def sampler_type(sensor: PluginNode) -> str:
     """Our sampler for the sensor's (``RENDERED_WITH``): 'independent' when it has none."""
     sampler = _sampler(sensor)
     return "independent" if sampler is None else RENDERED_WITH[sampler.type]
 
 
-def _sampler(sensor):
+def _sampler(sensor: PluginNode) -> PluginNode | None:
     sampler = _one(sensor, "sampler")
     if sampler is not None and sampler.type not in SAMPLERS:
         raise SceneError(f"{sampler.source}: unsupported sampler '{sampler.type}' ({', '.join(SAMPLERS)})")
     return sampler
 
 
-def mitsuba_sample_count(sampler_type, count):
+def mitsuba_sample_count(sampler_type: str, count: int) -> int:
     """The samples per pixel Mitsuba's ``sampler_type`` takes for ``count`` (``set_sample_count``)."""
     if sampler_type == "stratified":       # a square
         return _ceil_sqrt(count) ** 2
@@ -158,6 +160,6 @@ def mitsuba_sample_count(sampler_type, count):
     return count
 
 
-def _ceil_sqrt(n):
+def _ceil_sqrt(n: int) -> int:
     root = math.isqrt(n)
     return root if root * root == n else root + 1

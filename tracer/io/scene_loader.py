@@ -117,7 +117,7 @@ class ShapeRow:
 
 
 class _SceneBuilder:
-    def __init__(self, root, accel, resolution):
+    def __init__(self, root: PluginNode, accel: str, resolution: tuple[int, int] | None) -> None:
         self.root = root
         self.accel = accel
         self.resolution = resolution
@@ -125,14 +125,14 @@ class _SceneBuilder:
         self.materials = MaterialTableBuilder()
         self.emitters = EmitterTableBuilder()
         self.materials.add_black()  # (row 0, as it always was)
-        self.material_ids = {}       # id(node) -> ShapeMaterials
+        self.material_ids: dict[int, ShapeMaterials] = {}  # id(node) -> ShapeMaterials
         # The BSDF of a shape that names none (a node each, kept, so the cache's ids stay theirs).
         self.default_bsdfs = (PluginNode.synthetic("bsdf", "diffuse"),
                               PluginNode.synthetic("bsdf", "diffuse", reflectance=0.0))
         self.meshes: list[geometry.MeshShape] = []
         self.analytic: list[geometry.AnalyticShape] = []
         self.shape_rows: list[ShapeRow] = []
-        self.group_ids = {}  # id(shapegroup node) -> its index
+        self.group_ids: dict[int, int] = {}  # id(shapegroup node) -> its index
         self.instances: list[geometry.Instance] = []
         self.instance_order: list[int] = []  # each instance's ShapeRow.order
         self.world_items: list[WorldShape] = []  # the world's shapes and instances, in file order
@@ -169,7 +169,8 @@ class _SceneBuilder:
                 continue  # referenced by shapes, handled above, or (sampler, film, rfilter) unused as in Mitsuba
             else:
                 raise SceneError(f"{node.source}: unsupported <{node.category}> plugin '{node.type}'")
-        if not self.instances and all(shape.group >= 0 for shape in [*self.meshes, *self.analytic]):
+        all_shapes: list[geometry.MeshShape | geometry.AnalyticShape] = [*self.meshes, *self.analytic]
+        if not self.instances and all(shape.group >= 0 for shape in all_shapes):
             raise SceneError(f"{root.source}: the scene has no shapes")
         geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel,
                                       attributes=self.textures.table.attribute_names, instances=self.instances,

@@ -13,7 +13,10 @@ a flat or black image (limits, each as Mitsuba's own checks where it has them):
 - ``near_clip``, ``far_clip``: finite, 0 < near_clip < far_clip (Mitsuba's ProjectiveCamera);
 - ``aperture_radius``: finite, >= 0; ``focus_distance``: finite, > 0.
 """
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 from tracer import camera as cameras
 from tracer import film as films
@@ -21,6 +24,9 @@ from tracer.io.checks import checked_to_world
 from tracer.errors import SceneError
 from tracer.io.films import read_film
 from tracer.io.scene_info import sample_count
+
+if TYPE_CHECKING:
+    from tracer.io.plugin_node import PluginNode
 
 __all__ = ["load_sensor", "field_of_view"]
 
@@ -35,7 +41,7 @@ FULL_FRAME_DIAGONAL = (36.0 ** 2 + 24.0 ** 2) ** 0.5
 SINGULAR = 2.0**-20
 
 
-def load_sensor(node, resolution=None):
+def load_sensor(node: PluginNode, resolution: tuple[int, int] | None = None) -> tuple[cameras.Camera, films.Film, int]:
     """(Camera, Film, spp) of a sensor ``PluginNode``; ``resolution`` (width, height) overrides the film's."""
     if node.type not in SENSORS:
         raise SceneError(f"{node.source}: unsupported sensor '{node.type}' ({', '.join(SENSORS)})")
@@ -81,7 +87,7 @@ def _x_fov(node, width, height):
     return x_fov
 
 
-def field_of_view(node):
+def field_of_view(node: PluginNode) -> tuple[float, str]:
     """(fov in degrees, fov_axis) of a sensor, as Mitsuba's ``parse_fov``: ``fov`` along
     ``fov_axis``, or else a full-frame lens of ``focal_length`` (default "50mm") on the diagonal."""
     if node.has("fov") and node.has("focal_length"):

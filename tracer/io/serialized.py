@@ -35,7 +35,7 @@ _MAX_RATIO = 1032
 _NAME_LIMIT = 1 << 16  # version 4 names are read up to this length
 
 
-def load_serialized(path, shape_index=0, face_normals=False):
+def load_serialized(path: str | os.PathLike[str], shape_index: int = 0, face_normals: bool = False) -> Mesh:
     """Object-space ``Mesh`` number ``shape_index`` of a ``.serialized`` file; with
     ``face_normals`` its vertex normals are skipped (Mitsuba's plugin parameter)."""
     path = os.fspath(path)

@@ -18,10 +18,16 @@ them in the reverse of their first appearance (followed here), with more its ord
 hash table's, which nothing outside that process can know. A shape without a BSDF gets a
 default one of its own, so it is never merged with another.
 """
+from __future__ import annotations
+
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tracer.io.plugin_node import PluginNode
 
 __all__ = ["WorldShape", "signature", "mitsuba_order"]
 
@@ -42,7 +48,7 @@ def _value(value):
     return (type(value).__name__, value if isinstance(value, (str, int, float, bool)) else repr(value))
 
 
-def signature(node):
+def signature(node: PluginNode) -> tuple[str, str, tuple[Any, ...], tuple[Any, ...]]:
     """A hashable description of plugin ``node`` and what it nests, equal for nodes Mitsuba's
     ``transform_merge_equivalent`` makes one object (its ``id`` does not count, as there)."""
     props = tuple(sorted((name, _value(value)) for name, value in node.props.items()))

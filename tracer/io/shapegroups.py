@@ -9,9 +9,16 @@ its group's shapes'. Where Mitsuba would render an empty group as nothing, and a
 matrix, we refuse an empty group and a transform that cannot be inverted: both are one-line
 ``SceneError``s.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from tracer.errors import SceneError
+
+if TYPE_CHECKING:
+    from tracer.io.plugin_node import PluginNode
 
 __all__ = ["group_shapes", "instanced_group", "instance_to_world"]
 
@@ -20,7 +27,7 @@ __all__ = ["group_shapes", "instanced_group", "instance_to_world"]
 MAX_CONDITION = 1e7
 
 
-def group_shapes(node):
+def group_shapes(node: PluginNode) -> list[PluginNode]:
     """The shape nodes of the ``shapegroup`` ``node``, each checked to be one it may hold."""
     shapes = []
     for child in node.children:
@@ -43,7 +50,7 @@ def group_shapes(node):
     return shapes
 
 
-def instanced_group(node):
+def instanced_group(node: PluginNode) -> PluginNode:
     """The ``shapegroup`` node the ``instance`` ``node`` places."""
     groups = []
     for child in node.children:
@@ -58,7 +65,7 @@ def instanced_group(node):
     return groups[0]
 
 
-def instance_to_world(node):
+def instance_to_world(node: PluginNode) -> np.ndarray:
     """The instance's ``to_world`` (4, 4): finite, affine, and invertible."""
     m = node.get_transform("to_world")
     if not np.all(np.isfinite(m)) or not np.array_equal(m[3], [0.0, 0.0, 0.0, 1.0]):

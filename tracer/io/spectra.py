@@ -28,15 +28,22 @@ converted by the rule of their context, which for an emitter is the colour Mitsu
 variants converge to. A blackbody (Planck's law, W m^-2 sr^-1 nm^-1, as ``blackbody.cpp``) is
 an emission spectrum only.
 """
+from __future__ import annotations
+
 import dataclasses
 import enum
 import math
 import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tracer.io.cie_data import CIE_X, CIE_Y, CIE_Z, D65
 from tracer.errors import SceneError
+
+if TYPE_CHECKING:
+    from tracer.io.plugin_node import PluginNode
 
 __all__ = ["Context", "Spectrum", "context_of", "parse_spectrum", "read_spectrum_file", "to_rgb",
            "spectrum_to_srgb", "blackbody", "plugin_rgb", "SPECTRUM_PLUGINS"]
@@ -79,7 +86,7 @@ _UNBOUNDED = {
 }
 
 
-def context_of(category, plugin_type, name):
+def context_of(category: str, plugin_type: str, name: str) -> Context:
     """The ``Context`` in which plugin ``plugin_type`` of ``category`` reads parameter ``name``."""
     if category == "emitter" and name in _EMISSION:
         return Context.EMISSION
@@ -92,14 +99,14 @@ def context_of(category, plugin_type, name):
 class Spectrum:
     """A ``<spectrum>`` property: one uniform value, or values at increasing wavelengths (nm)."""
 
-    values: tuple
-    wavelengths: tuple = ()
+    values: tuple[float, ...]
+    wavelengths: tuple[float, ...] = ()
 
     @property
-    def uniform(self):
+    def uniform(self) -> bool:
         return not self.wavelengths
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.wavelengths:
             if len(self.wavelengths) < 2 or len(self.wavelengths) != len(self.values):
                 raise ValueError("a spectrum needs at least two wavelength:value pairs")
@@ -111,7 +118,7 @@ class Spectrum:
             raise ValueError("spectrum values and wavelengths must be finite")
 
 
-def _number(token, what):
+def _number(token: str, what: str) -> float:
     try:
         value = float(token)
     except ValueError:
@@ -121,7 +128,7 @@ def _number(token, what):
     return value
 
 
-def parse_spectrum(text):
+def parse_spectrum(text: str) -> Spectrum:
     """A ``<spectrum value=...>``: one number, or ``wavelength:value`` pairs (Mitsuba's syntax)."""
     tokens = [t for t in text.replace(",", " ").split() if t]
     if len(tokens) == 1 and ":" not in tokens[0]:
@@ -136,7 +143,7 @@ def parse_spectrum(text):
     return Spectrum(tuple(values), tuple(wavelengths))
 
 
-def read_spectrum_file(path):
+def read_spectrum_file(path: str | os.PathLike[str]) -> Spectrum:
     """The spectrum of a text file of ``wavelength value`` lines, as Mitsuba reads ``.spd`` files:
     lines starting with '#' and empty lines are skipped, anything after the two numbers ignored."""
     try:
@@ -172,7 +179,7 @@ _CMF = np.stack([_lookup(CIE_X, _GRID), _lookup(CIE_Y, _GRID), _lookup(CIE_Z, _G
 _D65 = _lookup(D65, _GRID) * CIE_D65_NORMALIZATION
 
 
-def _integrate(values_on_grid, d65):
+def _integrate(values_on_grid: np.ndarray, d65: bool) -> np.ndarray:
     """Linear sRGB (float64) of a spectrum sampled on the 1,000-step grid (NaN: not given there)."""
     given = ~np.isnan(values_on_grid)
     terms = _CMF[given] * values_on_grid[given, None]
@@ -183,7 +190,7 @@ def _integrate(values_on_grid, d65):
     return XYZ_TO_SRGB.astype(np.float64) @ xyz
 
 
-def spectrum_to_srgb(wavelengths, values, bounded, d65):
+def spectrum_to_srgb(wavelengths: ArrayLike, values: ArrayLike, bounded: bool, d65: bool) -> np.ndarray:
     """Mitsuba's ``spectrum_list_to_srgb``: linear sRGB of a tabulated spectrum, as float32."""
     wl, v = np.asarray(wavelengths, np.float64), np.asarray(values, np.float64)
     on_grid = np.full(_STEPS, np.nan)
@@ -197,7 +204,7 @@ def spectrum_to_srgb(wavelengths, values, bounded, d65):
     return rgb.astype(np.float32)
 
 
-def to_rgb(value, kind, context, where=None):
+def to_rgb(value: Any, kind: str, context: Context, where: str | None = None) -> np.ndarray:
     """(3,) float64 RGB of a property value of tag ``kind`` read in ``context`` (see the table)."""
     if kind in ("float", "integer"):
         return np.full(3, float(value))
@@ -226,14 +233,14 @@ _C0 = np.float32(2) * _H * _C * _C
 _C1 = _H * _C / _K
 
 
-def blackbody(wavelengths, temperature):
+def blackbody(wavelengths: ArrayLike, temperature: float) -> np.ndarray:
     """Planck's law at ``wavelengths`` (nm): spectral radiance in W m^-2 sr^-1 nm^-1 (float64)."""
     lam = np.asarray(wavelengths, np.float64) * 1e-9
     with np.errstate(over="ignore"):
         return 1e-9 * float(_C0) / (lam ** 5 * np.expm1(float(_C1) / (lam * temperature)))
 
 
-def _blackbody_rgb(node):
+def _blackbody_rgb(node: PluginNode) -> np.ndarray:
     temperature = node.get_float("temperature")
     lo, hi = node.get_float("wavelength_min", CIE_MIN), node.get_float("wavelength_max", CIE_MAX)
     if not (temperature > 0 and math.isfinite(temperature)):
@@ -242,7 +249,7 @@ def _blackbody_rgb(node):
     return np.maximum(_integrate(on_grid, d65=False), 0.0).astype(np.float32).astype(np.float64)
 
 
-def _tabulated(node):
+def _tabulated(node: PluginNode) -> Spectrum:
     """The Spectrum of a ``regular`` or ``irregular`` plugin."""
     try:
         if node.type == "regular":
@@ -261,7 +268,7 @@ def _tabulated(node):
         raise SceneError(f"texture '{node.type}': {e}", node.source) from None
 
 
-def plugin_rgb(node, context):
+def plugin_rgb(node: PluginNode, context: Context) -> np.ndarray:
     """(3,) float64 RGB of a nested spectrum plugin (``SPECTRUM_PLUGINS``) read in ``context``."""
     kind = node.type
     if kind == "rawconstant" and node.kind_of("value") in ("vector", "point"):

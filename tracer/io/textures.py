@@ -28,7 +28,7 @@ _WRAPS = {"repeat": WrapMode.REPEAT, "mirror": WrapMode.MIRROR, "clamp": WrapMod
 class TextureReader:
     """Texture ids for a scene's texture plugins and constants, in one ``TextureTableBuilder``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.table = TextureTableBuilder()
         self.attribute_requests: list[str] = []  # mesh attributes read by textures, in order of request
         self._bitmap_ids: dict[tuple, int] = {}  # (path, raw, filter, wrap, to_uv bytes) -> texture id

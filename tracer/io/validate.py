@@ -9,11 +9,13 @@ Exit 0 when every set loads; 1 with the ``SceneError`` on stderr when one does n
 """
 import json
 import sys
+from collections.abc import Iterable
 
 __all__ = ["check", "main"]
 
 
-def check(path, resolution, accel, param_sets, aovs=None, rfilter=None):
+def check(path: str, resolution: tuple[int, int] | None, accel: str, param_sets: Iterable[Iterable[tuple[str, object]]],
+          aovs: str | None = None, rfilter: str | None = None) -> None:
     """Load the scene with each of ``param_sets``; raises the first ``SceneError``."""
     from tracer.io.scene_loader import load_scene
     for params in param_sets:
@@ -21,7 +23,7 @@ def check(path, resolution, accel, param_sets, aovs=None, rfilter=None):
             pass
 
 
-def main():
+def main() -> int:
     from tracer.errors import SceneError
     job = json.load(sys.stdin)
     resolution = tuple(job["resolution"]) if job.get("resolution") else None

@@ -78,7 +78,7 @@ class FileRef:
     varies: bool = False  # its name (or a <path> folder) comes from a $parameter
 
 
-def parse_file(path, **params):
+def parse_file(path: str | os.PathLike[str], **params: object) -> PluginNode:
     """The root ``scene`` node of a Mitsuba 3 XML file; ``params`` override its ``<default>``s.
 
     The root also carries ``files`` (a tuple of ``FileRef``: the XML files, spectrum files and
@@ -91,7 +91,7 @@ def parse_file(path, **params):
     return root
 
 
-def parse_string(text, base_dir=".", **params):
+def parse_string(text: str | bytes, base_dir: str | os.PathLike[str] = ".", **params: object) -> PluginNode:
     """Like ``parse_file`` for XML text; relative paths resolve against ``base_dir``."""
     base_dir = os.path.abspath(os.fspath(base_dir))
     parser = _Parser(params, top_dir=base_dir)

@@ -17,7 +17,7 @@ _DEVICE_COUNT = "--xla_force_host_platform_device_count"
 MIN_CPU_DEVICES = 2
 
 
-def cores():
+def cores() -> int:
     """Cores this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -25,13 +25,13 @@ def cores():
         return max(1, os.cpu_count() or 1)
 
 
-def device_count(requested=None):
+def device_count(requested: int | None = None) -> int:
     """The XLA CPU devices a process gets: ``requested``, else one per core it may run on; at
     least ``MIN_CPU_DEVICES``. The one rule for the tracer's processes and the farm's workers."""
     return max(int(cores() if requested is None else requested), MIN_CPU_DEVICES)
 
 
-def cores_per_device():
+def cores_per_device() -> int | None:
     """Cores per local device when JAX runs on the CPU (at least 1); None on GPUs and TPUs."""
     import jax  # (only here: the farm's members read cores() before JAX starts)
 
@@ -40,7 +40,7 @@ def cores_per_device():
     return max(1, cores() // max(1, jax.local_device_count()))
 
 
-def use_every_core():
+def use_every_core() -> None:
     """Give this process ``device_count()`` XLA CPU devices (``jax_num_cpu_devices``), unless the
     process says otherwise: a device count in XLA_FLAGS or ``JAX_NUM_CPU_DEVICES``, the option
     set already, or JAX's backend already started (then nothing can change; it stays as is).

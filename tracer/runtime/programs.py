@@ -14,6 +14,8 @@ import collections
 import functools
 import queue
 import threading
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 
@@ -31,31 +33,33 @@ class KeptPrograms:
     their next collective, and XLA aborts the process.
     """
 
-    def __init__(self, fn, static_argnames, keep, hold=None):
+    def __init__(self, fn: Callable[..., Any], static_argnames: Iterable[str], keep: int,
+                 hold: Callable[[tuple[Any, ...], dict[str, Any]], Iterable[object]] | None = None) -> None:
         self._fn, self._static, self._keep, self._hold = fn, tuple(static_argnames), keep, hold
-        self._jitted = collections.OrderedDict()
+        self._jitted: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
         self._lock = threading.Lock()
-        self._in_flight = None  # queue of (outputs, held objects) for the thread that lets them go
+        # queue of (outputs, held objects) for the thread that lets them go
+        self._in_flight: queue.SimpleQueue[tuple[Any, list[object]]] | None = None
         self.programs_made = 0  # traces so far, over every structure (dropped ones included)
         functools.update_wrapper(self, fn)
 
-    def _traced(self, *args, **kwargs):
+    def _traced(self, *args: Any, **kwargs: Any) -> Any:
         """``fn``, counting its traces (jax.jit runs the Python function only to trace it)."""
         with self._lock:
             self.programs_made += 1
         return self._fn(*args, **kwargs)
 
-    def jit(self):
+    def jit(self) -> jax.stages.Wrapped:
         """A plain ``jax.jit`` of the function: for lowering and ``jax.export`` (which compile nothing)."""
         return jax.jit(self._fn, static_argnames=self._static)
 
-    def _key(self, args, kwargs):
+    def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         dynamic = {k: v for k, v in kwargs.items() if k not in self._static}
         leaves, tree = jax.tree.flatten((args, dynamic))
         avals = tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x)))) for x in leaves)
         return tree, avals, tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static))
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         key = self._key(args, kwargs)
         with self._lock:
             jitted = self._jitted.pop(key, None)
@@ -78,7 +82,7 @@ class KeptPrograms:
         return out
 
 
-def _release_when_ready(in_flight):
+def _release_when_ready(in_flight: queue.SimpleQueue[tuple[Any, list[object]]]) -> None:
     """Let each call's held objects go once its outputs are ready (in call order)."""
     while True:
         out, held = in_flight.get()

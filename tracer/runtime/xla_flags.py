@@ -48,7 +48,7 @@ _LEVEL_FLAGS = (("AVX512", {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx5
                 ("AVX2", {"avx2", "fma"}), ("AVX", {"avx"}))
 
 
-def host_isa(cpuinfo="/proc/cpuinfo"):
+def host_isa(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str | None:
     """The highest of ``ISAS`` this host's CPU has, or None where that cannot be told (not an
     x86 Linux host)."""
     try:
@@ -62,12 +62,12 @@ def host_isa(cpuinfo="/proc/cpuinfo"):
     return next((isa for isa, needs in _LEVEL_FLAGS if needs <= flags), None)
 
 
-def local_isa():
+def local_isa() -> str:
     """The level of a job made on this host: its own, or ``PORTABLE_ISA`` where that cannot be told."""
     return host_isa() or PORTABLE_ISA
 
 
-def isa_flags(isa):
+def isa_flags(isa: str) -> tuple[str, ...]:
     """The XLA flags that make a CPU program of the ``isa`` level (one of ``ISAS``): its
     instructions and, for AVX512, 512-bit vectors (``_WIDE_VECTORS``)."""
     if isa not in ISAS:
@@ -75,13 +75,13 @@ def isa_flags(isa):
     return (f"{_MAX_ISA}={isa}",) + ((_WIDE_VECTORS,) if isa == "AVX512" else ())
 
 
-def named_isa(xla_flags):
+def named_isa(xla_flags: str | None) -> str | None:
     """The instruction-set level an XLA_FLAGS value names (its last ``--xla_cpu_max_isa``), or None."""
     named = [f.split("=", 1)[1] for f in (xla_flags or "").split() if f.startswith(f"{_MAX_ISA}=")]
     return named[-1] if named else None
 
 
-def check_host(isa, have=None):
+def check_host(isa: str, have: str | None = None) -> None:
     """Refuse (RuntimeError) a host whose CPU lacks the ``isa`` level: XLA would quietly make
     code of a lower level there, with other bits. ``have``: the host's level (``host_isa()``);
     a host whose level cannot be told is let through."""
@@ -92,7 +92,8 @@ def check_host(isa, have=None):
                            f"rendered from then on differ from those rendered before)")
 
 
-def with_flags(xla_flags="", devices=None, deterministic=True, isa=None):
+def with_flags(xla_flags: str | None = "", devices: int | None = None, deterministic: bool = True,
+               isa: str | None = None) -> str:
     """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flags of the ``isa`` level
     (default: this host's, else ``PORTABLE_ISA``) and, if given, a virtual CPU device count (with
     the flag: ``tracer.runtime.cpu.device_count``'s rule); earlier values of the same flags are replaced."""
@@ -105,13 +106,13 @@ def with_flags(xla_flags="", devices=None, deterministic=True, isa=None):
     return " ".join(flags)
 
 
-def set_in_environment(devices=None, isa=None):
+def set_in_environment(devices: int | None = None, isa: str | None = None) -> None:
     """Put the flags in this process's XLA_FLAGS (effective only before JAX starts its backend);
     ``isa``: the job's level (``farm status`` shows it), default this host's."""
     os.environ["XLA_FLAGS"] = with_flags(os.environ.get("XLA_FLAGS", ""), devices, isa=isa)
 
 
-def use_wide_vectors():
+def use_wide_vectors() -> None:
     """Give this process's XLA CPU code 512-bit vectors on an AVX-512 host, unless the process
     names a vector width or an instruction-set level in XLA_FLAGS (a farm worker's are its job's:
     ``isa_flags``) or JAX's backend has started (then nothing can change).

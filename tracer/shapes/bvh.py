@@ -18,14 +18,21 @@ Three things decide the speed on the CPU (measured with scripts/bench_accel.py):
     live rays move to its front (a stable partition) and the next phase loops over that part
     only: 3x (each phase compiles its own loop body, about a second).
 """
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from tracer.shapes import intersect as isect
 from tracer import lanes
 from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass, static
+
+if TYPE_CHECKING:
+    from tracer.shapes import bvh_build
 
 __all__ = ["BvhArrays", "make_arrays", "closest_hit", "occluded", "LEAF_SIZE"]
 
@@ -48,11 +55,12 @@ class BvhArrays:
     leaf_tris: jnp.ndarray   # (nL, 9 L) float32: component c (p0 xyz, p1 xyz, p2 xyz) of slot s at c L + s
     leaf_prims: jnp.ndarray  # (nL, L) int32 primitive id per slot, -1 for padding
     leaf_analytic: jnp.ndarray  # (nL, 25 L) float32 analytic slots (row 0 = kind, -1 if none); (0, 25 L) if none
-    leaf_size: int = static(LEAF_SIZE)
-    analytic_kinds: tuple = static(SurfaceKind.ANALYTIC)  # the analytic kinds present
+    leaf_size: int = static(default=LEAF_SIZE)
+    analytic_kinds: tuple[int, ...] = static(default=SurfaceKind.ANALYTIC)  # the analytic kinds present
 
 
-def make_arrays(threaded, tri, analytic, leaf_size=LEAF_SIZE):
+def make_arrays(threaded: "bvh_build.ThreadedBvh", tri: Sequence[np.ndarray], analytic: Sequence[np.ndarray],
+                leaf_size: int = LEAF_SIZE) -> BvhArrays:
     """Host: pack a ``bvh_build.ThreadedBvh`` built over T triangles then A analytic primitives.
 
     tri = (p0, p1, p2) (3, T) float32; analytic = (kind (A,), to_world (3, 4, A), to_local (3, 4, A)).
@@ -113,7 +121,7 @@ class _State:
     slot: jnp.ndarray    # (N,) int32 leaf * L + slot of the closest hit, -1 for none
 
 
-def _setup(o, d, t_max):
+def _setup(o: jax.Array, d: jax.Array, t_max: jax.Array) -> tuple[_Rays, _State]:
     tiny = np.float32(1e-30)
     safe = jnp.where(jnp.abs(d) < tiny, jnp.where(d < 0, -tiny, tiny), d)
     octant = ((d[0] < 0).astype(jnp.int32) | ((d[1] < 0).astype(jnp.int32) << 1)
@@ -221,7 +229,8 @@ def _unpermute(rays, value):
     return jnp.zeros_like(value).at[rays.index].set(value, unique_indices=True)
 
 
-def closest_hit(bvh, tri, analytic, o, d, t_max):
+def closest_hit(bvh: BvhArrays, tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array,
+                t_max: ArrayLike) -> isect.Hit:
     """Closest hit with 0 < t < t_max of rays o, d (3, N); ``tri``/``analytic`` as in make_arrays
     (device arrays), used for the exact t and barycentrics of the winners."""
     o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
@@ -232,7 +241,7 @@ def closest_hit(bvh, tri, analytic, o, d, t_max):
     return isect.exact_hit(tri, analytic, o, d, prim, t, kinds=bvh.analytic_kinds)
 
 
-def occluded(bvh, o, d, t_max):
+def occluded(bvh: BvhArrays, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
     """Whether anything lies at 0 < t < t_max; rays stop at their first hit."""
     o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
     t_max = jnp.zeros_like(o[0]) + t_max

@@ -18,6 +18,7 @@ import dataclasses
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["Bvh", "build_bvh", "ThreadedBvh", "thread"]
 
@@ -36,7 +37,7 @@ class Bvh:
     depth: np.ndarray  # (M,) int32 level of each node
 
 
-def _area(lo, hi):
+def _area(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Surface area of boxes (3, ...) (empty boxes, lo > hi, have area 0)."""
     e = np.maximum(hi - lo, 0.0)
     return 2.0 * (e[0] * e[1] + e[1] * e[2] + e[2] * e[0])
@@ -66,7 +67,7 @@ def _sweep(seg, b, n_nodes, n_bins, plo, phi):
     return cost, l_count[:-1]
 
 
-def build_bvh(lo, hi, max_leaf=4, bins=16, all_axes=False):
+def build_bvh(lo: ArrayLike, hi: ArrayLike, max_leaf: int = 4, bins: int = 16, all_axes: bool = False) -> Bvh:
     """Binned SAH BVH over P primitive boxes lo, hi (3, P) (float32, world space).
 
     ``all_axes`` bins the three axes (better trees, about twice the build time) instead of the
@@ -81,7 +82,7 @@ def build_bvh(lo, hi, max_leaf=4, bins=16, all_axes=False):
     ids = np.arange(n_prims, dtype=np.int32)
     p_lo, p_hi, centroid = lo, hi, 0.5 * (lo + hi)
     order = np.empty(n_prims, np.int32)
-    out = dict(lo=[], hi=[], left=[], axis=[], start=[], count=[], depth=[])
+    out: dict[str, list[np.ndarray]] = dict(lo=[], hi=[], left=[], axis=[], start=[], count=[], depth=[])
     cur_start = np.zeros(1, np.int64)
     cur_count = np.array([n_prims], np.int64)
     n_nodes, level = 1, 0
@@ -203,7 +204,7 @@ class ThreadedBvh:
     order: np.ndarray  # (P,) int32 primitive ids
 
 
-def _subtree_sizes(bvh):
+def _subtree_sizes(bvh: Bvh) -> np.ndarray:
     m = bvh.left.size
     size = np.ones(m, np.int64)
     inner = np.flatnonzero(bvh.left >= 0)
@@ -213,7 +214,7 @@ def _subtree_sizes(bvh):
     return size
 
 
-def _preorder(bvh, size, octant):
+def _preorder(bvh: Bvh, size: np.ndarray, octant: int) -> np.ndarray:
     """Depth-first position of every node when the near child (for ``octant``) comes first."""
     m = bvh.left.size
     pre = np.zeros(m, np.int64)
@@ -228,7 +229,7 @@ def _preorder(bvh, size, octant):
     return pre
 
 
-def thread(bvh):
+def thread(bvh: Bvh) -> ThreadedBvh:
     """Depth-first layout (canonical order = octant 0) with stackless links for all 8 octants."""
     m = bvh.left.size
     size = _subtree_sizes(bvh)

@@ -24,9 +24,13 @@ segments of the shape); uv.u is the angle around the curve in Mitsuba's ``local_
 shading frame's tangent is left to ``coordinate_system(n)`` (Mitsuba's for linear curves; its
 B-spline dp/du would orient anisotropic BSDFs differently).
 """
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
+from numpy.typing import ArrayLike as HostArrayLike
 
 from tracer import elementary
 from tracer import vecmath as vm
@@ -43,13 +47,14 @@ NEWTON_STEPS = 4
 # ---------------------------------------------------------------------------------------------
 # Host: packing and bounds.
 
-def _segments(starts, count):
+def _segments(starts: Sequence[int], count: int) -> list[tuple[int, int]]:
     """(first control point of each segment, segment count) of curves starting at ``starts``."""
     ends = list(starts[1:]) + [count]
     return [(a, b) for a, b in zip(starts, ends)]
 
 
-def pack_linear(points, radii, starts):
+def pack_linear(points: np.ndarray, radii: np.ndarray,
+                starts: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
     """(to_world, to_local) pairs (4, 4) of the segments of linear curves: ``points`` (P, 3) world
     space, ``radii`` (P,), ``starts`` the first control point of each curve (each has >= 2)."""
     pieces = [i for a, b in _segments(starts, len(points)) for i in range(a, b - 1)]
@@ -63,7 +68,8 @@ def pack_linear(points, radii, starts):
     return out
 
 
-def pack_bspline(points, radii, starts):
+def pack_bspline(points: np.ndarray, radii: np.ndarray,
+                 starts: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
     """As ``pack_linear`` for cubic B-spline curves (each has >= 4 control points; a curve of n
     points has n - 3 segments)."""
     pieces = [i for a, b in _segments(starts, len(points)) for i in range(a, b - 3)]
@@ -77,7 +83,7 @@ def pack_bspline(points, radii, starts):
     return out
 
 
-def bounds(kind, to_world, to_local):
+def bounds(kind: np.ndarray, to_world: HostArrayLike, to_local: HostArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """World boxes (lo, hi), each (3, A) float64, of curve segments (other kinds: garbage): a
     linear segment's two balls; a B-spline segment's control points (their convex hull holds
     the curve) grown by its largest radius."""
@@ -95,7 +101,7 @@ def bounds(kind, to_world, to_local):
 # ---------------------------------------------------------------------------------------------
 # Traced: intersection.
 
-def _ball_entry(center, r, o, d):
+def _ball_entry(center: jax.Array, r: jax.Array, o: jax.Array, d: jax.Array) -> jax.Array:
     """t where rays o + t d (d unit) enter balls (center, r); inf where they do not (or start inside)."""
     q = o - center
     b = vm.dot(q, d)
@@ -105,7 +111,8 @@ def _ball_entry(center, r, o, d):
     return jnp.where((disc >= 0) & (t > 0), t, INF)
 
 
-def _cone_entry(p0, p1, r0, r1, o, d):
+def _cone_entry(p0: jax.Array, p1: jax.Array, r0: jax.Array, r1: jax.Array, o: jax.Array,
+                d: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(t, v) where rays enter the lateral surface of the cone tangent to balls p0/r0 and p1/r1
     between its circles of contact; v: where the normal meets the axis (0 at p0, 1 at p1).
     t = inf where they do not (or one ball holds the other: no lateral surface)."""
@@ -202,9 +209,11 @@ def _bspline(to_world, to_local, o, d, t_max):
     return jnp.where(ok, t, INF), jnp.where(ok, v, 0.0)
 
 
-def intersect(kind, to_world, to_local, o, d, t_max, kinds):
+def intersect(kind: jax.Array, to_world: jax.Array, to_local: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike,
+              kinds: tuple[int, ...]) -> tuple[ArrayLike, jax.Array]:
     """(t, v_local) of rays o, d (3, ...) entering curve segments (matrices (3, 4, ...) broadcast
     against the rays) of the static ``kinds`` present; t = inf where not, or not below t_max."""
+    t: ArrayLike
     t, v = INF, jnp.float32(0)
     if SurfaceKind.LINEAR_CURVE in kinds:
         tl, vl = _linear(to_world, o, d)
@@ -220,7 +229,7 @@ def intersect(kind, to_world, to_local, o, d, t_max, kinds):
 # ---------------------------------------------------------------------------------------------
 # Traced: surface data.
 
-def _local_frame(tangent):
+def _local_frame(tangent: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Mitsuba's curve ``local_frame``: (v_rot, v_rad) around the unit tangent, guided by +z.
 
     v_rot = normalize(z - tangent tangent_z), written as (-t_x t_z, -t_y t_z, t_x^2 + t_y^2): for a
@@ -237,18 +246,20 @@ def _local_frame(tangent):
     return v_rot, vm.cross(v_rot, tangent)
 
 
-def _uv(rad_unit, tangent, v_local, segment, segments):
+def _uv(rad_unit: jax.Array, tangent: jax.Array, v_local: jax.Array, segment: jax.Array,
+        segments: jax.Array) -> jax.Array:
     v_rot, v_rad = _local_frame(tangent)
     u = elementary.atan2(vm.dot(v_rot, rad_unit), vm.dot(v_rad, rad_unit))
     u = jnp.where(u < 0, u + TWO_PI, u) * INV_TWO_PI
     return jnp.stack([u, (v_local + segment) / segments])
 
 
-def surface(kind, kinds, p, to_world, to_local, v_local):
+def surface(kind: jax.Array, kinds: tuple[int, ...], p: jax.Array, to_world: jax.Array, to_local: jax.Array,
+            v_local: jax.Array) -> tuple[jax.Array, ...] | None:
     """(p, ng, ns, uv, dp_du, dp_dv) at points p (3, N) of curve hits (v_local from the hit), as
     Mitsuba's ``LinearCurve`` / ``BSplineCurve::compute_surface_interaction``."""
     zero = jnp.zeros_like(p)
-    out = None
+    out: tuple[jax.Array, ...] | None = None
     if SurfaceKind.LINEAR_CURVE in kinds:
         p0, p1 = to_world[:, 0], to_world[:, 1]
         c = p0 * (1.0 - v_local) + p1 * v_local

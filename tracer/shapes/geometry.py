@@ -15,11 +15,13 @@ or, for small scenes, brute force per instance. Embree has instancing of its own
 does not expose it, and Warp's BVH has none: with those backends the world triangles go to the
 engine and the instances to the JAX two-level BVH.
 """
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
+from numpy.typing import ArrayLike as HostArrayLike
 
 from tracer.shapes import bvh as bvh_traversal
 from tracer.shapes import bvh_build
@@ -76,23 +78,23 @@ class Geometry:
     instance_to_world: jnp.ndarray | None = None  # (3, 4, I) affine, instances sorted by group; None without
     instance_to_local: jnp.ndarray | None = None  # (3, 4, I) its inverse
     instance_bvh: two_level.InstanceBvh | None = None  # unless instances are tested by brute force
-    n_triangles: int = static(0)  # all of them: world ones [0, n_world_triangles), then the groups'
-    n_analytic: int = static(0)
-    n_world_triangles: int = static(0)
-    n_world_analytic: int = static(0)
-    groups: tuple = static(())    # a GroupSpan per shape group
-    n_instances: int = static(0)
-    analytic_kinds: tuple = static(())  # the kinds present: surface data is computed for those only
+    n_triangles: int = static(default=0)  # all of them: world ones [0, n_world_triangles), then the groups'
+    n_analytic: int = static(default=0)
+    n_world_triangles: int = static(default=0)
+    n_world_analytic: int = static(default=0)
+    groups: tuple[instancing.GroupSpan, ...] = static(default=())  # a GroupSpan per shape group
+    n_instances: int = static(default=0)
+    analytic_kinds: tuple[int, ...] = static(default=())  # the kinds present: surface data is computed for those only
     # The mesh attributes kept (those textures read), as AttributeSlots: vertex ones first.
-    attribute_slots: tuple = static(())
-    accel: str = static("brute")  # 'brute' or 'bvh' (the pure-JAX backend), 'embree' or 'warp'
+    attribute_slots: tuple["AttributeSlot", ...] = static(default=())
+    accel: str = static(default="brute")  # 'brute' or 'bvh' (the pure-JAX backend), 'embree' or 'warp'
 
     @property
-    def triangles(self):
+    def triangles(self) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
         return (self.v0, self.v1, self.v2)
 
     @property
-    def analytic(self):
+    def analytic(self) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
         return (self.analytic_kind, self.analytic_to_world, self.analytic_to_local)
 
     def close(self) -> None:
@@ -113,9 +115,9 @@ class SurfaceInteraction:
     dp_dv: jnp.ndarray  # (3, N)   the shading frame's tangent follows dp_du
     shape: jnp.ndarray  # (N,) int32 shape index, -1 where not valid
     valid: jnp.ndarray  # (N,) bool: the ray hit something
-    prim: jnp.ndarray = None  # (N,) int32 primitive id, -1 where not valid
-    t: jnp.ndarray = None     # (N,) distance along the ray
-    attributes: jnp.ndarray = None  # (C, N) the geometry's attribute channels at the hit; None without any
+    prim: jnp.ndarray | None = None  # (N,) int32 primitive id, -1 where not valid
+    t: jnp.ndarray | None = None     # (N,) distance along the ray
+    attributes: jnp.ndarray | None = None  # (C, N) the geometry's attribute channels at the hit; None without any
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +162,7 @@ class Instance(NamedTuple):
     to_world: np.ndarray         # (4, 4) affine, invertible
 
 
-def cylinder_to_world(p0, p1, radius):
+def cylinder_to_world(p0: HostArrayLike, p1: HostArrayLike, radius: float) -> np.ndarray:
     """Host: Mitsuba's cylinder frame (4, 4): translate(p0) to_frame(Frame(d / |d|)) scale(r, r, |d|)
     with d = p1 - p0, the frame's tangents from Duff et al.'s ``coordinate_system`` (as Mitsuba).
     Compose ``to_world @ cylinder_to_world(...)`` for a shape's own transform."""
@@ -264,7 +266,8 @@ def _analytic_arrays(analytic):
     return kind, cols(to_world), cols(to_local), shape
 
 
-def analytic_bounds(kind, to_world, to_local=None):
+def analytic_bounds(kind: np.ndarray, to_world: np.ndarray,
+                    to_local: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """World boxes (3, A) as Mitsuba's ``bbox()``: spheres from center and radius, disks from their
     corners, cylinders from the circles at their two ends, curve segments (``curves.bounds``);
     to_world, to_local (3, 4, A) float32 (to_local is needed only for curve segments)."""
@@ -279,6 +282,7 @@ def analytic_bounds(kind, to_world, to_local=None):
     lo = np.where(kind == SurfaceKind.CYLINDER, np.minimum(m[:, 3], m[:, 3] + m[:, 2]) - reach, lo)
     hi = np.where(kind == SurfaceKind.CYLINDER, np.maximum(m[:, 3], m[:, 3] + m[:, 2]) + reach, hi)
     if kind.size and np.isin(kind, SurfaceKind.CURVES).any():
+        assert to_local is not None, "curve segments need to_local"
         c_lo, c_hi = curves.bounds(kind, to_world, to_local)
         is_curve = np.isin(kind, SurfaceKind.CURVES)
         lo, hi = np.where(is_curve, c_lo, lo), np.where(is_curve, c_hi, hi)
@@ -290,7 +294,7 @@ BACKENDS = ("embree", "warp", "jax")
 HOST_ENGINES = {"embree": embree, "warp": warp}  # built on the host, queried through host.py
 
 
-def resolve_accel(accel, n_primitives, n_host=None):
+def resolve_accel(accel: str, n_primitives: int, n_host: int | None = None) -> str:
     """The structure behind ``accel``: 'auto', 'embree', 'warp', 'jax' (brute force below
     AUTO_BVH_MIN primitives, else a BVH), or one of the pure-JAX structures 'brute' and 'bvh'
     forced. Returns 'embree', 'warp', 'brute' or 'bvh'. ``n_host``: the primitives a host engine
@@ -377,7 +381,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     engine = HOST_ENGINES.get(accel)
     options = {"robust": robust} if accel == "embree" else {}
     host_scene = engine.build(*(p[:, :n_world_tri] for p in tri.p), **options) if engine else None
-    instance_fields = {}
+    instance_fields: dict[str, Any] = {}  # arrays and the InstanceBvh
     if instances:
         m = np.stack([np.asarray(i.to_world, np.float64) for i in instances])
         cols = lambda a: jnp.asarray(np.ascontiguousarray(a[:, :3, :4].transpose(1, 2, 0), np.float32))
@@ -406,7 +410,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
 # Queries end in an optimization barrier: otherwise XLA fuses the (primitives x rays) search into
 # each consumer of its result and recomputes it there -- 50x slower inside the path loop.
 
-def closest_hit(geometry, o, d, t_max):
+def closest_hit(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> Hit:
     """Closest hit of rays o, d (3, N) (d unit length) with 0 < t < t_max (N,) or scalar; in a
     scene with instances, ``Hit.instance`` says which one (-1 for the world's primitives)."""
     if geometry.n_triangles + geometry.n_analytic == 0:
@@ -420,17 +424,18 @@ def closest_hit(geometry, o, d, t_max):
     return jax.lax.optimization_barrier(hit)
 
 
-def occluded(geometry, o, d, t_max):
+def occluded(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
     """(N,) bool: something lies along the ray at 0 < t < t_max."""
     if geometry.n_triangles + geometry.n_analytic == 0:
         return jnp.zeros_like(o[0], bool)
     blocked = _world_occluded(geometry, o, d, t_max)
     if geometry.n_instances:
         t_max = jnp.where(blocked, 0.0, t_max)  # lanes already blocked ask nothing
+        to_local = cast(jax.Array, geometry.instance_to_local)  # set where there are instances
         if geometry.instance_bvh is not None:
-            q = two_level.occluded(geometry.instance_bvh, geometry.instance_to_local, o, d, t_max)
+            q = two_level.occluded(geometry.instance_bvh, to_local, o, d, t_max)
         else:
-            q = instancing.occluded(geometry.triangles, geometry.analytic, geometry.instance_to_local, geometry.groups,
+            q = instancing.occluded(geometry.triangles, geometry.analytic, to_local, geometry.groups,
                                     o, d, t_max, geometry.analytic_kinds)
         blocked = blocked | q
     return jax.lax.optimization_barrier(blocked)
@@ -507,7 +512,7 @@ def _host_closest_hit(geometry, o, d, t_max):
     return hit
 
 
-def primitive_shape(geometry, prim):
+def primitive_shape(geometry: Geometry, prim: jax.Array) -> jax.Array:
     """Shape index of primitive ids (N,); -1 for -1."""
     t = geometry.n_triangles
     shape = jnp.full(prim.shape, -1, jnp.int32)
@@ -638,7 +643,7 @@ def _cylinder_surface(p_ray, to_world, to_local):
     return p, n, n, uv, dp_du, dp_dv
 
 
-def surface_interaction(geometry, o, d, hit):
+def surface_interaction(geometry: Geometry, o: jax.Array, d: jax.Array, hit: Hit) -> SurfaceInteraction:
     """Positions, normals, uvs and uv partials of the hits (computed from ids, so any backend's
     Hit works).
 
@@ -647,15 +652,16 @@ def surface_interaction(geometry, o, d, hit):
     surface is found in its object space and taken to the world (``instancing.surface_to_world``).
     """
     geo = geometry
+    # With instances, the geometry's instance tables and the hit's instance are set (None without).
     if geo.n_instances:  # analytic surfaces are found from the ray: the instance's own
-        o, d = instancing.object_rays(geo.instance_to_local, hit.instance, o, d)
+        o, d = instancing.object_rays(cast(jax.Array, geo.instance_to_local), cast(jax.Array, hit.instance), o, d)
     n = hit.prim.shape[0]
     valid = hit.prim >= 0
     p = jnp.zeros((3, n), jnp.float32)
     ng = ns = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], jnp.float32)[:, None], (3, n))
     uv = jnp.zeros((2, n), jnp.float32)
     dp_du, dp_dv = p, p
-    out = (p, ng, ns, uv, dp_du, dp_dv)
+    out: tuple[jax.Array, ...] = (p, ng, ns, uv, dp_du, dp_dv)
     if geo.n_triangles:
         is_tri = valid & (hit.prim < geo.n_triangles)
         out = tuple(vm.select(is_tri, a, b) for a, b in zip(_triangle_surface(geo, hit), out))
@@ -664,8 +670,9 @@ def surface_interaction(geometry, o, d, hit):
         out = tuple(vm.select(is_analytic, a, b) for a, b in zip(_analytic_surface(geo, o, d, hit), out))
     p, ng, ns, uv, dp_du, dp_dv = out
     if geo.n_instances:
-        p, ng, ns, dp_du, dp_dv = instancing.surface_to_world(geo.instance_to_world, geo.instance_to_local,
-                                                              hit.instance, p, ng, ns, dp_du, dp_dv)
+        p, ng, ns, dp_du, dp_dv = instancing.surface_to_world(cast(jax.Array, geo.instance_to_world),
+                                                              cast(jax.Array, geo.instance_to_local),
+                                                              cast(jax.Array, hit.instance), p, ng, ns, dp_du, dp_dv)
     attributes = _attributes(geo, hit) if geo.attribute_slots and geo.n_triangles else None
     return SurfaceInteraction(p=p, ng=ng, ns=ns, uv=uv, dp_du=dp_du, dp_dv=dp_dv,
                               shape=primitive_shape(geo, hit.prim), valid=valid,
@@ -675,19 +682,20 @@ def surface_interaction(geometry, o, d, hit):
 # ---------------------------------------------------------------------------------------------
 # Spawning rays (Mitsuba's Interaction::spawn_ray / spawn_ray_to).
 
-def offset_p(p, ng, d):
+def offset_p(p: jax.Array, ng: jax.Array, d: jax.Array) -> jax.Array:
     """Move p along ng by (1 + max|p|) RayEpsilon, to the side d points to (Mitsuba's offset_p)."""
     mag = (1.0 + vm.max_component(jnp.abs(p))) * RAY_EPSILON
     mag = jnp.copysign(mag, vm.dot(ng, d))
     return p + mag * ng
 
 
-def spawn_ray(p, ng, d):
+def spawn_ray(p: jax.Array, ng: jax.Array, d: jax.Array) -> jax.Array:
     """Origin (3, N) of a ray leaving the surface at p (geometric normal ng) along d."""
     return offset_p(p, ng, d)
 
 
-def spawn_ray_to(p, ng, target, dist=None):
+def spawn_ray_to(p: jax.Array, ng: jax.Array, target: jax.Array,
+                 dist: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Shadow ray from the surface at p toward a point: (o, d, t_max), as Mitsuba's spawn_ray_to.
 
     ``target`` is a point (3, N); or, with ``dist`` (N,) given, a unit direction and the distance

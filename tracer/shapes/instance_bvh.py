@@ -15,9 +15,12 @@ with the others' (one gather of the instance's to_local). The top tree of I inst
 has 2 I - 1 nodes, so moving instances (an animated ``to_world``) changes the table's values,
 never its shape: one compiled program serves every frame.
 """
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from tracer.shapes import bvh as flat
 from tracer.shapes import bvh_build
@@ -37,7 +40,8 @@ class InstanceBvh:
     roots: jnp.ndarray    # (I,) int32 first node of each instance's group tree
 
 
-def _pack_group(span, prim_lo, prim_hi, n_tri, leaf_size):
+def _pack_group(span: instancing.GroupSpan, prim_lo: np.ndarray, prim_hi: np.ndarray, n_tri: int,
+                leaf_size: int) -> bvh_build.ThreadedBvh:
     """Host: the threaded tree of one group over its object-space primitives (global ids)."""
     ids = np.concatenate([np.arange(span.tri_start, span.tri_end),
                           n_tri + np.arange(span.analytic_start, span.analytic_end)]).astype(np.int32)
@@ -45,7 +49,9 @@ def _pack_group(span, prim_lo, prim_hi, n_tri, leaf_size):
     return bvh_build.ThreadedBvh(**{**tree.__dict__, "order": ids[tree.order]})
 
 
-def make_arrays(groups, prim_lo, prim_hi, to_world, tri, analytic, leaf_size=flat.LEAF_SIZE):
+def make_arrays(groups: Sequence[instancing.GroupSpan], prim_lo: np.ndarray, prim_hi: np.ndarray,
+                to_world: np.ndarray, tri: Sequence[np.ndarray], analytic: Sequence[np.ndarray],
+                leaf_size: int = flat.LEAF_SIZE) -> InstanceBvh:
     """Host: the two-level tables.
 
     groups: the ``GroupSpan``s (none empty); prim_lo/hi (3, T + A) object boxes of every
@@ -160,7 +166,8 @@ def _traverse(ib, to_local, o, d, t_max, any_hit):
     return o, d, unpermute(st.t), unpermute(st.slot), unpermute(st.best_inst)
 
 
-def closest_hit(ib, to_local, tri, analytic, o, d, t_max):
+def closest_hit(ib: InstanceBvh, to_local: jax.Array, tri: Sequence[jax.Array], analytic: Sequence[jax.Array],
+                o: jax.Array, d: jax.Array, t_max: ArrayLike) -> isect.Hit:
     """Closest instance hit with 0 < t < t_max of rays o, d (3, N): a Hit with ``instance``.
     to_local (3, 4, I); tri, analytic: the geometry's device tables (for the exact t and (u, v))."""
     o, d, t, slot, inst = _traverse(ib, to_local, o, d, t_max, any_hit=False)
@@ -171,6 +178,6 @@ def closest_hit(ib, to_local, tri, analytic, o, d, t_max):
     return isect.Hit(t=hit.t, prim=hit.prim, u=hit.u, v=hit.v, instance=inst)
 
 
-def occluded(ib, to_local, o, d, t_max):
+def occluded(ib: InstanceBvh, to_local: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
     """(N,) bool: an instance has a primitive at 0 < t < t_max; lanes stop at their first hit."""
     return _traverse(ib, to_local, o, d, t_max, any_hit=True)[3] >= 0

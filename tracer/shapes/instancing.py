@@ -12,11 +12,14 @@ This module holds what every backend shares: the ray and surface transforms, the
 of instances (host), and the brute-force query (each group's instances in one ``fori_loop``,
 each testing the group's primitives). ``tracer.shapes.instance_bvh`` is the two-level BVH.
 """
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
+from numpy.typing import ArrayLike as HostArrayLike
 
 from tracer.shapes import intersect as isect
 from tracer import vecmath as vm
@@ -39,7 +42,7 @@ class GroupSpan(NamedTuple):
     end_instance: int
 
 
-def transform_rays(to_local, o, d):
+def transform_rays(to_local: jax.Array, o: jax.Array, d: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(o', d') = (M o + m, M d) for affine matrices to_local (3, 4[, N]) and rays (3, N)."""
     m = to_local if to_local.ndim == 3 else to_local[..., None]
     o_local = m[:, 0] * o[0] + m[:, 1] * o[1] + m[:, 2] * o[2] + m[:, 3]
@@ -47,19 +50,22 @@ def transform_rays(to_local, o, d):
     return o_local, d_local
 
 
-def _per_lane(matrices, instance):
+def _per_lane(matrices: jax.Array, instance: jax.Array) -> jax.Array:
     """matrices (3, 4, I) of each lane's ``instance`` (N,) as (3, 4, N); the identity for -1."""
     m = matrices[..., jnp.maximum(instance, 0)]
     identity = jnp.eye(3, 4, dtype=matrices.dtype)[..., None]
     return jnp.where(instance >= 0, m, identity)
 
 
-def object_rays(to_local, instance, o, d):
+def object_rays(to_local: jax.Array, instance: jax.Array, o: jax.Array,
+                d: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Rays (3, N) in the object space of each lane's instance (N,) (unchanged where -1)."""
     return transform_rays(_per_lane(to_local, instance), o, d)
 
 
-def surface_to_world(to_world, to_local, instance, p, ng, ns, dp_du, dp_dv):
+def surface_to_world(to_world: jax.Array, to_local: jax.Array, instance: jax.Array, p: jax.Array, ng: jax.Array,
+                     ns: jax.Array, dp_du: jax.Array,
+                     dp_dv: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, ng, ns, dp_du, dp_dv) (3, N) found in object space, in world space where ``instance``
     >= 0: p by the instance's to_world, the uv partials by its linear part, normals by its inverse
     transpose (the transposed to_local), renormalized (as Mitsuba's ``Instance``)."""
@@ -72,7 +78,7 @@ def surface_to_world(to_world, to_local, instance, p, ng, ns, dp_du, dp_dv):
             vm.select(inside, vector(dp_du), dp_du), vm.select(inside, vector(dp_dv), dp_dv))
 
 
-def instance_bounds(lo, hi, to_world):
+def instance_bounds(lo: np.ndarray, hi: np.ndarray, to_world: HostArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Host: world boxes (3, I) of instances whose groups have object boxes lo, hi (3, I), by
     the 8 transformed corners (Mitsuba's ``Instance::bbox``), rounded outward to float32."""
     to_world = np.asarray(to_world, np.float64)  # (I, 4, 4)
@@ -82,21 +88,24 @@ def instance_bounds(lo, hi, to_world):
             np.nextafter(np.maximum.reduce(world).astype(np.float32), np.inf))
 
 
-def _group_tables(tri, analytic, span):
+def _group_tables(tri: Sequence[jax.Array], analytic: Sequence[jax.Array],
+                  span: GroupSpan) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
     """The group's own slices of the triangle and analytic tables (static slices)."""
     tri_g = tuple(p[:, span.tri_start:span.tri_end] for p in tri)
     analytic_g = tuple(a[..., span.analytic_start:span.analytic_end] for a in analytic)
     return tri_g, analytic_g
 
 
-def _global_prim(span, n_triangles, prim):
+def _global_prim(span: GroupSpan, n_triangles: int, prim: jax.Array) -> jax.Array:
     """A group-local id of ``isect.closest_hit`` (triangles, then analytic) as the geometry's."""
     n_tri_g = span.tri_end - span.tri_start
     local = jnp.where(prim < n_tri_g, span.tri_start + prim, n_triangles + span.analytic_start + prim - n_tri_g)
     return jnp.where(prim >= 0, local, -1)
 
 
-def closest_hit(tri, analytic, to_local, groups, o, d, t_max, kinds):
+def closest_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], to_local: jax.Array,
+                groups: Sequence[GroupSpan], o: jax.Array, d: jax.Array, t_max: ArrayLike,
+                kinds: tuple[int, ...]) -> isect.Hit:
     """Brute-force closest hit over every instance: a Hit with ``instance`` set (-1 for a miss).
 
     tri (3, T) x 3 and analytic (kind, to_world, to_local) are the geometry's whole tables;
@@ -122,7 +131,9 @@ def closest_hit(tri, analytic, to_local, groups, o, d, t_max, kinds):
     return isect.Hit(t=jnp.where(found, best.t, isect.INF), prim=best.prim, u=best.u, v=best.v, instance=best.instance)
 
 
-def occluded(tri, analytic, to_local, groups, o, d, t_max, kinds):
+def occluded(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], to_local: jax.Array,
+             groups: Sequence[GroupSpan], o: jax.Array, d: jax.Array, t_max: ArrayLike,
+             kinds: tuple[int, ...]) -> jax.Array:
     """(N,) bool: some instance has a primitive at 0 < t < t_max along the ray (brute force)."""
     blocked = jnp.zeros_like(o[0], bool)
     for span in groups:

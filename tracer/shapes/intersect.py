@@ -15,9 +15,12 @@ frame, no caps). Every kernel broadcasts: primitive data of shape (P, 1) against
 (P, N) answers. Misses have t = inf; hits have 0 < t < t_max.
 """
 
+from collections.abc import Callable, Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from tracer import lanes
 
@@ -60,12 +63,12 @@ class RayShear:
     sz: jnp.ndarray  # e_kz / d_kz
 
 
-def miss(like):
+def miss(like: jax.Array) -> Hit:
     """No hit for rays shaped like ``like`` (N,)."""
     return Hit(jnp.full_like(like, INF), jnp.full_like(like, -1, jnp.int32), jnp.zeros_like(like), jnp.zeros_like(like))
 
 
-def ray_shear(d):
+def ray_shear(d: jax.Array) -> RayShear:
     """Woop et al. section 3: kz = argmax |d|, (kx, ky) its successors, swapped if d_kz < 0."""
     a = jnp.abs(d)
     kz = jnp.where((a[0] >= a[1]) & (a[0] >= a[2]), 0, jnp.where(a[1] >= a[2], 1, 2))
@@ -81,11 +84,13 @@ def ray_shear(d):
     return RayShear(sx=ex - (dx * inv_dz) * ez, sy=ey - (dy * inv_dz) * ez, sz=ez * inv_dz)
 
 
-def _row(row, a0, a1, a2):
+def _row(row: jax.Array, a0: jax.Array, a1: jax.Array, a2: jax.Array) -> jax.Array:
     return a0 * row[0] + a1 * row[1] + a2 * row[2]
 
 
-def intersect_triangles(p0, p1, p2, o, shear, t_max):
+def intersect_triangles(p0: Sequence[jax.Array], p1: Sequence[jax.Array], p2: Sequence[jax.Array],
+                        o: Sequence[jax.Array], shear: RayShear,
+                        t_max: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Watertight ray-triangle test; two-sided, degenerate triangles never hit.
 
     p0, p1, p2: tuples of three coordinate arrays (triangle vertices), o: tuple of three origin
@@ -118,14 +123,14 @@ def intersect_triangles(p0, p1, p2, o, shear, t_max):
     return jnp.where(hit, t, INF), ev * inv_det, ew * inv_det
 
 
-def sphere_center_radius(to_world):
+def sphere_center_radius(to_world: jax.Array) -> tuple[jax.Array, jax.Array]:
     """World center and radius of Mitsuba's sphere: to_world (3, 4, ...) applied to 0 and e_x."""
     center = to_world[:, 3]
     radius = jnp.sqrt(vm.dot(to_world[:, 0], to_world[:, 0]))
     return center, radius
 
 
-def intersect_sphere(center, radius, o, d, t_max):
+def intersect_sphere(center: jax.Array, radius: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
     """Mitsuba 3's robust ray-sphere test; center (3, ...) and o, d (3, ...) broadcast.
 
     As in sphere.cpp the origin first moves along the ray to q, here the ray's point closest to
@@ -149,7 +154,8 @@ def intersect_sphere(center, radius, o, d, t_max):
     return jnp.where(hit, t, INF)
 
 
-def intersect_disk(to_local, o, d, t_max):
+def intersect_disk(to_local: jax.Array, o: jax.Array, d: jax.Array,
+                   t_max: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Unit disk in the local z = 0 plane; returns (t, local x, local y)."""
     oz = to_local[2, 0] * o[0] + to_local[2, 1] * o[1] + to_local[2, 2] * o[2] + to_local[2, 3]
     dz = to_local[2, 0] * d[0] + to_local[2, 1] * d[1] + to_local[2, 2] * d[2]
@@ -162,7 +168,7 @@ def intersect_disk(to_local, o, d, t_max):
     return jnp.where(hit, t, INF), x, y
 
 
-def intersect_cylinder(to_local, o, d, t_max):
+def intersect_cylinder(to_local: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
     """Mitsuba's cylinder: the local tube x^2 + y^2 = 1, 0 <= z <= 1, open at both ends.
 
     Mitsuba solves the quadratic in float64; in float32 the ray is first moved to its point
@@ -192,11 +198,16 @@ def intersect_cylinder(to_local, o, d, t_max):
     return jnp.where(hit, t, INF)
 
 
-def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
+def intersect_analytic(kind: jax.Array, to_world: jax.Array, to_local: jax.Array, o: jax.Array, d: jax.Array,
+                       t_max: ArrayLike,
+                       kinds: tuple[int, ...] = SurfaceKind.ANALYTIC) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Spheres, disks, cylinders and curve segments by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
 
     ``kinds`` (static): the kinds that may occur; the others' tests are left out.
     """
+    t: ArrayLike
+    u: ArrayLike
+    v: ArrayLike
     t, u, v = INF, np.float32(0), np.float32(0)
     if SurfaceKind.SPHERE in kinds:
         center, radius = sphere_center_radius(to_world)
@@ -212,7 +223,7 @@ def intersect_analytic(kind, to_world, to_local, o, d, t_max, kinds=SurfaceKind.
         is_curve = (kind == SurfaceKind.LINEAR_CURVE) | (kind == SurfaceKind.BSPLINE_CURVE)
         t, u = jnp.where(is_curve, t_curve, t), jnp.where(is_curve, v_local, u)
     shape = jnp.broadcast_shapes(jnp.shape(kind), jnp.shape(o[0]), jnp.shape(t_max))
-    return tuple(jnp.broadcast_to(a, shape) for a in (t, u, v))
+    return jnp.broadcast_to(t, shape), jnp.broadcast_to(u, shape), jnp.broadcast_to(v, shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,13 +238,14 @@ _UNROLL_CHUNKS = 4
 _BITS = _CHUNK.bit_length() - 1
 
 
-def _keys(t, offset):
+def _keys(t: jax.Array, offset: int | jax.Array) -> tuple[jax.Array, jax.Array]:
     """The closest of the (C, N) candidates t: (key (N,), global index (N,))."""
     key = lanes.min_key(t, _BITS, axis=0)
     return key, lanes.key_index(key, _BITS) + offset
 
 
-def _scan_chunks(n_prims, like, chunk_key):
+def _scan_chunks(n_prims: int, like: jax.Array,
+                 chunk_key: Callable[[int | jax.Array], tuple[jax.Array, jax.Array]]) -> tuple[jax.Array, jax.Array]:
     """Running min of ``chunk_key(start) -> (key, index)`` over chunks of ``_CHUNK`` candidates.
 
     ``like`` (N,) shapes the carry (``*_like`` keeps shard_map's varying type, ``jnp.full`` not).
@@ -253,7 +265,7 @@ def _scan_chunks(n_prims, like, chunk_key):
     return jax.lax.fori_loop(0, n_chunks, lambda c, b: merge(b, c * _CHUNK), best)
 
 
-def _chunk(p, start, n_prims, fill):
+def _chunk(p: jax.Array, start: int | jax.Array, n_prims: int, fill: float) -> jax.Array:
     """Candidates [start, start + _CHUNK) of p (..., P) as (..., _CHUNK, 1); a traced ``start``
     (a looped chunk) reads a copy padded with ``fill``."""
     if isinstance(start, int):
@@ -289,7 +301,7 @@ def _analytic_keys(analytic, o, d, t_max, kinds):
     return _scan_chunks(n_analytic, o[0], chunk_key)
 
 
-def _ray_setup(o, d, t_max):
+def _ray_setup(o: jax.Array, d: jax.Array, t_max: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array, RayShear]:
     """The rays and their shear, materialized once: XLA would otherwise fuse the making of the
     rays (spawning, normalizing) into the (primitives x rays) search and redo it per primitive."""
     o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
@@ -297,7 +309,8 @@ def _ray_setup(o, d, t_max):
     return jax.lax.optimization_barrier((o, d, t_max, ray_shear(d)))
 
 
-def closest_hit(tri, analytic, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
+def closest_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, t_max: ArrayLike,
+                kinds: tuple[int, ...] = SurfaceKind.ANALYTIC) -> Hit:
     """Brute-force closest hit with 0 < t < t_max. tri = (p0, p1, p2), each (3, T); analytic =
     (kind (A,), to_world (3, 4, A), to_local (3, 4, A)), of the static ``kinds``. Triangles have
     ids [0, T), analytic primitives [T, T + A)."""
@@ -318,7 +331,8 @@ def closest_hit(tri, analytic, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
     return exact_hit(tri, analytic, o, d, prim, t_key, shear, kinds)
 
 
-def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None, kinds=SurfaceKind.ANALYTIC):
+def exact_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, prim: jax.Array,
+              t_approx: jax.Array, shear: RayShear | None = None, kinds: tuple[int, ...] = SurfaceKind.ANALYTIC) -> Hit:
     """Recompute t and (u, v) of each ray's winning primitive ``prim`` (-1 for a miss) exactly.
 
     ``t_approx`` (a truncated t from the search) stands in if the recomputation misses, which
@@ -344,14 +358,18 @@ def exact_hit(tri, analytic, o, d, prim, t_approx, shear=None, kinds=SurfaceKind
     return Hit(t=jnp.where(found, t, INF), prim=prim, u=jnp.where(found, u, 0.0), v=jnp.where(found, v, 0.0))
 
 
-def occluded(tri, analytic, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
+def occluded(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, t_max: ArrayLike,
+             kinds: tuple[int, ...] = SurfaceKind.ANALYTIC) -> jax.Array:
     """Brute-force shadow test: any primitive with 0 < t < t_max."""
     o, d, t_max, shear = _ray_setup(o, d, t_max)
     blocked = jnp.zeros_like(o[0], bool)
     n_tri, n_analytic = tri[0].shape[1], analytic[0].shape[0]
     if n_tri:
-        blocked = _any_hit(n_tri, blocked, lambda s: _any_finite(intersect_triangles(
-            *(tuple(_chunk(p, s, n_tri, 0.0)) for p in tri), tuple(o), shear, t_max)[0]))
+        def triangles_hit(s):
+            p0, p1, p2 = (tuple(_chunk(p, s, n_tri, 0.0)) for p in tri)
+            return _any_finite(intersect_triangles(p0, p1, p2, tuple(o), shear, t_max)[0])
+
+        blocked = _any_hit(n_tri, blocked, triangles_hit)
     if n_analytic:
         kind, to_world, to_local = analytic
         blocked = _any_hit(n_analytic, blocked, lambda s: _any_finite(intersect_analytic(
@@ -360,7 +378,7 @@ def occluded(tri, analytic, o, d, t_max, kinds=SurfaceKind.ANALYTIC):
     return blocked
 
 
-def _any_finite(t):
+def _any_finite(t: jax.Array) -> jax.Array:
     """Whether any of the (P, N) hit distances t (positive, or inf) is finite, per ray.
 
     An integer min over t's bits, like the closest-hit keys: XLA's CPU backend fuses that into
@@ -370,7 +388,7 @@ def _any_finite(t):
     return jnp.min(jax.lax.bitcast_convert_type(t, jnp.int32), axis=0) < lanes.INF_KEY
 
 
-def _any_hit(n_prims, blocked, chunk_any):
+def _any_hit(n_prims: int, blocked: jax.Array, chunk_any: Callable[[int | jax.Array], jax.Array]) -> jax.Array:
     n_chunks = -(-n_prims // _CHUNK)
     if n_chunks <= _UNROLL_CHUNKS:
         for c in range(n_chunks):
