@@ -49,7 +49,7 @@ from numcodecs import Zstd
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.storage import LocalStore
 
-from farm.store import FIELDS, FOLDED, NEXT_CRC, STATE_CRC, TAIL_CRC, TAIL_PASSES, TAIL_SPP
+from farm.store import FIELDS, FOLDED, NEXT_CRC, STATE_CRC, TAIL_CRC, TAIL_PASSES, TAIL_SPP, writing_empty_chunks
 from farm.tree import fold, split_tail, state_channels, tail_block, tail_channels
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def _crc(block: np.ndarray) -> int:
 def _array(folder: str, run: int) -> zarr.Array:
     """The Zarr array at ``folder``, opened once per run (a run does not reshape the store)."""
     if (folder, run) not in _arrays:
-        _arrays[(folder, run)] = zarr.open_array(folder, mode="r+")
+        _arrays[(folder, run)] = writing_empty_chunks(zarr.open_array(folder, mode="r+"))
     return _arrays[(folder, run)]
 
 

@@ -66,8 +66,8 @@ if TYPE_CHECKING:
 
     from farm.lease import Lease
 
-__all__ = ["FrameStore", "StoreError", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC", "TAIL_PASSES",
-           "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
+__all__ = ["FrameStore", "StoreError", "writing_empty_chunks", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC",
+           "TAIL_PASSES", "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
 
 FORMAT = "jaxfarm-frames/3"
 # Formats read (and written as they are), and their record chunks: format 2 kept one per tile.
@@ -80,8 +80,6 @@ _FLAT: dict[str, Any] = {"name": "default", "separator": "."}
 _INCOMPLETE = "jaxfarm-incomplete"
 # A tile's record, field by field (uint32).
 FIELDS = FOLDED, STATE_CRC, NEXT_CRC, TAIL_PASSES, TAIL_SPP, TAIL_CRC = range(6)
-# All-zero (black) tiles must be written like any other: completion is checked by reading back.
-zarr.config.set({"array.write_empty_chunks": True})
 
 
 class StoreError(FarmError):
@@ -109,10 +107,17 @@ def _open_group(url: str, mode: "AccessModeLiteral") -> zarr.Group | None:
         raise StoreError(f"{url}: cannot read the store (zarr.json: {error_line(e)})") from None
 
 
+def writing_empty_chunks(array: zarr.Array) -> zarr.Array:
+    """``array``, writing all-zero (black) chunks like any other: completion is checked by
+    reading back (zarr leaves such chunks out by default, and does not store that setting)."""
+    return array.with_config({"write_empty_chunks": True})
+
+
 def _node(group, name, url):
     """``group[name]``, or a StoreError naming the node's metadata that does not read."""
     try:
-        return group[name]
+        node = group[name]
+        return writing_empty_chunks(node) if isinstance(node, zarr.Array) else node
     except KeyError as e:
         if e.args != (name,):  # a key missing from the node's metadata
             raise StoreError(f"{url}: damaged store: {name}/zarr.json does not read ({error_line(e)})") from None
