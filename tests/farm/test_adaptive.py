@@ -57,7 +57,7 @@ def _run(spec, store, order, kill_after=None, groups=4):
     runner = _JobRun(spec, store, [], 3, 0, False, lambda *_: None, 1, None)
     records, _ = runner.verify_store()
     shot = Shot(spec, store)
-    folds = Folds(store, records, spec.spp, window=3)
+    folds = runner.folds = Folds(store, records, spec.spp, window=3)
     queue = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, shot.tile_spp(records)).todo
     inflight, done = [], 0
     while queue or inflight:
