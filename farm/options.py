@@ -127,8 +127,8 @@ def job_spec(source: str, values: dict) -> JobSpec:
         raise SpecError("--out STORE is required with a scene file (a job file names its store)")
     if "spp" not in fields:  # the scene's sampler's (Mitsuba's 4 when it has none)
         fields["spp"] = scene_info(source).spp
-    defaults: dict[str, Any] = {"frames": parse_frames("0"), "seed": 0, "accel": "auto"}
-    return JobSpec(scene=os.path.abspath(source), **(defaults | fields))
+    fields.setdefault("frames", parse_frames("0"))  # (the rest default as JobSpec's fields do)
+    return JobSpec(scene=os.path.abspath(source), **fields)
 
 
 def with_groups(spec: JobSpec, values: dict) -> JobSpec:

@@ -22,18 +22,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from tracer.integrators import aov
-
-from tracer.integrators import path as integrator
 from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
-from tracer.runtime import process
+from tracer.integrators import aov
 from tracer.integrators.direct import trace_direct
 from tracer.integrators.path import DEFAULT_POOL, DRAIN_PHASES, drain_phases, pool_size, trace_paths
-from tracer.runtime.programs import KeptPrograms
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
+from tracer.runtime import process
+from tracer.runtime.programs import KeptPrograms
 from tracer.shared import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
                            TRACE_SAMPLES, aov_channel_count, fitting_tile, pass_samples, resolve)
 
@@ -56,7 +54,7 @@ def local_mesh() -> Mesh:
 
 # Samples one work unit traces as one batch at most. On a CPU a sample keeps its ray, key and
 # radiance (~60 bytes) while a pool of some thousands of lanes a device traces the paths. On GPUs
-# and TPUs every sample is a lane in flight (``integrator.pool_size``), about 0.9 KB of path state
+# and TPUs every sample is a lane in flight (``tracer.integrators.path.pool_size``), about 0.9 KB of path state
 # each (one pool for 2^23 samples, on a CPU: 9 GB), and the batch is what fills the chip: on an
 # H100 the Cornell box at 1024x1024 traced 36 Msamples/s in units of 2^18 samples, 62 at 2^20,
 # 83 at 2^22 and 94 at 2^24.
@@ -104,9 +102,9 @@ class WorkShape:
     tile_h: int                        # output tile, pixels
     tile_w: int
     pass_size: int                     # samples per pixel in a pass
-    path_pool: int = DEFAULT_POOL      # paths in flight per device (integrator.pool_size)
+    path_pool: int = DEFAULT_POOL      # paths in flight per device (integrators.path.pool_size)
     passes_traced: int = 1             # passes traced as one batch (trace_passes)
-    drain_phases: int = DRAIN_PHASES   # integrator.drain_phases of the samples the program traces in all
+    drain_phases: int = DRAIN_PHASES   # integrators.path.drain_phases of the samples the program traces in all
 
 
 @pytree_dataclass
@@ -301,8 +299,9 @@ def render(scene: Scene, spp: int | None = None, seed: int = 0, frame: int = 0, 
     image = np.zeros((height, width, channels), np.float32)
     chunk = n_passes if chunk_passes is None else chunk_passes
     # The program serves this process's later calls too, their number unknown: at least two phases.
-    shape = WorkShape(th, tw, pass_size, path_pool=path_pool, passes_traced=trace_passes(chunk, pass_size, th, tw, film),
-                      drain_phases=max(integrator.DRAIN_PHASES, drain_phases(spp * height * width)))
+    shape = WorkShape(th, tw, pass_size, path_pool=path_pool,
+                      passes_traced=trace_passes(chunk, pass_size, th, tw, film),
+                      drain_phases=max(DRAIN_PHASES, drain_phases(spp * height * width)))
     for y in range(0, height, th):
         for x in range(0, width, tw):
             value, weight = np.zeros((th, tw, channels), np.float32), np.zeros((th, tw), np.float32)

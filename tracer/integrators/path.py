@@ -18,16 +18,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bsdfs, emitters, lanes, rng
-
-from tracer.runtime import cpu
-
-from tracer.shapes import geometry
 from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.kinds import Perturbation
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
+from tracer.runtime import cpu
 from tracer.sampling import power_heuristic
+from tracer.shapes import geometry
 
 if TYPE_CHECKING:
     from tracer.scene import Scene

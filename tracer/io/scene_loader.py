@@ -11,13 +11,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tracer.integrators import aov
-
-from tracer.shapes import curves
-
-from tracer.shapes import geometry
-
-from tracer.runtime import process
 from tracer.errors import SceneError, SceneNotice
 from tracer.io import aovs as aov_names
 from tracer.io import curves as curve_files
@@ -30,8 +23,11 @@ from tracer.io.sensors import load_sensor
 from tracer.io.shape_order import WorldShape
 from tracer.io.textures import TextureReader
 from tracer.io.xml import PluginNode, parse_file
+from tracer.integrators import aov
 from tracer.kinds import BsdfKind, SurfaceKind
+from tracer.runtime import process
 from tracer.scene import Scene, Settings, Shapes
+from tracer.shapes import curves, geometry
 from tracer.table_rows import column
 
 __all__ = ["load_scene"]
