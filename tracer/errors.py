@@ -1,7 +1,8 @@
 """The one error type of scene loading (a bad or unsupported scene, named by file and line), and
-the one warning (a scene rendered with a stand-in that gives the same image in expectation)."""
+the warnings of a render that goes on with a stand-in: a plugin that gives the same image in
+expectation, an intersection engine that gives the same image."""
 
-__all__ = ["SceneError", "SceneNotice"]
+__all__ = ["SceneError", "SceneNotice", "EngineNotice"]
 
 
 class SceneError(ValueError):
@@ -24,3 +25,8 @@ class SceneNotice(UserWarning):
     """A scene loads, but not exactly as written: e.g. an integrator we do not implement is
     rendered with one whose image is the same in expectation for this scene. One line, naming
     file and line."""
+
+
+class EngineNotice(UserWarning):
+    """An intersection engine that would serve cannot (e.g. Embree's extension was not built);
+    the render goes on with another, which finds the same hits. One line, saying why."""

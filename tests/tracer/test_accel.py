@@ -144,12 +144,13 @@ def test_backend_choice():
         _geometry(tri, "optix")
 
 
-@pytest.mark.parametrize("accel", HOST_ENGINES)
-@pytest.mark.parametrize("direct", [True, False])
-def test_host_queries_answer_only_the_rays_that_ask(accel, direct, monkeypatch):
-    """Most rays asking (sent whole, idle ones with t_max -1) and few asking (gathered first) give
-    each asking ray the answer it gets alone, and idle rays none; through the direct host call
-    and through its ``jax.pure_callback`` fallback alike."""
+# Warp is called back through the host, directly or through its ``jax.pure_callback`` fallback.
+@pytest.mark.parametrize("accel, direct", [(a, direct) for a in HOST_ENGINES
+                                           for direct in ((True, False) if a == "warp" else (True,))])
+def test_engine_queries_answer_only_the_rays_that_ask(accel, direct, monkeypatch):
+    """Most rays asking and few asking (Warp's callback sends the first whole, idle ones with
+    t_max -1, and gathers the second) give each asking ray the answer it gets alone, and idle
+    rays none."""
     if not direct:
         monkeypatch.setattr(host, "_direct", None)
     mesh = trimesh.creation.icosphere(subdivisions=2)
@@ -189,17 +190,19 @@ def test_a_geometry_owns_its_host_scene(accel):
     assert copy.host_scene is None and int(copy.host_handle) == handle
     o, d, _ = fan_rays(fan(8), np.random.default_rng(1), 64)
     np.testing.assert_array_equal(np.asarray(blocked(copy, o, d, jnp.inf)), np.asarray(blocked(geo, o, d, jnp.inf)))
+    is_open = embree.is_open if accel == "embree" else lambda h: h in host._scenes
+    assert is_open(handle)
     geo.close()
-    assert handle not in host._scenes and geo.host_scene.closed
+    assert not is_open(handle) and geo.host_scene.closed
     with pytest.raises(Exception, match="closed or freed"):
         np.asarray(blocked(copy, o, d, jnp.inf))
     geo.close()  # twice is harmless
     dropped = _geometry(fan(8), accel)
     handle = int(dropped.host_handle)
-    assert handle in host._scenes
+    assert is_open(handle)
     del dropped
     gc.collect()
-    assert handle not in host._scenes
+    assert not is_open(handle)
 
 
 def test_the_direct_host_call_is_available():
@@ -210,12 +213,89 @@ def test_the_direct_host_call_is_available():
     assert host._direct is not None
 
 
-@pytest.mark.parametrize("accel, extra", [("embree", "embreex"), ("warp", "jaxfarm[warp]")])
-def test_missing_engine_names_what_to_install(accel, extra, monkeypatch):
-    engine = geometry.HOST_ENGINES[accel]
-    monkeypatch.setattr(engine, "available", lambda: False)
-    with pytest.raises(ImportError, match=re.escape(extra)):
-        geometry.resolve_accel(accel, 1000)
+def test_missing_warp_names_what_to_install(monkeypatch):
+    monkeypatch.setattr(geometry.warp, "available", lambda: False)
+    with pytest.raises(ImportError, match=re.escape("jaxfarm[warp]")):
+        geometry.resolve_accel("warp", 1000)
+
+
+@pytest.mark.parametrize("broken, reason", [
+    (dict(_extension_path=lambda: None), "native extension was not built"),
+    (dict(_embree_library=lambda: None), "pip install embreex")])
+def test_embree_unavailable_says_why_and_auto_falls_back_once(broken, reason, monkeypatch):
+    """Where Embree cannot be loaded, asking for it fails naming why; 'auto' says why once, in
+    one line, and uses the pure-JAX BVH."""
+    import warnings
+    from tracer.errors import EngineNotice
+    monkeypatch.setattr(embree, "_loaded", None)
+    for name, value in broken.items():
+        monkeypatch.setattr(embree, name, value)
+    monkeypatch.setattr(geometry, "_fallback_said", False)
+    assert not embree.available() and reason in embree.unavailable_reason()
+    with pytest.raises(ImportError, match=re.escape(reason)):
+        geometry.resolve_accel("embree", 1000)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        chosen = [geometry.resolve_accel("auto", geometry.AUTO_BVH_MIN) for _ in range(3)]
+    if jax.default_backend() == "cpu":
+        assert chosen == ["bvh"] * 3
+        notices = [w for w in said if issubclass(w.category, EngineNotice)]
+        assert len(notices) == 1 and reason in str(notices[0].message) and "\n" not in str(notices[0].message)
+
+
+@pytest.mark.skipif(not embree.available(), reason="Embree is unavailable here")
+def test_embree_from_xla_answers_as_embree_alone():
+    """The custom call gives, ray by ray, the bits embreex's own single-ray queries give (the
+    host callback it replaced): hit ids, distances and occlusion, on a device of this host's
+    level (embreex's); rays with t_max <= 0 or NaN ask nothing."""
+    from embreex import mesh_construction, rtcore_scene
+    from tracer.runtime import xla_flags
+    torus = trimesh.creation.torus(1.0, 0.3, major_sections=64, minor_sections=32)
+    corners = np.asarray(torus.vertices[torus.faces], np.float32)  # (T, 3, 3)
+    scene = embree.build(*(corners[:, k].T for k in range(3)), isa=xla_flags.local_isa())
+    rng = np.random.default_rng(3)
+    n = 20000
+    o = rng.uniform(-1.5, 1.5, (3, n)).astype(np.float32)
+    aim = torus.vertices[rng.integers(0, len(torus.vertices), n)].T + rng.normal(scale=0.3, size=(3, n))
+    d = unit(aim - o).astype(np.float32)
+    t_max = rng.choice(np.array([np.inf, 0.4, 1.0, 0.0, -1.0, np.nan], np.float32), n, p=[.5, .15, .15, .1, .05, .05])
+    t, prim = jax.jit(embree.closest_hit)(scene.handle, o, d, t_max)
+    got_blocked = np.asarray(jax.jit(embree.occluded)(scene.handle, o, d, t_max))
+    alone = rtcore_scene.EmbreeScene(robust=False)
+    mesh_construction.TriangleMesh(alone, corners)
+    asks = t_max > 0
+    rows = lambda a: np.ascontiguousarray(a.T)
+    dists = np.where(asks, t_max, np.float32(-1))
+    ref = alone.run(rows(o), rows(d), dists=dists.copy(), output=1)
+    ref_prim = np.where(asks & (ref["geomID"] >= 0), ref["primID"], -1)
+    assert 0.2 < np.mean(ref_prim >= 0) < 0.9
+    np.testing.assert_array_equal(np.asarray(prim), ref_prim)
+    np.testing.assert_array_equal(np.asarray(t), np.where(ref_prim >= 0, ref["tfar"], np.inf))
+    ref_blocked = asks & (alone.run(rows(o), rows(d), dists=dists.copy(), query="OCCLUDED") >= 0)
+    np.testing.assert_array_equal(got_blocked, ref_blocked)
+    scene.close()
+
+
+@pytest.mark.skipif(not embree.available(), reason="Embree is unavailable here")
+def test_embree_runs_at_the_jobs_instruction_set_level(monkeypatch):
+    """Embree's device is the job's level (its hit distances differ between its ISA paths; its
+    ids do not): the process's XLA_FLAGS name it, else the host's level serves."""
+    from tracer.runtime import xla_flags
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+    assert embree.device_config() == "isa=avx2"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert embree.device_config() == f"isa={xla_flags.local_isa().lower()}"
+    if xla_flags.local_isa() == "AVX2" or xla_flags.host_isa() is None:
+        return
+    mesh = trimesh.creation.icosphere(subdivisions=3)
+    tri = tuple(np.asarray(mesh.vertices[mesh.faces[:, k]].T, np.float32) for k in range(3))
+    rng = np.random.default_rng(9)
+    o = rng.uniform(-2, 2, (3, 8192)).astype(np.float32)
+    d = unit(-o + rng.normal(size=o.shape)).astype(np.float32)
+    scenes = [embree.build(*tri, isa=isa) for isa in ("AVX2", xla_flags.local_isa())]
+    prims = [np.asarray(jax.jit(embree.closest_hit)(s.handle, o, d, np.inf)[1]) for s in scenes]
+    assert np.mean(prims[0] >= 0) > 0.3
+    np.testing.assert_array_equal(prims[0], prims[1])
 
 
 def test_images_agree_across_backends():

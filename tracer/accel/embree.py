@@ -1,88 +1,177 @@
-"""Intel Embree (through embreex) as the triangle intersection engine on CPUs.
+"""Intel Embree as the triangle intersection engine on CPUs, called from XLA through its FFI.
 
-The Embree scene is built on the host and registered with ``tracer.accel.host``, which sends it
-rays from the jitted program through a host callback; a batch is split over this device's share of
-the cores. Embree answers each ray on its own (``rtcIntersect1``).
+The jitted program sends a wavefront's rays to Embree in one custom call
+(``tracer/accel/native/embree_ffi.cc``, built by ``pip install`` into ``_embree_ffi*.so``):
+rays and hits stay in XLA's buffers and no Python runs on the way. The program names a scene by
+an int32 handle, so every frame of a job (a new scene each) reuses one compiled program.
+
+Embree's library is the one the ``embreex`` wheel ships; its arithmetic differs between its ISA
+paths (hit distances, not ids), so scenes are built on a device pinned to the process's
+instruction-set level, the job's (``tracer.runtime.xla_flags``).
 """
+import ctypes
+import importlib.machinery
+import importlib.util
+import os
+import pathlib
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import weakref
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from tracer.runtime import cpu
-from tracer.accel import host
+from tracer.runtime import xla_flags
 
-__all__ = ["available", "build", "MISSING"]
+__all__ = ["available", "unavailable_reason", "build", "EmbreeScene", "closest_hit", "occluded", "device_config",
+           "is_open",
+           "MISSING"]
 
-MISSING = "the 'embree' intersection backend needs embreex: pip install embreex (it comes with jaxfarm's default install)"
-
-# Below this many rays a batch is answered on the calling thread: splitting costs more than it saves.
-_MIN_SPLIT = 4096
+MISSING = "the 'embree' intersection backend is unavailable"
+_HERE = pathlib.Path(__file__).resolve().parent
+_TARGETS = {"closest": "jaxfarm_embree_closest", "occluded": "jaxfarm_embree_occluded"}
+_EMBREE_ISA = {"AVX": "avx", "AVX2": "avx2", "AVX512": "avx512"}  # XLA's level -> Embree's name
 
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+_loaded: ctypes.CDLL | str | None = None  # the extension, or why it could not be loaded
+
+
+def _extension_path() -> pathlib.Path | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = _HERE / f"_embree_ffi{suffix}"
+        if path.exists():
+            return path
+    return None
+
+
+def _embree_library() -> pathlib.Path | None:
+    """The Embree 4 library inside the embreex wheel (``embreex.libs/libembree4-*.so*``)."""
+    spec = importlib.util.find_spec("embreex")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    libs = pathlib.Path(next(iter(spec.submodule_search_locations))).parent / "embreex.libs"
+    return next(iter(sorted(libs.glob("libembree4*.so*"))), None)
+
+
+def _load() -> ctypes.CDLL | str:
+    """The loaded extension with its XLA targets registered, or a one-line reason it is not."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            _loaded = _open()
+        return _loaded
+
+
+def _open() -> ctypes.CDLL | str:
+    extension = _extension_path()
+    if extension is None:
+        return ("its native extension was not built (tracer/accel/_embree_ffi*.so; "
+                "reinstall with a C++ compiler: pip install -e .)")
+    embree = _embree_library()
+    if embree is None:
+        return "Embree's library was not found (it comes with the embreex wheel: pip install embreex)"
+    try:
+        lib = ctypes.CDLL(str(extension))
+    except OSError as e:
+        return f"its native extension does not load: {e}"
+    lib.jf_embree_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.jf_embree_new_scene.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_char_p,
+                                        ctypes.c_char_p, ctypes.c_size_t]
+    lib.jf_embree_new_scene.restype = ctypes.c_int32
+    lib.jf_embree_release_scene.argtypes = [ctypes.c_int32]
+    lib.jf_embree_scene_is_open.argtypes = [ctypes.c_int32]
+    error = ctypes.create_string_buffer(512)
+    if lib.jf_embree_open(os.fsencode(embree), error, len(error)) != 0:
+        return error.value.decode(errors="replace")
+    for name, target in _TARGETS.items():
+        handler = getattr(lib, "JfEmbree" + name.capitalize())
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform="cpu")
+    return lib
+
+
+def unavailable_reason() -> str | None:
+    """Why Embree cannot serve in this process (one line), or None when it can."""
+    loaded = _load()
+    return loaded if isinstance(loaded, str) else None
 
 
 def available() -> bool:
-    try:
-        import embreex.rtcore_scene  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return unavailable_reason() is None
 
 
-def _threads() -> int:
-    """Threads per query: this device's share of the cores (the other devices query too)."""
-    return cpu.cores_per_device() or cpu.cores()
+def is_open(handle: int) -> bool:
+    """Whether Embree holds a scene under ``handle`` (not yet closed or freed)."""
+    lib = _load()
+    return not isinstance(lib, str) and bool(lib.jf_embree_scene_is_open(handle))
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max(1, cpu.cores() - 1), thread_name_prefix="embree")
-        return _pool
+def device_config(isa: str | None = None) -> str:
+    """Embree's device configuration for the instruction-set level ``isa`` (one of
+    ``tracer.shared.ISAS``; default: the process's, as its XLA_FLAGS name it, else the host's)."""
+    isa = isa or xla_flags.named_isa(os.environ.get("XLA_FLAGS")) or xla_flags.local_isa()
+    return f"isa={_EMBREE_ISA[isa]}"
 
 
-def build(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, robust: bool = False) -> host.HostScene:
-    """Host: an Embree scene over triangles p0, p1, p2 (3, T), as a ``host.HostScene``;
-    ``robust``: Embree's watertight triangle test (Mitsuba's default is off: mesh.xml renders
-    1.04-1.08x faster without it)."""
-    try:
-        from embreex import mesh_construction, rtcore_scene
-    except ImportError as e:
-        raise ImportError(MISSING) from e
+class EmbreeScene:
+    """An Embree scene answering the jitted queries under the int32 ``handle`` until ``close()``.
+    Closing twice is harmless, and a scene that is dropped unclosed closes itself."""
+
+    def __init__(self, lib: ctypes.CDLL, handle: int) -> None:
+        self.handle = handle
+        self._finalizer = weakref.finalize(self, lib.jf_embree_release_scene, handle)
+        # Not at exit: JAX's own exit hook waits for work in flight that may still ask this scene.
+        self._finalizer.atexit = False
+
+    def close(self) -> None:
+        """Free Embree's scene; queries under this handle fail from now on."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+
+def build(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, robust: bool = False,
+          isa: str | None = None) -> EmbreeScene:
+    """Host: an Embree scene over triangles p0, p1, p2 (3, T) on the device of ``isa``
+    (``device_config``); ``robust``: Embree's watertight triangle test (Mitsuba's default is
+    off: mesh.xml renders 1.04-1.08x faster without it). Raises ImportError where Embree is
+    unavailable, RuntimeError where Embree refuses the scene."""
+    lib = _load()
+    if isinstance(lib, str):
+        raise ImportError(f"{MISSING}: {lib}")
     vertices = np.ascontiguousarray(np.stack([p0.T, p1.T, p2.T], axis=1), np.float32)  # (T, 3, 3)
-    scene = rtcore_scene.EmbreeScene(robust=robust)
-    mesh_construction.TriangleMesh(scene, vertices)
-    return host.HostScene(_Engine, scene)
+    error = ctypes.create_string_buffer(512)
+    handle = lib.jf_embree_new_scene(vertices.ctypes.data, vertices.shape[0], int(robust),
+                                     device_config(isa).encode(), error, len(error))
+    if handle <= 0:
+        raise RuntimeError(error.value.decode(errors="replace"))
+    return EmbreeScene(lib, handle)
 
 
-def _split_run(run, n):
-    """``run(slice) -> tuple of arrays`` over [0, n) in parts, concatenated: the calling thread
-    runs the first part, the pool the others."""
-    parts = _threads()
-    if n < _MIN_SPLIT or parts == 1:
-        return run(slice(0, n))
-    bounds = np.linspace(0, n, parts + 1).astype(int)
-    slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    others = [_executor().submit(run, s) for s in slices[1:]]
-    results = [run(slices[0])] + [f.result() for f in others]
-    return tuple(np.concatenate(r) for r in zip(*results))
+def _query(target: str, results: tuple[jax.ShapeDtypeStruct, ...], handle: jax.Array, o: jax.Array,
+           d: jax.Array, t_max: ArrayLike) -> tuple[jax.Array, ...]:
+    lib = _load()
+    if isinstance(lib, str):
+        raise ImportError(f"{MISSING}: {lib}")
+    n = o.shape[1]
+    t_max = jnp.broadcast_to(jnp.asarray(t_max, jnp.float32), (n,))
+    # Each ray is answered on its own: under vmap a batch of batches is still one batch of rays.
+    call = jax.ffi.ffi_call(target, results, vmap_method="sequential")
+    return tuple(call(jnp.asarray(handle, jnp.int32), o.astype(jnp.float32), d.astype(jnp.float32), t_max))
 
 
-class _Engine:
-    """Embree's answers in ``tracer.accel.host``'s terms."""
+def closest_hit(handle: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> tuple[jax.Array, jax.Array]:
+    """(t, prim) of rays o, d (3, N) against the scene ``handle``; t = inf, prim = -1 for misses
+    and for rays with t_max <= 0 (they ask nothing)."""
+    n = o.shape[1]
+    t, prim = _query(_TARGETS["closest"], (jax.ShapeDtypeStruct((n,), jnp.float32),
+                                           jax.ShapeDtypeStruct((n,), jnp.int32)), handle, o, d, t_max)
+    return t, prim
 
-    @staticmethod
-    def closest(scene, o, d, t_max):
-        def run(s):
-            r = scene.run(o[s], d[s], dists=t_max[s].copy(), output=1)
-            return np.where(r["geomID"] >= 0, r["primID"], -1).astype(np.int32), r["tfar"]
-        return _split_run(run, t_max.shape[0])
 
-    @staticmethod
-    def occluded(scene, o, d, t_max):
-        # embreex's occlusion query answers the geometry id of a blocker, -1 for none.
-        run = lambda s: (scene.run(o[s], d[s], dists=t_max[s].copy(), query="OCCLUDED"),)
-        return _split_run(run, t_max.shape[0])[0] >= 0
+def occluded(handle: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
+    """(N,) bool: the scene ``handle`` has a triangle at 0 < t < t_max along the ray."""
+    (blocked,) = _query(_TARGETS["occluded"], (jax.ShapeDtypeStruct((o.shape[1],), jnp.bool_),), handle, o, d, t_max)
+    return blocked

@@ -1,5 +1,6 @@
-"""What the host-side intersection engines (Embree, Warp) share: built scenes addressed by a
-traced int32 handle (``HostScene``), and the host callback that sends them rays.
+"""Intersection engines called back on the host (Warp; Embree is called from XLA directly,
+``tracer.accel.embree``): built scenes addressed by a traced int32 handle (``HostScene``), and
+the host callback that sends them rays.
 
 The jitted program refers to an engine's scene only by its handle, so every frame of a job (a
 new scene each) reuses one compiled program. A ``HostScene`` owns its engine scene until

@@ -40,9 +40,11 @@ __all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "
 _stage = jax.lax.optimization_barrier
 # Lanes in flight per CPU device, sized so that their arrays stay in the caches. With a core
 # per device (tracer.runtime.cpu): 4k lanes (Cornell box, 2 devices on 2 cores: 1.64 Msamples/s at 4k,
-# 1.56 at 8k), 8k when a host engine answers the rays, whose calls cost more a call (medians of
-# 6 renders in one process, November 25: mesh.xml at 256x256 0.88 s a frame at 8k and 4k, 1.00 at
-# 32k; orbit.xml 0.47 s at 8k, 0.50 at 4k, 0.58 at 32k, and 1.95 against 2.23 s at 320x240). A
+# 1.56 at 8k; Embree called from XLA, November 28: orbit.xml at 240x240 1.57 s a frame at 4k,
+# 1.82 at 8k; mesh.xml 1.86 against 2.0), 8k when Warp answers the rays through a host callback,
+# whose calls cost more (medians of 6 renders in one process, November 25, Embree then behind the
+# callback too: mesh.xml at 256x256 0.88 s a frame at 8k and 4k, 1.00 at 32k; orbit.xml 0.47 s
+# at 8k, 0.50 at 4k, 0.58 at 32k, and 1.95 against 2.23 s at 320x240). A
 # device over several cores: 65k (Cornell box, 1 device on 2 cores: a bounce costs 220 ns a lane
 # at 65k lanes, 370 ns at 262k).
 DEFAULT_POOL = _POOL = 65536
@@ -283,7 +285,7 @@ def pool_size(scene: Scene) -> int:
         return np.iinfo(np.int32).max
     if cores > 1:
         return _POOL
-    return _POOL_PER_CORE_HOST if scene.geometry.accel in geometry.HOST_ENGINES else _POOL_PER_CORE
+    return _POOL_PER_CORE_HOST if scene.geometry.accel == "warp" else _POOL_PER_CORE
 
 
 def drain_phases(samples: int) -> int:

@@ -11,10 +11,11 @@ the way Mitsuba 3 computes them (``Mesh``, ``Sphere``, ``Disk`` and ``Cylinder``
 Shape groups (Mitsuba's ``shapegroup``) keep their primitives once, in object space, after the
 world-space ones in each table; instances place them (``tracer.shapes.instancing``). The backends
 answer world primitives as before and instances in JAX: a two-level BVH (``tracer.shapes.instance_bvh``)
-or, for small scenes, brute force per instance. Embree has instancing of its own, but embreex
-does not expose it, and Warp's BVH has none: with those backends the world triangles go to the
-engine and the instances to the JAX two-level BVH.
+or, for small scenes, brute force per instance. Embree has instancing of its own (not used
+here yet), and Warp's BVH has none: with those backends the world triangles go to the engine and
+the instances to the JAX two-level BVH.
 """
+import warnings
 from typing import Any, NamedTuple, Sequence, cast
 
 import jax
@@ -34,6 +35,7 @@ from tracer import vecmath as vm
 from tracer.accel import embree, host, warp
 from tracer.constants import PI, RAY_EPSILON, SHADOW_EPSILON, TWO_PI
 from tracer.shapes.intersect import Hit
+from tracer.errors import EngineNotice
 from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
 
@@ -73,8 +75,8 @@ class Geometry:
     analytic_to_local: jnp.ndarray  # (3, 4, A) its inverse
     analytic_shape: jnp.ndarray     # (A,) int32 shape index
     bvh: bvh_traversal.BvhArrays | None  # when accel == 'bvh'
-    host_handle: jnp.ndarray  # () int32 handle of a host engine's scene (accel 'embree', 'warp'), else 0
-    host_scene: host.HostScene | None = owned()  # what the handle names (None in copies)
+    host_handle: jnp.ndarray  # () int32 handle of an engine's scene (accel 'embree', 'warp'), else 0
+    host_scene: embree.EmbreeScene | host.HostScene | None = owned()  # what the handle names (None in copies)
     instance_to_world: jnp.ndarray | None = None  # (3, 4, I) affine, instances sorted by group; None without
     instance_to_local: jnp.ndarray | None = None  # (3, 4, I) its inverse
     instance_bvh: two_level.InstanceBvh | None = None  # unless instances are tested by brute force
@@ -291,7 +293,18 @@ def analytic_bounds(kind: np.ndarray, to_world: np.ndarray,
 
 
 BACKENDS = ("embree", "warp", "jax")
-HOST_ENGINES = {"embree": embree, "warp": warp}  # built on the host, queried through host.py
+# Engines outside XLA, built on the host: Embree is called from XLA (tracer.accel.embree), Warp
+# through a host callback (tracer.accel.host).
+HOST_ENGINES = {"embree": embree, "warp": warp}
+_fallback_said = False
+
+
+def _say_fallback(reason: str) -> None:
+    """Once a process: why 'auto' uses the pure-JAX BVH where Embree would serve."""
+    global _fallback_said
+    if not _fallback_said:
+        _fallback_said = True
+        warnings.warn(EngineNotice(f"{embree.MISSING} ({reason}): using the pure-JAX BVH"), stacklevel=3)
 
 
 def resolve_accel(accel: str, n_primitives: int, n_host: int | None = None) -> str:
@@ -301,15 +314,22 @@ def resolve_accel(accel: str, n_primitives: int, n_host: int | None = None) -> s
     would hold (the world's triangles; ``n_primitives`` counts each instance's too).
 
     'auto' is the pure-JAX brute force below AUTO_BVH_MIN primitives (on the Cornell box it beats
-    Embree behind the callback, 9.7 against 5.7 Mrays/s), else Embree on CPUs where installed
-    and it would hold AUTO_BVH_MIN primitives or more, else the pure-JAX BVH."""
+    Embree behind a host callback, 9.7 against 5.7 Mrays/s), else Embree on CPUs where it would
+    hold AUTO_BVH_MIN primitives or more, else the pure-JAX BVH. Where Embree would serve but
+    cannot (its extension not built, its library missing), 'auto' says so once, as an
+    ``EngineNotice``, and uses the BVH."""
     n_host = n_primitives if n_host is None else n_host
     if accel == "auto":
         small = n_primitives < AUTO_BVH_MIN
-        host_worth = n_host >= AUTO_BVH_MIN and jax.default_backend() == "cpu" and embree.available()
-        accel = "embree" if not small and host_worth else "jax"
-    if accel in HOST_ENGINES and not HOST_ENGINES[accel].available():
-        raise ImportError(HOST_ENGINES[accel].MISSING)
+        host_worth = n_host >= AUTO_BVH_MIN and jax.default_backend() == "cpu"
+        reason = embree.unavailable_reason() if not small and host_worth else None
+        if reason:
+            _say_fallback(reason)
+        accel = "embree" if not small and host_worth and not reason else "jax"
+    if accel == "embree" and (reason := embree.unavailable_reason()):
+        raise ImportError(f"{embree.MISSING}: {reason}")
+    if accel == "warp" and not warp.available():
+        raise ImportError(warp.MISSING)
     if accel == "jax":
         accel = "bvh" if n_primitives >= AUTO_BVH_MIN else "brute"
     if accel not in (*HOST_ENGINES, "brute", "bvh"):
@@ -463,7 +483,7 @@ def _world_closest_hit(geometry, o, d, t_max):
     elif geometry.accel == "bvh":
         hit = bvh_traversal.closest_hit(geometry.bvh, tri, analytic, o, d, t_max)
     elif geometry.accel in HOST_ENGINES:
-        return _host_closest_hit(geometry, o, d, t_max)
+        return _engine_closest_hit(geometry, o, d, t_max)
     else:
         hit = isect.closest_hit(tri, analytic, o, d, t_max, geometry.analytic_kinds)
     return Hit(t=hit.t, prim=_world_prim(geometry, hit.prim), u=hit.u, v=hit.v)
@@ -476,7 +496,8 @@ def _world_occluded(geometry, o, d, t_max):
     if geometry.accel == "bvh":
         return bvh_traversal.occluded(geometry.bvh, o, d, t_max)
     if geometry.accel in HOST_ENGINES:
-        blocked = host.occluded(geometry.host_handle, o, d, t_max)
+        query = embree.occluded if geometry.accel == "embree" else host.occluded
+        blocked = query(geometry.host_handle, o, d, t_max)
         if geometry.n_world_analytic:
             blocked = blocked | isect.occluded(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
         return blocked
@@ -496,8 +517,9 @@ def _no_triangles():
     return (empty, empty, empty)
 
 
-def _host_closest_hit(geometry, o, d, t_max):
-    t, prim = host.closest_hit(geometry.host_handle, o, d, t_max)
+def _engine_closest_hit(geometry, o, d, t_max):
+    query = embree.closest_hit if geometry.accel == "embree" else host.closest_hit
+    t, prim = query(geometry.host_handle, o, d, t_max)
     # t and (u, v) again from the winner with our own watertight test: every backend then gives
     # the same hit data for the same primitive (Embree's barycentrics differ in the 4th digit).
     tri, analytic = _world(geometry)

@@ -1,0 +1,333 @@
+// Intel Embree as XLA custom calls (the XLA FFI): the jitted program sends a wavefront's rays to
+// Embree in one call, in XLA's own buffers, with no Python and no GIL on the way.
+//
+// The program names a scene by an int32 handle (a traced scalar), so one compiled program serves
+// every frame of a job; the host builds and frees scenes through the plain C functions below
+// (tracer/accel/embree.py calls them with ctypes). Embree itself is not linked: its functions are
+// looked up in the library the embreex wheel ships (jf_embree_open), so building this needs only
+// Embree's headers (vendored under embree4/) and XLA's FFI headers (from jaxlib).
+//
+// Each ray is answered on its own (rtcIntersect1 / rtcOccluded1), so a ray's answer does not
+// depend on the batch it came in or how the batch is split over threads: renders stay
+// bit-identical across device counts and hosts. Embree's arithmetic differs between its ISA paths
+// (hit distances, not ids), so a device is made per ISA ("isa=avx2"), the job's level.
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "embree4/rtcore.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Embree's functions, from the shared library named to jf_embree_open.
+
+struct Embree {
+  decltype(&rtcNewDevice) NewDevice;
+  decltype(&rtcGetDeviceError) GetDeviceError;
+  decltype(&rtcGetDeviceLastErrorMessage) GetDeviceLastErrorMessage;
+  decltype(&rtcNewScene) NewScene;
+  decltype(&rtcSetSceneFlags) SetSceneFlags;
+  decltype(&rtcCommitScene) CommitScene;
+  decltype(&rtcRetainScene) RetainScene;
+  decltype(&rtcReleaseScene) ReleaseScene;
+  decltype(&rtcNewGeometry) NewGeometry;
+  decltype(&rtcSetNewGeometryBuffer) SetNewGeometryBuffer;
+  decltype(&rtcCommitGeometry) CommitGeometry;
+  decltype(&rtcAttachGeometry) AttachGeometry;
+  decltype(&rtcReleaseGeometry) ReleaseGeometry;
+  decltype(&rtcIntersect1) Intersect1;
+  decltype(&rtcOccluded1) Occluded1;
+};
+
+Embree api;
+std::mutex open_lock;
+bool opened = false;
+
+template <typename F>
+bool Find(void* library, const char* name, F& out, std::string& missing) {
+  out = reinterpret_cast<F>(dlsym(library, name));
+  if (!out) missing = name;
+  return out != nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenes by handle. A query retains its scene while it runs, so closing a scene during a query
+// frees it only after the query.
+
+std::mutex scenes_lock;
+std::unordered_map<int32_t, RTCScene> scenes;
+int32_t next_handle = 1;
+std::map<std::string, RTCDevice> devices;  // one per ISA config, kept for the process
+
+RTCScene Acquire(int32_t handle) {
+  std::lock_guard<std::mutex> hold(scenes_lock);
+  auto it = scenes.find(handle);
+  if (it == scenes.end()) return nullptr;
+  api.RetainScene(it->second);
+  return it->second;
+}
+
+void Message(char* out, size_t size, const std::string& text) {
+  if (out && size) std::snprintf(out, size, "%s", text.c_str());
+}
+
+std::string DeviceError(RTCDevice device, const char* what) {
+  const char* message = device ? api.GetDeviceLastErrorMessage(device) : nullptr;
+  return std::string(what) + (message && *message ? std::string(": ") + message : std::string());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Splitting a batch over XLA's intra-op threads. The calling thread takes chunks too, and waits
+// only for chunks already taken, so it never waits on a task that has not started (the caller
+// may itself be one of the pool's threads). The state is shared: a task that starts after the
+// call returned finds no chunk left and leaves.
+
+constexpr int64_t kChunk = 512;
+
+struct Split {
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  int64_t chunks = 0;
+};
+
+template <typename Body>
+void RunChunks(Split& split, int64_t n, const Body& body) {
+  for (int64_t c; (c = split.next.fetch_add(1)) < split.chunks;) {
+    int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    body(begin, end);
+    split.done.fetch_add(1, std::memory_order_release);
+  }
+}
+
+template <typename Body>
+void ParallelFor(ffi::ThreadPool& pool, int64_t n, Body body) {
+  auto split = std::make_shared<Split>();
+  split->chunks = (n + kChunk - 1) / kChunk;
+  int64_t helpers = std::min<int64_t>(pool.num_threads(), split->chunks - 1);
+  // body is copied into each task: it holds pointers into XLA's buffers, valid until the last
+  // taken chunk is done, which the caller waits for.
+  for (int64_t i = 0; i < helpers; ++i)
+    pool.Schedule([split, n, body] { RunChunks(*split, n, body); });
+  RunChunks(*split, n, body);
+  while (split->done.load(std::memory_order_acquire) < split->chunks) std::this_thread::yield();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The queries. Rays arrive as (3, N) columns: component k of ray i at [k * N + i]. A ray with
+// t_max <= 0 (or NaN) asks nothing: no hit, not occluded.
+
+void SetRay(RTCRay& ray, const float* o, const float* d, int64_t n, int64_t i, float t_max) {
+  ray.org_x = o[i], ray.org_y = o[n + i], ray.org_z = o[2 * n + i];
+  ray.dir_x = d[i], ray.dir_y = d[n + i], ray.dir_z = d[2 * n + i];
+  ray.tnear = 0.0f, ray.tfar = t_max, ray.time = 0.0f;
+  ray.mask = 0xFFFFFFFFu, ray.id = 0, ray.flags = 0;
+}
+
+// Room after the hit record for any instance fields a build of Embree adds (its layout depends on
+// RTC_MAX_INSTANCE_LEVEL_COUNT): Embree may write them, we never read them.
+struct alignas(16) PaddedRayHit {
+  RTCRayHit rayhit;
+  unsigned int spare[16];
+};
+
+ffi::Error GoneScene(int32_t handle) {
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                    "intersection scene " + std::to_string(handle) +
+                        " is gone: the scene that built it was closed or freed");
+}
+
+ffi::Error Closest(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
+                   ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, ffi::ResultBuffer<ffi::F32> t,
+                   ffi::ResultBuffer<ffi::S32> prim) {
+  int32_t id = handle.typed_data()[0];
+  RTCScene scene = Acquire(id);
+  if (!scene) return GoneScene(id);
+  const int64_t n = static_cast<int64_t>(t_max.element_count());
+  const float *op = o.typed_data(), *dp = d.typed_data(), *tp = t_max.typed_data();
+  float* t_out = t->typed_data();
+  int32_t* prim_out = prim->typed_data();
+  ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
+    PaddedRayHit q;
+    for (int64_t i = begin; i < end; ++i) {
+      t_out[i] = std::numeric_limits<float>::infinity(), prim_out[i] = -1;
+      if (!(tp[i] > 0.0f)) continue;
+      SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
+      q.rayhit.hit.geomID = RTC_INVALID_GEOMETRY_ID;
+      q.rayhit.hit.primID = RTC_INVALID_GEOMETRY_ID;
+      api.Intersect1(scene, &q.rayhit, nullptr);
+      if (q.rayhit.hit.geomID != RTC_INVALID_GEOMETRY_ID) {
+        t_out[i] = q.rayhit.ray.tfar, prim_out[i] = static_cast<int32_t>(q.rayhit.hit.primID);
+      }
+    }
+  });
+  api.ReleaseScene(scene);
+  return ffi::Error::Success();
+}
+
+ffi::Error Occluded(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
+                    ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max,
+                    ffi::ResultBuffer<ffi::PRED> blocked) {
+  int32_t id = handle.typed_data()[0];
+  RTCScene scene = Acquire(id);
+  if (!scene) return GoneScene(id);
+  const int64_t n = static_cast<int64_t>(t_max.element_count());
+  const float *op = o.typed_data(), *dp = d.typed_data(), *tp = t_max.typed_data();
+  bool* out = blocked->typed_data();
+  ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
+    PaddedRayHit q;
+    for (int64_t i = begin; i < end; ++i) {
+      out[i] = false;
+      if (!(tp[i] > 0.0f)) continue;
+      SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
+      api.Occluded1(scene, &q.rayhit.ray, nullptr);
+      // Embree marks an occluded ray by setting tfar to -inf.
+      out[i] = q.rayhit.ray.tfar < 0.0f;
+    }
+  });
+  api.ReleaseScene(scene);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeClosest, Closest,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeOccluded, Occluded,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::PRED>>());
+
+// ---------------------------------------------------------------------------------------------
+// The host's side (ctypes). Each returns 0 (or a handle > 0) and writes a one-line reason into
+// `error` on failure.
+
+extern "C" __attribute__((visibility("default"))) int jf_embree_open(const char* library, char* error,
+                                                                    size_t error_size) {
+  std::lock_guard<std::mutex> hold(open_lock);
+  if (opened) return 0;
+  void* lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* reason = dlerror();
+    Message(error, error_size, std::string("cannot load Embree: ") + (reason ? reason : library));
+    return -1;
+  }
+  std::string missing;
+  bool ok = Find(lib, "rtcNewDevice", api.NewDevice, missing) &&
+            Find(lib, "rtcGetDeviceError", api.GetDeviceError, missing) &&
+            Find(lib, "rtcGetDeviceLastErrorMessage", api.GetDeviceLastErrorMessage, missing) &&
+            Find(lib, "rtcNewScene", api.NewScene, missing) &&
+            Find(lib, "rtcSetSceneFlags", api.SetSceneFlags, missing) &&
+            Find(lib, "rtcCommitScene", api.CommitScene, missing) &&
+            Find(lib, "rtcRetainScene", api.RetainScene, missing) &&
+            Find(lib, "rtcReleaseScene", api.ReleaseScene, missing) &&
+            Find(lib, "rtcNewGeometry", api.NewGeometry, missing) &&
+            Find(lib, "rtcSetNewGeometryBuffer", api.SetNewGeometryBuffer, missing) &&
+            Find(lib, "rtcCommitGeometry", api.CommitGeometry, missing) &&
+            Find(lib, "rtcAttachGeometry", api.AttachGeometry, missing) &&
+            Find(lib, "rtcReleaseGeometry", api.ReleaseGeometry, missing) &&
+            Find(lib, "rtcIntersect1", api.Intersect1, missing) &&
+            Find(lib, "rtcOccluded1", api.Occluded1, missing);
+  if (!ok) {
+    Message(error, error_size, std::string("the Embree library lacks ") + missing + ": it is not Embree 4");
+    dlclose(lib);
+    return -1;
+  }
+  opened = true;
+  return 0;
+}
+
+// A scene of `count` triangles, corners at vertices[9 t + 3 c + k] (triangle t, corner c,
+// coordinate k), on the device of `config` (e.g. "isa=avx2"); robust: the watertight test.
+extern "C" __attribute__((visibility("default"))) int32_t jf_embree_new_scene(const float* vertices, int64_t count,
+                                                                             int robust, const char* config,
+                                                                             char* error, size_t error_size) {
+  if (!opened) {
+    Message(error, error_size, "Embree is not loaded");
+    return 0;
+  }
+  RTCDevice device;
+  {
+    std::lock_guard<std::mutex> hold(scenes_lock);
+    auto it = devices.find(config);
+    if (it == devices.end()) {
+      device = api.NewDevice(config);
+      if (!device) {
+        Message(error, error_size, std::string("Embree refused the device '") + config + "'");
+        return 0;
+      }
+      devices.emplace(config, device);
+    } else {
+      device = it->second;
+    }
+  }
+  RTCScene scene = api.NewScene(device);
+  api.SetSceneFlags(scene, robust ? RTC_SCENE_FLAG_ROBUST : RTC_SCENE_FLAG_NONE);
+  RTCGeometry mesh = api.NewGeometry(device, RTC_GEOMETRY_TYPE_TRIANGLE);
+  auto* v = static_cast<float*>(api.SetNewGeometryBuffer(mesh, RTC_BUFFER_TYPE_VERTEX, 0, RTC_FORMAT_FLOAT3,
+                                                         3 * sizeof(float), static_cast<size_t>(3 * count)));
+  auto* index = static_cast<unsigned*>(api.SetNewGeometryBuffer(mesh, RTC_BUFFER_TYPE_INDEX, 0, RTC_FORMAT_UINT3,
+                                                                3 * sizeof(unsigned), static_cast<size_t>(count)));
+  if (!v || !index) {
+    Message(error, error_size, DeviceError(device, "Embree could not allocate the triangles"));
+    api.ReleaseGeometry(mesh);
+    api.ReleaseScene(scene);
+    return 0;
+  }
+  std::memcpy(v, vertices, sizeof(float) * 9 * static_cast<size_t>(count));
+  for (int64_t i = 0; i < 3 * count; ++i) index[i] = static_cast<unsigned>(i);
+  api.CommitGeometry(mesh);
+  api.AttachGeometry(scene, mesh);
+  api.ReleaseGeometry(mesh);
+  api.CommitScene(scene);
+  if (api.GetDeviceError(device) != RTC_ERROR_NONE) {
+    Message(error, error_size, DeviceError(device, "Embree could not build the scene"));
+    api.ReleaseScene(scene);
+    return 0;
+  }
+  std::lock_guard<std::mutex> hold(scenes_lock);
+  int32_t handle = next_handle++;
+  scenes.emplace(handle, scene);
+  return handle;
+}
+
+extern "C" __attribute__((visibility("default"))) void jf_embree_release_scene(int32_t handle) {
+  std::lock_guard<std::mutex> hold(scenes_lock);
+  auto it = scenes.find(handle);
+  if (it == scenes.end()) return;
+  api.ReleaseScene(it->second);
+  scenes.erase(it);
+}
+
+extern "C" __attribute__((visibility("default"))) int jf_embree_scene_is_open(int32_t handle) {
+  std::lock_guard<std::mutex> hold(scenes_lock);
+  return scenes.count(handle) ? 1 : 0;
+}
