@@ -16,9 +16,11 @@ What a worker runs with:
 * GPU / TPU: ``JAX_PLATFORMS`` names the platform; nothing else.
 * Every platform: JAX's persistent compilation cache in ``cache_dir()``, so that a second run of a
   job (a resume, a refine, the next job on the same scene) loads its programs instead of
-  compiling them. Executables that call back into Python (the Embree and Warp intersection
-  backends) are cached too: JAX serializes them with their callbacks' descriptors and reconnects
-  them on load (measured: ``scripts/bench_vs_mitsuba.py``).
+  compiling them. Executables that call Embree (an XLA custom call, registered when a scene is
+  built) or back into Python (Warp) are cached too: JAX serializes callbacks with their
+  descriptors and reconnects them on load (measured: ``scripts/bench_vs_mitsuba.py``). The
+  driver's preflight child (``cluster.preflight``) starts JAX here too, so that what it compiles
+  ahead is what the members look up.
 """
 import os
 import sys
@@ -27,7 +29,7 @@ from collections.abc import Mapping
 
 from tracer.runtime.xla_flags import check_host, named_isa, with_flags
 
-__all__ = ["CACHE_ENV", "cache_dir", "worker_env", "start_jax", "enable_compilation_cache", "join_group",
+__all__ = ["CACHE_ENV", "cache_dir", "worker_env", "local_devices_per_member", "start_jax", "enable_compilation_cache", "join_group",
            "compile_stats"]
 
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # a compilation, or a load from the cache
@@ -66,6 +68,14 @@ def worker_env(platform: str, devices_per_host: int | None = None, environ: Mapp
     if CACHE_ENV in environ:
         env[CACHE_ENV] = environ[CACHE_ENV]
     return env
+
+
+def local_devices_per_member(members: int) -> int:
+    """CPU devices for each of ``members`` worker processes that share this machine's cores: a
+    device per core, the cores split evenly (``tracer.runtime.cpu``: XLA runs a device on one core)."""
+    from tracer.runtime.cpu import cores  # (no JAX there)
+
+    return max(1, cores() // members)
 
 
 def _one_device_per_core(flags: str) -> str:

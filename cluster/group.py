@@ -29,7 +29,7 @@ from tracer.shared import PLATFORMS
 if TYPE_CHECKING:
     from ray.util.tpu import SlicePlacementGroup
 
-__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes", "local_devices_per_member"]
+__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes"]
 
 _names = itertools.count()
 
@@ -93,14 +93,6 @@ class GroupShape:
         """Environment of every member process, set there before JAX is imported
         (``cluster.bootstrap``: reproducible CPU arithmetic, devices, the compilation cache)."""
         return bootstrap.worker_env(self.platform, self.devices_per_host, isa=self.cpu_isa)
-
-
-def local_devices_per_member(members: int) -> int:
-    """CPU devices for each of ``members`` worker processes that share this machine's cores: a
-    device per core, the cores split evenly (``tracer.runtime.cpu``: XLA runs a device on one core)."""
-    from tracer.runtime.cpu import cores  # (no JAX there)
-
-    return max(1, cores() // members)
 
 
 def discover_shapes(nodes: Iterable[Mapping[str, Any]] | None = None) -> list[GroupShape]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -102,8 +102,7 @@ class Member:
         elif task.out is not None:
             start = task.out.start(task.tile_h, task.tile_w)
         else:
-            start = (np.zeros((task.tile_h, task.tile_w, task.channels), np.float32),
-                     np.zeros((task.tile_h, task.tile_w), np.float32))
+            start = _zeros(task)
         out = self._work(task, start)
         if self.rank != 0:
             return None
@@ -112,18 +111,33 @@ class Member:
             return TileWritten(task.out.write(*out), time.perf_counter() - t0)
         return TileSums(*out, time.perf_counter() - t0)
 
-    def _work(self, task: TileTask, start: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
-        """The work unit: (value, weight) of the task's passes added to ``start``, host numpy on
-        rank 0 (others: None)."""
-        import jax
-
-        from tracer.rendering import WorkItem, plan_work, render_tile
+    def _arguments(self, task: TileTask, start: tuple[np.ndarray, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The work unit's arguments for ``task`` from ``start``: (args, keyword args) of ``render_tile``."""
+        from tracer.rendering import WorkItem, plan_work
 
         scene = self._load(task.scene)
         shape = plan_work(scene, task.tile_h, task.tile_w, task.pass_size, task.chunk_passes, task.job_samples)
         item = WorkItem.of(task.frame, task.seed, task.tile_y, task.tile_x, task.first_pass, task.n_passes, task.spp)
         item, value, weight = self._replicate((item, *start))
-        value, weight = render_tile(scene, item, value, weight, shape=shape, mesh=self.mesh)
+        return (scene, item, value, weight), dict(shape=shape, mesh=self.mesh)
+
+    def compile(self, task: TileTask) -> None:
+        """Compile (not run) the work unit of ``task``'s shape, leaving it in the persistent
+        compilation cache for the members that will render (``cluster.preflight``)."""
+        from tracer.rendering import render_tile
+
+        args, kwargs = self._arguments(task, _zeros(task))
+        render_tile.compile(*args, **kwargs)
+
+    def _work(self, task: TileTask, start: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The work unit: (value, weight) of the task's passes added to ``start``, host numpy on
+        rank 0 (others: None)."""
+        import jax
+
+        from tracer.rendering import render_tile
+
+        args, kwargs = self._arguments(task, start)
+        value, weight = render_tile(*args, **kwargs)
         if self.size > 1 and not value.is_fully_replicated:
             from jax.experimental import multihost_utils
             value, weight = multihost_utils.process_allgather((value, weight), tiled=True)
@@ -132,6 +146,12 @@ class Member:
             return None
         local = lambda a: np.asarray(a.addressable_data(0)) if isinstance(a, jax.Array) else np.asarray(a)
         return local(value), local(weight)
+
+
+def _zeros(task: TileTask) -> tuple[np.ndarray, np.ndarray]:
+    """A fresh accumulator of ``task``'s tile: value (tile_h, tile_w, channels), weight (tile_h, tile_w)."""
+    return (np.zeros((task.tile_h, task.tile_w, task.channels), np.float32),
+            np.zeros((task.tile_h, task.tile_w), np.float32))
 
 
 @ray.remote(max_restarts=0, max_task_retries=0)

@@ -32,23 +32,29 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     """Render ``spec`` as the store's one driver: its lease is held (and renewed) from before the
     first write until the end, whatever ends it."""
     from farm import job, registry, session
-    from farm.scene_check import check_scene
+    from farm.scene_check import Preflight
     from farm.spec import parse_frame_list
     from farm.status import spp_text
     job.check_params(spec)
-    with session.starting_ray(address, spec.groups) as ray_start:  # Ray starts while the scene is checked
+    local = address is None
+    # Ray starts while the scene is checked and, for a local job, its work unit compiled.
+    with session.starting_ray(address, spec.groups) as ray_start, \
+            Preflight(spec, job.preflight_env(spec, local)) as preflight:
         try:
-            check_scene(spec)
-            spec, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace, lease=True,
-                                      local=address is None)
+            preflight.checked()
+            planned, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace,
+                                         lease=True, local=local)
         except FarmError as e:  # said at once; leaving the block then waits out Ray's start and stops it
             _fail(str(e), e.exit_code)
+        same_members = job.preflight_env(planned, local) == preflight.env  # (a store's own level may differ)
+        preflight.compile(job.first_task(planned, store) if same_members else None)
+        spec = planned
         registry.record(store.url)
         try:
             click.echo(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> "
                        f"{store.url}", err=True)
             session.run(spec, store, address=address, show_progress=not no_progress,
-                        log=lambda m: click.echo(m, err=True), ray_start=ray_start)
+                        log=lambda m: click.echo(m, err=True), ray_start=ray_start, ready=preflight.wait)
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted; `farm resume {store.url}` goes on from here") from None
         finally:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
+from cluster.task import SceneRef, TileTask
 from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
@@ -175,18 +176,66 @@ def open_store(url: str, mode: AccessModeLiteral = "r") -> tuple[JobSpec, FrameS
 def group_shapes(spec: JobSpec, local: bool) -> list[GroupShape]:
     """The worker groups of a job: ``groups.count`` groups of ``groups.hosts`` hosts each; on a
     cluster, a job that names no groups gets one per node (``cluster.group.discover_shapes``)."""
-    from cluster.group import GroupShape, discover_shapes, local_devices_per_member
+    from cluster.group import GroupShape, discover_shapes
     g = spec.groups
     if not local and dataclasses.replace(g, cpu_isa=None) == GroupsSpec():
         return [dataclasses.replace(s, cpu_isa=g.cpu_isa) for s in discover_shapes()]
     strategy = "PACK" if local else "STRICT_SPREAD"
-    devices = g.devices_per_host
-    if local and devices is None and g.platform == "cpu":  # every member shares this machine's cores
-        devices = local_devices_per_member(g.count * g.hosts)
+    devices = _devices_per_host(g, local)
     shape = GroupShape(hosts=g.hosts, platform=g.platform, devices_per_host=devices,
                        gpus_per_host=g.gpus_per_host, tpu_topology=g.tpu_topology, tpu_version=g.tpu_version,
                        strategy=strategy, cpu_isa=g.cpu_isa)
     return [shape] * g.count
+
+
+def tile_size(spec: JobSpec, store: FrameStore) -> tuple[int, int]:
+    """(height, width) of the job's tasks' tiles (a planned job's): the job's tile, cut to a smaller frame."""
+    assert spec.tile is not None, "the job is planned (JobSpec.planned)"
+    return min(spec.tile, store.height), min(spec.tile, store.width)
+
+
+def job_samples(spec: JobSpec, store: FrameStore) -> int:
+    """Samples x pixels of the whole job: how long its program serves (``TileTask.job_samples``)."""
+    return spec.n_frames * spec.spp * store.width * store.height
+
+
+def scene_ref(spec: JobSpec, frame: int) -> SceneRef:
+    """How a member loads the scene of ``frame``."""
+    return SceneRef(path=spec.scene, params=spec.params_at(frame), resolution=spec.resolution, accel=spec.accel,
+                    aovs=spec.aovs, rfilter=spec.rfilter)
+
+
+def first_task(spec: JobSpec, store: FrameStore) -> TileTask:
+    """A task of the (planned) job's work-unit shape (its first frame's first tile and chunk): what every
+    task of the job runs, for compiling ahead (``farm.scene_check.Preflight``)."""
+    th, tw = tile_size(spec, store)
+    assert spec.pass_size is not None and spec.chunk_passes is not None, "the job is planned (JobSpec.planned)"
+    return TileTask(scene=scene_ref(spec, spec.frames[0]), frame=spec.frames[0], seed=spec.seed, spp=spec.spp,
+                    tile_y=0, tile_x=0, tile_h=th, tile_w=tw, first_pass=0, n_passes=spec.chunk_passes,
+                    pass_size=spec.pass_size, channels=store.channels, chunk_passes=spec.chunk_passes,
+                    job_samples=job_samples(spec, store))
+
+
+def preflight_env(spec: JobSpec, local: bool) -> dict[str, str] | None:
+    """The members' environment of a job whose work unit the driver's preflight child can
+    compile for them (``farm.scene_check.Preflight``): a local CPU job of one host per group, with
+    the compilation cache on; else None. Before ``prepare``, a job that names no instruction-set
+    level is taken to have this host's (a store of another level gives another environment:
+    ``prepare``'s spec then tells, and nothing is compiled ahead)."""
+    from cluster.bootstrap import cache_dir, worker_env
+    g = _with_isa(spec, local_isa()).groups
+    if not local or g.platform != "cpu" or g.hosts != 1 or cache_dir() is None:
+        return None
+    return worker_env(g.platform, _devices_per_host(g, local), isa=g.cpu_isa)  # as GroupShape.env() makes it
+
+
+def _devices_per_host(g: GroupsSpec, local: bool) -> int | None:
+    """The CPU devices of each member: the job's count, or, for a local job, a device per core,
+    the cores split among every member (they share this machine's cores)."""
+    from cluster.bootstrap import local_devices_per_member
+    if local and g.devices_per_host is None and g.platform == "cpu":
+        return local_devices_per_member(g.count * g.hosts)
+    return g.devices_per_host
 
 
 def frame_status(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[float]:

@@ -1,9 +1,13 @@
-"""The scene checked as the workers will load it, before Ray starts or a store is made.
+"""The job's preflight: its scene checked as the workers will load it, before Ray is up or a store
+is made, then its work unit compiled while Ray starts (``cluster.preflight``, in a child process:
+the driver never imports JAX).
 
 ``tracer.io.scene_info.describe`` reads a scene without JAX but does not build it, so an
-unsupported plugin or a bad parameter would otherwise surface only in a worker, after Ray
-started and the store was made. ``check_scene`` loads the scene in a child process
-(``python -m tracer.io.validate``: the driver never imports JAX) for the job's first and last frames.
+unsupported plugin or a bad parameter would otherwise surface only in a worker, after Ray started
+and the store was made. And a local job's first task would otherwise wait for its members to
+compile the work unit after Ray and the group are up (on a small job, longer than its rendering):
+the same child, started in the members' environment, compiles it into the persistent compilation
+cache meanwhile, and the run dispatches its first task once that is done.
 """
 from __future__ import annotations
 
@@ -12,34 +16,112 @@ import json
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+import tempfile
+from typing import TYPE_CHECKING, Any
 
 from farm.errors import FarmError, SceneFileError
 
 if TYPE_CHECKING:
+    from cluster.task import TileTask
     from farm.spec import JobSpec
 
-__all__ = ["check_scene"]
+__all__ = ["Preflight", "check_scene"]
+
+
+class Preflight:
+    """The preflight child of ``spec``; ``env``: the members' environment, where its program can
+    serve them (one host per group, on this machine), else None (the scene is only checked).
+
+    ``checked()`` waits for the check; then ``compile(task)`` asks for the work unit of ``task``'s
+    shape (None: nothing more), and ``wait()`` waits for it. ``close()`` stops the child."""
+
+    def __init__(self, spec: JobSpec, env: dict[str, str] | None) -> None:
+        first, last = spec.frames
+        param_sets = list(dict.fromkeys([spec.params_at(first), spec.params_at(last)]))
+        scene = {"path": spec.scene, "resolution": list(spec.resolution) if spec.resolution else None,
+                 "accel": spec.accel, "aovs": spec.aovs, "rfilter": spec.rfilter,
+                 "param_sets": [list(map(list, p)) for p in param_sets]}
+        self.scene, self.env = spec.scene, env
+        self.compiled_s: float | None = None  # the preflight's compilation, once done
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe no one reads while it compiles
+        self._child = subprocess.Popen([sys.executable, "-m", "cluster.preflight"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=_child_env())
+        self._send({"scene": scene, "env": env})
+
+    def _send(self, message: dict[str, Any] | None) -> None:
+        stdin = self._child.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            if message is not None:
+                stdin.write(json.dumps(message) + "\n")
+            stdin.close() if message is None else stdin.flush()
+        except (BrokenPipeError, OSError):  # the child ended: its exit status says why
+            pass
+
+    def checked(self) -> None:
+        """Raise ``SceneFileError`` (the loader's one line) unless the scene loads at the job's
+        first and last frames."""
+        assert self._child.stdout is not None
+        if self._child.stdout.readline().strip() == "checked":
+            return
+        code = self._child.wait()
+        self._stderr.seek(0)
+        lines = self._stderr.read().strip().splitlines()
+        if code == 1 and lines:
+            raise SceneFileError(lines[-1])
+        raise FarmError(f"checking the scene {self.scene} failed (exit {code}): {(lines or ['no message'])[-1]}")
+
+    def compile(self, task: TileTask | None) -> None:
+        """Compile the work unit of ``task``'s shape (None, or no ``env``: nothing more)."""
+        if task is None or self.env is None:
+            self._send(None)
+            return
+        from cluster.preflight import task_json
+        self._send({"task": task_json(task)})
+        self._send(None)
+
+    def wait(self, timeout_s: float = 600) -> None:
+        """Wait for the compilation asked for, if any. Its failure is not the job's: a member then
+        compiles the program itself."""
+        try:
+            self._child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.close()
+            return
+        assert self._child.stdout is not None
+        answer = self._child.stdout.read().split()
+        if answer[:1] == ["compiled"] and len(answer) > 1:
+            self.compiled_s = float(answer[1])
+
+    def close(self) -> None:
+        """Stop the child (harmless when it has ended)."""
+        if self._child.poll() is None:
+            self._child.kill()
+            self._child.wait()
+        for stream in (self._child.stdin, self._child.stdout, self._stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+    def __enter__(self) -> Preflight:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def check_scene(spec: JobSpec) -> None:
     """Raise ``SceneFileError`` (the loader's one line) unless the scene of ``spec`` loads at its
     first and last frames."""
-    first, last = spec.frames
-    param_sets = list(dict.fromkeys([spec.params_at(first), spec.params_at(last)]))
-    job = {"path": spec.scene, "resolution": list(spec.resolution) if spec.resolution else None,
-           "accel": spec.accel, "aovs": spec.aovs, "rfilter": spec.rfilter, "param_sets": [list(map(list, p)) for p in param_sets]}
-    result = subprocess.run([sys.executable, "-m", "tracer.io.validate"], input=json.dumps(job), text=True,
-                            capture_output=True, env=_child_env())
-    if result.returncode == 1 and result.stderr.strip():
-        raise SceneFileError(result.stderr.strip().splitlines()[-1])
-    if result.returncode != 0:
-        last_line = (result.stderr.strip().splitlines() or ["no message"])[-1]
-        raise FarmError(f"checking the scene {spec.scene} failed (exit {result.returncode}): {last_line}")
+    with Preflight(spec, None) as preflight:
+        preflight.checked()
 
 
 def _child_env():
-    """This process's environment, on the CPU, importing the same ``tracer`` as this process would."""
+    """This process's environment, on the CPU, importing the same packages as this process would."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(importlib.util.find_spec("tracer").origin))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])

@@ -24,10 +24,11 @@ import numpy as np
 import ray
 
 from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
-from cluster.task import SceneRef, TileTask
+from cluster.task import TileTask
 from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
+from farm.job import job_samples, scene_ref, tile_size
 from farm.tree import split_tail
 from farm.planner import Plan, Task, plan
 from farm.progress import RunProgress
@@ -106,14 +107,15 @@ class _JobRun:
     """One run of ``run_job``: the groups, the queue of a plan's tasks, retries and writes to the store."""
 
     def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
-                 task_timeout_s, make_group=WorkerGroup):
+                 task_timeout_s, make_group=WorkerGroup, ready=None):
         self.spec, self.store, self.shapes, self.make_group = spec, store, shapes, make_group
+        self.ready = ready  # waited for before the first dispatch
         self.init_timeout_s, self.task_timeout_s = init_timeout_s, task_timeout_s
         self.slowest = 0.0  # seconds of the slowest task that counted
         self.fenced = 0     # answers dropped because their dispatch had been given up on
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
         self.progress, self.log = progress, log
-        self.th, self.tw = min(spec.tile, store.height), min(spec.tile, store.width)
+        self.th, self.tw = tile_size(spec, store)
         self.queue = _Queue(())                      # tasks to send, first first
         self.parked = collections.defaultdict(list)  # tile -> tasks past its window, in chunk order
         self.attempts = collections.Counter()      # task key -> failed dispatches
@@ -143,13 +145,11 @@ class _JobRun:
             start = np.zeros((self.th, self.tw, tail.shape[-1]), np.float32)
             start[:tail.shape[0], :tail.shape[1]] = tail
             start = split_tail(start)
-        scene = SceneRef(path=spec.scene, params=spec.params_at(task.frame), resolution=spec.resolution,
-                         accel=spec.accel, aovs=spec.aovs, rfilter=spec.rfilter)
-        return TileTask(scene=scene, frame=task.frame, seed=spec.seed, spp=spec.spp, tile_y=ty * spec.tile,
-                        tile_x=tx * spec.tile, tile_h=self.th, tile_w=self.tw, first_pass=task.first_pass,
-                        n_passes=task.n_passes, pass_size=spec.pass_size, start=start, out=out,
-                        channels=self.store.channels, chunk_passes=spec.chunk_passes,
-                        job_samples=spec.n_frames * spec.spp * self.store.width * self.store.height)
+        return TileTask(scene=scene_ref(spec, task.frame), frame=task.frame, seed=spec.seed, spp=spec.spp,
+                        tile_y=ty * spec.tile, tile_x=tx * spec.tile, tile_h=self.th, tile_w=self.tw,
+                        first_pass=task.first_pass, n_passes=task.n_passes, pass_size=spec.pass_size, start=start,
+                        out=out, channels=self.store.channels, chunk_passes=spec.chunk_passes,
+                        job_samples=job_samples(spec, self.store))
 
     def units(self, task):
         """Samples x pixels the task adds, for progress."""
@@ -181,6 +181,8 @@ class _JobRun:
             self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
             self.queue = _Queue(job.tasks())
             progress.phase("compiling")  # until the first task comes back: the groups' first tasks compile
+            if self.ready is not None:
+                self.ready()
             while self.queue or self.inflight or self.parked:
                 self.dispatch(groups)
                 if not self.inflight:
@@ -357,19 +359,21 @@ def _sum_stats(stats):
 def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_attempts: int = 3,
             max_rebuilds: int = 3, show_progress: bool = True, log: Callable[[str], object] = print,
             init_timeout_s: float = 60, task_timeout_s: float | None = None,
-            make_group: Callable[..., WorkerGroup] = WorkerGroup, progress: RunProgress | None = None) -> Plan:
+            make_group: Callable[..., WorkerGroup] = WorkerGroup, progress: RunProgress | None = None,
+            ready: Callable[[], object] | None = None) -> Plan:
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
     ``task_timeout_s`` (default: adaptive) is when a running task is given up on and sent
     elsewhere. ``make_group(shape, name=, init_timeout_s=)`` makes a group (``WorkerGroup``; the
-    simulated groups of ``cluster.simulated`` for benchmarks and fault tests). Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
+    simulated groups of ``cluster.simulated`` for benchmarks and fault tests). ``ready()`` is waited for once the
+    groups have formed, before the first task goes out (the driver's compilation ahead of them). Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
     the groups' XLA programs, how many came from the persistent compilation cache).
     """
     own = progress is None
     progress = RunProgress(store, show_progress) if progress is None else progress
     runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
-                     task_timeout_s, make_group)
+                     task_timeout_s, make_group, ready)
     try:
         plan = runner.run()
     finally:

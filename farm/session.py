@@ -159,10 +159,13 @@ def starting_ray(address: str | None = None, groups: GroupsSpec | None = None,
 
 
 def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progress: bool = True,
-        log: Callable[[str], object] = print, ray_start: RayStart | None = None) -> Plan:
+        log: Callable[[str], object] = print, ray_start: RayStart | None = None,
+        ready: Callable[[], object] | None = None) -> Plan:
     """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address`` (or the
     Ray of ``ray_start``, a ``RayStart`` of ``starting_ray``, already on its way); the run's
-    phases from the start of Ray on are in the store's progress notes (``farm.progress``)."""
+    phases from the start of Ray on are in the store's progress notes (``farm.progress``).
+    ``ready()``: waited for once the groups have formed, before the first task goes out (the
+    preflight's compilation, ``farm.scene_check.Preflight.wait``)."""
     from farm.progress import RunProgress
     from farm.scheduler import run_job
 
@@ -172,7 +175,8 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
         ray = contextlib.nullcontext(ray_start) if ray_start else starting_ray(address, spec.groups, eager=False)
         with ray as start:
             start.wait()
-            return run_job(spec, store, group_shapes(spec, address is None), log=log, progress=progress)
+            return run_job(spec, store, group_shapes(spec, address is None), log=log, progress=progress,
+                           ready=ready)
     except BaseException as e:
         if not progress.ended:  # Ray did not start, or the run stopped outside the scheduler's loop
             progress.fail_quietly(e)

@@ -12,7 +12,8 @@ In one run, each in a fresh process:
    a loop in one process.
 
 Printed for each farm run: wall time from the process's start, start-up to the first dispatched
-task (and where it went: imports, the scene check, ``ray.init``, forming the group), the members'
+task (and where it went: imports, the scene check, ``ray.init``, forming the group, waiting for the
+preflight's compilation ahead of the members), the members'
 XLA programs (compiled or loaded from the cache, and their seconds), and the steady state per
 frame (the time between the first and the last task's results, per frame rendered in it). For
 Mitsuba: wall time, the first frame (its JIT compile included) and the steady state per frame.
@@ -57,7 +58,8 @@ def farm_worker(argv):
     from farm import cli, scene_check, scheduler
 
     stamp("imports")
-    wrap(scene_check, "check_scene", after="scene checked")
+    wrap(scene_check.Preflight, "checked", after="scene checked")
+    wrap(scene_check.Preflight, "wait", after="compiled ahead")
     wrap(ray, "init", before="ray.init", after="ray ready")
     wrap(group.WorkerGroup, "start", after="group formed")
     wrap(group.WorkerGroup, "submit", before="first dispatch")
@@ -104,7 +106,7 @@ def farm_figures(r, frames):
     per_frame = (tasks[-1] - tasks[0]) / (frames * (len(tasks) - 1) / len(tasks)) if len(tasks) > 1 else None
     # Seconds from the start at each step: Ray starts beside the scene check, so they overlap.
     steps = [f"{name} at {m[name]:.1f}" for name in ("imports", "ray.init", "scene checked", "ray ready",
-                                                     "group formed", "first dispatch")]
+                                                     "group formed", "compiled ahead", "first dispatch") if name in m]
     return dict(total=m["end"], startup=m["first dispatch"], steps=", ".join(steps), per_frame=per_frame,
                 first_result=tasks[0] - m["first dispatch"], compile=r["compile"])
 

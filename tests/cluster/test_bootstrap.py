@@ -95,3 +95,56 @@ def test_a_second_group_compiles_nothing(local_ray, tmp_path, monkeypatch):
     assert warm_stats["compiled"] == 0 and warm_stats["cache_hits"] == warm_stats["programs"] > 0
     assert cold.mean() > 0
     np.testing.assert_array_equal(warm, cold)
+
+
+def _preflight(lines, env):
+    """``python -m cluster.preflight`` fed ``lines`` (JSON objects, or "" for an empty line)."""
+    import json
+    stdin = "".join((json.dumps(line) if line != "" else "") + "\n" for line in lines)
+    return subprocess.run([sys.executable, "-m", "cluster.preflight"], input=stdin, capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=env)
+
+
+def _scene_job(path, **params):
+    return {"path": str(path), "resolution": None, "accel": "auto", "aovs": None, "rfilter": None,
+            "param_sets": [[[k, v] for k, v in params.items()]]}
+
+
+def test_a_group_after_the_preflight_compiles_nothing(local_ray, tmp_path, monkeypatch):
+    """The driver's preflight child, started as a member (its environment, its code), leaves the
+    work unit of a task's shape and the scene's own programs in the cache: a group that then
+    renders a task of that shape compiles nothing."""
+    import os
+
+    from cluster.preflight import task_json
+    monkeypatch.setenv(bootstrap.CACHE_ENV, str(tmp_path))
+    shape = GroupShape(hosts=1, devices_per_host=2, strategy="PACK")
+    scene = SceneRef(path=str(ROOT / "examples" / "cbox.xml"), params=(("res", "16"),))
+    task = TileTask(scene=scene, frame=3, seed=1, spp=8, tile_y=0, tile_x=0, tile_h=16, tile_w=16,
+                    first_pass=0, n_passes=2, pass_size=4, chunk_passes=2, job_samples=8 * 16 * 16)
+    done = _preflight([{"scene": _scene_job(scene.path, res="16"), "env": shape.env()}, {"task": task_json(task)}],
+                      dict(os.environ))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[0] == "checked" and done.stdout.split()[1] == "compiled", done.stdout
+    group = WorkerGroup(shape, name="after-preflight").start()
+    try:
+        value, _, _ = group.result(group.submit(TileTask(**dict(vars(task), frame=5, seed=7))))
+        stats = group.compile_stats()
+    finally:
+        group.teardown()
+    assert value.mean() > 0
+    assert stats["compiled"] == 0 and stats["cache_hits"] == stats["programs"] > 0, stats
+
+
+def test_the_preflight_checks_only_or_refuses_a_bad_scene_in_one_line(tmp_path):
+    import os
+    bad = tmp_path / "bad.xml"
+    bad.write_text('<scene version="3.0.0"><shape type="sphere"><bsdf type="nosuchbsdf"/></shape>'
+                   '<sensor type="perspective"/></scene>')
+    refused = _preflight([{"scene": _scene_job(bad), "env": None}], dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert refused.returncode == 1 and "nosuchbsdf" in refused.stderr.strip().splitlines()[-1]
+    assert "checked" not in refused.stdout
+    # Without the members' environment it checks and stops, whatever it is asked next.
+    only = _preflight([{"scene": _scene_job(ROOT / "examples" / "cbox.xml", res="8"), "env": None}, ""],
+                      dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert only.returncode == 0 and only.stdout.split() == ["checked"], only.stderr[-2000:]

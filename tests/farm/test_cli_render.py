@@ -1,4 +1,5 @@
 """``farm render`` end to end on an embedded local Ray, and its one-line errors."""
+import os
 import re
 
 import numpy as np
@@ -34,11 +35,16 @@ def test_set_keeps_integers_integers():
 
 
 def test_render_then_export_an_animation(tmp_path):
+    """...with an empty compilation cache: the driver's preflight compiles the job's programs
+    while Ray starts, and the members compile nothing."""
     store, out = tmp_path / "orbit.zarr", tmp_path / "frames"
+    env = dict(os.environ, JAXFARM_XLA_CACHE=str(tmp_path / "xla-cache"))
     result = farm_cli("render", "examples/orbit.xml", "--frames", "0-2", "--spp", "2", "--res", "32x24",
-                      "--set", "angle=0:0,2:90", "--out", str(store))
+                      "--set", "angle=0:0,2:90", "--out", str(store), env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Token authentication" not in result.stdout + result.stderr  # Ray's notice, not for us
+    programs = re.search(r"XLA: (\d+) program\(s\), (\d+) compiled and (\d+) loaded", result.stderr)
+    assert programs and int(programs[1]) > 0 and programs[2] == "0", result.stderr[-3000:]
     status = farm_cli("status", str(store))
     assert status.returncode == 0 and "3/3 finished" in status.stdout, status.stdout + status.stderr
     (tmp_path / "empty").mkdir()

@@ -59,7 +59,8 @@ class KeptPrograms:
         avals = tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x)))) for x in leaves)
         return tree, avals, tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The jitted function kept for this argument structure (made if new, now the latest used)."""
         key = self._key(args, kwargs)
         with self._lock:
             jitted = self._jitted.pop(key, None)
@@ -70,7 +71,16 @@ class KeptPrograms:
             self._jitted[key] = jitted
             while len(self._jitted) > self._keep:
                 self._jitted.popitem(last=False)
-        out = jitted(*args, **kwargs)
+        return jitted
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """Compile the program of these arguments without running it: the program a call with
+        them runs, so JAX's persistent compilation cache (where on) then holds it for any process
+        that calls with arguments of the same structure, shardings and flags."""
+        self._program(args, kwargs).lower(*args, **kwargs).compile()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._program(args, kwargs)(*args, **kwargs)
         held = [h for h in self._hold(args, kwargs) if h is not None] if self._hold is not None else []
         if held:
             with self._lock:

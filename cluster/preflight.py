@@ -1,0 +1,87 @@
+"""A job's preflight, in a child process of the driver (``python -m cluster.preflight``): its scene
+checked as the workers will load it, then, while Ray starts, its work unit compiled into the
+persistent compilation cache, so that the members load it instead of compiling it.
+
+The driver never imports JAX, and Ray and a new store take seconds: the scene is checked first,
+at the job's first and last frames, so that a scene the workers would refuse (an unsupported
+plugin, a bad parameter, a broken mesh) is a one-line error at once. The process then runs as a
+member of the job's groups would (the members' environment, ``cluster.bootstrap``; the member's
+own code, ``cluster.member.Member.compile``), so the program it compiles is the one they look up.
+
+Protocol, one JSON object a line on stdin:
+
+1. ``{"scene": {...}, "env": {...} | null}``: ``scene`` as ``tracer.io.validate`` reads it; ``env``
+   the members' environment (``cluster.group.GroupShape.env``), or null to check only. Answer on
+   stdout: ``checked``, or exit 1 with the scene's one-line error on stderr.
+2. ``{"task": ...}`` (a ``cluster.task.TileTask`` as ``task_json`` writes it): compile its work
+   unit, answer ``compiled SECONDS`` and exit 0; an empty line or the end of stdin: exit 0.
+"""
+import dataclasses
+import json
+import sys
+import time
+from typing import Any
+
+from cluster.task import SceneRef, TileTask
+
+__all__ = ["task_json", "task_from_json", "check", "main"]
+
+
+def task_json(task: TileTask) -> dict[str, Any]:
+    """A TileTask without its accumulator or output (a work unit's shape and scene) as JSON."""
+    fields = dataclasses.asdict(dataclasses.replace(task, start=None, out=None))
+    fields["scene"] = dataclasses.asdict(task.scene)
+    return fields
+
+
+def task_from_json(fields: dict[str, Any]) -> TileTask:
+    scene = dict(fields["scene"])
+    scene["params"] = tuple((name, value) for name, value in scene["params"])
+    scene["resolution"] = tuple(scene["resolution"]) if scene.get("resolution") else None
+    return TileTask(**dict(fields, scene=SceneRef(**scene)))
+
+
+def check(scene: dict[str, Any]) -> None:
+    """Load the scene at each of its parameter sets (``tracer.io.validate``'s input); raises the
+    first ``SceneError``."""
+    from tracer.io.validate import check as check_sets
+
+    resolution = tuple(scene["resolution"]) if scene.get("resolution") else None
+    check_sets(scene["path"], resolution, scene["accel"], [tuple(map(tuple, p)) for p in scene["param_sets"]],
+               scene.get("aovs"), scene.get("rfilter"))
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    from tracer.errors import SceneError
+
+    job = json.loads(sys.stdin.readline())
+    env = job.get("env")
+    if env is not None:  # JAX starts as in a member, before anything imports it
+        from cluster import bootstrap
+        bootstrap.start_jax(env)
+    try:
+        check(job["scene"])
+    except SceneError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    _say("checked")
+    line = sys.stdin.readline().strip()
+    if not line or env is None:
+        return 0
+    from cluster.member import Member
+
+    t0 = time.perf_counter()
+    member = Member(0, 1, env)
+    member.initialize(None, timeout_s=60, heartbeat_s=20)
+    member.compile(task_from_json(json.loads(line)["task"]))
+    _say(f"compiled {time.perf_counter() - t0:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
