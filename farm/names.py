@@ -1,14 +1,17 @@
 """File names of exported frames: ``farm export --name TEMPLATE``.
 
 A template is a Python format string over three fields: ``{job}`` (the store's folder name, less
-a ``.zarr`` suffix), ``{frame}`` (the frame number, an int: ``{frame:04d}``) and ``{ext}`` (the
-format's extension). The default is ``frame_{frame:04d}.{ext}``. A template is checked before
-anything is written: it must name ``{frame}`` (frames must not overwrite each other), use no
-other field, attribute or index, and every name it makes must be a plain file name (no folder
-separators, not ``.`` or ``..``, no control characters), so exports never leave the output folder;
-two frames of the export must not get the same name.
+a ``.zarr`` suffix), ``{frame}`` (the frame number, as a whole number: ``{frame}`` or an integer
+format such as ``{frame:04d}``) and ``{ext}`` (the format's extension). The default is
+``frame_{frame:04d}.{ext}``. A template is checked before anything is written: it must name
+``{frame}`` (frames must not overwrite each other), use no other field, attribute, index,
+conversion (``!s``) or format but the frame's integer one (a format could print nothing), and
+every name it makes must be a plain file name ending in the format's extension (no folder
+separators, not ``.`` or ``..``, no control characters), so exports never leave the output folder
+and never take a name the store's own files have; two frames of the export must not get the same name.
 """
 import os
+import re
 import string
 from collections.abc import Iterable
 
@@ -18,6 +21,7 @@ __all__ = ["DEFAULT_TEMPLATE", "job_name", "frame_names"]
 
 DEFAULT_TEMPLATE = "frame_{frame:04d}.{ext}"
 FIELDS = ("job", "frame", "ext")
+_INTEGER_FORMAT = re.compile(r"0?[1-9]?[0-9]?d")  # {frame:d}, {frame:4d}, {frame:04d}, {frame:012d}
 MAX_NAME = 255  # bytes: most file systems' limit for one name
 
 
@@ -40,6 +44,8 @@ def frame_names(template: str, job: str, frames: Iterable[int], ext: str) -> dic
         except (ValueError, TypeError) as e:
             raise SpecError(f"{where}: {e}") from None
         _check_name(name, where)
+        if not name.endswith("." + ext):
+            raise SpecError(f"{where}: makes {name!r}, which does not end in '.{ext}' (end it with '.{{ext}}')")
         names[frame] = name
     seen: dict[str, int] = {}
     for frame, name in names.items():
@@ -55,13 +61,18 @@ def _fields(template: str, where: str) -> set[str]:
     except ValueError as e:
         raise SpecError(f"{where}: {e}") from None
     fields: set[str] = set()
-    for _, field, spec, _ in parsed:
+    for _, field, spec, conversion in parsed:
         if field is None:
             continue
         if field not in FIELDS:
             raise SpecError(f"{where}: unknown field {{{field}}} (the fields are {{job}}, {{frame}} and {{ext}})")
         if spec and "{" in spec:
             raise SpecError(f"{where}: nested fields are not allowed")
+        if conversion:
+            raise SpecError(f"{where}: {{{field}!{conversion}}}: conversions are not allowed")
+        if spec and not (field == "frame" and _INTEGER_FORMAT.fullmatch(spec)):
+            allowed = "an integer format such as {frame:04d}" if field == "frame" else "none"
+            raise SpecError(f"{where}: {{{field}:{spec}}}: the format of {{{field}}} may be {allowed}")
         fields.add(field)
     return fields
 
