@@ -260,6 +260,15 @@ def _job_line(path: str, j: JobSummary) -> str:
     return f"{j.state:<11} {f'{j.frames_done}/{j.frames}':>11} {f'{j.spp} spp':>9}  {path}"
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` is valid Unicode text (a name that was not UTF-8 bytes holds lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
@@ -278,6 +287,10 @@ def _fail(message: str, code: int) -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``farm`` command line on ``argv`` (default: the process's arguments); exits."""
     args = sys.argv[1:] if argv is None else list(argv)
+    for arg in args:  # before anything is made: a store's metadata, the registry and the monitor are UTF-8
+        if not _is_utf8(arg):
+            _fail(f"{ascii(arg)[1:-1]} is not valid UTF-8: rename it (the farm writes paths and values "
+                  f"into UTF-8 metadata)", 2)
     try:
         with cli.make_context("farm", args) as ctx:
             cli.invoke(ctx)

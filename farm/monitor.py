@@ -31,7 +31,8 @@ from farm.adaptive import Shot, shot_noise
 from farm.errors import FarmError
 from farm.export import NO_SAMPLES, checkered
 from farm.job import frame_status, open_store
-from farm.store import FIELDS, FOLDED, TAIL_PASSES, FrameStore, StoreError, error_line, progress_number
+from farm.records import TileRecord, has_samples
+from farm.store import FrameStore, StoreError, error_line, progress_number
 from tracer.shared import resolve
 
 if TYPE_CHECKING:
@@ -95,13 +96,22 @@ def find_stores(root: str) -> list[str]:
     root = os.path.realpath(root)
     found = []
     for here, dirs, files in os.walk(root):  # links to folders are listed in dirs, never entered
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        # Hidden folders, and names that are not UTF-8 (no store of ours is named so), are passed over.
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and _is_utf8(d))
         if "zarr.json" not in files or here == root:
             continue
         dirs[:] = []  # a Zarr hierarchy: a store, or not one, as a whole
         if _is_store(here, root):
             found.append(os.path.relpath(here, root).replace(os.sep, "/"))
     return sorted(found)
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_store(path: str, root: str) -> bool:
@@ -272,32 +282,17 @@ def preview(root: str, store: str, frame: int, max_size: int | None = None,
     f = frame - spec.frames[0]
     if not 0 <= f < spec.n_frames:
         raise LookupError(f"{store} has no frame {frame}")
-    records = _frame_records(fs, f)
+    records = fs.frame_records(f)[0]  # (a record that does not decode: zeros, nothing done)
     tag = f"{frame}-{max_size}-{_digest(records)}"
     key = (os.path.realpath(root), store, tag)
     if cache is not None and key in cache:
         return cache[key], tag
     for ty, tx in np.ndindex(records.shape[:2]):
-        records[ty, tx] = fs.verify_tile((f, ty, tx), records[ty, tx])[0]
-    sampled = (records[..., FOLDED] > 0) | (records[..., TAIL_PASSES] > 0)
-    png = _png(fs, resolve(*fs.frame_sums(f, records)), sampled, max_size)
+        records[ty, tx] = fs.verify_tile((f, ty, tx), TileRecord.of(records[ty, tx]))[0]
+    png = _png(fs, resolve(*fs.frame_sums(f, records)), has_samples(records), max_size)
     if cache is not None:
         cache[key] = png
     return png, tag
-
-
-def _frame_records(fs: FrameStore, f: int) -> np.ndarray:
-    """The tile records of frame index ``f``: (TY, TX, FIELDS) uint32, zeros where one does not decode."""
-    try:
-        return np.array(fs.records[f])
-    except Exception:  # a record that does not decode: read them one by one
-        out = np.zeros((fs.tiles_y, fs.tiles_x, len(FIELDS)), np.uint32)
-        for ty, tx in np.ndindex(out.shape[:2]):
-            try:
-                out[ty, tx] = fs.records[f, ty, tx]
-            except Exception:
-                pass
-        return out
 
 
 def _digest(records: np.ndarray) -> str:

@@ -123,6 +123,11 @@ CASES = [
     (["cancel", "{root}/other.zarr", "--address", "http://127.0.0.1:1"], 1,
      "cannot reach the Ray cluster at http://127.0.0.1:1"),
     (["frobnicate"], 2, "No such command 'frobnicate'"),
+    # Names the OS gives that are not UTF-8 (Python holds their bytes as lone surrogates).
+    (["render", ORBIT, "--out", "{root}/bad\udcffname.zarr"], 2, "is not valid UTF-8"),
+    (["export", "{root}/done.zarr", "--out", "{root}/x\udcff"], 2, "is not valid UTF-8"),
+    (["status", "{root}/d\udce9j\udce0.zarr"], 2, "is not valid UTF-8"),
+    (["serve", "{root}/\udcff"], 2, "is not valid UTF-8"),
 ]
 
 
@@ -137,6 +142,20 @@ def test_every_command_refuses_hostile_input_in_one_line(places, args, code, mes
     assert lines[0].startswith("error: ") and message.format(root=root) in lines[0], lines[0]
     assert {name: store_files(places[name]) for name in before} == before
     assert not (root / "new.zarr").exists() and not (root / "x").exists()
+
+
+def test_a_store_path_that_is_not_utf8_is_refused_before_a_store_or_lease(places):
+    """Through the real entry point (argv as the OS's bytes): one line, exit 2, nothing made."""
+    import subprocess
+    import sys
+
+    from tests.helpers.farm_cases import ROOT
+    out = os.fsencode(places["root"]) + b"/bad\xffname.zarr"
+    result = subprocess.run([sys.executable, "-m", "farm.cli", "render", ORBIT, "--out", out], capture_output=True,
+                            timeout=120, cwd=ROOT)
+    err = result.stderr.decode(errors="replace").strip().splitlines()
+    assert result.returncode == 2 and len(err) == 1 and "is not valid UTF-8" in err[0], err
+    assert not os.path.exists(out)
 
 
 def test_the_entry_point_prints_one_line_and_no_traceback(places):

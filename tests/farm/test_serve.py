@@ -164,8 +164,8 @@ def _snapshot(root):
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """A served folder ``root``: a finished store, a partial one, damaged ones, and links out of
-    it to ``outside``; served by one ``farm serve`` for the module: yields (base, port)."""
+    """A served folder ``root``: a finished store, a partial one, damaged ones, one whose name is
+    not UTF-8, and links out of it to ``outside``; served by one ``farm serve`` for the module: yields (base, port)."""
     base = tmp_path_factory.mktemp("serve")
     root, outside = base / "root", base / "outside"
     filled_store(root / "a" / "done.zarr")
@@ -181,6 +181,8 @@ def base(tmp_path_factory):
     os.symlink(outside / "secret.zarr" / "state", root / "evil.zarr" / "state")  # a store's node out of it
     (root / "notes").mkdir()
     (root / "notes" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    # A store under a name that is not UTF-8 (Latin-1 bytes): passed over, the page still served.
+    shutil.copytree(os.fsencode(root / "a" / "done.zarr"), os.fsencode(root) + b"/caf\xe9.zarr")
     before = _snapshot(base)
     with served(root) as (_, port):
         yield base, port
