@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from farm.planner import tile_tasks
-from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
+from farm.records import TileRecord
 from farm.tree import tile_sums, variance
 from tracer.shared import resolve
 
@@ -134,7 +134,7 @@ class Shot:
             return None
         out = np.empty(records.shape[:3], np.int64)
         for key in np.ndindex(out.shape):
-            self.goal[key] = self._decide(key, records[key])
+            self.goal[key] = self._decide(key, TileRecord.of(records[key]))
             out[key] = self.spp_of(self.goal[key])
         return out
 
@@ -147,23 +147,23 @@ class Shot:
             return [int(pixels.sum()) * self.spec.spp] * records.shape[0]
         return [int((spp[f] * pixels).sum()) for f in range(records.shape[0])]
 
-    def more(self, line: tuple[int, int, int], record: np.ndarray) -> list[Task]:
+    def more(self, line: tuple[int, int, int], record: TileRecord) -> list[Task]:
         """The tasks a tile gets once a chunk has folded (``record``: its new record): none unless
         it has reached its goal, a checkpoint, and is above the target there."""
-        if not self.active or int(record[FOLDED]) != self.goal.get(line):
+        if not self.active or record.folded != self.goal.get(line):
             return []
         self.goal[line] = self._decide(line, record)
         return tile_tasks(self.spec, line, record, self.spp_of(self.goal[line]))[0]
 
     def _decide(self, key, record):
         """The chunks the tile is to hold (a checkpoint), given what it holds."""
-        k, points = int(record[FOLDED]), self.checkpoints
+        k, points = record.folded, self.checkpoints
         if k < points[0]:
             return points[0]
         if k >= self.full:
             return self.last  # (only its tail is left, if any)
         after = next(c for c in points if c > k)
-        if record[TAIL_PASSES] or k not in points:
+        if record.tail_passes or k not in points:
             return after  # (a tail or a count between checkpoints: only a store rendered otherwise)
         noise = stored_noise(self.store, self.spec.tree, key, record)
         return k if noise is not None and noise <= self.spec.noise else after
@@ -171,18 +171,18 @@ class Shot:
 
 # -- what a frame holds, for `farm status` and the monitor --------------------------------------
 
-# (store url, tile, its record's bytes) -> its noise: a record names its data's CRCs
-_noise_seen: dict[tuple[str, tuple[int, int, int], bytes], float | None] = {}
+# (store url, tile, its record) -> its noise: a record names its data's CRCs
+_noise_seen: dict[tuple[str, tuple[int, int, int], TileRecord], float | None] = {}
 
 
-def stored_noise(store: FrameStore, tree: Tree, key: tuple[int, int, int], record: np.ndarray) -> float | None:
+def stored_noise(store: FrameStore, tree: Tree, key: tuple[int, int, int], record: TileRecord) -> float | None:
     """``tile_noise`` of the tile ``key`` as the store holds it (``record``: its record); None
     below two complete chunks or where its data does not read. Kept by the record: a tile whose
     record did not change is not read again."""
-    k, kept, cut = int(record[FOLDED]), int(record[TAIL_PASSES]), int(record[TAIL_SPP])
+    k, kept, cut = record.folded, record.tail_passes, record.tail_spp
     if k < 2:
         return None
-    seen = (store.url, key, record.tobytes())
+    seen = (store.url, key, record)
     if seen not in _noise_seen:
         if len(_noise_seen) > 1 << 16:
             _noise_seen.clear()
@@ -194,12 +194,12 @@ def stored_noise(store: FrameStore, tree: Tree, key: tuple[int, int, int], recor
 
 
 def frame_noise(store: FrameStore, spec: JobSpec, records: np.ndarray, f: int) -> FrameNoise:
-    """``FrameNoise`` of frame index ``f`` from its tiles' ``records`` (TY, TX, FIELDS), which
-    should be verified (``FrameStore.verified_records``)."""
+    """``FrameNoise`` of frame index ``f`` from its tiles' ``records`` (TY, TX) of
+    ``farm.records.RECORD``, which should be verified (``FrameStore.verified_records``)."""
     tree, pixels, samples, squares, unknown = spec.tree, 0, 0.0, 0.0, False
     for ty, tx in np.ndindex(records.shape[:2]):
-        record, n = records[ty, tx], store.tile_pixels(ty, tx)
-        k, kept, cut = int(record[FOLDED]), int(record[TAIL_PASSES]), int(record[TAIL_SPP])
+        record, n = TileRecord.of(records[ty, tx]), store.tile_pixels(ty, tx)
+        k, kept, cut = record.folded, record.tail_passes, record.tail_spp
         noise = stored_noise(store, tree, (f, ty, tx), record)
         pixels += n
         samples += (k * tree.chunk_samples + (tree.covered(k, kept, cut) if kept else 0)) * n

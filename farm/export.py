@@ -30,7 +30,8 @@ import numpy as np
 from farm.errors import FarmError, SpecError
 from farm.job import frame_status
 from farm.names import DEFAULT_TEMPLATE, frame_names, job_name
-from farm.store import FOLDED, TAIL_PASSES, StoreError
+from farm.records import has_samples
+from farm.store import StoreError
 from farm.tree import variance
 from tracer.shared import aov_channel_names, find_aov, resolve
 
@@ -84,7 +85,7 @@ def export_frames(spec: JobSpec, store: FrameStore, frames: tuple[int, int] | No
         image = resolve(*store.frame_sums(f, records[f]))
         if aux is not None:
             image[..., :3] = denoise(image, *aux)
-        sampled = (records[f, ..., FOLDED] > 0) | (records[f, ..., TAIL_PASSES] > 0)
+        sampled = has_samples(records[f])
         if fmt == "exr":
             _write(path, _exr_channels(store, f, records[f], image), fmt)
         else:
@@ -131,7 +132,7 @@ def _exr_channels(store, f, records, image):
     """{channel name: (H, W)} of an EXR frame: R, G, B, the AOVs, and variance.R/G/B where
     every tile has folded at least two chunks."""
     channels = {c: image[..., i] for i, c in enumerate(("R", "G", "B", *aov_channel_names(store.aovs)))}
-    folded = records[..., FOLDED]
+    folded = records["folded"]
     if folded.min() >= 2:
         var = np.zeros((store.height, store.width, 3), np.float32)
         for ty in range(store.tiles_y):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from farm.store import FOLDED
+from farm.records import TileRecord
 from farm.tree import fold, state_channels
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ WINDOW = 8  # chunks of one tile that may be started past its last folded chunk
 class Folds:
     """The tiles' records as the run changes them, and the results waiting for their turn.
 
-    ``records`` (F, TY, TX, FIELDS) is the store's, verified (``FrameStore.verified_records``);
-    ``spp`` is the job's, what a tail is cut at.
+    ``records`` (F, TY, TX) of ``farm.records.RECORD`` is the store's, verified
+    (``FrameStore.verified_records``); ``spp`` is the job's, what a tail is cut at.
     """
 
     def __init__(self, store: FrameStore, records: np.ndarray, spp: int, window: int = WINDOW):
@@ -49,7 +49,7 @@ class Folds:
 
     def may_start(self, task: Task) -> bool:
         """Whether ``task``'s chunk is within its tile's window."""
-        return task.chunk < int(self.records[task.line][FOLDED]) + self.window
+        return task.chunk < int(self.records["folded"][task.line]) + self.window
 
     def held(self) -> int:
         """Results waiting for an earlier chunk of their tile."""
@@ -62,21 +62,21 @@ class Folds:
         line = task.line
         waiting = self.waiting.setdefault(line, {})
         waiting[task.chunk] = (task, value, weight)
-        before = int(self.records[line][FOLDED])
-        while (n := int(self.records[line][FOLDED])) in waiting:
+        before = int(self.records["folded"][line])
+        while (n := int(self.records["folded"][line])) in waiting:
             self._store(line, *waiting.pop(n))
         if not waiting:
             del self.waiting[line]
-        return int(self.records[line][FOLDED]) - before
+        return int(self.records["folded"][line]) - before
 
     def _store(self, line: tuple[int, int, int], task: Task, value: np.ndarray, weight: np.ndarray) -> None:
         """Fold a complete chunk into the tile's state, or keep the partial last one as its tail."""
-        record = self.records[line]
+        record = TileRecord.of(self.records[line])
         y0, y1, x0, x1 = self.store.tile_box(*line[1:])
         h, w = y1 - y0, x1 - x0
         if task.tail:
             self.records[line] = self.store.write_tail(line, record, value, weight, task.chunk_end, self.spp)
             return
-        state = self.store.read_state(line) if record[FOLDED] else np.zeros((h, w, state_channels(self.store.channels - 3)), np.float32)
+        state = self.store.read_state(line) if record.folded else np.zeros((h, w, state_channels(self.store.channels - 3)), np.float32)
         assert state is not None  # (verified records: the tile's state reads back)
         self.records[line] = self.store.fold_tile(line, record, fold(state, value[:h, :w], weight[:h, :w]))

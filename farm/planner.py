@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from farm.store import FOLDED, TAIL_PASSES, TAIL_SPP
+from farm.records import TileRecord
 
 if TYPE_CHECKING:
     from farm.spec import JobSpec
@@ -90,7 +90,7 @@ class Plan:
 
 def plan(spec: JobSpec, records: np.ndarray, tiles_y: int, tiles_x: int, tile_pixels: Callable[[int, int], int],
          spp: ArrayLike | None = None) -> Plan:
-    """What is left of ``spec`` (planned) given the store's records (F, TY, TX, fields).
+    """What is left of ``spec`` (planned) given the store's records (F, TY, TX) of ``farm.records.RECORD``.
 
     ``spp`` (F, TY, TX) ints: what each tile is to hold now (a noise target's, ``farm.adaptive``;
     a multiple of the chunk size, or the job's spp); default the job's spp for every tile."""
@@ -103,10 +103,10 @@ def plan(spec: JobSpec, records: np.ndarray, tiles_y: int, tiles_x: int, tile_pi
     records = records[:n]
     # Decided per frame from the records: nothing stored (every chunk to do), or the job's spp
     # reached (nothing to do; a tail counts only if cut where the job's spp cuts it now).
-    busy = (records[..., FOLDED] != 0) | (records[..., TAIL_PASSES] != 0)
+    busy = (records["folded"] != 0) | (records["tail_passes"] != 0)
     end = full * tree.chunk_samples + tail * spec.pass_size
-    whole = ((records[..., FOLDED] == full) & (records[..., TAIL_PASSES] == tail)
-             & ((tail == 0) | (np.minimum(records[..., TAIL_SPP], end) == min(spec.spp, end))))
+    whole = ((records["folded"] == full) & (records["tail_passes"] == tail)
+             & ((tail == 0) | (np.minimum(records["tail_spp"], end) == min(spec.spp, end))))
     uniform = spp is None
     fresh_frame = ~busy.any(axis=(1, 2)) & uniform
     whole_frame = whole.all(axis=(1, 2)) & uniform
@@ -116,7 +116,8 @@ def plan(spec: JobSpec, records: np.ndarray, tiles_y: int, tiles_x: int, tile_pi
         if fresh_frame[f]:
             frames.append((f, None))
         elif not whole_frame[f]:
-            rows = records[f, ..., :TAIL_SPP + 1].tolist()  # plain ints: a tenth of the time
+            # Records of plain ints (tolist), not numpy scalars: a tenth of the time.
+            rows = [list(map(TileRecord._make, row)) for row in records[f].tolist()]
             tasks, samples = _frame_tasks(spec, f, tiles, rows, goals[f].tolist(), pixels.tolist())
             done += samples
             if tasks:
@@ -126,7 +127,7 @@ def plan(spec: JobSpec, records: np.ndarray, tiles_y: int, tiles_x: int, tile_pi
                 n_chunks=tree.n_chunks(spec.spp), total_units=int((goals * pixels).sum()), done_units=done)
 
 
-def _frame_tasks(spec: JobSpec, f: int, tiles: Sequence[tuple[int, int]], rows: list[list[list[int]]],
+def _frame_tasks(spec: JobSpec, f: int, tiles: Sequence[tuple[int, int]], rows: list[list[TileRecord]],
                  goals: list[list[int]], pixels: list[list[int]]) -> tuple[list[Task], int]:
     """(frame index ``f``'s tasks, chunk by chunk, tile by tile; the pixel samples it holds)."""
     per_chunk: collections.defaultdict[int, list[Task]] = collections.defaultdict(list)
@@ -139,14 +140,13 @@ def _frame_tasks(spec: JobSpec, f: int, tiles: Sequence[tuple[int, int]], rows: 
     return [t for c in sorted(per_chunk) for t in per_chunk[c]], done
 
 
-def tile_tasks(spec: JobSpec, line: tuple[int, int, int], record: Sequence[int] | np.ndarray,
-               spp: int) -> tuple[list[Task], int]:
+def tile_tasks(spec: JobSpec, line: tuple[int, int, int], record: TileRecord, spp: int) -> tuple[list[Task], int]:
     """(the tasks that bring the tile ``line`` (frame index, tile row, tile column) to ``spp``,
     the samples per pixel the store has of it): ``spp`` is the job's, or a multiple of the chunk
     size below it (then no tail: samples past the job's spp are the only ones ever masked)."""
     tree, (f, ty, tx) = spec.tree, line
     full, tail = tree.complete(spp), tree.tail_passes(spp)
-    folded, kept, cut = int(record[FOLDED]), int(record[TAIL_PASSES]), int(record[TAIL_SPP])
+    folded, kept, cut = record.folded, record.tail_passes, record.tail_spp
     g, frame = spec.chunk_passes, spec.frames[0] + f
     assert g is not None  # (planned)
     if folded > full or (folded == full and kept > tail):

@@ -20,7 +20,7 @@ chunk lands in once committed, before it answers with the block's CRC. The slot 
 ``farm.tree`` and ``farm.results`` when it runs it (no JAX there), so ``cluster`` stays below ``farm``.
 
 The driver commits in batches (``Commits.flush``): one lease check; the records naming the CRCs
-about to land where a tile has folded chunks already (``NEXT_CRC``: ``farm.store``'s protocol,
+about to land where a tile has folded chunks already (``next_crc``: ``farm.store``'s protocol,
 so a kill anywhere leaves a store that ``verified_records`` reads right); the renames (fsync of
 the folders they land in); the records of the new counts. A tile's next chunk is sent only once its previous one is committed (the
 state it folds onto must exist), so each tile has at most one dispatch in flight.
@@ -49,7 +49,8 @@ from numcodecs import Zstd
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.storage import LocalStore
 
-from farm.store import FIELDS, FOLDED, NEXT_CRC, STATE_CRC, TAIL_CRC, TAIL_PASSES, TAIL_SPP, writing_empty_chunks
+from farm.records import FIELD_COUNT, TileRecord
+from farm.store import writing_empty_chunks
 from farm.tree import fold, split_tail, state_channels, tail_block, tail_channels
 
 if TYPE_CHECKING:
@@ -225,8 +226,8 @@ class _Written:
 class Commits:
     """The driver's side: slots for the tasks it sends, and the commits of their answers.
 
-    ``records`` (F, TY, TX, FIELDS) are the store's, verified; they are kept here as the run
-    changes them (the driver reads no record back while it runs).
+    ``records`` (F, TY, TX) of ``farm.records.RECORD`` are the store's, verified; they are kept
+    here as the run changes them (the driver reads no record back while it runs).
     """
 
     def __init__(self, store: FrameStore, records: np.ndarray, spp: int, root: str):
@@ -260,16 +261,16 @@ class Commits:
 
     def may_start(self, task: Task) -> bool:
         """A tile's chunk is sent once the chunks before it are committed."""
-        return task.chunk == int(self.records[task.line][FOLDED])
+        return task.chunk == int(self.records["folded"][task.line])
 
     def slot(self, task: Task) -> Slot:
         """A new slot for a dispatch of ``task`` (its tile's earlier chunks committed)."""
-        record = self.records[task.line]
+        record = TileRecord.of(self.records[task.line])
         self.next_index += 1
-        start = int(record[TAIL_CRC]) if task.continues else None
+        start = record.tail_crc if task.continues else None
         return Slot(root=self.root, kind="tail" if task.tail else "state", index=self.next_index, key=task.line,
-                    box=self.store.tile_box(*task.line[1:]), folded=int(record[FOLDED]),
-                    base_crc=int(record[STATE_CRC]), start_crc=start, aovs=self.store.channels - 3,
+                    box=self.store.tile_box(*task.line[1:]), folded=record.folded,
+                    base_crc=record.state_crc, start_crc=start, aovs=self.store.channels - 3,
                     chunk_key=self._chunk_key("tail" if task.tail else "state", task.line), files=self.files)
 
     def _chunk_key(self, kind: str, line: tuple[int, int, int]) -> str:
@@ -296,15 +297,13 @@ class Commits:
         batch, self.pending = self.pending, []
         self.store._check_lease()
         keys = [w.task.line for w in batch]
-        before = [self.records[k].copy() for k in keys]
-        marked: list[tuple[tuple[int, int, int], np.ndarray]] = []
+        before = [TileRecord.of(self.records[k]) for k in keys]
+        marked: list[tuple[tuple[int, int, int], TileRecord]] = []
         for w, record in zip(batch, before):
             # The CRC about to land, so that a kill after the rename still counts the tile's
             # earlier chunks; a first fold needs none (a kill then loses that chunk alone).
-            if w.slot.kind == "state" and record[FOLDED]:
-                record = record.copy()
-                record[NEXT_CRC], record[TAIL_PASSES:] = w.crc, 0
-                marked.append((w.task.line, record))
+            if w.slot.kind == "state" and record.folded:
+                marked.append((w.task.line, record.without_tail()._replace(next_crc=w.crc)))
         if marked:
             self._put(*zip(*marked))
         folders: set[str] = set()
@@ -318,23 +317,22 @@ class Commits:
                 os.rename(w.slot.path, target)
             folders.add(os.path.dirname(target))
         list(self.pool.map(_fsync, folders))
-        done: list[np.ndarray] = []
+        done: list[TileRecord] = []
         for w, record in zip(batch, before):
-            new = record.copy()
             if w.slot.kind == "state":
-                new[:] = 0
-                new[FOLDED], new[STATE_CRC] = record[FOLDED] + 1, w.crc
+                new = TileRecord(folded=record.folded + 1, state_crc=w.crc)
             else:
-                new[NEXT_CRC], new[TAIL_PASSES], new[TAIL_SPP], new[TAIL_CRC] = 0, w.task.chunk_end, self.spp, w.crc
+                new = record._replace(next_crc=0, tail_passes=w.task.chunk_end, tail_spp=self.spp, tail_crc=w.crc)
             self.records[w.task.line] = new
             done.append(new)
         self._put(keys, done)
         return keys
 
-    def _put(self, keys: Sequence[tuple[int, int, int]], records: Sequence[np.ndarray]) -> None:
+    def _put(self, keys: Sequence[tuple[int, int, int]], records: Sequence[TileRecord]) -> None:
         """Write the records of ``keys`` in one batch (the lease was checked by ``flush``)."""
         f, ty, tx = (np.array(k)[:, None] for k in zip(*keys))
-        self.store.records.vindex[f, ty, tx, np.arange(len(FIELDS))[None, :]] = np.stack(records)
+        fields = np.array(records, np.uint32)  # (n, 6): TileRecord's fields in the stored order
+        self.store.records.vindex[f, ty, tx, np.arange(FIELD_COUNT)[None, :]] = fields
 
     def close(self) -> None:
         """Delete the dispatch area's chunks (orphans only: everything answered is committed)."""

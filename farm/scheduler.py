@@ -32,6 +32,7 @@ from farm.job import job_samples, scene_ref, tile_size
 from farm.tree import split_tail
 from farm.planner import Plan, Task, plan
 from farm.progress import RunProgress
+from farm.records import TileRecord
 from farm.results import Commits, shared_root
 from tracer.errors import SceneError
 
@@ -282,7 +283,7 @@ class _JobRun:
     def unpark(self, line):
         """The tile at ``line`` has folded a chunk: its parked chunks may go, and a noise target
         may ask for more (decided from the committed record alone)."""
-        more = self.shot.more(line, self.folds.records[line])
+        more = self.shot.more(line, TileRecord.of(self.folds.records[line]))
         self.progress.grow(sum(self.units(t) for t in more), [t.key[0] for t in more])
         self.queue.extendleft(reversed(self.parked.pop(line, []) + more))
 

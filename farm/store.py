@@ -10,9 +10,11 @@ Layout (one Zarr group; F frames, H x W pixels, TY x TX tiles; the reduction tre
                          its key flat (``c.F.TY.TX.0``: one folder)
     tail/                float32 (F, H, W, 4 + K): per tile, the sums of its partial last chunk (only
                          where the spp is not a whole number of chunks); one Zarr chunk per tile, flat
-    records/             uint32 (F, TY, TX, 6): per tile [chunks folded, CRC-32 of its state, CRC-32
-                         of the state being written (0: none), tail passes, spp the tail was cut at,
-                         CRC-32 of the tail]; one Zarr chunk per frame; zeros = nothing done
+    records/             uint32 (F, TY, TX, 6): per tile the six fields of its ``TileRecord``
+                         (``farm.records``) in order: folded (chunks folded), state_crc (CRC-32 of
+                         its state), next_crc (CRC-32 of the state being written, 0: none),
+                         tail_passes, tail_spp (the spp the tail was cut at), tail_crc (CRC-32 of
+                         the tail); one Zarr chunk per frame; zeros = nothing done
     progress/zarr.json   attributes["progress"]: state, samples done, rate, ETA (for `farm status`)
     cancel/zarr.json     present once `farm cancel` asked the running driver to stop
     lease/               the driver's lease, one document per epoch (``farm.lease``)
@@ -58,6 +60,7 @@ import zarr
 from zarr.storage import LocalStore
 
 from farm.errors import FarmError, shown
+from farm.records import FIELD_COUNT, RECORD, TileRecord, as_fields, as_records
 from farm.tree import state_channels, tail_block, tail_channels, tile_sums
 from tracer.shared import AOV_SUFFIXES, FILTERS, MAX_FILM_SIZE, aov_channel_count
 
@@ -66,8 +69,7 @@ if TYPE_CHECKING:
 
     from farm.lease import Lease
 
-__all__ = ["FrameStore", "StoreError", "writing_empty_chunks", "FORMAT", "FIELDS", "FOLDED", "STATE_CRC", "NEXT_CRC",
-           "TAIL_PASSES", "TAIL_SPP", "TAIL_CRC", "error_line", "progress_number"]
+__all__ = ["FrameStore", "StoreError", "writing_empty_chunks", "FORMAT", "error_line", "progress_number"]
 
 FORMAT = "jaxfarm-frames/3"
 # Formats read (and written as they are), and their record chunks: format 2 kept one per tile.
@@ -78,8 +80,6 @@ READS = (FORMAT, _RECORDS_PER_TILE)
 _FLAT: dict[str, Any] = {"name": "default", "separator": "."}
 # The group's only attribute while a store is being made (or replaced): not a store yet.
 _INCOMPLETE = "jaxfarm-incomplete"
-# A tile's record, field by field (uint32).
-FIELDS = FOLDED, STATE_CRC, NEXT_CRC, TAIL_PASSES, TAIL_SPP, TAIL_CRC = range(6)
 
 
 class StoreError(FarmError):
@@ -207,7 +207,7 @@ class FrameStore:
         ty, tx = (1, 1) if self.meta.get("format") == _RECORDS_PER_TILE else (self.tiles_y, self.tiles_x)
         want = {"state": (np.float32, (frames, self.height, self.width, sc), (1, t, t, sc)),
                 "tail": (np.float32, (frames, self.height, self.width, tc), (1, t, t, tc)),
-                "records": (np.uint32, (frames, self.tiles_y, self.tiles_x, len(FIELDS)), (1, ty, tx, len(FIELDS)))}
+                "records": (np.uint32, (frames, self.tiles_y, self.tiles_x, FIELD_COUNT), (1, ty, tx, FIELD_COUNT))}
         for name, array in arrays:
             dtype, shape, chunk_shape = want[name]
             if array.dtype != dtype or array.shape != shape or array.chunks != chunk_shape or 0 in shape:
@@ -244,7 +244,7 @@ class FrameStore:
             group.create_array(name, shape=(n_frames, height, width, channels), chunks=(1, tile, tile, channels),
                                dtype="float32", fill_value=0.0, dimension_names=["frame", "y", "x", "channel"],
                                chunk_key_encoding=_FLAT)
-        group.create_array("records", shape=(n_frames, ty, tx, len(FIELDS)), chunks=(1, ty, tx, len(FIELDS)),
+        group.create_array("records", shape=(n_frames, ty, tx, FIELD_COUNT), chunks=(1, ty, tx, FIELD_COUNT),
                            dtype="uint32", fill_value=0, dimension_names=["frame", "tile_y", "tile_x", "field"])
         group.create_group("progress")
         # Written last: a store without it is not a store (one cut short is made again by --replace).
@@ -344,25 +344,34 @@ class FrameStore:
     # -- tiles -------------------------------------------------------------------------------
 
     def all_records(self) -> np.ndarray:
-        """(F, TY, TX, FIELDS) uint32, as stored (a record that does not decode raises)."""
-        return cast(np.ndarray, self.records[...])
+        """Every tile's record, (F, TY, TX) of ``farm.records.RECORD``, as stored (a record that
+        does not decode raises)."""
+        return as_records(self.records[...])
 
     def read_records(self) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-        """Every tile's record, (F, TY, TX, FIELDS) uint32, and the keys of those that do not
+        """Every tile's record, (F, TY, TX) of ``RECORD``, and the keys of those that do not
         decode (zeros here: nothing done). Only frames with a record written are read, where
         the store lists its files (a new job of 10,000 frames reads none)."""
         bad: list[tuple[int, ...]]
-        records, bad = np.zeros(self.records.shape, np.uint32), []
+        records, bad = np.zeros(self.records.shape[:3], RECORD), []
         for f in self._frames_recorded():
-            try:
-                records[f] = self.records[f]
-            except Exception:  # a chunk that does not decode: read them one by one
-                for key in np.ndindex(records.shape[1:3]):
-                    try:
-                        records[(f, *key)] = self.records[(f, *key)]
-                    except Exception:
-                        bad.append((f, *key))
+            records[f], unread = self.frame_records(f)
+            bad += unread
         return records, bad
+
+    def frame_records(self, f: int) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+        """Frame index ``f``'s records, (TY, TX) of ``RECORD``, and the keys of those that do not
+        decode (zeros here: nothing done)."""
+        try:
+            return as_records(self.records[f]), []
+        except Exception:  # a chunk that does not decode: read them one by one
+            fields, bad = np.zeros(self.records.shape[1:], np.uint32), []
+            for ty, tx in np.ndindex(fields.shape[:2]):
+                try:
+                    fields[ty, tx] = self.records[f, ty, tx]
+                except Exception:
+                    bad.append((f, ty, tx))
+            return as_records(fields), bad
 
     def _frames_recorded(self):
         """Frame indexes that may hold a written record: those with a folder of record chunks on
@@ -386,10 +395,11 @@ class FrameStore:
         writes the records that changed back."""
         records, bad = self.read_records()
         changed = list(bad)
-        for key in zip(*np.nonzero(records[..., FOLDED] | records[..., NEXT_CRC] | records[..., TAIL_PASSES])):
+        for key in zip(*np.nonzero(records["folded"] | records["next_crc"] | records["tail_passes"])):
             key = tuple(int(k) for k in key)
-            record, ok = self._verified(key, records[key])
-            if np.any(record != records[key]):
+            stored = TileRecord.of(records[key])
+            record, ok = self._verified(key, stored)
+            if record != stored:
                 records[key] = record
                 changed.append(key)
             if not ok:
@@ -397,26 +407,26 @@ class FrameStore:
         if repair:  # whole frames: a record chunk that does not decode cannot be written in part
             for f in sorted({key[0] for key in changed}):
                 self._check_lease()
-                self.records[f] = records[f]
+                self.records[f] = as_fields(records[f])
         return records, sorted(bad)
 
-    def verify_tile(self, key: tuple[int, int, int], record: np.ndarray) -> tuple[np.ndarray, bool]:
+    def verify_tile(self, key: tuple[int, int, int], record: TileRecord) -> tuple[TileRecord, bool]:
         """(the record the tile's data supports, whether all it recorded read back): reads the
         tile's state and tail, writes nothing."""
         return self._verified(key, record)
 
-    def _verified(self, key: tuple[int, ...], record: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _verified(self, key: tuple[int, ...], record: TileRecord) -> tuple[TileRecord, bool]:
         """(the record the tile's data supports, whether all it recorded read back)."""
-        record, ok = record.copy(), True
-        if record[FOLDED] or record[NEXT_CRC]:
+        ok = True
+        if record.folded or record.next_crc:
             crc = _crc(self._read(self.state, key))
-            if record[NEXT_CRC] and crc == record[NEXT_CRC]:
-                record[FOLDED], record[STATE_CRC] = record[FOLDED] + 1, crc  # written, not yet recorded
-            elif record[FOLDED] and crc != record[STATE_CRC]:
-                record[:], ok = 0, False  # (a first fold cut short left no state: nothing lost)
-        record[NEXT_CRC] = 0
-        if record[TAIL_PASSES] and _crc(self._read(self.tail, key)) != record[TAIL_CRC]:
-            record[TAIL_PASSES:], ok = 0, False
+            if record.next_crc and crc == record.next_crc:
+                record = record._replace(folded=record.folded + 1, state_crc=crc)  # written, not yet recorded
+            elif record.folded and crc != record.state_crc:
+                record, ok = TileRecord(), False  # (a first fold cut short left no state: nothing lost)
+        record = record._replace(next_crc=0)
+        if record.tail_passes and _crc(self._read(self.tail, key)) != record.tail_crc:
+            record, ok = record.without_tail(), False
         return record, ok
 
     def _read(self, array: zarr.Array, key: tuple[int, ...]) -> np.ndarray | None:
@@ -436,37 +446,33 @@ class FrameStore:
         """The tile's tail (h, w, 4 + K): value RGB, weight and the AOVs, cropped to the film."""
         return self._read(self.tail, key)
 
-    def fold_tile(self, key: tuple[int, int, int], record: np.ndarray, state: np.ndarray) -> np.ndarray:
+    def fold_tile(self, key: tuple[int, int, int], record: TileRecord, state: np.ndarray) -> TileRecord:
         """Durably replace the tile's state by ``state`` (cropped to the film), one more chunk
         folded; ``record`` is the tile's current one. Returns the new record (no tail)."""
         state = np.ascontiguousarray(state, np.float32)
         crc = _crc(state)
-        pending = record.copy()
-        pending[NEXT_CRC], pending[TAIL_PASSES:] = crc, 0  # the tail is part of what is folded
-        self._put_record(key, pending)
+        self._put_record(key, record.without_tail()._replace(next_crc=crc))
         self._write(self.state, key, state)
-        done = np.zeros(len(FIELDS), np.uint32)
-        done[FOLDED], done[STATE_CRC] = record[FOLDED] + 1, crc
+        done = TileRecord(folded=record.folded + 1, state_crc=crc)
         self._put_record(key, done)
         return done
 
-    def write_tail(self, key: tuple[int, int, int], record: np.ndarray, value: np.ndarray, weight: np.ndarray,
-                   passes: int, spp_cut: int) -> np.ndarray:
+    def write_tail(self, key: tuple[int, int, int], record: TileRecord, value: np.ndarray, weight: np.ndarray,
+                   passes: int, spp_cut: int) -> TileRecord:
         """Durably store the tile's tail (sums of ``passes`` passes of its partial last chunk,
         cut at ``spp_cut``), then its record. Returns the new record."""
         y0, y1, x0, x1 = self.tile_box(*key[1:])
         h, w = y1 - y0, x1 - x0
         block = tail_block(value[:h, :w], weight[:h, :w])
         self._write(self.tail, key, block)
-        new = record.copy()
-        new[NEXT_CRC], new[TAIL_PASSES], new[TAIL_SPP], new[TAIL_CRC] = 0, passes, spp_cut, _crc(block)
+        new = record._replace(next_crc=0, tail_passes=passes, tail_spp=spp_cut, tail_crc=_crc(block))
         self._put_record(key, new)
         return new
 
-    def _put_record(self, key: tuple[int, int, int], record: np.ndarray) -> None:
+    def _put_record(self, key: tuple[int, int, int], record: TileRecord) -> None:
         f, ty, tx = key
         self._check_lease()  # the commit: right before the record
-        self.records[f, ty, tx, :] = record
+        self.records[f, ty, tx, :] = np.array(record, np.uint32)  # (TileRecord's fields in the stored order)
 
     def _write(self, array: zarr.Array, key: tuple[int, int, int], block: np.ndarray) -> None:
         f, ty, tx = key
@@ -488,19 +494,19 @@ class FrameStore:
 
     def frame_sums(self, f: int, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(value (H, W, 3 + K), weight (H, W)): frame index ``f``'s folded sums plus each tile's
-        tail where ``records`` (the frame's, (TY, TX, FIELDS), verified) have one; zeros where a
-        tile has nothing."""
+        tail where ``records`` (the frame's, (TY, TX) of ``RECORD``, verified) have one; zeros
+        where a tile has nothing."""
         value = np.zeros((self.height, self.width, self.channels), np.float32)
         weight = np.zeros((self.height, self.width), np.float32)
         for ty in range(self.tiles_y):
             for tx in range(self.tiles_x):
-                record = records[ty, tx]
-                if not (record[FOLDED] or record[TAIL_PASSES]):
+                record = TileRecord.of(records[ty, tx])
+                if not (record.folded or record.tail_passes):
                     continue
                 y0, y1, x0, x1 = self.tile_box(ty, tx)
-                state = (self.read_state((f, ty, tx)) if record[FOLDED]
+                state = (self.read_state((f, ty, tx)) if record.folded
                          else np.zeros((y1 - y0, x1 - x0, state_channels(self.channels - 3)), np.float32))
-                tail = self.read_tail((f, ty, tx)) if record[TAIL_PASSES] else None
+                tail = self.read_tail((f, ty, tx)) if record.tail_passes else None
                 assert state is not None  # (verified records: the tile's state reads back)
                 value[y0:y1, x0:x1], weight[y0:y1, x0:x1] = tile_sums(state, tail)
         return value, weight

@@ -73,7 +73,7 @@ def main():
     while proc.poll() is None:
         if first_frame is None and FrameStore.exists(str(store)):
             records = FrameStore.open(str(store), mode="r").all_records()
-            if np.any(np.all(records[..., 0].reshape(records.shape[0], -1) > 0, axis=1)):
+            if np.any(np.all(records["folded"].reshape(records.shape[0], -1) > 0, axis=1)):
                 first_frame = time.perf_counter() - t0
         time.sleep(0.5)  # polling the store costs the farm CPU time: not too often
     farm_s = time.perf_counter() - t0

@@ -7,6 +7,7 @@ The stub is test_tree.py's (the real work unit's contract: passes added in order
 accumulator, samples past the spp masked out) with samples of a known spread. The real work unit is
 held to the same by test_adaptive_render.py.
 """
+import contextlib
 import dataclasses
 import random
 
@@ -20,8 +21,8 @@ from farm.adaptive import DEFAULT_MIN_SPP, Shot, frame_noise, relative_noise, st
 from farm.errors import SpecError
 from farm.folding import Folds
 from farm.planner import plan
+from farm.records import TileRecord
 from farm.scheduler import _JobRun
-from farm.store import FOLDED, TAIL_PASSES
 from farm.tree import CHUNK_SPP, NOISE_CHUNK_SPP, STATE_CHANNELS, fold
 from tests.farm.test_tree import stub_unit
 from tests.helpers.farm_cases import orbit_spec
@@ -68,7 +69,7 @@ def _run(spec, store, order, kill_after=None, groups=4):
         if kill_after is not None and done >= kill_after:
             raise Kill()
         if folds.accept(task, value, weight):
-            queue[:0] = shot.more(task.line, folds.records[task.line])
+            queue[:0] = shot.more(task.line, TileRecord.of(folds.records[task.line]))
         done += 1
     return done
 
@@ -96,12 +97,12 @@ def fresh(tmp_path_factory):
 def test_tiles_end_at_or_below_the_target_or_at_the_spp(fresh):
     spec, store, records, _ = fresh
     chunk = spec.tree.chunk_samples
-    spp = records[..., FOLDED] * chunk
+    spp = records["folded"] * chunk
     assert spp.min() == spec.min_spp and spp.max() == spec.spp  # the least, and the most
     assert len(np.unique(spp)) >= 3, spp  # samples went where the noise is
     assert np.all(spp[:, :, 0] <= spp[:, :, -1]) and np.all(spp[0] <= spp[1])
     for key in np.ndindex(records.shape[:3]):
-        noise = stored_noise(store, spec.tree, key, records[key])
+        noise = stored_noise(store, spec.tree, key, TileRecord.of(records[key]))
         assert noise <= spec.noise or spp[key] == spec.spp
     assert plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels,
                 Shot(spec, store).tile_spp(records)).todo == []
@@ -115,11 +116,11 @@ def test_killed_and_resumed_in_any_order_ends_in_the_same_bits(tmp_path_factory,
     spec, store = job.prepare(_spec(tmp_path_factory.mktemp("resumed") / "a.zarr"))
     order = random.Random(seed)
     for kill in kills:
-        with pytest.raises(Kill):
+        with contextlib.suppress(Kill):  # (killed, unless the job has no more than ``kill`` results left)
             _run(spec, store, order, kill_after=kill, groups=groups)
     _run(spec, store, order, groups=groups)
     got_records, got = _bits(store, spec)
-    np.testing.assert_array_equal(got_records[..., FOLDED], records[..., FOLDED])
+    np.testing.assert_array_equal(got_records["folded"], records["folded"])
     for a, b in zip(got, bits):
         np.testing.assert_array_equal(a, b)
 
@@ -127,12 +128,12 @@ def test_killed_and_resumed_in_any_order_ends_in_the_same_bits(tmp_path_factory,
 def test_a_tile_at_s_spp_holds_a_uniform_job_at_s_spp(tmp_path, fresh):
     spec, store, records, bits = fresh
     chunk = spec.tree.chunk_samples
-    for s in np.unique(records[..., FOLDED]) * chunk:
+    for s in np.unique(records["folded"]) * chunk:
         uniform, ustore = job.prepare(dataclasses.replace(spec, spp=int(s), noise=None, min_spp=None,
                                                           store=str(tmp_path / f"u{s}.zarr")))
         _run(uniform, ustore, random.Random(1))
         _, ubits = _bits(ustore, uniform)
-        for key in zip(*np.nonzero(records[..., FOLDED] * chunk == s)):
+        for key in zip(*np.nonzero(records["folded"] * chunk == s)):
             f, ty, tx = (int(k) for k in key)
             y0, y1, x0, x1 = store.tile_box(ty, tx)
             np.testing.assert_array_equal(bits[f][y0:y1, x0:x1], ubits[f][y0:y1, x0:x1])
@@ -143,11 +144,11 @@ def test_a_tighter_target_goes_on_and_a_looser_one_keeps_what_is_there(tmp_path,
     loose, store = job.prepare(_spec(tmp_path / "a.zarr", noise=0.04))
     _run(loose, store, random.Random(2))
     first, _ = _bits(store, loose)
-    assert np.all(first[..., FOLDED] <= records[..., FOLDED]) and np.any(first[..., FOLDED] < records[..., FOLDED])
+    assert np.all(first["folded"] <= records["folded"]) and np.any(first["folded"] < records["folded"])
     tight, store = job.prepare(_spec(tmp_path / "a.zarr", noise=0.02))
     _run(tight, store, random.Random(3))
     got_records, got = _bits(store, tight)
-    np.testing.assert_array_equal(got_records[..., FOLDED], records[..., FOLDED])
+    np.testing.assert_array_equal(got_records["folded"], records["folded"])
     for a, b in zip(got, bits):
         np.testing.assert_array_equal(a, b)
     again, store = job.prepare(_spec(tmp_path / "a.zarr", noise=0.5))
@@ -159,7 +160,7 @@ def test_the_spp_past_whole_chunks_ends_in_a_tail(tmp_path):
     spec, store = job.prepare(_spec(tmp_path / "a.zarr", spp=42, noise=0.001, min_spp=8, frames=(1, 1)))
     _run(spec, store, random.Random(0))
     records, _ = _bits(store, spec)
-    assert np.all(records[..., FOLDED] == 10) and np.all(records[..., TAIL_PASSES] == 1)
+    assert np.all(records["folded"] == 10) and np.all(records["tail_passes"] == 1)
     fn = frame_noise(store, spec, records[0], 0)
     assert fn.frame == 1 and fn.spp == 42.0 and fn.noise > 0.001
 

@@ -16,9 +16,9 @@ import pytest
 import tracer
 from farm import job
 from farm.adaptive import Shot, stored_noise
+from farm.records import TileRecord
 from farm.results import Commits
 from farm.scheduler import run_job
-from farm.store import FOLDED
 from tests.helpers.farm_cases import exported, farm_main, orbit_spec
 
 NOISE = 0.08
@@ -44,23 +44,23 @@ def resumed(local_ray, tmp_path_factory):
         patch.setattr(Commits, "accept", interrupted)
         with pytest.raises(KeyboardInterrupt):
             run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
-    stopped = store.all_records()[..., FOLDED].copy()
+    stopped = store.all_records()["folded"].copy()
     run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False)
     return spec, store, stopped
 
 
 def _spp(spec, store):
-    return store.all_records()[..., FOLDED] * spec.tree.chunk_samples
+    return store.all_records()["folded"] * spec.tree.chunk_samples
 
 
 def test_tiles_get_samples_where_the_noise_is(resumed):
     spec, store, stopped = resumed
     records, bad = store.verified_records()
-    spp = records[..., FOLDED] * spec.tree.chunk_samples
-    assert 0 < stopped.sum() < records[..., FOLDED].sum()  # it was stopped mid-job
+    spp = records["folded"] * spec.tree.chunk_samples
+    assert 0 < stopped.sum() < records["folded"].sum()  # it was stopped mid-job
     assert bad == [] and spp.min() >= MIN_SPP and len(np.unique(spp)) >= 2, spp
     for key in np.ndindex(spp.shape):
-        assert spp[key] == spec.spp or stored_noise(store, spec.tree, key, records[key]) <= NOISE
+        assert spp[key] == spec.spp or stored_noise(store, spec.tree, key, TileRecord.of(records[key])) <= NOISE
     # The spp is what the stored samples decide: deciding again asks for nothing more.
     np.testing.assert_array_equal(Shot(spec, store).tile_spp(records), spp)
 
@@ -88,7 +88,7 @@ def test_status_reports_each_frames_spp_and_noise(resumed):
     assert [p["frame"] for p in per_frame] == [0, 1, 2]
     for f, p in enumerate(per_frame):
         assert p["spp"] == pytest.approx((spp[f] * pixels).sum() / pixels.sum())
-        tiles = np.array([[stored_noise(store, spec.tree, (f, ty, tx), records[f, ty, tx]) for tx in range(store.tiles_x)]
+        tiles = np.array([[stored_noise(store, spec.tree, (f, ty, tx), TileRecord.of(records[f, ty, tx])) for tx in range(store.tiles_x)]
                           for ty in range(store.tiles_y)])
         assert p["noise"] == pytest.approx(np.sqrt((tiles ** 2 * pixels).sum() / pixels.sum()))
     code, out, _ = farm_main("status", store.url)

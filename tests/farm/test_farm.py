@@ -52,7 +52,7 @@ def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
         assert {t.chunk for t in plan.todo} == chunks and any(t.continues for t in plan.todo) == continues
         for got, want in zip(exported(store.url, tmp_path, f"more{spp}"), reference(more)):
             np.testing.assert_array_equal(got, want)
-    assert store.all_records()[..., 0].tolist() == np.ones((3, 2, 3), int).tolist()  # one chunk folded
+    assert store.all_records()["folded"].tolist() == np.ones((3, 2, 3), int).tolist()  # one chunk folded
 
 
 def _kill_a_rendering_member(stop, killed):

@@ -17,6 +17,7 @@ import zarr
 
 from farm import lease as lease_module
 from farm.lease import Fenced, Lease, LeaseHeld, holder
+from farm.records import TileRecord
 from farm.store import FrameStore
 from tests.helpers.farm_cases import ORBIT, ROOT, farm_cli, farm_main, filled_store, stop_when, store_files, tiles_done
 from tests.helpers.hang_guard import hang_guard
@@ -98,7 +99,7 @@ def test_a_fenced_driver_writes_nothing_to_the_store(tmp_path, monkeypatch):
     taker = Lease.acquire(store.group, store.url, duration=600)
     before = _data_files(tmp_path / "f.zarr")
     block = np.ones((spec.tile, spec.tile, 3), np.float32)
-    record = store.all_records()[0, 0, 0]
+    record = TileRecord.of(store.all_records()[0, 0, 0])
     for write in (lambda: store.write_tail((0, 0, 0), record, block, block[..., 0], 2, spec.spp),
                   lambda: store.fold_tile((0, 0, 0), record, np.zeros((spec.tile, spec.tile, 10), np.float32)),
                   lambda: store.forget_frames([1]), lambda: store.write_progress(state="running"),

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from farm.planner import plan
 from farm.spec import JobSpec
-from farm.store import FIELDS, FOLDED, TAIL_PASSES, TAIL_SPP
+from farm.records import RECORD
 
 
 def _film(width, height, tile):
@@ -42,23 +42,23 @@ def jobs(draw):
     spec = dataclasses.replace(old, spp=draw(st.integers(old.spp, old.spp + 3 * old.tree.chunk_samples)))
     film = _film(width, height, tile)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    records = np.zeros((n_frames, film[0], film[1], len(FIELDS)), np.uint32)
+    records = np.zeros((n_frames, film[0], film[1]), RECORD)
     tree = old.tree
-    for key in np.ndindex(records.shape[:3]):
+    for key in np.ndindex(records.shape):
         folded = int(rng.integers(0, tree.complete(old.spp) + 1))
-        records[key][FOLDED] = folded
+        records["folded"][key] = folded
         if folded == tree.complete(old.spp) and tree.tail_passes(old.spp) and rng.random() < 0.7:
-            records[key][TAIL_PASSES] = rng.integers(1, tree.tail_passes(old.spp) + 1)
-            records[key][TAIL_SPP] = old.spp
+            records["tail_passes"][key] = rng.integers(1, tree.tail_passes(old.spp) + 1)
+            records["tail_spp"][key] = old.spp
     # Whole frames with nothing stored, or all of the job's spp (the planner decides those at once).
     for f in range(n_frames):
         kind = draw(st.sampled_from(["drawn", "nothing", "all"]))
         if kind == "nothing":
             records[f] = 0
         elif kind == "all":
-            records[f, ..., FOLDED] = spec.tree.complete(spec.spp)
-            records[f, ..., TAIL_PASSES] = spec.tree.tail_passes(spec.spp)
-            records[f, ..., TAIL_SPP] = draw(st.sampled_from([old.spp, spec.spp])) if records[f, ..., TAIL_PASSES].any() else 0
+            records["folded"][f] = spec.tree.complete(spec.spp)
+            records["tail_passes"][f] = spec.tree.tail_passes(spec.spp)
+            records["tail_spp"][f] = draw(st.sampled_from([old.spp, spec.spp])) if records["tail_passes"][f].any() else 0
     return spec, film, records
 
 
@@ -80,7 +80,7 @@ def _check_exactly_once(spec, film, records):
         for ty in range(tiles_y):
             for tx in range(tiles_x):
                 tasks = by_tile.get((f, ty, tx), [])
-                folded, kept = int(records[f, ty, tx, FOLDED]), int(records[f, ty, tx, TAIL_PASSES])
+                folded, kept = int(records["folded"][f, ty, tx]), int(records["tail_passes"][f, ty, tx])
                 chunks = [t.chunk for t in tasks]
                 assert chunks == list(range(folded, folded + len(chunks)))  # from the first not folded on
                 assert folded + len(chunks) == n or (folded + len(chunks) == n - 1 and kept)  # to the last
@@ -95,7 +95,7 @@ def _check_exactly_once(spec, film, records):
                     assert start == (kept if t.continues else 0) and (not t.continues or t.chunk == folded)
                 if tail_counts:
                     # What is kept holds the samples the job asks of those passes now.
-                    assert tree.covered(folded, kept, int(records[f, ty, tx, TAIL_SPP])) == kept_samples
+                    assert tree.covered(folded, kept, int(records["tail_spp"][f, ty, tx])) == kept_samples
                 done_units += (folded * tree.chunk_samples + kept_samples) * tile_pixels(ty, tx)
     pixels = sum(tile_pixels(ty, tx) for ty in range(tiles_y) for tx in range(tiles_x))
     assert job.total_units == spec.n_frames * spec.spp * pixels

@@ -9,13 +9,13 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = textwrap.dedent("""
     import os, sys, numpy as np, zarr
+    from farm.records import TileRecord
     from farm.store import FrameStore
     from farm.tree import STATE_CHANNELS
     assert zarr.config.get("array.write_empty_chunks") is False, "importing the store changed zarr's options"
     url = sys.argv[1]
     store = FrameStore.create(url, {"tile": 8}, {}, (16, 8), 1)
-    record = np.zeros(6, np.uint32)
-    store.fold_tile((0, 0, 1), record, np.zeros((8, 8, STATE_CHANNELS), np.float32))
+    store.fold_tile((0, 0, 1), TileRecord(), np.zeros((8, 8, STATE_CHANNELS), np.float32))
     print(sorted(os.listdir(os.path.join(url, "state"))))
     print(zarr.config.get("array.write_empty_chunks"))
 """)

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from farm import job
 from farm.folding import Folds
 from farm.planner import plan
+from farm.records import TileRecord
 from farm.scheduler import _JobRun
-from farm.store import FOLDED, FrameStore
+from farm.store import FrameStore
 from farm.tree import STATE_CHANNELS, Tree, fold, variance
 from tests.helpers.farm_cases import format_2, orbit_spec
 
@@ -175,7 +176,7 @@ def test_any_history_ends_in_the_bits_of_a_fresh_job(tmp_path_factory, history):
     want, _ = _frames(fresh_spec, fresh)
     _same(got, want)
     _same(got, _direct(spec, store))
-    assert np.all(records[..., FOLDED] == spec.tree.complete(spec.spp))
+    assert np.all(records["folded"] == spec.tree.complete(spec.spp))
     assert plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels).todo == []
 
 
@@ -249,4 +250,4 @@ def test_a_format_2_store_is_read_and_written_as_it_is(tmp_path):
     np.testing.assert_array_equal(got["2"][0], got["3"][0])
     np.testing.assert_array_equal(got["2"][1], got["3"][1])
     assert got["2"][2:] == ((1, 1, 1, 6), "c/1/0/2/0") and got["3"][2:] == ((1, 2, 3, 6), "c.1.0.2.0")
-    assert not FrameStore.open(str(tmp_path / "2.zarr")).verified_records()[0][1, 0, 0].any()
+    assert TileRecord.of(FrameStore.open(str(tmp_path / "2.zarr")).verified_records()[0][1, 0, 0]) == TileRecord()

@@ -89,9 +89,10 @@ def filled_store(store, **kw):
 
 def tiles_done(url):
     """Tiles of the store at ``url`` that hold some samples (folded chunks or a tail)."""
-    from farm.store import FOLDED, TAIL_PASSES, FrameStore
+    from farm.records import has_samples
+    from farm.store import FrameStore
     records = FrameStore.open(str(url), mode="r").all_records()
-    return int(np.count_nonzero(records[..., FOLDED] | records[..., TAIL_PASSES])), records[..., 0].size
+    return int(np.count_nonzero(has_samples(records))), records.size
 
 
 def store_files(store):
