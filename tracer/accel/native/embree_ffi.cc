@@ -12,6 +12,8 @@
 // bit-identical across device counts and hosts. Embree's arithmetic differs between its ISA paths
 // (hit distances, not ids), so a device is made per ISA ("isa=avx2"), the job's level.
 
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -331,3 +333,12 @@ extern "C" __attribute__((visibility("default"))) int jf_embree_scene_is_open(in
   std::lock_guard<std::mutex> hold(scenes_lock);
   return scenes.count(handle) ? 1 : 0;
 }
+
+// ---------------------------------------------------------------------------------------------
+// An (empty) Python module as well, so that importing it, as a walk over the package's modules
+// does, works: its functions are reached through ctypes (tracer/accel/embree.py), not Python.
+
+static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_embree_ffi",
+                             "Embree called from XLA: used through tracer.accel.embree (ctypes).", 0};
+
+PyMODINIT_FUNC PyInit__embree_ffi() { return PyModule_Create(&module); }
