@@ -4,6 +4,7 @@ Every vector batch has shape (3, N) (components first) and every scalar batch sh
 XLA vectorizes along N, which is five times faster on the CPU than batches of 3-vectors.
 """
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,13 +13,16 @@ from jax.typing import ArrayLike
 from tracer.constants import LUMINANCE_WEIGHTS
 
 __all__ = [
-    "dot", "cross", "norm", "normalize", "coordinate_system", "tangent_frame", "to_local", "to_world",
+    "Frame", "dot", "cross", "norm", "normalize", "coordinate_system", "tangent_frame", "to_local", "to_world",
     "reflect", "upper_hemisphere", "luminance", "select", "safe_sqrt", "transform_point", "transform_vector",
     "transform_normal", "max_component", "fold",
 ]
 
-# A shading frame (s, t, n): three unit vectors (3, N).
-Frame = tuple[jax.Array, jax.Array, jax.Array]
+class Frame(NamedTuple):
+    """A shading frame: three orthonormal unit vectors, each (3, N) (a pytree, unpacked as (s, t, n))."""
+    s: jax.Array  # the first tangent (along dp/du where the surface has one)
+    t: jax.Array  # the second tangent, n x s
+    n: jax.Array  # the normal: local +z
 
 
 def dot(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -88,7 +92,7 @@ def tangent_frame(n: jax.Array, tangent: jax.Array) -> Frame:
     s = tangent - n * dot(n, tangent)
     length2 = dot(s, s)
     s = select(length2 > 0, s * jnp.reciprocal(jnp.sqrt(jnp.where(length2 > 0, length2, 1.0))), coordinate_system(n)[0])
-    return s, cross(n, s), n
+    return Frame(s, cross(n, s), n)
 
 
 def to_local(frame: Frame, v: jax.Array) -> jax.Array:

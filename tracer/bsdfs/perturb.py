@@ -66,11 +66,11 @@ class PerturbedFrame:
     shadowed: jnp.ndarray   # (N,) bool: the shadowing term applies
 
     @property
-    def axes(self) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
-        return (self.s, self.t, self.n)
+    def axes(self) -> vm.Frame:
+        return vm.Frame(self.s, self.t, self.n)
 
 
-def tangents(frame: tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray], dp_du: jnp.ndarray, dp_dv: jnp.ndarray,
+def tangents(frame: vm.Frame, dp_du: jnp.ndarray, dp_dv: jnp.ndarray,
              ng: jnp.ndarray) -> Tangents:
     """``Tangents`` of hits with shading frame ``frame`` (s, t, n) and world dp/du, dp/dv and
     geometric normal ng, each (3, N)."""

@@ -130,7 +130,7 @@ def _sample_sphere(em, e, ref, u):
     axis = -dc * inv_dc
     sin_phi, cos_phi = elementary.sincos(phi)
     local = jnp.stack([cos_phi * sin_alpha, sin_phi * sin_alpha, cos_alpha])
-    cap = vm.to_world((*vm.coordinate_system(axis), axis), local)
+    cap = vm.to_world(vm.Frame(*vm.coordinate_system(axis), axis), local)
     cone_pdf = INV_TWO_PI / (1.0 - cos_max)
 
     # Inside: uniform over the area.

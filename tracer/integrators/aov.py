@@ -141,7 +141,7 @@ def _albedo(scene, state, surface):
     s, t, n = surface.frame
     mat = jnp.where(surface.front, scene.shapes.bsdf_front[surface.shape], scene.shapes.bsdf_back[surface.shape])
     mirror = ~surface.front & scene.shapes.flip_back[surface.shape]
-    frame = (s, t, vm.select(mirror, -n, n))
+    frame = vm.Frame(s, t, vm.select(mirror, -n, n))
     wi = vm.to_local(frame, -state.direction)
     at = tx.texture_point(si.uv, si.attributes)
     if materials.layers is None:
@@ -172,13 +172,13 @@ def _shading_normal(scene, state, surface):
     materials = scene.materials
     frame = surface.frame
     if materials.perturbation is None:
-        return frame[2]
+        return frame.n
     mat = jnp.where(surface.front, scene.shapes.bsdf_front[surface.shape], scene.shapes.bsdf_back[surface.shape])
     wi = vm.to_local(frame, -state.direction)
     at = tx.texture_point(surface.si.uv, surface.si.attributes)
     pf = bsdfs.perturb.frame(materials.perturbation, scene.textures, mat, at, wi, surface.tangents)
     turned = vm.to_world(frame, pf.n)
-    return vm.select(pf.kind != Perturbation.NONE, turned, frame[2])
+    return vm.select(pf.kind != Perturbation.NONE, turned, frame.n)
 
 
 def _uv_partials(scene, state, surface):

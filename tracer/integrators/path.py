@@ -208,7 +208,7 @@ def material_and_frame(scene: Scene, surface: Surface) -> tuple[jax.Array, vm.Fr
     mat = jnp.where(surface.front, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
     mirror = ~surface.front & shapes.flip_back[shape]
     s, t, n = surface.frame
-    return mat, (s, t, vm.select(mirror, -n, n))
+    return mat, vm.Frame(s, t, vm.select(mirror, -n, n))
 
 
 def add_next_event(scene: Scene, state: PathState, surface: Surface, mat: jax.Array, frame: vm.Frame, wi: jax.Array,

@@ -17,6 +17,7 @@ from tests.helpers import bsdf_cases as bc
 from tests.helpers import image_metrics as im
 from tests.tracer.bsdfs.test_bsdf_mitsuba import assert_agree
 from tracer import bsdfs
+from tracer import vecmath as vm
 from tracer.bsdfs import perturb
 from tracer.errors import SceneError
 from tracer.io.scene_loader import _SceneBuilder
@@ -130,7 +131,7 @@ def test_matches_mitsuba(name, folder):
     assert materials.perturbation is not None
     x = _inputs(list(CASES).index(name), back)
     ref = _mitsuba(name, folder, x)
-    frame = tuple(jnp.asarray(a) for a in x["frame"])
+    frame = vm.Frame(*(jnp.asarray(a) for a in x["frame"]))
     tangents = perturb.tangents(frame, jnp.asarray(x["dp_du"]), jnp.asarray(x["dp_dv"]), jnp.asarray(x["ng"]))
     mirror = np.array([1, 1, -1 if back else 1], np.float32)[:, None]  # the integrator's mirrored frame
     mats = jnp.full(N, mat, jnp.int32)
