@@ -36,6 +36,7 @@ from tracer import elementary
 from tracer import vecmath as vm
 from tracer.constants import INV_TWO_PI, TWO_PI
 from tracer.kinds import SurfaceKind
+from tracer.shapes.surface_point import SurfacePoint, select_point
 
 __all__ = ["pack_linear", "pack_bspline", "bounds", "intersect", "surface"]
 
@@ -255,23 +256,22 @@ def _uv(rad_unit: jax.Array, tangent: jax.Array, v_local: jax.Array, segment: ja
 
 
 def surface(kind: jax.Array, kinds: tuple[int, ...], p: jax.Array, to_world: jax.Array, to_local: jax.Array,
-            v_local: jax.Array) -> tuple[jax.Array, ...] | None:
-    """(p, ng, ns, uv, dp_du, dp_dv) at points p (3, N) of curve hits (v_local from the hit), as
-    Mitsuba's ``LinearCurve`` / ``BSplineCurve::compute_surface_interaction``."""
+            v_local: jax.Array) -> SurfacePoint | None:
+    """The ``SurfacePoint`` at points p (3, N) of curve hits (v_local from the hit), as Mitsuba's
+    ``LinearCurve`` / ``BSplineCurve::compute_surface_interaction`` (no uv partials: zero)."""
     zero = jnp.zeros_like(p)
-    out: tuple[jax.Array, ...] | None = None
+    out: SurfacePoint | None = None
     if SurfaceKind.LINEAR_CURVE in kinds:
         p0, p1 = to_world[:, 0], to_world[:, 1]
         c = p0 * (1.0 - v_local) + p1 * v_local
         n = vm.normalize(p - c)
         uv = _uv(n, vm.normalize(p1 - p0), v_local, to_world[0, 3], to_world[1, 3])
-        out = (p, n, n, uv, zero, zero)
+        out = SurfacePoint(p=p, ng=n, ns=n, uv=uv, dp_du=zero, dp_dv=zero)
     if SurfaceKind.BSPLINE_CURVE in kinds:
         c, dc, ddc, r, dr = _spline(to_world, to_local, v_local)
         rad = p - c
         n = vm.normalize((vm.dot(dc, dc) - vm.dot(rad, ddc)) * rad - (dr * r) * dc)
         uv = _uv(vm.normalize(rad), vm.normalize(dc), v_local, to_local[1, 1], to_local[2, 1])
-        spline = (p, n, n, uv, zero, zero)
-        out = spline if out is None else tuple(vm.select(kind == SurfaceKind.BSPLINE_CURVE, a, b)
-                                               for a, b in zip(spline, out))
+        spline = SurfacePoint(p=p, ng=n, ns=n, uv=uv, dp_du=zero, dp_dv=zero)
+        out = spline if out is None else select_point(kind == SurfaceKind.BSPLINE_CURVE, spline, out)
     return out

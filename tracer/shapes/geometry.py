@@ -35,6 +35,7 @@ from tracer import vecmath as vm
 from tracer.accel import embree, host, warp
 from tracer.constants import PI, RAY_EPSILON, SHADOW_EPSILON, TWO_PI
 from tracer.shapes.intersect import Hit
+from tracer.shapes.surface_point import SurfacePoint, select_point
 from tracer.errors import EngineNotice
 from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
@@ -546,6 +547,7 @@ def primitive_shape(geometry: Geometry, prim: jax.Array) -> jax.Array:
 
 
 def _triangle_surface(geo, hit):
+    """The ``SurfacePoint`` of triangle hits."""
     i = jnp.clip(hit.prim, 0, geo.n_triangles - 1)
     u, v = hit.u, hit.v
     w = 1.0 - u - v
@@ -555,7 +557,8 @@ def _triangle_surface(geo, hit):
     ns = vm.normalize(geo.n0[:, i] * w + geo.n1[:, i] * u + geo.n2[:, i] * v)
     ns = vm.select(geo.has_normals[i], ns, ng)
     uv = geo.uv0[:, i] * w + geo.uv1[:, i] * u + geo.uv2[:, i] * v
-    return (p, ng, ns, uv, *_triangle_partials(e1, e2, geo.uv1[:, i] - geo.uv0[:, i], geo.uv2[:, i] - geo.uv0[:, i], ng))
+    dp_du, dp_dv = _triangle_partials(e1, e2, geo.uv1[:, i] - geo.uv0[:, i], geo.uv2[:, i] - geo.uv0[:, i], ng)
+    return SurfacePoint(p, ng, ns, uv, dp_du, dp_dv)
 
 
 def _triangle_partials(e1, e2, duv0, duv1, ng):
@@ -585,6 +588,7 @@ def _attributes(geo, hit):
 
 
 def _analytic_surface(geo, o, d, hit):
+    """The ``SurfacePoint`` of hits on analytic shapes, each from its kind's function."""
     q = jnp.clip(hit.prim - geo.n_triangles, 0, geo.n_analytic - 1)
     to_world, to_local = geo.analytic_to_world[..., q], geo.analytic_to_local[..., q]
     t = jnp.where(jnp.isfinite(hit.t), hit.t, 0.0)
@@ -606,12 +610,12 @@ def _analytic_surface(geo, o, d, hit):
         mine = geo.analytic_kind[q] == kind
         if kind in SurfaceKind.CURVES:
             mine = (geo.analytic_kind[q] == SurfaceKind.LINEAR_CURVE) | (geo.analytic_kind[q] == SurfaceKind.BSPLINE_CURVE)
-        out = tuple(vm.select(mine, a, b) for a, b in zip(fields[kind], out))
+        out = select_point(mine, fields[kind], out)
     return out
 
 
 def _sphere_surface(p_ray, to_world, to_local):
-    """(p, ng, ns, uv, dp_du, dp_dv) of sphere hits."""
+    """The ``SurfacePoint`` of sphere hits."""
     # Sphere (sphere.cpp): the normal from the center, the point re-projected onto the surface,
     # uv = (phi / 2 pi, theta / pi) of the point in the object frame. A mirroring to_world turns
     # the normals inward (Mitsuba flips them when the decomposed scale is negative).
@@ -633,11 +637,11 @@ def _sphere_surface(p_ray, to_world, to_local):
     dp_dv = jnp.stack([local[2] * local[0] * inv_rd, local[2] * local[1] * inv_rd, -rd])
     dp_dv = vm.select(rd == 0, jnp.stack([zero + 1.0, zero, zero]), dp_dv)
     dp_dv = vm.transform_vector(to_world, dp_dv) * PI
-    return p_sph, n_sph, n_sph, uv_sph, dp_du, dp_dv
+    return SurfacePoint(p=p_sph, ng=n_sph, ns=n_sph, uv=uv_sph, dp_du=dp_du, dp_dv=dp_dv)
 
 
 def _disk_surface(p_ray, to_world, to_local, hit):
-    """(p, ng, ns, uv, dp_du, dp_dv) of disk hits (disk.cpp): the transformed +z normal, uv =
+    """The ``SurfacePoint`` of disk hits (disk.cpp): the transformed +z normal, uv =
     (r, phi / 2 pi) of the local hit, dp/du = (cos phi, sin phi, 0) and dp/dv = 2 pi r (-sin phi,
     cos phi, 0) in the object frame (zero at the center, as there)."""
     n_disk = vm.normalize(vm.transform_normal(to_local, jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0])[:, None], p_ray.shape)))
@@ -647,11 +651,11 @@ def _disk_surface(p_ray, to_world, to_local, hit):
     cos_phi, sin_phi, zero = hit.u * inv_r, hit.v * inv_r, jnp.zeros_like(r)
     dp_du = vm.transform_vector(to_world, jnp.stack([cos_phi, sin_phi, zero]))
     dp_dv = vm.transform_vector(to_world, jnp.stack([-sin_phi, cos_phi, zero])) * (TWO_PI * r)
-    return p_ray, n_disk, n_disk, uv_disk, dp_du, dp_dv
+    return SurfacePoint(p=p_ray, ng=n_disk, ns=n_disk, uv=uv_disk, dp_du=dp_du, dp_dv=dp_dv)
 
 
 def _cylinder_surface(p_ray, to_world, to_local):
-    """(p, ng, ns, uv, dp_du, dp_dv) of cylinder hits (cylinder.cpp): uv = (phi / 2 pi, z) of the
+    """The ``SurfacePoint`` of cylinder hits (cylinder.cpp): uv = (phi / 2 pi, z) of the
     local hit, dp/du = 2 pi (-y, x, 0) and dp/dv = e_z in the object frame,
     n = normalize(dp/du x dp/dv) in world space, p pushed along n by 1 - r_local (Mitsuba's
     round-off correction, in local units as there). A mirroring to_world turns n inward; the
@@ -662,7 +666,7 @@ def _cylinder_surface(p_ray, to_world, to_local):
     dp_dv = jnp.broadcast_to(to_world[:, 2], dp_du.shape)
     n = vm.normalize(vm.cross(dp_du, dp_dv))
     p = p_ray + n * (1.0 - jnp.sqrt(local[0] * local[0] + local[1] * local[1]))
-    return p, n, n, uv, dp_du, dp_dv
+    return SurfacePoint(p=p, ng=n, ns=n, uv=uv, dp_du=dp_du, dp_dv=dp_dv)
 
 
 def surface_interaction(geometry: Geometry, o: jax.Array, d: jax.Array, hit: Hit) -> SurfaceInteraction:
@@ -683,13 +687,13 @@ def surface_interaction(geometry: Geometry, o: jax.Array, d: jax.Array, hit: Hit
     ng = ns = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], jnp.float32)[:, None], (3, n))
     uv = jnp.zeros((2, n), jnp.float32)
     dp_du, dp_dv = p, p
-    out: tuple[jax.Array, ...] = (p, ng, ns, uv, dp_du, dp_dv)
+    out = SurfacePoint(p, ng, ns, uv, dp_du, dp_dv)
     if geo.n_triangles:
         is_tri = valid & (hit.prim < geo.n_triangles)
-        out = tuple(vm.select(is_tri, a, b) for a, b in zip(_triangle_surface(geo, hit), out))
+        out = select_point(is_tri, _triangle_surface(geo, hit), out)
     if geo.n_analytic:
         is_analytic = hit.prim >= geo.n_triangles
-        out = tuple(vm.select(is_analytic, a, b) for a, b in zip(_analytic_surface(geo, o, d, hit), out))
+        out = select_point(is_analytic, _analytic_surface(geo, o, d, hit), out)
     p, ng, ns, uv, dp_du, dp_dv = out
     if geo.n_instances:
         p, ng, ns, dp_du, dp_dv = instancing.surface_to_world(cast(jax.Array, geo.instance_to_world),
