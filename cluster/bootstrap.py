@@ -135,21 +135,21 @@ def join_group(coordinator: str | None, size: int, rank: int, timeout_s: float, 
                                    shutdown_timeout_seconds=5)
 
 
-def _listen():
+def _listen() -> None:
     """Count this process's compilations through JAX's monitoring events (once per process)."""
     global _listening
     if _listening:
         return
     from jax import monitoring
 
-    def on_event(event, **_):
+    def on_event(event: str, **_: str | int) -> None:
         if event == _CACHE_HIT:
             _stats["cache_hits"] += 1
 
-    def on_duration(event, seconds, **_):
+    def on_duration(event: str, duration_secs: float, **_: str | int) -> None:
         if event == _BACKEND_COMPILE:
             _stats["programs"] += 1
-            _stats["seconds"] += seconds
+            _stats["seconds"] += duration_secs
 
     monitoring.register_event_listener(on_event)
     monitoring.register_event_duration_secs_listener(on_duration)

@@ -107,8 +107,10 @@ class _Queue:
 class _JobRun:
     """One run of ``run_job``: the groups, the queue of a plan's tasks, retries and writes to the store."""
 
-    def __init__(self, spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
-                 task_timeout_s, make_group=WorkerGroup, ready=None):
+    def __init__(self, spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_attempts: int,
+                 max_rebuilds: int, progress: RunProgress, log: Callable[[str], object], init_timeout_s: float,
+                 task_timeout_s: float | None, make_group: Callable[..., WorkerGroup] = WorkerGroup,
+                 ready: Callable[[], object] | None = None):
         self.spec, self.store, self.shapes, self.make_group = spec, store, shapes, make_group
         self.ready = ready  # waited for before the first dispatch
         self.init_timeout_s, self.task_timeout_s = init_timeout_s, task_timeout_s
@@ -117,14 +119,15 @@ class _JobRun:
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
         self.progress, self.log = progress, log
         self.th, self.tw = tile_size(spec, store)
-        self.queue = _Queue(())                      # tasks to send, first first
-        self.parked = collections.defaultdict(list)  # tile -> tasks past its window, in chunk order
-        self.attempts = collections.Counter()      # task key -> failed dispatches
-        self.live = {}                              # task key -> its live Dispatch
-        self.inflight = {}                          # ray ref -> Dispatch not yet answered
-        self.load = collections.Counter()           # group -> dispatches in flight
-        self.folds = None     # farm.results.Commits (workers write), or farm.folding.Folds
-        self.compiles = None  # the groups' XLA programs (cluster.bootstrap.compile_stats), summed
+        self.queue = _Queue(())  # tasks to send, first first
+        # tile -> tasks past its window, in chunk order
+        self.parked: collections.defaultdict[tuple[int, int, int], list[Task]] = collections.defaultdict(list)
+        self.attempts: collections.Counter[tuple[int, int, int, int]] = collections.Counter()  # task key -> failed dispatches
+        self.live: dict[tuple[int, int, int, int], Dispatch] = {}  # task key -> its live Dispatch
+        self.inflight: dict[ray.ObjectRef, Dispatch] = {}    # ray ref -> Dispatch not yet answered
+        self.load: collections.Counter[WorkerGroup] = collections.Counter()  # group -> dispatches in flight
+        self.folds: Commits | Folds | None = None  # Commits (workers write), or Folds (results come back)
+        self.compiles: dict[str, float] | None = None  # the groups' XLA programs (cluster.bootstrap.compile_stats), summed
 
     # -- checking what the store has ---------------------------------------------------------
 
