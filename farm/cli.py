@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from farm import signals
 from farm.errors import FarmError, Interrupted
 from farm.options import command_line, group_options, job_options, job_spec, with_groups
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from farm.monitor import JobSummary
     from farm.spec import JobSpec
+    from farm.store import FrameStore
 
 __all__ = ["main"]
 
@@ -49,6 +51,7 @@ def _render(spec, address, no_progress, redo=None, replace=False):
         same_members = job.preflight_env(planned, local) == preflight.env  # (a store's own level may differ)
         preflight.compile(job.first_task(planned, store) if same_members else None)
         spec = planned
+        signals.on_stop(lambda: _stopped_late(store))
         registry.record(store.url)
         try:
             click.echo(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> "
@@ -56,11 +59,21 @@ def _render(spec, address, no_progress, redo=None, replace=False):
             session.run(spec, store, address=address, show_progress=not no_progress,
                         log=lambda m: click.echo(m, err=True), ray_start=ray_start, ready=preflight.wait)
         except KeyboardInterrupt:
-            raise Interrupted(f"interrupted; `farm resume {store.url}` goes on from here") from None
+            how = f"stopped by {signals.stopped_by()}" if signals.stopped_by() else "interrupted"
+            raise Interrupted(f"{how}; `farm resume {store.url}` goes on from here", exit_code=signals.exit_code()) \
+                from None
         finally:
             ray_start.close()  # every worker gone before another driver may take the store
             store.lease.release()
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
+
+
+def _stopped_late(store: FrameStore) -> None:
+    """A stop whose cleanup outlived its grace (Ray's processes stopped too): the lease goes,
+    the one line is said, and the process exits (``farm.signals``)."""
+    if store.lease is not None:
+        store.lease.release()
+    click.echo(f"error: stopped by {signals.stopped_by()}; `farm resume {store.url}` goes on from here", err=True)
 
 
 def _redo_option(f):
@@ -281,12 +294,14 @@ def _one_line(text: str) -> str:
 
 def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {_one_line(message)}", err=True)
+    signals.done()
     sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``farm`` command line on ``argv`` (default: the process's arguments); exits."""
     args = sys.argv[1:] if argv is None else list(argv)
+    signals.take()  # SIGTERM and SIGHUP stop a command as Ctrl-C does
     for arg in args:  # before anything is made: a store's metadata, the registry and the monitor are UTF-8
         if not _is_utf8(arg):
             _fail(f"{ascii(arg)[1:-1]} is not valid UTF-8: rename it (the farm writes paths and values "
@@ -307,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FarmError as e:
         _fail(str(e), e.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
-        _fail("interrupted", Interrupted.exit_code)
+        _fail(f"stopped by {signals.stopped_by()}" if signals.stopped_by() else "interrupted", signals.exit_code())
     except Exception as e:  # a bug: one line that says where, never a traceback
         frame = traceback.extract_tb(e.__traceback__)[-1]
         _fail(f"unexpected {type(e).__name__}: {_first_line(e)} (at {os.path.basename(frame.filename)}:"

@@ -29,6 +29,11 @@ def shown(value: object, limit: int = 60) -> str:
 
 
 class Interrupted(FarmError):
-    """Ctrl-C (SIGINT); the message says how to go on."""
+    """Ctrl-C (SIGINT: exit 130), SIGTERM (143) or SIGHUP (129); the message says how to go on."""
 
     exit_code = 130
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code

@@ -245,7 +245,7 @@ def _state(notes: Mapping[str, Any], finished: bool, started: bool, now: float) 
     if last == "running":
         updated = progress_number(notes, "updated")
         return "stalled" if updated is None or now - updated > STALE_S else "running"
-    if last in ("failed", "cancelled", "interrupted"):
+    if last in ("failed", "cancelled", "interrupted", "stopped"):
         return last
     return "incomplete" if started or last == "done" else "new"
 

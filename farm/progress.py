@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from farm.errors import FarmError
+from farm.signals import stopped_by
 from farm.store import error_line
 
 if TYPE_CHECKING:
@@ -162,10 +163,11 @@ class RunProgress:
     def fail_quietly(self, error: BaseException) -> None:
         """``fail`` for an error from outside the render loop; nothing is written where the
         store refuses it (a lease lost is one such error)."""
-        state = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+        signal = stopped_by()
+        state = "failed" if not isinstance(error, KeyboardInterrupt) else "stopped" if signal else "interrupted"
         try:
             message = str(error) if isinstance(error, FarmError) else error_line(error)
-            self.fail(message if state == "failed" else "interrupted", state)
+            self.fail(message if state == "failed" else f"stopped by {signal}" if signal else state, state)
         except Exception:
             pass
 

@@ -34,6 +34,7 @@ from farm.planner import Plan, Task, plan
 from farm.progress import RunProgress
 from farm.records import TileRecord
 from farm.results import Commits, shared_root
+from farm.signals import stopped_by
 from tracer.errors import SceneError
 
 if TYPE_CHECKING:
@@ -206,7 +207,8 @@ class _JobRun:
             progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            progress.fail(e, {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), "interrupted"))
+            stopped = "stopped" if stopped_by() else "interrupted"  # a signal's, or Ctrl-C's
+            progress.fail(e, {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), stopped))
             raise
         finally:
             self.teardown(groups)

@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from farm import signals
 from farm.job import group_shapes
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
         ray = contextlib.nullcontext(ray_start) if ray_start else starting_ray(address, spec.groups, eager=False)
         with ray as start:
             start.wait()
+            signals.take()  # back from Ray's core worker, which took SIGTERM when it started
             return run_job(spec, store, group_shapes(spec, address is None), log=log, progress=progress,
                            ready=ready)
     except BaseException as e:

@@ -167,6 +167,40 @@ def test_ctrl_c_says_how_to_resume_and_a_copy_of_the_store_resumes_where_it_is(t
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("sig, whole_group", [(signal.SIGTERM, True), (signal.SIGHUP, False)])
+def test_sigterm_and_sighup_stop_a_driver_as_ctrl_c_does(tmp_path, sig, whole_group):
+    """A service manager's stop (SIGTERM to the process group: Ray's own processes stop too, and
+    the driver's calls into Ray would wait a minute for it) and a closed terminal (SIGHUP to the
+    driver): one line, exit 128 + the signal, the state "stopped", the lease released; the
+    stopped job resumes to the bits of an uninterrupted render."""
+    store = tmp_path / "t.zarr"
+    args = ["render", ORBIT, "--frames", "0-3", "--spp", "32", "--res", "40x30", "--tile", "16",
+            "--set", "angle=0:0,3:90", "--out", str(store), "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        stop_when_rendered(proc, store, tiles=3)
+        (os.killpg if whole_group else os.kill)(proc.pid, sig)
+        os.kill(proc.pid, signal.SIGCONT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == f"error: stopped by {name}; `farm resume {store}` goes on from here"
+    assert FrameStore.open(str(store), mode="r").progress()["state"] == "stopped"
+    assert holder(FrameStore.open(str(store), mode="r").group).released
+    if not whole_group:
+        return
+    result = farm_cli("resume", str(store), "--no-progress")
+    assert result.returncode == 0, result.stderr[-2000:]
+    spec, _ = job.open_store(str(store))
+    for got, want in zip(exported(store, tmp_path), reference(spec)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_store_of_another_job_is_refused_and_left_alone(tmp_path):
     spec, store = job.prepare(orbit_spec(tmp_path / "e.zarr"))
     attrs = dict(FrameStore.open(store.url).group.attrs)
