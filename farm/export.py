@@ -64,6 +64,7 @@ def export_frames(spec: JobSpec, store: FrameStore, frames: tuple[int, int] | No
     if first < spec.frames[0] or last > spec.frames[1]:
         raise SpecError(f"--frames {first}-{last}: the job has frames {spec.frames[0]}-{spec.frames[1]}")
     names = frame_names(name, job_name(store.url), range(first, last + 1), fmt)
+    _refuse_a_store(out)
     aux = _aux_channels(store) if denoised else None
     records, damaged = store.verified_records()
     status = frame_status(store, spec, records)
@@ -153,6 +154,23 @@ def checkered(pixels: np.ndarray, sampled: np.ndarray, tile: int) -> np.ndarray:
     pixels = pixels.copy()
     pixels[empty] = checker[empty, None]
     return pixels
+
+
+def _refuse_a_store(out: str) -> None:
+    """Refuse an output folder that is, or lies inside, a Zarr hierarchy (a frame store, this one
+    or another): nothing writes inside a store but the store's code. Links are followed: the
+    folder is judged where it resolves to."""
+    if "://" in out:
+        return
+    here = os.path.realpath(out)
+    while True:
+        if os.path.isfile(os.path.join(here, "zarr.json")):
+            where = "is" if here == os.path.realpath(out) else f"lies inside {here}, which is"
+            raise SpecError(f"--out {out} {where} a Zarr store: exports go to a folder outside any store")
+        parent = os.path.dirname(here)
+        if parent == here:
+            return
+        here = parent
 
 
 def _make_folder(out: str) -> None:

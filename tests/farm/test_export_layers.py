@@ -1,7 +1,8 @@
 """A job with AOVs through the farm: its channels exact under the reduction tree, EXR layers read
 back by name, Open Image Denoise closer to a converged render and the same bits every run, and
-file-name templates."""
+file-name templates, and an export never writing inside a store."""
 import dataclasses
+import os
 import pathlib
 
 import numpy as np
@@ -160,6 +161,24 @@ def test_name_templates():
         with pytest.raises(SpecError, match=message.replace("{", r"\{").replace("}", r"\}")):
             frame_names(template, "orbit", [1, 2], "png")
     assert frame_names("{frame}_{frame:5d}.{ext}", "o", [7], "exr") == {7: "7_    7.exr"}
+
+
+def test_export_never_writes_inside_a_store(tmp_path):
+    """The store itself, a folder inside it, another store, and a link that resolves into one are
+    refused in one line (exit 2), and nothing in the stores changes."""
+    from tests.helpers.farm_cases import filled_store, store_files
+    store, other = tmp_path / "s.zarr", tmp_path / "o.zarr"
+    filled_store(store, frames=(0, 0))
+    filled_store(other, frames=(0, 0))
+    os.symlink(store / "records", tmp_path / "link")
+    before = store_files(store), store_files(other)
+    for out in (store, store / "records", store / "new" / "deeper", other, tmp_path / "link"):
+        code, _, err = farm_main("export", store, "--format", "exr", "--out", out)
+        assert code == 2 and err.count("\n") == 1 and "a Zarr store" in err, (out, err)
+    assert (store_files(store), store_files(other)) == before
+    assert not (store / "new").exists()
+    code, _, err = farm_main("export", store, "--format", "exr", "--out", tmp_path / "frames")
+    assert code == 0 and (tmp_path / "frames" / "frame_0000.exr").exists(), err
 
 
 def test_a_bad_template_is_refused_before_anything_is_written(tmp_path):
