@@ -18,6 +18,7 @@ import click
 
 from farm import signals
 from farm.errors import FarmError, Interrupted
+from farm.names import is_utf8
 from farm.options import command_line, group_options, job_options, job_spec, with_groups
 
 if TYPE_CHECKING:
@@ -273,15 +274,6 @@ def _job_line(path: str, j: JobSummary) -> str:
     return f"{j.state:<11} {f'{j.frames_done}/{j.frames}':>11} {f'{j.spp} spp':>9}  {path}"
 
 
-def _is_utf8(text: str) -> bool:
-    """Whether ``text`` is valid Unicode text (a name that was not UTF-8 bytes holds lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
@@ -303,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     signals.take()  # SIGTERM and SIGHUP stop a command as Ctrl-C does
     for arg in args:  # before anything is made: a store's metadata, the registry and the monitor are UTF-8
-        if not _is_utf8(arg):
+        if not is_utf8(arg):
             _fail(f"{ascii(arg)[1:-1]} is not valid UTF-8: rename it (the farm writes paths and values "
                   f"into UTF-8 metadata)", 2)
     try:

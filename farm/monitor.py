@@ -31,6 +31,7 @@ from farm.adaptive import Shot, shot_noise
 from farm.errors import FarmError
 from farm.export import NO_SAMPLES, checkered
 from farm.job import frame_status, open_store
+from farm.names import is_utf8
 from farm.records import TileRecord, has_samples
 from farm.store import FrameStore, StoreError, error_line, progress_number
 from tracer.shared import resolve
@@ -97,21 +98,13 @@ def find_stores(root: str) -> list[str]:
     found = []
     for here, dirs, files in os.walk(root):  # links to folders are listed in dirs, never entered
         # Hidden folders, and names that are not UTF-8 (no store of ours is named so), are passed over.
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and _is_utf8(d))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and is_utf8(d))
         if "zarr.json" not in files or here == root:
             continue
         dirs[:] = []  # a Zarr hierarchy: a store, or not one, as a whole
         if _is_store(here, root):
             found.append(os.path.relpath(here, root).replace(os.sep, "/"))
     return sorted(found)
-
-
-def _is_utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _is_store(path: str, root: str) -> bool:

@@ -17,12 +17,22 @@ from collections.abc import Iterable
 
 from farm.errors import SpecError
 
-__all__ = ["DEFAULT_TEMPLATE", "job_name", "frame_names"]
+__all__ = ["DEFAULT_TEMPLATE", "job_name", "frame_names", "is_utf8"]
 
 DEFAULT_TEMPLATE = "frame_{frame:04d}.{ext}"
 FIELDS = ("job", "frame", "ext")
 _INTEGER_FORMAT = re.compile(r"0?[1-9]?[0-9]?d")  # {frame:d}, {frame:4d}, {frame:04d}, {frame:012d}
 MAX_NAME = 255  # bytes: most file systems' limit for one name
+
+
+def is_utf8(name: str) -> bool:
+    """Whether ``name`` is valid Unicode text: a name the OS gave as bytes that are not UTF-8
+    holds lone surrogates, and no store's UTF-8 metadata, registry or page can hold it."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def job_name(url: str) -> str:
