@@ -149,62 +149,60 @@ struct alignas(16) PaddedRayHit {
   unsigned int spare[16];
 };
 
-ffi::Error GoneScene(int32_t handle) {
-  return ffi::Error(ffi::ErrorCode::kInvalidArgument,
-                    "intersection scene " + std::to_string(handle) +
-                        " is gone: the scene that built it was closed or freed");
+// `query(scene, n, o, d, t_max)` over the scene the program names by `handle`, retained meanwhile.
+template <typename Query>
+ffi::Error OnScene(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o, ffi::Buffer<ffi::F32> d,
+                   ffi::Buffer<ffi::F32> t_max, Query query) {
+  int32_t id = handle.typed_data()[0];
+  RTCScene scene = Acquire(id);
+  if (!scene)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "intersection scene " + std::to_string(id) +
+                                                            " is gone: the scene that built it was closed or freed");
+  query(scene, static_cast<int64_t>(t_max.element_count()), o.typed_data(), d.typed_data(), t_max.typed_data());
+  api.ReleaseScene(scene);
+  return ffi::Error::Success();
 }
 
 ffi::Error Closest(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
                    ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, ffi::ResultBuffer<ffi::F32> t,
                    ffi::ResultBuffer<ffi::S32> prim) {
-  int32_t id = handle.typed_data()[0];
-  RTCScene scene = Acquire(id);
-  if (!scene) return GoneScene(id);
-  const int64_t n = static_cast<int64_t>(t_max.element_count());
-  const float *op = o.typed_data(), *dp = d.typed_data(), *tp = t_max.typed_data();
   float* t_out = t->typed_data();
   int32_t* prim_out = prim->typed_data();
-  ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
-    PaddedRayHit q;
-    for (int64_t i = begin; i < end; ++i) {
-      t_out[i] = std::numeric_limits<float>::infinity(), prim_out[i] = -1;
-      if (!(tp[i] > 0.0f)) continue;
-      SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
-      q.rayhit.hit.geomID = RTC_INVALID_GEOMETRY_ID;
-      q.rayhit.hit.primID = RTC_INVALID_GEOMETRY_ID;
-      api.Intersect1(scene, &q.rayhit, nullptr);
-      if (q.rayhit.hit.geomID != RTC_INVALID_GEOMETRY_ID) {
-        t_out[i] = q.rayhit.ray.tfar, prim_out[i] = static_cast<int32_t>(q.rayhit.hit.primID);
+  return OnScene(handle, o, d, t_max, [&](RTCScene scene, int64_t n, const float* op, const float* dp, const float* tp) {
+    ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
+      PaddedRayHit q;
+      for (int64_t i = begin; i < end; ++i) {
+        t_out[i] = std::numeric_limits<float>::infinity(), prim_out[i] = -1;
+        if (!(tp[i] > 0.0f)) continue;
+        SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
+        q.rayhit.hit.geomID = RTC_INVALID_GEOMETRY_ID;
+        q.rayhit.hit.primID = RTC_INVALID_GEOMETRY_ID;
+        api.Intersect1(scene, &q.rayhit, nullptr);
+        if (q.rayhit.hit.geomID != RTC_INVALID_GEOMETRY_ID) {
+          t_out[i] = q.rayhit.ray.tfar, prim_out[i] = static_cast<int32_t>(q.rayhit.hit.primID);
+        }
       }
-    }
+    });
   });
-  api.ReleaseScene(scene);
-  return ffi::Error::Success();
 }
 
 ffi::Error Occluded(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
                     ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max,
                     ffi::ResultBuffer<ffi::PRED> blocked) {
-  int32_t id = handle.typed_data()[0];
-  RTCScene scene = Acquire(id);
-  if (!scene) return GoneScene(id);
-  const int64_t n = static_cast<int64_t>(t_max.element_count());
-  const float *op = o.typed_data(), *dp = d.typed_data(), *tp = t_max.typed_data();
   bool* out = blocked->typed_data();
-  ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
-    PaddedRayHit q;
-    for (int64_t i = begin; i < end; ++i) {
-      out[i] = false;
-      if (!(tp[i] > 0.0f)) continue;
-      SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
-      api.Occluded1(scene, &q.rayhit.ray, nullptr);
-      // Embree marks an occluded ray by setting tfar to -inf.
-      out[i] = q.rayhit.ray.tfar < 0.0f;
-    }
+  return OnScene(handle, o, d, t_max, [&](RTCScene scene, int64_t n, const float* op, const float* dp, const float* tp) {
+    ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
+      PaddedRayHit q;
+      for (int64_t i = begin; i < end; ++i) {
+        out[i] = false;
+        if (!(tp[i] > 0.0f)) continue;
+        SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
+        api.Occluded1(scene, &q.rayhit.ray, nullptr);
+        // Embree marks an occluded ray by setting tfar to -inf.
+        out[i] = q.rayhit.ray.tfar < 0.0f;
+      }
+    });
   });
-  api.ReleaseScene(scene);
-  return ffi::Error::Success();
 }
 
 }  // namespace
