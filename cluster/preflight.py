@@ -24,14 +24,12 @@ from typing import Any
 
 from cluster.task import SceneRef, TileTask
 
-__all__ = ["task_json", "task_from_json", "check", "main"]
+__all__ = ["task_json", "task_from_json", "main"]
 
 
 def task_json(task: TileTask) -> dict[str, Any]:
     """A TileTask without its accumulator or output (a work unit's shape and scene) as JSON."""
-    fields = dataclasses.asdict(dataclasses.replace(task, start=None, out=None))
-    fields["scene"] = dataclasses.asdict(task.scene)
-    return fields
+    return dataclasses.asdict(dataclasses.replace(task, start=None, out=None))  # the scene as a dict too
 
 
 def task_from_json(fields: dict[str, Any]) -> TileTask:
@@ -41,16 +39,6 @@ def task_from_json(fields: dict[str, Any]) -> TileTask:
     return TileTask(**dict(fields, scene=SceneRef(**scene)))
 
 
-def check(scene: dict[str, Any]) -> None:
-    """Load the scene at each of its parameter sets (``tracer.io.validate``'s input); raises the
-    first ``SceneError``."""
-    from tracer.io.validate import check as check_sets
-
-    resolution = tuple(scene["resolution"]) if scene.get("resolution") else None
-    check_sets(scene["path"], resolution, scene["accel"], [tuple(map(tuple, p)) for p in scene["param_sets"]],
-               scene.get("aovs"), scene.get("rfilter"))
-
-
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -58,6 +46,7 @@ def _say(line: str) -> None:
 
 def main() -> int:
     from tracer.errors import SceneError
+    from tracer.io.validate import check_job
 
     job = json.loads(sys.stdin.readline())
     env = job.get("env")
@@ -65,7 +54,7 @@ def main() -> int:
         from cluster import bootstrap
         bootstrap.start_jax(env)
     try:
-        check(job["scene"])
+        check_job(job["scene"])
     except SceneError as e:
         print(str(e), file=sys.stderr)
         return 1

@@ -60,9 +60,8 @@ def _render(spec, address, no_progress, redo=None, replace=False):
             session.run(spec, store, address=address, show_progress=not no_progress,
                         log=lambda m: click.echo(m, err=True), ray_start=ray_start, ready=preflight.wait)
         except KeyboardInterrupt:
-            how = f"stopped by {signals.stopped_by()}" if signals.stopped_by() else "interrupted"
-            raise Interrupted(f"{how}; `farm resume {store.url}` goes on from here", exit_code=signals.exit_code()) \
-                from None
+            raise Interrupted(f"{signals.how()}; `farm resume {store.url}` goes on from here",
+                              exit_code=signals.exit_code()) from None
         finally:
             ray_start.close()  # every worker gone before another driver may take the store
             store.lease.release()
@@ -74,7 +73,7 @@ def _stopped_late(store: FrameStore) -> None:
     the one line is said, and the process exits (``farm.signals``)."""
     if store.lease is not None:
         store.lease.release()
-    click.echo(f"error: stopped by {signals.stopped_by()}; `farm resume {store.url}` goes on from here", err=True)
+    click.echo(f"error: {signals.how()}; `farm resume {store.url}` goes on from here", err=True)
 
 
 def _redo_option(f):
@@ -314,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FarmError as e:
         _fail(str(e), e.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
-        _fail(f"stopped by {signals.stopped_by()}" if signals.stopped_by() else "interrupted", signals.exit_code())
+        _fail(signals.how(), signals.exit_code())
     except Exception as e:  # a bug: one line that says where, never a traceback
         frame = traceback.extract_tb(e.__traceback__)[-1]
         _fail(f"unexpected {type(e).__name__}: {_first_line(e)} (at {os.path.basename(frame.filename)}:"

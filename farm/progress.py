@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from farm import signals
 from farm.errors import FarmError
-from farm.signals import stopped_by
 from farm.store import error_line
 
 if TYPE_CHECKING:
@@ -163,11 +163,10 @@ class RunProgress:
     def fail_quietly(self, error: BaseException) -> None:
         """``fail`` for an error from outside the render loop; nothing is written where the
         store refuses it (a lease lost is one such error)."""
-        signal = stopped_by()
-        state = "failed" if not isinstance(error, KeyboardInterrupt) else "stopped" if signal else "interrupted"
+        interrupted = isinstance(error, KeyboardInterrupt)  # Ctrl-C, or a signal (farm.signals)
         try:
             message = str(error) if isinstance(error, FarmError) else error_line(error)
-            self.fail(message if state == "failed" else f"stopped by {signal}" if signal else state, state)
+            self.fail(signals.how() if interrupted else message, signals.state() if interrupted else "failed")
         except Exception:
             pass
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from cluster.task import TileTask
     from farm.spec import JobSpec
 
-__all__ = ["Preflight", "check_scene"]
+__all__ = ["Preflight"]
 
 
 class Preflight:
@@ -42,7 +42,6 @@ class Preflight:
                  "accel": spec.accel, "aovs": spec.aovs, "rfilter": spec.rfilter,
                  "param_sets": [list(map(list, p)) for p in param_sets]}
         self.scene, self.env = spec.scene, env
-        self.compiled_s: float | None = None  # the preflight's compilation, once done
         self._stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe no one reads while it compiles
         self._child = subprocess.Popen([sys.executable, "-m", "cluster.preflight"], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=_child_env())
@@ -88,11 +87,6 @@ class Preflight:
             self._child.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.close()
-            return
-        assert self._child.stdout is not None
-        answer = self._child.stdout.read().split()
-        if answer[:1] == ["compiled"] and len(answer) > 1:
-            self.compiled_s = float(answer[1])
 
     def close(self) -> None:
         """Stop the child (harmless when it has ended)."""
@@ -111,13 +105,6 @@ class Preflight:
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-
-def check_scene(spec: JobSpec) -> None:
-    """Raise ``SceneFileError`` (the loader's one line) unless the scene of ``spec`` loads at its
-    first and last frames."""
-    with Preflight(spec, None) as preflight:
-        preflight.checked()
 
 
 def _child_env():

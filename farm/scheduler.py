@@ -25,6 +25,7 @@ import ray
 
 from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
 from cluster.task import TileTask
+from farm import signals
 from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
@@ -34,7 +35,6 @@ from farm.planner import Plan, Task, plan
 from farm.progress import RunProgress
 from farm.records import TileRecord
 from farm.results import Commits, shared_root
-from farm.signals import stopped_by
 from tracer.errors import SceneError
 
 if TYPE_CHECKING:
@@ -207,8 +207,7 @@ class _JobRun:
             progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            stopped = "stopped" if stopped_by() else "interrupted"  # a signal's, or Ctrl-C's
-            progress.fail(e, {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), stopped))
+            progress.fail(e, {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), signals.state()))
             raise
         finally:
             self.teardown(groups)

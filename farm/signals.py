@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["Stopped", "SIGNALS", "GRACE_S", "take", "on_stop", "done", "stopped_by", "exit_code"]
+__all__ = ["Stopped", "SIGNALS", "GRACE_S", "take", "on_stop", "done", "stopped_by", "how", "state", "exit_code"]
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 10.0
@@ -34,17 +34,23 @@ class Stopped(KeyboardInterrupt):
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 def stopped_by() -> str | None:
     """The name of the signal that stopped this process (``SIGTERM``), or None (none did; a
     KeyboardInterrupt is then Ctrl-C's)."""
     return signal.Signals(_received[0]).name if _received else None
+
+
+def how() -> str:
+    """How a KeyboardInterrupt came, for a message: "stopped by SIGTERM", or "interrupted" (Ctrl-C)."""
+    name = stopped_by()
+    return f"stopped by {name}" if name else "interrupted"
+
+
+def state() -> str:
+    """The run's state after a KeyboardInterrupt: "stopped" (a signal's) or "interrupted" (Ctrl-C's)."""
+    return "stopped" if stopped_by() else "interrupted"
 
 
 def exit_code() -> int:
@@ -54,13 +60,13 @@ def exit_code() -> int:
 
 def _stop(signum: int, _frame: FrameType | None) -> None:
     _received.append(signum)
-    timer = threading.Timer(GRACE_S, _exit_late, args=(signum,))
+    timer = threading.Timer(GRACE_S, _exit_late)
     timer.daemon = True
     timer.start()
     raise Stopped(signum)
 
 
-def _exit_late(signum: int) -> None:
+def _exit_late() -> None:
     with _lock:
         late, _late[:] = list(_late), []
     for callback in late:
@@ -68,7 +74,7 @@ def _exit_late(signum: int) -> None:
             callback()
         except Exception:  # what can be done is done; the exit must come
             pass
-    os._exit(128 + signum)
+    os._exit(exit_code())
 
 
 def on_stop(callback: Callable[[], object]) -> None:

@@ -10,8 +10,9 @@ Exit 0 when every set loads; 1 with the ``SceneError`` on stderr when one does n
 import json
 import sys
 from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["check", "main"]
+__all__ = ["check", "check_job", "main"]
 
 
 def check(path: str, resolution: tuple[int, int] | None, accel: str, param_sets: Iterable[Iterable[tuple[str, object]]],
@@ -23,13 +24,17 @@ def check(path: str, resolution: tuple[int, int] | None, accel: str, param_sets:
             pass
 
 
+def check_job(job: dict[str, Any]) -> None:
+    """``check`` of a job as the JSON object above gives it."""
+    resolution = tuple(job["resolution"]) if job.get("resolution") else None
+    check(job["path"], resolution, job["accel"], [tuple(map(tuple, p)) for p in job["param_sets"]],
+          job.get("aovs"), job.get("rfilter"))
+
+
 def main() -> int:
     from tracer.errors import SceneError
-    job = json.load(sys.stdin)
-    resolution = tuple(job["resolution"]) if job.get("resolution") else None
     try:
-        check(job["path"], resolution, job["accel"], [tuple(map(tuple, p)) for p in job["param_sets"]],
-              job.get("aovs"), job.get("rfilter"))
+        check_job(json.load(sys.stdin))
     except SceneError as e:
         print(str(e), file=sys.stderr)
         return 1
