@@ -28,6 +28,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from tracer import textures as tx
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.bsdfs import (conductor, dielectric, diffuse, disney, layers, microfacet, perturb, plastic, pplastic,
                           principled,
@@ -69,7 +70,7 @@ class _Params:
         if present & {*BsdfKind.DIELECTRICS, BsdfKind.POLARIZER}:
             self.transmittance = rgb("specular_transmittance")
         if present & {BsdfKind.CONDUCTOR, BsdfKind.ROUGHCONDUCTOR}:
-            self.eta3, self.k3 = materials.eta[:, mat], materials.k[:, mat]
+            self.eta3, self.k3 = lanes.take(materials.eta, mat), lanes.take(materials.k, mat)
         if present & set(BsdfKind.WITH_ETA):
             self.eta = materials.eta[0, mat]
         if present & set(BsdfKind.PLASTICS):

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from tracer import elementary
 from tracer import textures as tx
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.bsdfs import microfacet
 from tracer.constants import PI
@@ -71,7 +72,7 @@ def gather(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jn
              "diff_trans")
     return Params(base_color=base_color, roughness=value("roughness"),
                   **{name: optional(name, name) for name in names},
-                  clearcoat_gloss=optional("clearcoat_gloss", "clearcoat"), eta=eta, rates=table.rates[:, mat],
+                  clearcoat_gloss=optional("clearcoat_gloss", "clearcoat"), eta=eta, rates=lanes.take(table.rates, mat),
                   has_spec_trans=table.has_spec_trans[mat], features=features)
 
 

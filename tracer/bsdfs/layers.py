@@ -20,6 +20,7 @@ import itertools
 import jax.numpy as jnp
 
 from tracer import textures as tx
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.pytree import pytree_dataclass
 
@@ -40,7 +41,7 @@ class Layers:
 def weights(layers: Layers, textures: tx.Textures, mat: jnp.ndarray, at: jnp.ndarray | tx.TexturePoint) -> jnp.ndarray:
     """Slot weights (L, N) of the materials ``mat`` (N,) at the texture point ``at`` (uv, or uv
     and mesh attributes: tracer.textures.texture_point)."""
-    factor = layers.factor[:, :, mat]
+    factor = lanes.take(layers.factor, mat)
     n_slots, n_factors = factor.shape[:2]
     # One lookup per (slot, factor): texture lookups take one id per ray.
     value = jnp.stack([jnp.stack([tx.eval_float(textures, jnp.maximum(factor[slot, d], 0), at)

@@ -33,6 +33,7 @@ from tracer import elementary, sampling
 
 from tracer.shapes import surface_uv
 from tracer import textures as tex
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.constants import INV_TWO_PI, RAY_EPSILON, TWO_PI
 from tracer.emitters import discrete
@@ -60,18 +61,18 @@ def _to_solid_angle(ref: jax.Array, p: jax.Array, n: jax.Array,
 def _sample_mesh(em, e, ref, u):
     i, u1 = discrete.sample_reuse(em.tri_cdf, em.tri_offset[e], em.tri_count[e], u[1], em.search_steps)
     b = sampling.square_to_uniform_triangle(jnp.stack([u[0], u1]))
-    p = em.tri_e1[:, i] * b[0] + (em.tri_e2[:, i] * b[1] + em.tri_p0[:, i])
-    n = em.tri_n[0][:, i] * (1.0 - b[0] - b[1]) + em.tri_n[1][:, i] * b[0] + em.tri_n[2][:, i] * b[1]
+    p = lanes.take(em.tri_e1, i) * b[0] + (lanes.take(em.tri_e2, i) * b[1] + lanes.take(em.tri_p0, i))
+    n = lanes.take(em.tri_n[0], i) * (1.0 - b[0] - b[1]) + lanes.take(em.tri_n[1], i) * b[0] + lanes.take(em.tri_n[2], i) * b[1]
     n = vm.normalize(n)
     n = vm.select(em.flip[e], -n, n)
-    uv = em.tri_uv[0][:, i] * (1.0 - b[0] - b[1]) + em.tri_uv[1][:, i] * b[0] + em.tri_uv[2][:, i] * b[1]
+    uv = lanes.take(em.tri_uv[0], i) * (1.0 - b[0] - b[1]) + lanes.take(em.tri_uv[1], i) * b[0] + lanes.take(em.tri_uv[2], i) * b[1]
     return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e]), uv
 
 
 def _sample_planar(em, e, ref, q, uv):
     """The point to_world (q.x, q.y, 0) of a disk or rectangle, its normal the inverse transpose
     applied to +z (Mitsuba's ``m_frame.n``)."""
-    m = em.to_world[:, :, e]
+    m = lanes.take(em.to_world, e)
     p = m[:, 0] * q[0] + m[:, 1] * q[1] + m[:, 3]
     n = vm.normalize(em.to_local[2][:3, e])
     n = vm.select(em.flip[e], -n, n)
@@ -94,12 +95,12 @@ def _sample_cylinder(em, e, ref, u):
     to_world's inverse transpose applied to (cos, sin, 0), flipped with ``flip`` -- which holds
     Mitsuba's flip for a mirroring to_world: there, unlike the normal at a ray hit, this one then
     points inward (Mitsuba's behaviour, kept)."""
-    m = em.to_world[:, :, e]
+    m = lanes.take(em.to_world, e)
     sin_phi, cos_phi = elementary.sincos(TWO_PI * u[1])
     p = m[:, 0] * cos_phi + m[:, 1] * sin_phi + m[:, 2] * u[0] + m[:, 3]
     n = vm.normalize(em.to_local[0][:3, e] * cos_phi + em.to_local[1][:3, e] * sin_phi)
     n = vm.select(em.flip[e], -n, n)
-    uv = surface_uv.cylinder_uv(vm.transform_point(em.to_local[:, :, e], p))
+    uv = surface_uv.cylinder_uv(vm.transform_point(lanes.take(em.to_local, e), p))
     return p, n, *_to_solid_angle(ref, p, n, em.inv_area[e]), uv
 
 
@@ -138,7 +139,7 @@ def _sample_sphere(em, e, ref, u):
 
     n = vm.select(outside, cap, whole)
     p = n * radius + center
-    uv = surface_uv.sphere_uv(vm.transform_point(em.to_local[:, :, e], p))
+    uv = surface_uv.sphere_uv(vm.transform_point(lanes.take(em.to_local, e), p))
     n = vm.select(flip, -n, n)
     d, dist, area_pdf = _to_solid_angle(ref, p, n, em.inv_area[e])
     pdf = jnp.where(outside, jnp.where(dist == 0, 0.0, cone_pdf), area_pdf)
@@ -190,7 +191,7 @@ def _radiance(em: Emitters, textures: tex.Textures, e: jax.Array, uv: jax.Array)
     """The radiance (3, N) of area emitters ``e`` at surface uv (2, N): times its texture there,
     if it has one."""
     if not em.textured:
-        return em.radiance[:, e]
+        return lanes.take(em.radiance, e)
     tid = em.texture[e]
     texture = tex.eval_rgb(textures, jnp.maximum(tid, 0), uv)
     return jnp.where(tid >= 0, em.radiance[:, e] * texture, em.radiance[:, e])

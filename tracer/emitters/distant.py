@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from tracer import sampling
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.constants import FOUR_PI
 
@@ -43,4 +44,4 @@ def sample_constant(em: Emitters, textures: Textures, e: jax.Array, ref: jax.Arr
     p = ref + d * far_distance(em, ref)
     dist = jnp.full(ref.shape[1:], jnp.inf, jnp.float32)
     pdf = sampling.square_to_uniform_sphere_pdf(d)
-    return p, -d, d, dist, pdf, em.radiance[:, e] * FOUR_PI
+    return p, -d, d, dist, pdf, lanes.take(em.radiance, e) * FOUR_PI

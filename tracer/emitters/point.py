@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from tracer import elementary
 from tracer import textures as tex
+from tracer import lanes
 from tracer import vecmath as vm
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def sample_point(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Ar
                  u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, n, d, dist, pdf, weight) for point lights ``e`` seen from ref (3, N)."""
     p, d, dist, inv_dist2 = _toward(em, e, ref)
-    weight = em.radiance[:, e] * inv_dist2
+    weight = lanes.take(em.radiance, e) * inv_dist2
     return p, jnp.zeros_like(p), d, dist, jnp.ones_like(dist), weight
 
 
@@ -51,9 +52,9 @@ def sample_spot(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Arr
                 u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, n, d, dist, pdf, weight) for spot lights ``e`` seen from ref (3, N)."""
     p, d, dist, inv_dist2 = _toward(em, e, ref)
-    local = vm.transform_vector(em.to_local[:, :, e], -d)
+    local = vm.transform_vector(lanes.take(em.to_local, e), -d)
     falloff = spot_falloff(em, e, local)
-    intensity = em.radiance[:, e]
+    intensity = lanes.take(em.radiance, e)
     tid = em.texture[e]
     if em.textured:
         scale = 0.5 / (local[2] * em.spot_uv_factor[e])

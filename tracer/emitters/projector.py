@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from tracer import textures as tex
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.constants import PI
 
@@ -43,9 +44,9 @@ def sample(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Array,
     d = p - ref
     dist = vm.norm(d)
     d = d / jnp.where(dist > 0, dist, 1.0)
-    local = vm.transform_point(em.to_local[:, :, e], ref)
+    local = vm.transform_point(lanes.take(em.to_local, e), ref)
     uv, valid = film_uv(em, e, local)
-    irradiance = em.radiance[:, e]
+    irradiance = lanes.take(em.radiance, e)
     if em.textured:
         tid = em.texture[e]
         irradiance = jnp.where(tid >= 0, irradiance * tex.eval_rgb(textures, jnp.maximum(tid, 0), uv), irradiance)

@@ -19,6 +19,7 @@ import numpy as np
 
 from tracer import bsdfs, emitters, lanes, rng
 from tracer import textures as tx
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.kinds import Perturbation
 from tracer.pytree import pytree_dataclass
@@ -329,7 +330,7 @@ def trace_paths(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction
         take = want & (position < count)
         index = jnp.where(take, queue[jnp.minimum(position, n - 1)], none)
         j = jnp.minimum(index, n - 1)
-        return index, jax.tree.map(lambda a: a[j], keys), fresh_paths(origin[:, j], direction[:, j], t_max[j], take)
+        return index, jax.tree.map(lambda a: a[j], keys), fresh_paths(lanes.take(origin, j), lanes.take(direction, j), t_max[j], take)
 
     lane = jnp.arange(pool, dtype=jnp.int32)
     index, lane_keys, state = pull(lane, lane >= 0)

@@ -31,6 +31,7 @@ from tracer.shapes import instancing
 from tracer.shapes import surface_uv
 from tracer.shapes import instance_bvh as two_level
 from tracer.shapes import intersect as isect
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.accel import embree, host, warp
 from tracer.constants import PI, RAY_EPSILON, SHADOW_EPSILON, TWO_PI
@@ -551,13 +552,13 @@ def _triangle_surface(geo, hit):
     i = jnp.clip(hit.prim, 0, geo.n_triangles - 1)
     u, v = hit.u, hit.v
     w = 1.0 - u - v
-    e1, e2 = geo.e1[:, i], geo.e2[:, i]
-    p = geo.v0[:, i] + u * e1 + v * e2
+    e1, e2 = lanes.take(geo.e1, i), lanes.take(geo.e2, i)
+    p = lanes.take(geo.v0, i) + u * e1 + v * e2
     ng = vm.normalize(vm.cross(e1, e2))
-    ns = vm.normalize(geo.n0[:, i] * w + geo.n1[:, i] * u + geo.n2[:, i] * v)
+    ns = vm.normalize(lanes.take(geo.n0, i) * w + lanes.take(geo.n1, i) * u + lanes.take(geo.n2, i) * v)
     ns = vm.select(geo.has_normals[i], ns, ng)
-    uv = geo.uv0[:, i] * w + geo.uv1[:, i] * u + geo.uv2[:, i] * v
-    dp_du, dp_dv = _triangle_partials(e1, e2, geo.uv1[:, i] - geo.uv0[:, i], geo.uv2[:, i] - geo.uv0[:, i], ng)
+    uv = lanes.take(geo.uv0, i) * w + lanes.take(geo.uv1, i) * u + lanes.take(geo.uv2, i) * v
+    dp_du, dp_dv = _triangle_partials(e1, e2, lanes.take(geo.uv1, i) - lanes.take(geo.uv0, i), lanes.take(geo.uv2, i) - lanes.take(geo.uv0, i), ng)
     return SurfacePoint(p, ng, ns, uv, dp_du, dp_dv)
 
 
@@ -579,10 +580,10 @@ def _attributes(geo, hit):
     i = jnp.clip(hit.prim, 0, geo.n_triangles - 1)
     parts = []
     if geo.attr_corner.shape[1]:
-        a = geo.attr_corner[:, :, i]
+        a = lanes.take(geo.attr_corner, i)
         parts.append(a[0] * (1.0 - hit.u - hit.v) + (a[1] * hit.u + a[2] * hit.v))
     if geo.attr_face.shape[0]:
-        parts.append(geo.attr_face[:, i])
+        parts.append(lanes.take(geo.attr_face, i))
     values = jnp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
     return jnp.where((hit.prim >= 0) & (hit.prim < geo.n_triangles), values, 0.0)
 
@@ -590,7 +591,7 @@ def _attributes(geo, hit):
 def _analytic_surface(geo, o, d, hit):
     """The ``SurfacePoint`` of hits on analytic shapes, each from its kind's function."""
     q = jnp.clip(hit.prim - geo.n_triangles, 0, geo.n_analytic - 1)
-    to_world, to_local = geo.analytic_to_world[..., q], geo.analytic_to_local[..., q]
+    to_world, to_local = lanes.take(geo.analytic_to_world, q), lanes.take(geo.analytic_to_local, q)
     t = jnp.where(jnp.isfinite(hit.t), hit.t, 0.0)
     p_ray = o + t * d
     # Only the kinds the scene has (a disk-only scene spent 12% of its time on sphere uvs).

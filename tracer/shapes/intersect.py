@@ -351,7 +351,7 @@ def exact_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Ar
     if n_analytic:
         kind, to_world, to_local = analytic
         q = jnp.clip(prim - n_tri, 0, n_analytic - 1)
-        tq, x, y = intersect_analytic(kind[q], to_world[..., q], to_local[..., q], o, d, INF, kinds)
+        tq, x, y = intersect_analytic(kind[q], lanes.take(to_world, q), lanes.take(to_local, q), o, d, INF, kinds)
         is_analytic = prim >= n_tri
         t, u, v = jnp.where(is_analytic, tq, t), jnp.where(is_analytic, x, u), jnp.where(is_analytic, y, v)
     t = jnp.where(t < INF, t, t_approx)
