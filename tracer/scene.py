@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the table modules stay free to import this one
     from tracer.camera import Camera
     from tracer.emitters.table import Emitters
     from tracer.film import Film
+    from tracer.media import Media
     from tracer.shapes.geometry import Geometry
     from tracer.textures import Textures
 
@@ -33,13 +34,16 @@ class Shapes:
     flip_back: jnp.ndarray    # (S,) bool: mirror the frame on the back (reflective two-sided BSDFs)
     emitter: jnp.ndarray      # (S,) int32 area emitter index, -1 for none
     flip_normals: jnp.ndarray  # (S,) bool: Mitsuba's ``flip_normals``
+    interior: jnp.ndarray     # (S,) int32 medium inside the shape (tracer.media), -1 for none
+    exterior: jnp.ndarray     # (S,) int32 medium outside it, -1 for none
 
 
 @pytree_dataclass
 class Settings:
     """Integrator and sampler settings that shape the compiled program."""
 
-    integrator: str = static(default="path")  # 'path' or 'direct' (tracer.integrators.path, tracer.integrators.direct)
+    # 'path', 'volpath' (scenes with media) or 'direct' (tracer.integrators.path, .volpath, .direct)
+    integrator: str = static(default="path")
     max_depth: int = static(default=8)      # longest path, in segments; -1 for unbounded
     rr_depth: int = static(default=5)       # depth from which Russian roulette applies
     hide_emitters: bool = static(default=False)
@@ -61,6 +65,7 @@ class Scene:
     camera: Camera
     film: Film          # static fields only
     settings: Settings
+    media: Media
     aov: AovTables | None = None  # what the shape_index and prim_index AOVs read (None without AOVs)
 
     def close(self) -> None:

@@ -11,7 +11,8 @@ previous BSDF sample, the light sample against the BSDF's pdf, and Russian roule
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -307,8 +308,13 @@ def _store(out, index, radiance):
     return tuple(row.at[index].set(radiance[k]) for k, row in enumerate(out))
 
 
+def _start(scene, keys, origin, direction, t_max, active):
+    return fresh_paths(origin, direction, t_max, active)
+
+
 def trace_paths(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction: jax.Array, t_max: jax.Array,
-                active: jax.Array, pool: int = DEFAULT_POOL, phases: int = DRAIN_PHASES) -> jax.Array:
+                active: jax.Array, pool: int = DEFAULT_POOL, phases: int = DRAIN_PHASES,
+                start: Callable[..., Any] = _start, step: Callable[..., Any] = _bounce) -> jax.Array:
     """Radiance (3, N) arriving along camera rays; ``keys`` (``rng.SampleKeys`` of N samples)
     address each path's randomness.
 
@@ -330,7 +336,9 @@ def trace_paths(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction
         take = want & (position < count)
         index = jnp.where(take, queue[jnp.minimum(position, n - 1)], none)
         j = jnp.minimum(index, n - 1)
-        return index, jax.tree.map(lambda a: a[j], keys), fresh_paths(lanes.take(origin, j), lanes.take(direction, j), t_max[j], take)
+        lane_keys = jax.tree.map(lambda a: a[j], keys)
+        return index, lane_keys, start(scene, lane_keys, lanes.take(origin, j), lanes.take(direction, j), t_max[j],
+                                       take)
 
     lane = jnp.arange(pool, dtype=jnp.int32)
     index, lane_keys, state = pull(lane, lane >= 0)
@@ -343,7 +351,7 @@ def trace_paths(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction
         """A bounce of every lane; lanes whose path ended store its radiance and take the next
         camera ray of the queue (none once it is empty)."""
         (state, lane_keys, index), (head, out) = lanes_, shared
-        state = _bounce(scene, lane_keys, state)
+        state = step(scene, lane_keys, state)
         done = ~state.active
         out = _store(out, jnp.where(done, index, none), state.radiance)
         position = head + jnp.cumsum(done, dtype=jnp.int32) - 1

@@ -18,6 +18,7 @@ from tracer.io import meshes, overrides, ply, serialized, shape_order, shapegrou
 from tracer.io.bsdfs import MaterialTableBuilder
 from tracer.io.checks import check_extent, checked_to_world
 from tracer.io.emitters import EmitterTableBuilder
+from tracer.io.media import MediumTableBuilder
 from tracer.io.scene_info import sampler_type, the_sensor
 from tracer.io.sensors import load_sensor
 from tracer.io.shape_order import WorldShape
@@ -39,6 +40,7 @@ CURVE_TYPES = {"linearcurve": (SurfaceKind.LINEAR_CURVE, curves.pack_linear),
 # Integrators rendered with 'path': without participating media (which the loader refuses) their
 # image is the same in expectation.
 PATH_LIKE = {"volpath", "volpathmis", "prb", "prb_basic"}
+VOLPATH_LIKE = {"volpath", "volpathmis"}  # with media: rendered with 'volpath' (tracer.integrators.volpath)
 MAX_DIRECT_SAMPLES = 1024  # per camera ray: each sample is unrolled into the compiled program
 # Properties that change nothing in what we render (how work is split, what only differentiable
 # rendering uses); sensors, films and samplers: tracer.io.sensors, tracer.io.films, scene_info.
@@ -110,6 +112,8 @@ class ShapeRow:
     order: int = 0               # 1 + its place among the world's shapes and instances (Mitsuba's
                                  # scene->shapes(), what the shape_index AOV counts); 0 in a group
     one_prim: bool = False       # Mitsuba's shape is one primitive (sphere, disk, cylinder)
+    interior: int = -1           # its interior and exterior media (rows of Media), -1 for none
+    exterior: int = -1
 
 
 class _SceneBuilder:
@@ -135,6 +139,8 @@ class _SceneBuilder:
         self.world_shapes = 0  # shapes and instances in the world so far
         self.material_attributes: dict[int, set] = {}  # material id -> the mesh attributes it reads
         self.ptracer: PluginNode | None = None  # a 'ptracer' integrator, rendered as 'path' if the scene allows
+        self.media = MediumTableBuilder()
+        self.volpath: PluginNode | None = None  # a volpath or volpathmis integrator: media render with it
 
     # ------------------------------------------------------------------ top level
     def build(self) -> Scene:
@@ -146,6 +152,7 @@ class _SceneBuilder:
         root.check_unused(nested=False)
         settings = self._integrator()
         sensor = the_sensor(root)
+        sensor_medium = self._media_of(sensor, ("medium",)).get("medium", -1)
         camera, film, spp = load_sensor(sensor, self.resolution)
         nested = _nested(root)
         for node in root.children:
@@ -161,7 +168,7 @@ class _SceneBuilder:
                 if len(self.textures.attribute_requests) > requested:
                     raise SceneError(f"{node.source}: a mesh_attribute texture can only be used by a shape's bsdf")
                 node.check_unused()
-            elif node.category in ("bsdf", "texture", "sensor", "integrator", "sampler", "film", "rfilter"):
+            elif node.category in ("bsdf", "texture", "sensor", "integrator", "sampler", "film", "rfilter", "medium"):
                 continue  # referenced by shapes, handled above, or (sampler, film, rfilter) unused as in Mitsuba
             else:
                 raise SceneError(f"{node.source}: unsupported <{node.category}> plugin '{node.type}'")
@@ -176,8 +183,11 @@ class _SceneBuilder:
         rows = self.shape_rows
         shapes = Shapes(bsdf_front=column(rows, "bsdf_front", np.int32), bsdf_back=column(rows, "bsdf_back", np.int32),
                         flip_back=column(rows, "flip_back", bool), emitter=column(rows, "emitter", np.int32),
-                        flip_normals=column(rows, "flip_normals", bool))
+                        flip_normals=column(rows, "flip_normals", bool), interior=column(rows, "interior", np.int32),
+                        exterior=column(rows, "exterior", np.int32))
         settings = dataclasses.replace(settings, spp=spp, sampler=sampler_type(sensor))
+        media = self.media.build(sensor_medium)
+        settings = self._volpath(settings, media)
         textures = self.textures.table.build(geo.attribute_slots)
         aov_tables = None
         if settings.aovs:
@@ -193,7 +203,7 @@ class _SceneBuilder:
             _ptracer_as_path(self.ptracer, sensor, materials)
         return Scene(geometry=geo, shapes=shapes, materials=materials,
                      textures=textures, emitters=emitters, camera=camera, film=film,
-                     settings=settings, aov=aov_tables)
+                     settings=settings, media=media, aov=aov_tables)
 
     def _bounds(self, group=-1):
         """The box (lo, hi) of the world's shapes and instances (as Mitsuba's scene bbox), or of a
@@ -225,7 +235,9 @@ class _SceneBuilder:
         if node.type == "moment":  # Mitsuba's wrapper: its inner integrator's image, plus moments
             node.check_unused()
             return self._integrator_settings(node.children_of("integrator")[0])
-        if node.type in PATH_LIKE:
+        if node.type in VOLPATH_LIKE:
+            self.volpath = node  # rendered as volpath if the scene has media, else as path (_volpath)
+        elif node.type in PATH_LIKE:
             warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'path' (without "
                                       "participating media its image is the same in expectation)"), stacklevel=2)
         elif node.type == "ptracer":
@@ -241,6 +253,38 @@ class _SceneBuilder:
         self._ignore(node, "integrator")
         node.check_unused()
         return settings
+
+    def _volpath(self, settings, media):
+        """Settings of a volpath or volpathmis integrator: 'volpath' where the scene has media
+        (volpathmis's image is the same in expectation), else 'path' (the same image too)."""
+        node = self.volpath
+        if node is None:
+            return settings
+        if media.count and settings.aovs:
+            raise SceneError(f"{node.source}: AOVs of a scene with participating media are not rendered yet")
+        if media.count:
+            if node.type != "volpath":
+                warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'volpath' (its "
+                                          "image is the same in expectation)"), stacklevel=3)
+            return dataclasses.replace(settings, integrator="volpath")
+        warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'path' (without "
+                                  "participating media its image is the same in expectation)"), stacklevel=3)
+        return settings
+
+    def _media_of(self, node, names):
+        """{name: medium row} of the media ``node`` (a shape, the sensor) names among ``names``."""
+        found = {}
+        for name, child in node.named_children():
+            if child.category != "medium":
+                continue
+            if name not in names:
+                raise SceneError(f"{child.source}: a medium in {node.describe()} must be named "
+                                 f"{' or '.join(repr(n) for n in names)}, got {name!r}")
+            if name in found:
+                raise SceneError(f"{child.source}: {node.describe()} takes one '{name}' medium")
+            found[name] = self.media.add(child)
+        node.children_of("medium")  # (read above)
+        return found
 
     def _aov_settings(self, node):
         """Mitsuba's ``aov``: its nested integrator's RGB (black without one), then the AOVs of
@@ -352,13 +396,15 @@ class _SceneBuilder:
                                              flip_normals=flip_normals, normals=vertex_normals,
                                              uvs=vertex_uvs, add_texture=self.textures.add)
             em.check_unused()
+        media = self._media_of(node, ("interior", "exterior"))
         for child in node.children:
-            if child.category not in ("bsdf", "emitter"):
+            if child.category not in ("bsdf", "emitter", "medium"):
                 raise SceneError(f"{child.source}: unsupported <{child.category}> inside a shape")
         self.shape_rows.append(ShapeRow(bsdf_front=sides.front, bsdf_back=sides.back, flip_back=sides.flip_back,
                                         emitter=emitter, flip_normals=flip_normals,
                                         order=self.world_shapes if group < 0 else 0,
-                                        one_prim=node.type in ANALYTIC_TYPES))
+                                        one_prim=node.type in ANALYTIC_TYPES, interior=media.get("interior", -1),
+                                        exterior=media.get("exterior", -1)))
         if group < 0:
             self.world_items.append(_world_shape(node, mesh, bsdf_nodes, emitter >= 0, index))
         self._ignore(node, "shape")

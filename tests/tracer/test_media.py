@@ -1,0 +1,259 @@
+"""Participating media (tracer.media, tracer.integrators.volpath) against Mitsuba 3 and closed forms.
+
+Phase functions point by point against Mitsuba's own (the same inputs give the same values and
+directions) and by a chi-square test of their sampling; free flights and transmittance against
+the exponential law of a homogeneous slab; images of small media scenes against Mitsuba's
+``volpath`` rendering the same files; and the volumetric work unit's bits independent of the pool.
+"""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tracer
+from tests.helpers import bsdf_cases as bc
+from tests.helpers.chi2 import SphericalDomain, chi2_test
+from tests.helpers.mitsuba_render import assert_matches_mitsuba
+from tracer import media
+from tracer.errors import SceneError
+
+FOG = """<scene version="3.0.0">
+  <integrator type="{integrator}"><integer name="max_depth" value="16"/></integrator>
+  <sensor type="perspective">
+    <float name="fov" value="40"/>
+    <transform name="to_world"><lookat origin="0, 0, 4" target="0, 0, 0" up="0, 1, 0"/></transform>
+    <sampler type="independent"><integer name="sample_count" value="64"/></sampler>
+    <film type="hdrfilm"><integer name="width" value="20"/><integer name="height" value="20"/>
+      <rfilter type="box"/></film>
+  </sensor>
+  <emitter type="constant"><rgb name="radiance" value="0.5"/></emitter>
+  <shape type="sphere">
+    <float name="radius" value="0.25"/><point name="center" x="0.8" y="0.8" z="0.5"/>
+    <emitter type="area"><rgb name="radiance" value="20"/></emitter>
+  </shape>
+  <medium type="homogeneous" id="fog">
+    <rgb name="albedo" value="0.8, 0.6, 0.4"/>
+    <float name="sigma_t" value="1.5"/>
+    <phase type="hg"><float name="g" value="0.5"/></phase>
+  </medium>
+  <shape type="cube">
+    <transform name="to_world"><scale value="0.7"/></transform>
+    <bsdf type="null"/>
+    <ref name="interior" id="fog"/>
+  </shape>
+  <shape type="rectangle">
+    <transform name="to_world"><scale value="3"/><rotate x="1" angle="-90"/><translate y="-0.75"/></transform>
+    <bsdf type="diffuse"><rgb name="reflectance" value="0.5"/></bsdf>
+  </shape>
+</scene>"""
+
+# A scattering interior behind glass, the camera in a thin coloured fog (spectral extinction), a
+# point light and an area light (light samples through two media and a dielectric's other side).
+# The dense medium's extinction is grey: with a colour there, the estimator that volpath and
+# Mitsuba share (one channel's free flights, the others weighted by transmittance ratios) has a
+# heavy tail, and both renderers' means creep up to the truth over thousands of samples.
+GLASS = """<scene version="3.0.0">
+  <integrator type="{integrator}"><integer name="max_depth" value="12"/><integer name="rr_depth" value="4"/></integrator>
+  <medium type="homogeneous" id="fog">
+    <rgb name="sigma_t" value="0.05, 0.1, 0.15"/>
+    <rgb name="albedo" value="0.9"/>
+  </medium>
+  <medium type="homogeneous" id="jade">
+    <float name="sigma_t" value="0.4"/>
+    <float name="scale" value="15"/>
+    <volume type="constvolume" name="albedo"><rgb name="value" value="0.95, 0.9, 0.8"/></volume>
+    <phase type="hg"><float name="g" value="-0.3"/></phase>
+  </medium>
+  <sensor type="perspective">
+    <float name="fov" value="45"/>
+    <transform name="to_world"><lookat origin="0, 1, 4" target="0, 0, 0" up="0, 1, 0"/></transform>
+    <ref name="medium" id="fog"/>
+    <sampler type="independent"><integer name="sample_count" value="64"/></sampler>
+    <film type="hdrfilm"><integer name="width" value="16"/><integer name="height" value="12"/>
+      <rfilter type="box"/></film>
+  </sensor>
+  <emitter type="point"><point name="position" x="-1.5" y="2" z="1"/><rgb name="intensity" value="8"/></emitter>
+  <shape type="rectangle">
+    <transform name="to_world"><scale value="0.5"/><rotate x="1" angle="90"/><translate x="1" y="2.2" z="0"/></transform>
+    <emitter type="area"><rgb name="radiance" value="12, 10, 8"/></emitter>
+  </shape>
+  <shape type="sphere">
+    <float name="radius" value="0.6"/>
+    <bsdf type="dielectric"><float name="int_ior" value="1.4"/></bsdf>
+    <ref name="interior" id="jade"/>
+    <ref name="exterior" id="fog"/>
+  </shape>
+  <shape type="rectangle">
+    <transform name="to_world"><scale value="4"/><rotate x="1" angle="-90"/><translate y="-0.65"/></transform>
+    <bsdf type="diffuse"><rgb name="reflectance" value="0.6, 0.5, 0.4"/></bsdf>
+  </shape>
+</scene>"""
+
+
+def _write(tmp_path, text, name="scene.xml", **fields):
+    path = tmp_path / name
+    path.write_text(text.format(**fields) if fields else text)
+    return path
+
+
+def _table(phase, g):
+    return dataclasses.replace(media.no_media(), g=jnp.asarray([g], jnp.float32),
+                               phase=jnp.asarray([phase], jnp.int32), sigma_t=jnp.ones((3, 1)),
+                               albedo=jnp.ones((3, 1)), spectral=jnp.ones(1, bool),
+                               sample_emitters=jnp.ones(1, bool), count=1, phases_present=(phase,))
+
+
+@pytest.mark.parametrize("g", [-0.7, 0.0, 0.3, 0.9])
+def test_hg_evaluates_and_samples_as_mitsuba(g):
+    mi, _ = bc.import_mitsuba()
+    mi.set_variant("scalar_rgb")
+    import drjit as dr
+
+    rng = np.random.default_rng(5)
+    n = 64
+    wi, wo = bc.random_directions(rng, n), bc.random_directions(rng, n)
+    u = rng.random((2, n)).astype(np.float32)
+    table = _table(media.Phase.HG, g)
+    zero = jnp.zeros(n, jnp.int32)
+    ours_value = np.asarray(media.phase_eval(table, zero, jnp.asarray(wi), jnp.asarray(wo)))
+    ours_wo, ours_pdf = (np.asarray(a) for a in media.phase_sample(table, zero, jnp.asarray(wi), jnp.asarray(u)))
+    phase = mi.load_dict({"type": "hg", "g": float(g)})
+    ctx = mi.PhaseFunctionContext(None)
+    for k in range(n):
+        it = mi.MediumInteraction3f()
+        it.wi = mi.Vector3f(*wi[:, k])
+        it.sh_frame = mi.Frame3f(it.wi)
+        value, pdf = phase.eval_pdf(ctx, it, mi.Vector3f(*wo[:, k]))
+        np.testing.assert_allclose(ours_value[k], pdf, rtol=2e-4)
+        np.testing.assert_allclose(ours_value[k], value[0], rtol=2e-4)
+        d, weight, pdf = phase.sample(ctx, it, 0.5, mi.Point2f(*u[:, k]))
+        np.testing.assert_allclose(ours_wo[:, k], np.array(d), atol=2e-4)
+        np.testing.assert_allclose(ours_pdf[k], pdf, rtol=2e-3)
+        assert dr.allclose(weight, 1.0)
+
+
+@pytest.mark.parametrize("phase, g", [(media.Phase.ISOTROPIC, 0.0), (media.Phase.HG, 0.6), (media.Phase.HG, -0.4)])
+def test_phase_sampling_follows_its_density(phase, g):
+    n = 200_000
+    rng = np.random.default_rng(11)
+    wi = np.tile(bc.random_directions(rng, 1), (1, n))
+    table = _table(phase, g)
+    zero = jnp.zeros(n, jnp.int32)
+    wo, pdf = media.phase_sample(table, zero, jnp.asarray(wi), jnp.asarray(rng.random((2, n)), jnp.float32))
+    np.testing.assert_allclose(np.asarray(pdf), np.asarray(media.phase_eval(table, zero, jnp.asarray(wi), wo)),
+                               rtol=1e-3)
+
+    def density(v):
+        m = v.shape[1]
+        return np.asarray(media.phase_eval(table, jnp.zeros(m, jnp.int32), jnp.asarray(np.tile(wi[:, :1], (1, m)),
+                                                                                       jnp.float32),
+                                           jnp.asarray(v, jnp.float32)))
+
+    result = chi2_test(np.asarray(wo), density, n, SphericalDomain())
+    assert result.passed, result.message
+
+
+def test_free_flights_and_transmittance_follow_the_exponential_law():
+    """A homogeneous slab of thickness L: the fraction of free flights past it is exp(-sigma L)
+    for the sampled channel; transmittance is exp(-sigma L) per channel, 1 where sigma is 0."""
+    n = 400_000
+    sigma = jnp.asarray([[0.5], [1.0], [2.0]], jnp.float32) * jnp.ones((1, n))
+    rng = np.random.default_rng(3)
+    u = jnp.asarray(rng.random(n), jnp.float32)
+    for channel, s in enumerate((0.5, 1.0, 2.0)):
+        t = np.asarray(media.free_flight(sigma, jnp.full(n, channel, jnp.int32), u))
+        assert abs(t.mean() * s - 1.0) < 0.01
+        for length in (0.3, 1.0, 2.5):
+            assert abs(np.mean(t > length) - np.exp(-s * length)) < 0.003
+    tr = np.asarray(media.transmittance(jnp.asarray([[0.5], [0.0], [2.0]]), jnp.asarray([1.5])))
+    np.testing.assert_allclose(tr[:, 0], [np.exp(-0.75), 1.0, np.exp(-3.0)], rtol=1e-6)
+    nothing = np.asarray(media.transmittance(jnp.asarray([[0.0], [1.0], [0.0]]), jnp.asarray([np.inf])))
+    np.testing.assert_array_equal(nothing[:, 0], [1.0, 0.0, 1.0])
+    assert np.isinf(np.asarray(media.free_flight(jnp.zeros((3, 1)), jnp.zeros(1, jnp.int32), jnp.asarray([0.5]))))
+
+
+def test_fog_behind_a_null_boundary_matches_mitsuba(tmp_path):
+    assert_matches_mitsuba(_write(tmp_path, FOG, integrator="volpath"), spp=64, reference_spp=2048,
+                           mean_tolerance=0.02)
+
+
+def test_scattering_glass_in_a_fog_matches_mitsuba(tmp_path):
+    assert_matches_mitsuba(_write(tmp_path, GLASS, integrator="volpath"), spp=128, reference_spp=4096, mean_tolerance=0.03)
+
+
+FURNACE = """<scene version="3.0.0">
+  <integrator type="volpath"><integer name="max_depth" value="-1"/><integer name="rr_depth" value="1000"/></integrator>
+  <medium type="homogeneous" id="m">
+    <float name="sigma_t" value="0.4"/><float name="scale" value="10"/><float name="albedo" value="1"/>
+    <phase type="hg"><float name="g" value="-0.3"/></phase>
+  </medium>
+  <sensor type="perspective">
+    <float name="fov" value="30"/>
+    <transform name="to_world"><lookat origin="0, 0, 4" target="0, 0, 0" up="0, 1, 0"/></transform>
+    <film type="hdrfilm"><integer name="width" value="12"/><integer name="height" value="12"/>
+      <rfilter type="box"/></film>
+  </sensor>
+  <emitter type="constant"><rgb name="radiance" value="1"/></emitter>
+  <shape type="sphere"><bsdf type="{bsdf}"/><ref name="interior" id="m"/></shape>
+</scene>"""
+
+
+@pytest.mark.parametrize("bsdf", ["null", "dielectric"])
+def test_a_medium_that_absorbs_nothing_is_invisible_in_a_furnace(tmp_path, bsdf):
+    """A sphere of a scattering, non-absorbing medium (behind a null or a glass boundary) under a
+    uniform white sky: every path leaves it again, so every pixel sees exactly the sky."""
+    scene = tracer.load_scene(_write(tmp_path, FURNACE, bsdf=bsdf))
+    image = np.mean([np.asarray(tracer.render(scene, spp=64, seed=seed)) for seed in range(4)], axis=0)
+    assert abs(image.mean() - 1.0) < 0.01, image.mean()
+    assert np.abs(image - 1.0).max() < 0.1, np.abs(image - 1.0).max()
+
+
+def test_media_render_with_volpath_and_are_ignored_by_path(tmp_path):
+    """volpath (and volpathmis, with a notice) render media; 'path' renders the same file as
+    Mitsuba's path does, through its null boundaries as if there were no medium."""
+    volumetric = tracer.load_scene(_write(tmp_path, FOG, integrator="volpath"))
+    assert volumetric.settings.integrator == "volpath" and volumetric.media.count == 1
+    assert list(np.asarray(volumetric.shapes.interior)) == [-1, 0, -1]
+    plain = tracer.load_scene(_write(tmp_path, FOG, "plain.xml", integrator="path"))
+    assert plain.settings.integrator == "path"
+    foggy, clear = (np.asarray(tracer.render(s, spp=16, seed=0)) for s in (volumetric, plain))
+    centre = (slice(7, 13), slice(7, 13))  # through the fog cube: darker with the medium
+    assert foggy[centre].mean() < 0.9 * clear[centre].mean()
+
+
+def test_the_pool_does_not_change_a_volumetric_render(tmp_path, monkeypatch):
+    from tracer.integrators import path as integrator
+
+    with pytest.warns(tracer.errors.SceneNotice, match="'volpathmis' is rendered with 'volpath'"):
+        scene = tracer.load_scene(_write(tmp_path, GLASS, integrator="volpathmis"))
+    assert scene.settings.integrator == "volpath"
+    images = []
+    for pool, min_phase in ((1 << 30, 1 << 30), (64, 16)):
+        monkeypatch.setattr(integrator, "_MIN_PHASE", min_phase)
+        jax.clear_caches()
+        images.append(np.asarray(tracer.render(scene, spp=4, pass_size=4, path_pool=pool)))
+    jax.clear_caches()
+    assert images[0].mean() > 0.01
+    np.testing.assert_array_equal(images[0], images[1])
+
+
+@pytest.mark.parametrize("medium, needle", [
+    ('<medium type="heterogeneous" name="interior"/>', "unsupported medium 'heterogeneous'"),
+    ('<medium type="homogeneous" name="inside"/>', "must be named 'interior' or 'exterior'"),
+    ('<medium type="homogeneous" name="interior"><float name="sigma_t" value="-1"/></medium>', "sigma_t"),
+    ('<medium type="homogeneous" name="interior"><rgb name="sigma_t" value="2, 1, 1"/></medium>', "[0, 1]"),
+    ('<medium type="homogeneous" name="interior"><phase type="rayleigh"/></medium>',
+     "unsupported phase function 'rayleigh'"),
+    ('<medium type="homogeneous" name="interior"><phase type="hg"><float name="g" value="1"/></phase></medium>',
+     "g must lie in (-1, 1)"),
+    ('<medium type="homogeneous" name="interior"><volume type="gridvolume" name="albedo"/></medium>',
+     "grid volumes are not rendered yet"),
+    ('<medium type="homogeneous" name="interior"><float name="density" value="1"/></medium>', "density"),
+])
+def test_bad_media_are_refused_by_name(tmp_path, medium, needle):
+    text = FOG.format(integrator="volpath").replace('<ref name="interior" id="fog"/>', medium)
+    with pytest.raises(SceneError, match=None) as err:
+        tracer.load_scene(_write(tmp_path, text))
+    assert needle in str(err.value), str(err.value)

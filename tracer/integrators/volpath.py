@@ -1,0 +1,223 @@
+"""Volumetric path tracing with next-event estimation, as Mitsuba 3's ``volpath``.
+
+The same wavefront as ``tracer.integrators.path`` (one event of every lane per iteration, lanes
+refilled from the batch's camera rays): each iteration a path in a medium samples a free-flight
+distance with the extinction of its colour channel (drawn once per path) and meets either a
+medium (a real collision: a light sample weighted by the phase function, then a phase sample) or
+the surface its ray hits first (emission, a light sample, a BSDF sample, as ``path``). The
+structure follows Mitsuba's volpath.cpp line by line: Russian roulette at the start of an
+iteration from depth > ``rr_depth``; ``null`` surfaces neither count as a bounce nor as the
+vertex that emission is weighted against; emission is weighted against the last scatter by the
+power heuristic unless the path came straight from the camera or through delta lobes only; a
+surface's ``interior``/``exterior`` media take over where a path crosses it.
+
+Light samples see through null surfaces and media: their transmittance is exp(-sigma_t d) over
+each medium segment (Mitsuba tracks it with free-flight samples, whose expectation this is), and
+any other surface blocks them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+
+from tracer import bsdfs, emitters, media, rng
+from tracer import textures as tx
+from tracer import vecmath as vm
+from tracer.integrators import path
+from tracer.kinds import BsdfKind
+from tracer.pytree import pytree_dataclass
+from tracer.rng import Dims
+from tracer.sampling import power_heuristic
+from tracer.shapes import geometry
+
+if TYPE_CHECKING:
+    from tracer.scene import Scene
+
+__all__ = ["VolumeState", "start", "step", "CHANNEL_DIM", "MAX_CROSSINGS"]
+
+# The dimension of a path's colour channel: one number per path, outside the per-bounce blocks.
+CHANNEL_DIM = 0xC0FFEE
+# Surfaces a light sample passes through at most (null boundaries of media); more block it.
+MAX_CROSSINGS = 32
+
+
+@pytree_dataclass
+class VolumeState:
+    """A pool of volumetric paths: ``path``'s state (``prev_p``, ``prev_bsdf_pdf``: the last real
+    scatter and its direction pdf; ``prev_bsdf_delta``: emission there counts in full, Mitsuba's
+    ``count_direct``), and where each path is."""
+
+    path: path.PathState
+    medium: jnp.ndarray   # (N,) int32 the medium the ray travels in, -1 for vacuum
+    channel: jnp.ndarray  # (N,) int32 the colour channel free flights are sampled with
+    step: jnp.ndarray     # (N,) int32 events so far: the block of random numbers the next one draws
+
+    @property
+    def active(self) -> jax.Array:
+        return self.path.active
+
+    @property
+    def radiance(self) -> jax.Array:
+        return self.path.radiance
+
+
+def start(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction: jax.Array, t_max: jax.Array,
+          active: jax.Array) -> VolumeState:
+    """Paths at their camera rays, in the sensor's medium."""
+    u = rng.draw(keys, CHANNEL_DIM, 1)[0]
+    return VolumeState(path=path.fresh_paths(origin, direction, t_max, active),
+                       medium=jnp.full_like(t_max, scene.media.sensor, jnp.int32),
+                       channel=jnp.minimum((u * 3.0).astype(jnp.int32), 2), step=jnp.zeros_like(t_max, jnp.int32))
+
+
+def step(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
+    """One event of every path: roulette, then a medium collision or a surface."""
+    settings, md, p = scene.settings, scene.media, state.path
+    u = path.bounce_uniforms(keys, state.step)
+    u_free = rng.draw(keys, Dims.bounce(state.step, Dims.SPARE), 1)[0]
+
+    # Russian roulette first, as Mitsuba's volpath: from depth > rr_depth.
+    beta_max = vm.max_component(p.throughput)
+    active = p.active & (beta_max > 0)
+    q = jnp.minimum(beta_max * p.eta * p.eta, 0.95)
+    roulette = p.depth > settings.rr_depth
+    active = active & ((u[Dims.ROULETTE] < q) | ~roulette)
+    throughput = jnp.where(roulette & active, p.throughput / jnp.where(q > 0, q, 1.0), p.throughput)
+    if settings.max_depth >= 0:
+        active = active & (p.depth < settings.max_depth)
+
+    # A free flight in the ray's medium; the ray looks for a surface no farther than that.
+    in_medium = active & (state.medium >= 0)
+    sigma_t = media.pick(md, state.medium, md.sigma_t)
+    flight = jnp.where(in_medium, media.free_flight(sigma_t, state.channel, u_free), jnp.inf)
+    probe = dataclasses.replace(p, active=active, t_max=jnp.minimum(p.t_max, flight))
+    surface = path.find_surfaces(scene, probe)
+    collide = in_medium & ~surface.si.valid & jnp.isfinite(flight)
+    # Transmittance over the channel's pdf of what happened (Mitsuba's has_spectral_extinction).
+    hit_t = surface.si.t
+    assert hit_t is not None  # (a closest hit's surface carries its distance)
+    travelled = jnp.where(collide, flight, jnp.where(surface.si.valid, hit_t, jnp.inf))
+    tr = media.transmittance(sigma_t, travelled)
+    pdf = media.channel_value(jnp.where(collide, tr * sigma_t, tr), state.channel)
+    spectral = media.pick(md, state.medium, md.spectral)
+    flight_weight = jnp.where(pdf > 0, tr / jnp.where(pdf > 0, pdf, 1.0), 0.0)
+    throughput = jnp.where(in_medium & spectral, throughput * flight_weight, throughput)
+    albedo = media.pick(md, state.medium, md.albedo)
+    throughput = jnp.where(collide, throughput * jnp.where(spectral, sigma_t * albedo, albedo), throughput)
+    p = dataclasses.replace(p, active=active, throughput=throughput)
+
+    medium_state = _collide(scene, state, p, collide, flight, u)
+    surface_state = _surface(scene, state, p, surface, active & ~collide, u)
+    return jax.tree.map(lambda a, b: jnp.where(collide, a, b), medium_state, surface_state)
+
+
+def _collide(scene, state, p, collide, flight, u):
+    """A real collision at distance ``flight``: a light sample weighted by the phase function,
+    then the next direction from it."""
+    settings, md = scene.settings, scene.media
+    depth = p.depth + 1
+    alive = collide if settings.max_depth < 0 else collide & (depth < settings.max_depth)
+    x = p.origin + flight * p.direction
+    wi = -p.direction
+    radiance = p.radiance
+    nee = alive & media.pick(md, state.medium, md.sample_emitters)
+    ds, em_weight = emitters.sample_direction(scene.emitters, scene.textures, x, u[Dims.EMITTER_SELECT],
+                                              u[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
+                                              reuse=rng.REUSES_EMITTER_SELECT[settings.sampler])
+    nee = nee & (ds.pdf > 0)
+    seen = _light_transmittance(scene, x, jnp.zeros_like(x), ds, state.medium, nee)
+    phase = media.phase_eval(md, state.medium, wi, ds.d)
+    mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, phase))
+    radiance = radiance + jnp.where(nee, p.throughput * phase * em_weight * seen * mis, 0.0)
+    wo, phase_pdf = media.phase_sample(md, state.medium, wi, u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2])
+    alive = alive & (phase_pdf > 0)
+    chain = ~media.pick(md, state.medium, md.sample_emitters)  # no light sample: emission counts in full
+    new = path.PathState(depth=depth, origin=x, direction=wo, t_max=jnp.full_like(p.t_max, jnp.inf),
+                         throughput=p.throughput, radiance=radiance, eta=p.eta, active=alive, prev_p=x,
+                         prev_bsdf_pdf=phase_pdf, prev_bsdf_delta=chain)
+    return VolumeState(path=new, medium=state.medium, channel=state.channel, step=state.step + 1)
+
+
+def _surface(scene, state, p, surface, here, u):
+    """The surface event of lanes ``here`` (a hit, or an escape): emission, a light sample through
+    media and null surfaces, a BSDF sample; crossing into the shape's other medium."""
+    settings = scene.settings
+    looking = dataclasses.replace(p, active=here)
+    radiance = path.add_emission(scene, looking, surface, p.radiance)
+    hit = here & surface.valid
+    mat, frame = path.material_and_frame(scene, surface)
+    wi = vm.to_local(frame, -p.direction)
+    si, at = surface.si, tx.texture_point(surface.si.uv, surface.si.attributes)
+    shape = surface.shape
+    transition = (scene.shapes.interior[shape] >= 0) | (scene.shapes.exterior[shape] >= 0)
+    beyond = lambda d: jnp.where(vm.dot(d, surface.ng) > 0, scene.shapes.exterior[shape], scene.shapes.interior[shape])
+
+    more = hit if settings.max_depth < 0 else hit & (p.depth + 1 < settings.max_depth)
+    nee = more & bsdfs.has_nondelta_lobe(scene.materials, mat)
+    ds, em_weight = emitters.sample_direction(scene.emitters, scene.textures, si.p, u[Dims.EMITTER_SELECT],
+                                              u[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
+                                              reuse=rng.REUSES_EMITTER_SELECT[settings.sampler])
+    nee = nee & (ds.pdf > 0)
+    light_medium = jnp.where(transition, beyond(ds.d), state.medium)
+    seen = _light_transmittance(scene, si.p, surface.ng, ds, light_medium, nee)
+    wo = vm.to_local(frame, ds.d)
+    value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, wo, surface.tangents)
+    mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
+    radiance = radiance + jnp.where(nee, p.throughput * value * em_weight * seen * mis, 0.0)
+
+    bs, weight = bsdfs.sample(scene.materials, scene.textures, mat, at, wi, u[Dims.BSDF_COMPONENT],
+                              u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2], surface.tangents)
+    direction = vm.to_world(frame, bs.wo)
+    passing = hit & (scene.materials.kind[mat] == BsdfKind.NULL)  # Mitsuba's null lobe: not a bounce
+    real = hit & ~passing
+    throughput = jnp.where(hit, p.throughput * weight, 0.0)
+    new = path.PathState(
+        depth=p.depth + real.astype(jnp.int32), origin=geometry.spawn_ray(si.p, surface.ng, direction),
+        direction=direction, t_max=jnp.full_like(p.t_max, jnp.inf), throughput=throughput, radiance=radiance,
+        eta=p.eta * jnp.where(hit, bs.eta, 1.0), active=hit & jnp.any(weight != 0, axis=0),
+        prev_p=jnp.where(real, si.p, p.prev_p), prev_bsdf_pdf=jnp.where(real, bs.pdf, p.prev_bsdf_pdf),
+        prev_bsdf_delta=jnp.where(real, bs.is_delta, p.prev_bsdf_delta))
+    medium = jnp.where(hit & transition, beyond(direction), state.medium)
+    return VolumeState(path=new, medium=medium, channel=state.channel, step=state.step + 1)
+
+
+def _light_transmittance(scene, x, n, ds, medium, active):
+    """(3, N) the fraction of a light sample ``ds`` from x (geometric normal n; zero in a medium)
+    that arrives: exp(-sigma_t d) over each medium segment on the way, through null surfaces (and
+    into the media they bound); 0 where another surface blocks it."""
+    md, shapes = scene.media, scene.shapes
+    o, d, t_max = geometry.spawn_ray_to(x, n, ds.d, ds.dist)
+
+    def cond(carry):
+        _, _, _, _, live, crossings = carry
+        return jnp.any(live) & (crossings < MAX_CROSSINGS)
+
+    def body(carry):
+        o, remaining, medium, seen, live, crossings = carry
+        hit = geometry.closest_hit(scene.geometry, o, d, jnp.where(live, remaining, 0.0))
+        crossed = live & (hit.prim >= 0)
+        segment = jnp.where(crossed, hit.t, remaining)
+        attenuated = live & (medium >= 0)
+        seen = jnp.where(attenuated, seen * media.transmittance(media.pick(md, medium, md.sigma_t), segment), seen)
+        si = geometry.surface_interaction(scene.geometry, o, d, hit)
+        shape = jnp.maximum(si.shape, 0)
+        ng = vm.select(shapes.flip_normals[shape], -si.ng, si.ng)
+        ns = vm.select(shapes.flip_normals[shape], -si.ns, si.ns)
+        mat = jnp.where(vm.dot(ns, d) < 0, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
+        passes = scene.materials.kind[mat] == BsdfKind.NULL
+        seen = jnp.where(crossed & ~passes, 0.0, seen)
+        transition = (shapes.interior[shape] >= 0) | (shapes.exterior[shape] >= 0)
+        beyond = jnp.where(vm.dot(d, ng) > 0, shapes.exterior[shape], shapes.interior[shape])
+        medium = jnp.where(crossed & passes & transition, beyond, medium)
+        o = jnp.where(crossed, geometry.spawn_ray(si.p, ng, d), o)
+        remaining = jnp.where(crossed, remaining - hit.t, remaining)
+        return o, remaining, medium, seen, crossed & passes, crossings + 1
+
+    seen = jnp.ones_like(o)
+    carry = (o, jnp.where(active, t_max, 0.0), medium, seen, active, jnp.int32(0))
+    _, _, _, seen, live, _ = jax.lax.while_loop(cond, body, carry)
+    return jnp.where(live, 0.0, seen)  # still crossing after MAX_CROSSINGS: taken as blocked
+
