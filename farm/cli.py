@@ -39,16 +39,19 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm.spec import parse_frame_list
     from farm.status import spp_text
     job.check_params(spec)
+    redo_frames = parse_frame_list(redo) if redo else ()
     local = address is None
     # Ray starts while the scene is checked and, for a local job, its work unit compiled.
     with session.starting_ray(address, spec.groups) as ray_start, \
             Preflight(spec, job.preflight_env(spec, local)) as preflight:
         try:
             preflight.checked()
-            planned, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace,
+            planned, store = job.prepare(spec, redo=redo_frames, replace=replace,
                                          lease=True, local=local)
         except FarmError as e:  # said at once; leaving the block then waits out Ray's start and stops it
             _fail(str(e), e.exit_code)
+        if store.lease is not None and store.lease.took_over:
+            click.echo(store.lease.took_over, err=True)
         same_members = job.preflight_env(planned, local) == preflight.env  # (a store's own level may differ)
         preflight.compile(job.first_task(planned, store) if same_members else None)
         spec = planned
@@ -114,11 +117,19 @@ def render(source, redo, replace, address, no_progress, **options):
 @cli.command()
 @click.argument("store")
 @_redo_option
+@click.option("--wait", "wait_lease", is_flag=True,
+              help="If another driver holds STORE, wait until its lease is released or lapses, then take over.")
 @_driver_options
-def resume(store, redo, address, no_progress, **options):
-    """Render what the store at STORE still lacks (there, wherever it was made)."""
+def resume(store, redo, wait_lease, address, no_progress, **options):
+    """Render what the store at STORE still lacks (there, wherever it was made).
+
+    A driver that died on this machine is taken over at once; one elsewhere, once its lease
+    lapses (--wait waits for that)."""
     from farm.job import open_store
-    spec, _ = open_store(store)
+    from farm.lease import wait_free
+    spec, fs = open_store(store)
+    if wait_lease:
+        wait_free(fs.group, store, say=lambda m: click.echo(m, err=True))
     _render(with_groups(spec, options), address, no_progress, redo)
 
 
@@ -210,13 +221,39 @@ def cancel(store, address):
     """Ask the driver rendering STORE to stop (it stops within seconds; the store stays resumable)."""
     from farm.job import open_store
     spec, fs = open_store(store, mode="r+")
-    fs.request_cancel()
+    idle = _no_driver(fs)
+    if idle is None:
+        fs.request_cancel()
     if address:
         try:
             _jobs_client(address).stop_job(_submission_id(spec))
         except RuntimeError as e:
             raise FarmError(f"cancel requested in {store}, but stopping its Ray job failed: {_first_line(e)}") from None
-    click.echo(f"cancel requested for {store}", err=True)
+    if idle is None:
+        click.echo(f"cancel requested for {store}", err=True)
+    else:
+        click.echo(f"nothing to cancel: no driver is rendering {store} ({idle}); the store is left as it is "
+                   f"(`farm resume {store}` goes on)", err=True)
+
+
+def _no_driver(fs: FrameStore) -> str | None:
+    """Why no driver can be rendering the store ``fs`` (none took it, its last released its
+    lease, it is gone, its lease lapsed), or None where one may be."""
+    import time
+
+    from farm.lease import holder
+    driver, now = holder(fs.group), time.time()
+    if driver is None:
+        return "none has run it"
+    if driver is False:
+        return None  # its lease does not read: a cancel is the safe answer
+    if driver.released:
+        return "the last one ended"
+    if driver.gone():
+        return f"{driver.who()} is gone: it ended without releasing its lease"
+    if not driver.live(now):
+        return f"{driver.who()} stopped renewing its lease {now - driver.renewed:.0f} s ago"
+    return None
 
 
 @cli.command()
