@@ -40,6 +40,12 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm.status import spp_text
     job.check_params(spec)
     redo_frames = parse_frame_list(redo) if redo else ()
+    done = job.finished(spec, redo_frames, replace)
+    if done is not None:  # said before Ray starts, and the last run's notes (its rate) are kept
+        spec, fs = done
+        click.echo(f"{fs.url}: done already ({spec.n_frames} frame(s) x {spp_text(spec, fs)}); nothing to render "
+                   f"(`farm export {fs.url} --out DIR`; a higher --spp or a later last frame renders more)", err=True)
+        return
     local = address is None
     # Ray starts while the scene is checked and, for a local job, its work unit compiled.
     with session.starting_ray(address, spec.groups) as ray_start, \
@@ -52,6 +58,9 @@ def _render(spec, address, no_progress, redo=None, replace=False):
             _fail(str(e), e.exit_code)
         if store.lease is not None and store.lease.took_over:
             click.echo(store.lease.took_over, err=True)
+        rounded = _min_spp_rounded(planned, store)
+        if rounded:
+            click.echo(rounded, err=True)
         same_members = job.preflight_env(planned, local) == preflight.env  # (a store's own level may differ)
         preflight.compile(job.first_task(planned, store) if same_members else None)
         spec = planned
@@ -69,6 +78,16 @@ def _render(spec, address, no_progress, redo=None, replace=False):
             ray_start.close()  # every worker gone before another driver may take the store
             store.lease.release()
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
+
+
+def _min_spp_rounded(spec: JobSpec, store: FrameStore) -> str | None:
+    """The line saying to what a noise job's ``min_spp`` is rounded up, and why, where it is."""
+    from farm.adaptive import Shot
+    shot = Shot(spec, store)
+    if spec.min_spp is None or not shot.active or shot.least == spec.min_spp:
+        return None
+    return (f"--min-spp {spec.min_spp} is rounded up to {shot.least}: a noise target renders chunks of {shot.chunk} "
+            f"samples, and a tile's noise estimate needs at least two")
 
 
 def _stopped_late(store: FrameStore) -> None:

@@ -170,7 +170,7 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
     from farm.progress import RunProgress
     from farm.scheduler import run_job
 
-    progress = RunProgress(store, show_progress)
+    progress = RunProgress(store, show_progress, say=log)
     try:
         progress.phase("starting Ray")
         ray = contextlib.nullcontext(ray_start) if ray_start else starting_ray(address, spec.groups, eager=False)

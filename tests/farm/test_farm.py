@@ -3,6 +3,7 @@ render, a worker killed mid-task, a driver killed mid-job, refinement, and bad i
 import dataclasses
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -364,7 +365,9 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
     done, tiles = tiles_done(store)
     assert 0 < done < tiles
     status = farm_cli("status", str(store), timeout=60)
-    assert status.returncode == 0 and "cancelled" in status.stdout
+    assert status.returncode == 0 and status.stdout.count("cancelled") == 1, status.stdout  # said once
+    assert re.search(r"^last run: cancelled \(\d+ s ago\)(, .*)?; `farm resume .*` goes on from here$", status.stdout,
+                     re.M) and "\ndriver:  none\n" in status.stdout, status.stdout  # no lease of a driver gone
 
 
 def test_local_groups_share_the_cores_one_device_each(tmp_path):
