@@ -112,6 +112,7 @@ class RunProgress:
         self.phase_name = name
         self.phases[name] = time.time()
         self.bar.set_description_str(name)
+        self.store.log(f"{name}...")
         if self.say is not None:
             self.say(f"{name}...")
         self.note(force=True)

@@ -1,15 +1,21 @@
 """A job's life through the command line, on one small noise-target job rendered once for the
 module (a real local Ray, 16x16, two frames): what a run without a progress bar says, a
-render of a job that is done already, and a resume that waits out another driver's lease."""
+render of a job that is done already, a resume that waits out another driver's lease, its log,
+and `farm wait` on it and on stores whose job ended otherwise (no Ray)."""
+import dataclasses
+import json
+import os
 import re
+import subprocess
 import time
 
 import pytest
 
+from farm import job
 from farm import lease as lease_module
 from farm.lease import Lease, holder
 from farm.store import FrameStore
-from tests.helpers.farm_cases import ORBIT, farm_cli, farm_main
+from tests.helpers.farm_cases import ORBIT, farm_cli, farm_main, orbit_spec
 
 JOB = ("--frames", "0-1", "--spp", "64", "--noise", "0.5", "--min-spp", "20", "--res", "16x16", "--tile", "16",
        "--set", "angle=0:0,1:45")
@@ -61,3 +67,39 @@ def test_resume_wait_waits_out_the_lease_of_a_driver_elsewhere(rendered, monkeyp
                         r"lapse \(it renews it; it lapses in \d s unless it is renewed\)", lines[0]), lines
     assert all(line.startswith(f"{store}: waiting for the lease of ") for line in lines[:-1]), lines
     assert "done already" in lines[-1] and holder(fs.group) == elsewhere.holder, lines
+
+
+def test_logs_show_what_the_driver_said_and_wait_returns_at_once_on_a_done_job(rendered):
+    store, result = rendered
+    code, out, _ = farm_main("logs", store)
+    said = [line.split(" ", 2)[2] for line in out.splitlines()]  # after the date and time
+    assert code == 0 and said[0].startswith("--min-spp 20 is rounded up to 32") and said[1] == \
+        f"2 frame(s) x noise 0.5: 32 to 64 spp a tile at 16x16 -> {store}", said
+    assert [s for s in said if s.endswith("...")] == ["starting Ray...", "forming groups...", "compiling...",
+                                                      "rendering...", "finishing..."] and said[-1] == "done", said
+    code, out, err = farm_main("wait", store, "--json")
+    assert code == 0 and json.loads(out) == {"store": str(store), "state": "done", "exit_code": 0, "error": None}
+    assert err == f"{store}: done\n", err
+
+
+@pytest.mark.parametrize("ending", ["driver gone", "cancelled", "still running"])
+def test_wait_exits_as_the_job_ended(tmp_path, ending):
+    _, fs = job.prepare(orbit_spec(tmp_path / "w.zarr", frames=(0, 0)))
+    fs.lease = Lease.acquire(fs.group, fs.url, duration=600, heartbeat=False)
+    fs.write_progress(state="running" if ending != "cancelled" else "cancelled",
+                      error="cancelled; `farm resume` goes on from here" if ending == "cancelled" else None)
+    if ending == "driver gone":
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        lease_module._write(fs.lease.node, dataclasses.replace(fs.lease.holder, pid=dead.pid))
+    elif ending == "cancelled":
+        fs.lease.release()
+    t0 = time.monotonic()
+    code, _, err = farm_main("wait", fs.url, "--timeout", "1")
+    if ending == "still running":  # this process holds the lease: a live driver
+        assert code == 124 and err == f"{fs.url}: running; still running after 1 s\n" and time.monotonic() - t0 >= 1
+    elif ending == "cancelled":
+        assert code == 5 and err == f"{fs.url}: cancelled; cancelled; `farm resume` goes on from here\n", err
+    else:
+        assert code == 4 and err == (f"{fs.url}: failed; its driver, {fs.lease.holder.who()[:-len(str(os.getpid()))]}"
+                                     f"{dead.pid}, is gone; `farm resume {fs.url}` goes on\n"), err
