@@ -6,10 +6,10 @@ with where it was raised), 130 interrupted. No command prints a traceback.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -22,8 +22,6 @@ from farm.names import is_utf8
 from farm.options import command_line, group_options, job_options, job_spec, with_groups
 
 if TYPE_CHECKING:
-    from ray.job_submission import JobSubmissionClient
-
     from farm.monitor import JobSummary
     from farm.spec import JobSpec
     from farm.store import FrameStore
@@ -39,26 +37,39 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm.spec import parse_frame_list
     from farm.status import spp_text
     job.check_params(spec)
+    redo_frames = parse_frame_list(redo) if redo else ()
+    done = job.finished(spec, redo_frames, replace)
+    if done is not None:  # said before Ray starts, and the last run's notes (its rate) are kept
+        spec, fs = done
+        click.echo(f"{fs.url}: done already ({spec.n_frames} frame(s) x {spp_text(spec, fs)}); nothing to render "
+                   f"(`farm export {fs.url} --out DIR`; a higher --spp or a later last frame renders more)", err=True)
+        return
     local = address is None
     # Ray starts while the scene is checked and, for a local job, its work unit compiled.
     with session.starting_ray(address, spec.groups) as ray_start, \
             Preflight(spec, job.preflight_env(spec, local)) as preflight:
         try:
             preflight.checked()
-            planned, store = job.prepare(spec, redo=parse_frame_list(redo) if redo else (), replace=replace,
+            planned, store = job.prepare(spec, redo=redo_frames, replace=replace,
                                          lease=True, local=local)
         except FarmError as e:  # said at once; leaving the block then waits out Ray's start and stops it
             _fail(str(e), e.exit_code)
+        def say(line: str) -> None:  # on stderr, and in the store's log (`farm logs`)
+            click.echo(line, err=True)
+            store.log(line)
+        for line in (store.lease.took_over if store.lease is not None else None, _min_spp_rounded(planned, store)):
+            if line:
+                say(line)
         same_members = job.preflight_env(planned, local) == preflight.env  # (a store's own level may differ)
         preflight.compile(job.first_task(planned, store) if same_members else None)
         spec = planned
         signals.on_stop(lambda: _stopped_late(store))
         registry.record(store.url)
         try:
-            click.echo(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> "
-                       f"{store.url}", err=True)
-            session.run(spec, store, address=address, show_progress=not no_progress,
-                        log=lambda m: click.echo(m, err=True), ray_start=ray_start, ready=preflight.wait)
+            say(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> {store.url}")
+            session.run(spec, store, address=address, show_progress=not no_progress, log=say,
+                        ray_start=ray_start, ready=preflight.wait, say=lambda m: click.echo(m, err=True))
+            store.log("done")
         except KeyboardInterrupt:
             raise Interrupted(f"{signals.how()}; `farm resume {store.url}` goes on from here",
                               exit_code=signals.exit_code()) from None
@@ -66,6 +77,16 @@ def _render(spec, address, no_progress, redo=None, replace=False):
             ray_start.close()  # every worker gone before another driver may take the store
             store.lease.release()
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
+
+
+def _min_spp_rounded(spec: JobSpec, store: FrameStore) -> str | None:
+    """The line saying to what a noise job's ``min_spp`` is rounded up, and why, where it is."""
+    from farm.adaptive import Shot
+    shot = Shot(spec, store)
+    if spec.min_spp is None or not shot.active or shot.least == spec.min_spp:
+        return None
+    return (f"--min-spp {spec.min_spp} is rounded up to {shot.least}: a noise target renders chunks of {shot.chunk} "
+            f"samples, and a tile's noise estimate needs at least two")
 
 
 def _stopped_late(store: FrameStore) -> None:
@@ -114,11 +135,19 @@ def render(source, redo, replace, address, no_progress, **options):
 @cli.command()
 @click.argument("store")
 @_redo_option
+@click.option("--wait", "wait_lease", is_flag=True,
+              help="If another driver holds STORE, wait until its lease is released or lapses, then take over.")
 @_driver_options
-def resume(store, redo, address, no_progress, **options):
-    """Render what the store at STORE still lacks (there, wherever it was made)."""
+def resume(store, redo, wait_lease, address, no_progress, **options):
+    """Render what the store at STORE still lacks (there, wherever it was made).
+
+    A driver that died on this machine is taken over at once; one elsewhere, once its lease
+    lapses (--wait waits for that)."""
     from farm.job import open_store
-    spec, _ = open_store(store)
+    from farm.lease import wait_free
+    spec, fs = open_store(store)
+    if wait_lease:
+        wait_free(fs.group, store, say=lambda m: click.echo(m, err=True))
     _render(with_groups(spec, options), address, no_progress, redo)
 
 
@@ -169,38 +198,93 @@ def export(store, fmt, frames, out, partial, denoise, name):
         click.echo(f"not written, no samples yet: frame {', '.join(skipped)}", err=True)
 
 
-def _submission_id(spec: JobSpec) -> str:
-    return "farm-" + hashlib.sha256(os.path.abspath(spec.store).encode()).hexdigest()[:16]
-
-
 @cli.command()
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("--address", required=True, help="Ray dashboard address of the cluster, e.g. http://head:8265.")
 @job_options
 def submit(source, address, **options):
-    """Submit SOURCE to a Ray cluster through the Jobs API; prints the job id and returns."""
+    """Submit SOURCE to a Ray cluster through the Jobs API; prints the job id and returns.
+
+    Paths are made absolute (the cluster's nodes must see them). A store whose last job ended is
+    submitted again (to refine or resume it); one whose job still runs is left to it."""
     import shlex
 
+    from farm import jobs, registry
+    source = os.path.abspath(source)
+    if not os.path.isfile(source):
+        raise FarmError(f"{'job' if source.endswith('.toml') else 'scene'} file not found: {source}")
     spec = job_spec(source, options)
-    args = ["farm", "render", source, "--address", "auto", "--no-progress", *command_line(options)]
-    sid = _submission_id(spec)
-    client = _jobs_client(address)
-    try:
-        client.submit_job(entrypoint=" ".join(shlex.quote(a) for a in args), submission_id=sid)
-    except RuntimeError as e:
-        if "already exists" not in str(e):
-            raise FarmError(f"submit failed: {_first_line(e)}") from None
-    from farm import registry
-    registry.record(spec.store)
+    store = jobs.store_key(spec.store)
+    if not os.path.isfile(spec.scene):
+        raise FarmError(f"scene file not found: {spec.scene}")
+    if "://" not in store and not os.path.isdir(os.path.dirname(store)):
+        raise FarmError(f"store folder not found: {os.path.dirname(store)} (for {store})")
+    args = ["farm", "render", source, *command_line({**options, "out": store}), "--address", "auto", "--no-progress"]
+    client = jobs.client(address)
+    sid, running = jobs.submit(client, address, store, " ".join(shlex.quote(a) for a in args))
+    if running is not None:
+        click.echo(f"{store}: its job {sid} is still {running.value.lower()} on the cluster; nothing submitted "
+                   f"(`farm wait {store} --address {address}`)", err=True)
+    registry.record(store)
     click.echo(sid)
 
 
-def _jobs_client(address: str) -> JobSubmissionClient:
-    from ray.job_submission import JobSubmissionClient
-    try:
-        return JobSubmissionClient(address)
-    except (OSError, RuntimeError, ValueError) as e:  # unreachable, refused, not a Ray dashboard
-        raise FarmError(f"cannot reach the Ray cluster at {address}: {_first_line(e)}") from None
+@cli.command()
+@click.argument("store")
+@click.option("--address", default=None, help="The cluster STORE's job was submitted to (its dashboard, "
+                                               "http://head:8265); default: the local job in the store.")
+@click.option("--timeout", type=click.FloatRange(0, None), default=None, help="Give up after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: store, state, exit_code, error.")
+def wait(store, address, timeout, as_json):
+    """Wait until STORE's job ends; exit 0 done, 4 failed, 5 cancelled, 130/143 interrupted or
+    stopped, 124 still running at --timeout."""
+    import json
+
+    from farm import follow, jobs
+    if address:
+        client = jobs.client(address)
+        ending = follow.wait(lambda: follow.submitted_ending(client, address, store), timeout)
+    else:
+        ending = follow.wait(lambda: follow.store_ending(store), timeout)
+    state, code = (ending.state, ending.exit_code) if ending else ("running", 124)
+    error = ending.error if ending else f"still running after {timeout:g} s"
+    if as_json:
+        click.echo(json.dumps({"store": store, "state": state, "exit_code": code, "error": error}))
+    click.echo(f"{store}: {state}" + (f"; {_one_line(error)}" if error else ""), err=True)
+    signals.done()
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("store")
+@click.option("--address", default=None, help="Read the log of the job submitted for STORE to this cluster "
+                                               "(its dashboard, http://head:8265) through the Jobs API.")
+@click.option("--follow", "keep", is_flag=True, help="Keep printing new lines until the job ends.")
+def logs(store, address, keep):
+    """Print the log of STORE's job, newest last: what its driver said (phases, each group's
+    failures and retries, errors), every run of it; a submitted job's output with --address."""
+    from farm import follow, jobs
+    if address:
+        client = jobs.client(address)
+        job = jobs.latest(client, address, store)
+        if job is None:
+            raise FarmError(f"{store}: no job was submitted for it to the cluster at {address}")
+        read = lambda: client.get_job_logs(job.submission_id).splitlines()  # noqa: E731
+        ended = lambda: follow.submitted_ending(client, address, store) is not None  # noqa: E731
+    else:
+        from farm.job import open_store
+        fs = open_store(store)[1]
+        read, ended = fs.logs, lambda: follow.store_ending(store) is not None  # noqa: E731
+    shown = 0
+    while True:
+        last = ended()  # before the read: every line of a run that ended is read after it
+        lines = read()
+        for line in lines[shown:]:
+            click.echo(line)
+        shown = max(shown, len(lines))
+        if not keep or last:
+            return
+        time.sleep(follow.POLL_S)
 
 
 @cli.command()
@@ -209,14 +293,42 @@ def _jobs_client(address: str) -> JobSubmissionClient:
 def cancel(store, address):
     """Ask the driver rendering STORE to stop (it stops within seconds; the store stays resumable)."""
     from farm.job import open_store
-    spec, fs = open_store(store, mode="r+")
-    fs.request_cancel()
+    _, fs = open_store(store, mode="r+")
+    idle = _no_driver(fs)
+    if idle is None:
+        fs.request_cancel()
     if address:
+        from farm import jobs
+        client = jobs.client(address)
+        submitted = jobs.latest(client, address, store)
         try:
-            _jobs_client(address).stop_job(_submission_id(spec))
+            if submitted is not None:
+                client.stop_job(submitted.submission_id)
         except RuntimeError as e:
             raise FarmError(f"cancel requested in {store}, but stopping its Ray job failed: {_first_line(e)}") from None
-    click.echo(f"cancel requested for {store}", err=True)
+    if idle is None:
+        click.echo(f"cancel requested for {store}", err=True)
+    else:
+        click.echo(f"nothing to cancel: no driver is rendering {store} ({idle}); the store is left as it is "
+                   f"(`farm resume {store}` goes on)", err=True)
+
+
+def _no_driver(fs: FrameStore) -> str | None:
+    """Why no driver can be rendering the store ``fs`` (none took it, its last released its
+    lease, it is gone, its lease lapsed), or None where one may be."""
+    from farm.lease import holder
+    driver, now = holder(fs.group), time.time()
+    if driver is None:
+        return "none has run it"
+    if driver is False:
+        return None  # its lease does not read: a cancel is the safe answer
+    if driver.released:
+        return "the last one ended"
+    if driver.gone():
+        return f"{driver.who()} is gone: it ended without releasing its lease"
+    if not driver.live(now):
+        return f"{driver.who()} stopped renewing its lease {now - driver.renewed:.0f} s ago"
+    return None
 
 
 @cli.command()

@@ -100,9 +100,9 @@ def _aux_channels(store: FrameStore) -> tuple[int, int]:
     """(albedo offset, normal offset) of the store's AOVs, or a StoreError naming what is missing."""
     albedo, normal = find_aov(store.aovs, "albedo"), find_aov(store.aovs, "sh_normal", "geo_normal")
     if albedo is None or normal is None:
-        missing = " and ".join(w for w, c in (("an albedo", albedo), ("a normal", normal)) if c is None)
-        raise FarmError(f"{store.url}: --denoise needs the albedo and normal AOVs of the job's scene, which has "
-                        f"{missing} AOV too few: {AUX_HINT}")
+        missing = " and no ".join(w for w, c in (("albedo", albedo), ("normal", normal)) if c is None)
+        raise FarmError(f"{store.url}: --denoise needs an albedo and a normal AOV, and this job has no {missing} "
+                        f"AOV: {AUX_HINT}")
     return albedo, normal
 
 

@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from cluster.task import SceneRef, TileTask
-from farm.errors import SpecError
+from farm.errors import FarmError, SpecError
 from farm.lease import Lease, lease_duration
 from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
 from farm.store import FrameStore, StoreError
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from cluster.group import GroupShape
 
-__all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
+__all__ = ["prepare", "finished", "check_params", "open_store", "group_shapes", "frame_status"]
 
 
 def check_params(spec: JobSpec) -> None:
@@ -75,6 +75,26 @@ def prepare(spec: JobSpec, create: bool = True, redo: Collection[int] = (), repl
     except BaseException:
         held.release()
         raise
+
+
+def finished(spec: JobSpec, redo: Collection[int] = (),
+             replace: bool = False) -> tuple[JobSpec, FrameStore] | None:
+    """(planned spec, its store) where the store of ``spec`` holds the whole job already, read
+    without writing (a run would render nothing); else None, and ``prepare`` says what it says of the job. A store
+    whose data does not all read back is not finished."""
+    from farm.adaptive import Shot
+    from farm.planner import plan
+    if redo or replace or not FrameStore.exists(spec.store):
+        return None
+    try:
+        spec, stored, store = _bind(spec, {spec.frames: _scene_hash(spec)})
+    except FarmError:  # refused: said by ``prepare``, in its order
+        return None
+    if (spec.frames, spec.spp, spec.noise, spec.min_spp) != (stored.frames, stored.spp, stored.noise, stored.min_spp):
+        return None
+    records, damaged = store.verified_records()
+    todo = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, Shot(spec, store).tile_spp(records))
+    return (spec, store) if not damaged and not todo.frames else None
 
 
 def _edit(spec: JobSpec, stored: JobSpec, store: FrameStore, digest: str,

@@ -3,12 +3,14 @@
 Layout: ``lease/epoch-NNNNNNNNNN.json``, one small JSON document per epoch::
 
     {"epoch": 7, "host": "render-3", "pid": 4242, "token": "9f2c...", "process": "51ab...",
-     "acquired": T0, "renewed": T1, "expires": T1 + duration, "released": false}
+     "acquired": T0, "renewed": T1, "expires": T1 + duration, "released": false,
+     "pid_space": "BOOT-ID pid:[4026531836]", "started": 2179920}
 
 The holder is the document of the highest epoch. A driver takes the store by creating the next
 epoch's document with a create-if-absent write (``set_if_not_exists``: an exclusive link on a
 local store, so two drivers cannot both create epoch 8) and reading it back; it may do so only
-when the highest epoch is expired, released, or its own process's. While it runs, a heartbeat
+when the highest epoch is expired, released, its own process's, or held by a process that is
+gone. While it runs, a heartbeat
 thread rewrites its own document every third of the lease (write-then-rename on a local store),
 pushing ``expires`` forward; a clean exit, Ctrl-C, a cancel or an error marks it released.
 
@@ -16,7 +18,13 @@ Fencing: a driver writes the job's data only after ``Lease.check``: the highest 
 its own (by number and by token) and its lease has not expired by its own last renewal. A driver
 frozen past its lease (SIGSTOP, a VM paused, a stalled disk) therefore finds, when it continues,
 either a newer epoch (another driver took over) or its own lease expired, and stops with
-``Fenced`` before writing anything. A zombie's late renewal rewrites only its own, older
+``Fenced`` before writing anything. A driver killed outright (``kill -9``, the OOM killer) leaves
+its lease live until it expires; where its pids mean what they mean here (``pid_space``: the
+same boot of the same kernel and the same pid namespace), a driver that finds no process of that
+pid started at that time (``started``: clock ticks after boot, ``/proc/PID/stat``) knows it is
+gone and takes over at once. A frozen driver is still there (the same pid and start time), so it
+is never taken for gone. Elsewhere only the expiry tells, and the message says since when the
+holder has not renewed it. A zombie's late renewal rewrites only its own, older
 epoch's document: it can never take the store back.
 
 What this cannot close (a POSIX filesystem has no compare-and-swap on a write): the window
@@ -39,6 +47,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Literal, Self
 
 import zarr
@@ -49,11 +58,38 @@ from zarr.storage import LocalStore, StorePath
 from farm.errors import SpecError, shown
 from farm.store import StoreError
 
-__all__ = ["Lease", "Holder", "LeaseHeld", "Fenced", "holder", "lease_duration", "DEFAULT_LEASE_S"]
+__all__ = ["Lease", "Holder", "LeaseHeld", "Fenced", "holder", "lease_duration", "wait_free", "DEFAULT_LEASE_S"]
 
 DEFAULT_LEASE_S = 30.0
 _PREFIX, _SUFFIX = "epoch-", ".json"
 _PROCESS = uuid.uuid4().hex
+_WAIT_POLL_S = 1.0  # seconds between two looks at a lease that ``wait_free`` waits out
+
+
+def _pid_space() -> str:
+    """Where this process's pids mean what they mean: this boot of the kernel and this pid
+    namespace ("" where /proc does not say: another driver's process is then never taken for gone)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot} {os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
+
+
+def _started(pid: int) -> int | None:
+    """When the process ``pid`` started (clock ticks after boot, /proc/PID/stat's 22nd field), or
+    None where there is no such process, or only its zombie (it has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (name) ": the name may hold spaces and ')'
+    return None if fields[0] in (b"Z", b"X") else int(fields[19])
+
+
+_PID_SPACE = _pid_space()
 
 
 class LeaseHeld(StoreError):
@@ -76,9 +112,22 @@ class Holder:
     renewed: float
     expires: float
     released: bool = False
+    pid_space: str = ""  # where its pid means its process (``_pid_space``; "" in documents written before)
+    started: int = -1    # when its process started (``_started``; -1: not known)
 
     def live(self, now: float) -> bool:
         return not self.released and now < self.expires
+
+    def gone(self) -> bool:
+        """Whether its process is known to have ended: it ran where this one runs (the same
+        kernel boot and pid namespace) and no process of its pid started when it did."""
+        return bool(self.pid_space) and self.pid_space == _PID_SPACE and _started(self.pid) != self.started
+
+    def stopped_renewing(self, now: float) -> float | None:
+        """Seconds since it should have renewed its lease (it renews every third of it), or None
+        while it renews on time."""
+        late = now - self.renewed - (self.expires - self.renewed) / 3
+        return now - self.renewed if late > 1.0 else None
 
     def mine(self) -> bool:
         """Whether this process holds it (a process is one driver)."""
@@ -90,8 +139,10 @@ class Holder:
     def describe(self, now: float) -> str:
         """The holder and the state of its lease, for ``farm status``."""
         if self.released:
-            return (f"none (the last, {self.who()}, released its lease {now - self.renewed:.0f} s ago; "
-                    f"epoch {self.epoch})")
+            return "none"
+        if self.gone():
+            return (f"none ({self.who()} is gone: it ended without releasing its lease; the next `farm resume` "
+                    f"takes over at once)")
         if self.live(now):
             return (f"{self.who()}, lease live (epoch {self.epoch}, renewed {now - self.renewed:.0f} s ago, "
                     f"expires in {self.expires - now:.0f} s)")
@@ -160,8 +211,11 @@ def _read(node: StorePath, epoch: int) -> Holder | None:
         doc = json.loads(text)
     except ValueError:
         return None
+    if not isinstance(doc, dict):
+        return None
+    doc = {**_OPTIONAL, **doc}  # (a document written before they were recorded lacks them)
     fields = [f.name for f in dataclasses.fields(Holder)]
-    if not (isinstance(doc, dict) and all(_TYPES[name](doc.get(name)) for name in fields)):
+    if not all(_TYPES[name](doc.get(name)) for name in fields):
         return None
     return Holder(**{name: doc[name] for name in fields})
 
@@ -176,7 +230,8 @@ def _whole(value: object) -> bool:
 
 _TYPES = {"epoch": _whole, "pid": _whole, "host": lambda v: isinstance(v, str), "token": lambda v: isinstance(v, str),
           "process": lambda v: isinstance(v, str), "acquired": _number, "renewed": _number, "expires": _number,
-          "released": lambda v: isinstance(v, bool)}
+          "released": lambda v: isinstance(v, bool), "pid_space": lambda v: isinstance(v, str), "started": _whole}
+_OPTIONAL = {"pid_space": "", "started": -1}
 
 
 def _write(node: StorePath, holder: Holder, exclusive: bool = False) -> None:
@@ -200,6 +255,39 @@ def holder(group: zarr.Group) -> Holder | Literal[False] | None:
     return None if epoch == 0 else (doc or False)
 
 
+def _held(url: str, top: Holder, now: float) -> str:
+    """Why ``top``'s live lease refuses another driver, and what to do, in one line."""
+    late = top.stopped_renewing(now)
+    if late is None:
+        return (f"{url}: another driver is rendering this store: {top.who()} (its lease was renewed "
+                f"{now - top.renewed:.0f} s ago and lasts {top.expires - now:.0f} s more); `farm cancel {url}` "
+                f"stops it")
+    return (f"{url}: another driver holds this store: {top.who()}, which stopped renewing its lease {late:.0f} s "
+            f"ago (it died or froze; the lease lapses in {top.expires - now:.0f} s); `farm resume --wait {url}` "
+            f"takes over then")
+
+
+def wait_free(group: zarr.Group, url: str, say: Callable[[str], object], poll: float = _WAIT_POLL_S) -> None:
+    """Return once no other driver holds the store whose zarr group is ``group`` (its lease
+    released, lapsed, or its process gone), saying what it waits for when that changes: first,
+    and whenever the holder, or whether it still renews, changes."""
+    if "lease" not in group:
+        return
+    node, said = group["lease"].store_path, None
+    while True:
+        _, top = _top(node)
+        now = time.time()
+        if top is None or not top.live(now) or top.mine() or top.gone():
+            return
+        late = top.stopped_renewing(now)
+        if said != (top.epoch, late is None):
+            said = (top.epoch, late is None)
+            why = "it renews it" if late is None else f"it stopped renewing it {late:.0f} s ago"
+            say(f"{url}: waiting for the lease of {top.who()} to lapse ({why}; it lapses in "
+                f"{top.expires - now:.0f} s unless it is renewed)")
+        time.sleep(min(poll, max(0.0, top.expires - now) + 0.05))
+
+
 class Lease:
     """This driver's hold on one store: ``acquire``, then ``check`` before every write; ``release``."""
 
@@ -208,6 +296,7 @@ class Lease:
         self.holder = holder
         self.expires = holder.expires  # by this driver's last successful renewal
         self.lost: str | None = None   # why it was lost, once it is
+        self.took_over: str | None = None  # the line saying whose lease it took over, if its holder was gone
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"lease {url}", daemon=True)
 
@@ -221,15 +310,19 @@ class Lease:
         for _ in range(3):
             epoch, top = _top(node)
             now = time.time()
+            took_over = None
             if top is not None and top.live(now) and not top.mine():
-                raise LeaseHeld(f"{url}: another driver is rendering this store: {top.who()} (its lease was renewed "
-                                f"{now - top.renewed:.0f} s ago and lasts {top.expires - now:.0f} s more); "
-                                f"`farm cancel {url}` stops it")
+                if not top.gone():
+                    raise LeaseHeld(_held(url, top, now))
+                took_over = (f"{url}: took the store over from {top.who()}, which is gone (it ended without "
+                             f"releasing its lease; epoch {epoch + 1})")
             mine = Holder(epoch=epoch + 1, host=socket.gethostname(), pid=os.getpid(), token=uuid.uuid4().hex,
-                          process=_PROCESS, acquired=now, renewed=now, expires=now + duration)
+                          process=_PROCESS, acquired=now, renewed=now, expires=now + duration,
+                          pid_space=_PID_SPACE, started=_started(os.getpid()) or -1)
             _write(node, mine, exclusive=True)
             if _read(node, mine.epoch) == mine:  # not taken by a driver that created it first
                 lease = cls(node, url, mine, duration)
+                lease.took_over = took_over
                 lease._forget_before(mine.epoch - 1)
                 if heartbeat:
                     lease._heartbeat.start()

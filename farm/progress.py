@@ -79,13 +79,16 @@ def _clock(seconds: float) -> str:
 
 
 class RunProgress:
-    """One run's progress: the bar (``show``) and the store's notes, written at each phase and
-    then every ``NOTE_EVERY_S`` seconds (when a cancel is looked for too)."""
+    """One run's progress: the bar (``show``; else each phase said to ``say`` in a line) and the
+    store's notes, written at each phase and then every ``NOTE_EVERY_S`` seconds (when a cancel
+    is looked for too)."""
 
     _BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
-    def __init__(self, store: FrameStore, show: bool = True, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, store: FrameStore, show: bool = True, clock: Callable[[], float] = time.monotonic,
+                 say: Callable[[str], object] | None = None):
         self.store, self.clock = store, clock
+        self.say = None if show else say  # without the bar, each phase is said in a line
         self.phase_name: str | None = None  # the phase,
         self.phases: dict[str, float] = {}  # and when each began (Unix time)
         self.total_units = self.done_units = 0
@@ -109,6 +112,9 @@ class RunProgress:
         self.phase_name = name
         self.phases[name] = time.time()
         self.bar.set_description_str(name)
+        self.store.log(f"{name}...")
+        if self.say is not None:
+            self.say(f"{name}...")
         self.note(force=True)
 
     def done(self, units: int, frame_index: int) -> None:

@@ -161,16 +161,17 @@ def starting_ray(address: str | None = None, groups: GroupsSpec | None = None,
 
 def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progress: bool = True,
         log: Callable[[str], object] = print, ray_start: RayStart | None = None,
-        ready: Callable[[], object] | None = None) -> Plan:
+        ready: Callable[[], object] | None = None, say: Callable[[str], object] | None = None) -> Plan:
     """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address`` (or the
     Ray of ``ray_start``, a ``RayStart`` of ``starting_ray``, already on its way); the run's
     phases from the start of Ray on are in the store's progress notes (``farm.progress``).
     ``ready()``: waited for once the groups have formed, before the first task goes out (the
-    preflight's compilation, ``farm.scene_check.Preflight.wait``)."""
+    preflight's compilation, ``farm.scene_check.Preflight.wait``). ``say``: what says each phase
+    without the bar (default ``log``; the phases are in the store's log either way)."""
     from farm.progress import RunProgress
     from farm.scheduler import run_job
 
-    progress = RunProgress(store, show_progress)
+    progress = RunProgress(store, show_progress, say=say or log)
     try:
         progress.phase("starting Ray")
         ray = contextlib.nullcontext(ray_start) if ray_start else starting_ray(address, spec.groups, eager=False)

@@ -111,6 +111,9 @@ def _last_run(notes: Mapping[str, Any] | None, s: JobSummary) -> str | None:
         line += f", {s.rate / 1e6:.2f} M pixel-samples/s"
     if s.eta_s is not None:
         line += f", ETA {s.eta_s:.0f} s"
-    if notes.get("error"):
-        line += f"; {notes['error']}"
+    error = str(notes.get("error") or "")
+    if error.startswith(state):  # "cancelled; `farm resume ...`": the state is said once
+        error = error[len(state):].lstrip("; ")
+    if error:
+        line += f"; {error}"
     return line

@@ -57,6 +57,8 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 import zarr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from farm.errors import FarmError, shown
@@ -185,6 +187,7 @@ class FrameStore:
     def __init__(self, group: zarr.Group, url: str):
         self.group, self.url = group, url
         self.lease: Lease | None = None  # farm.lease.Lease of the driver that writes, checked before each write
+        self.log_lines: list[str] = []  # this run's log (``log``), written whole each time
         self.meta: dict[str, Any] = cast("dict[str, Any]", group.attrs.get("farm"))  # (open and create check it)
         self.width, self.height, self.tile = _layout(self.meta, url)
         self.aovs = _aovs(self.meta, url)
@@ -532,6 +535,36 @@ class FrameStore:
             return None
         value = node.attrs.get("progress", {})
         return dict(value) if isinstance(value, dict) else None
+
+    def log(self, line: str) -> None:
+        """Add ``line`` (one line the driver said) to this run's log, ``log/run-EPOCH.txt`` (its
+        lease's epoch; 0 without one), written whole each time: notes, like the progress, so a
+        log that cannot be written is let go, and nothing is written once the lease is lost."""
+        lines = self.log_lines
+        lines.append(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}")
+        try:
+            self._check_lease()
+            node = self.group.require_group("log").store_path
+            epoch = self.lease.holder.epoch if self.lease is not None else 0
+            data = ("\n".join(lines) + "\n").encode()
+            sync((node / f"run-{epoch:010d}.txt").set(default_buffer_prototype().buffer.from_bytes(data)))
+        except Exception:
+            pass
+
+    def logs(self) -> list[str]:
+        """Every run's log lines (``log``), the runs in the order of their epochs, newest last."""
+        if not _has(self.group, "log"):
+            return []
+        node = self.group["log"].store_path
+
+        async def names() -> list[str]:
+            return [name async for name in node.store.list_dir(node.path)]
+        out = []
+        for name in sorted(n for n in sync(names()) if n.startswith("run-") and n.endswith(".txt")):
+            buffer = sync((node / name).get())
+            if buffer is not None:
+                out += buffer.to_bytes().decode("utf-8", "replace").splitlines()
+        return out
 
     def request_cancel(self) -> None:
         if not _has(self.group, "cancel"):

@@ -3,6 +3,7 @@ render, a worker killed mid-task, a driver killed mid-job, refinement, and bad i
 import dataclasses
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,15 +18,16 @@ import pytest
 from farm import job
 from farm.curves import Curve
 from farm.errors import SceneFileError, SpecError
-from farm.lease import holder
+from farm import lease as lease_module
+from farm.lease import Lease, holder
 from farm import scheduler
 from farm.progress import NOTE_EVERY_S
 from farm.results import Commits
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec, JobSpec
 from farm.store import FrameStore, StoreError
-from tests.helpers.farm_cases import (ORBIT, ROOT, ctrl_c_heard, exported, farm_cli, farm_main, orbit_spec, reference,
-                                     stop_when_rendered, store_files, tiles_done)
+from tests.helpers.farm_cases import (ORBIT, ROOT, ctrl_c_heard, exported, farm_cli, farm_main, filled_store, orbit_spec,
+                                     reference, stop_when_rendered, store_files, tiles_done)
 from tests.helpers.hang_guard import hang_guard
 
 
@@ -92,32 +94,63 @@ def test_a_worker_killed_mid_task_changes_no_bit(local_ray, tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
-def test_driver_killed_mid_job_then_resumed(tmp_path):
+def test_driver_killed_mid_job_is_taken_over_at_once_and_resumed_to_the_same_bits(tmp_path):
+    """kill -9 of a driver's process group (Ray's processes too) mid-job: its lease (600 s) is
+    live, but its process is gone from this machine, so `farm cancel` says there is nothing to
+    cancel and `farm resume` takes over at once, saying so, and ends in an uninterrupted job's bits."""
     store = tmp_path / "c.zarr"
     args = ["render", ORBIT, "--frames", "0-3", "--spp", "32", "--res", "40x30", "--tile", "16",
             "--set", "angle=0:0,3:90", "--out", str(store), "--no-progress"]
     proc = subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=dict(os.environ, FARM_LEASE_S="10"))  # its lease lapses 10 s after it dies
+                            env=dict(os.environ, FARM_LEASE_S="600"))  # only its death can free the store
     try:
         done, tiles = stop_when_rendered(proc, store, tiles=3)  # stopped: it dies mid-job, however fast
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    killed = time.monotonic()
     assert 3 <= done < tiles and tiles_done(store) == (done, tiles)
     group = FrameStore.open(str(store), mode="r").group
-    assert holder(group).pid == proc.pid and not holder(group).released  # it died holding the store
-    with hang_guard(120):
-        while holder(group).live(time.time()):
-            time.sleep(0.2)
-    status = farm_cli("status", str(store), timeout=120)
-    assert f"pid {proc.pid} stopped renewing its lease" in status.stdout, status.stdout
-    result = farm_cli("resume", str(store), "--no-progress")
-    assert result.returncode == 0, result.stderr[-2000:]
+    dead = holder(group)
+    assert dead.pid == proc.pid and dead.live(time.time()) and dead.gone()  # it died holding the store
+    resume = subprocess.Popen([sys.executable, "-m", "farm.cli", "resume", str(store), "--no-progress"], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    with hang_guard(300):
+        for line in resume.stderr:
+            lines.append(line)
+            if "took the store over" in line:
+                took_over = time.monotonic() - killed
+                break
+        lines += resume.stderr.readlines()
+        resume.wait()
+    print(f"kill -9 to the resume taking over: {took_over:.2f} s")
+    assert resume.returncode == 0, "".join(lines)[-2000:]
+    took = [line for line in lines if "took the store over" in line]
+    assert took == [f"{store}: took the store over from {dead.who()}, which is gone (it ended without releasing "
+                    f"its lease; epoch 2)\n"] and took_over < 30, lines
     assert holder(group).epoch == 2 and holder(group).released
     spec = JobSpec.from_json(FrameStore.open(str(store), mode="r").spec_json)
     for got, want in zip(exported(store, tmp_path), reference(spec)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_cancel_and_status_of_a_store_whose_driver_died_say_so_and_change_nothing(tmp_path):
+    spec, fs = filled_store(tmp_path / "k.zarr", frames=(0, 0))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = Lease.acquire(fs.group, fs.url, duration=600, heartbeat=False)
+    lease_module._write(gone.node, dataclasses.replace(gone.holder, pid=dead.pid))
+    before = store_files(tmp_path / "k.zarr")
+    code, _, err = farm_main("cancel", fs.url)
+    assert code == 0 and err == (f"nothing to cancel: no driver is rendering {fs.url} ({gone.holder.host} pid "
+                                 f"{dead.pid} is gone: it ended without releasing its lease); the store is left as "
+                                 f"it is (`farm resume {fs.url}` goes on)\n"), err
+    assert store_files(tmp_path / "k.zarr") == before  # no cancel node, the lease as it was
+    code, out, _ = farm_main("status", fs.url)
+    assert code == 0 and f"driver:  none ({gone.holder.host} pid {dead.pid} is gone: it ended without releasing " \
+        f"its lease; the next `farm resume` takes over at once)" in out, out
 
 
 def test_corrupted_chunks_are_reported_refused_and_rendered_again(local_ray, tmp_path):
@@ -332,7 +365,9 @@ def test_cancel_stops_a_running_driver_and_leaves_a_resumable_store(tmp_path):
     done, tiles = tiles_done(store)
     assert 0 < done < tiles
     status = farm_cli("status", str(store), timeout=60)
-    assert status.returncode == 0 and "cancelled" in status.stdout
+    assert status.returncode == 0 and status.stdout.count("cancelled") == 1, status.stdout  # said once
+    assert re.search(r"^last run: cancelled \(\d+ s ago\)(, .*)?; `farm resume .*` goes on from here$", status.stdout,
+                     re.M) and "\ndriver:  none\n" in status.stdout, status.stdout  # no lease of a driver gone
 
 
 def test_local_groups_share_the_cores_one_device_each(tmp_path):

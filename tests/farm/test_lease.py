@@ -5,6 +5,7 @@ last runs real drivers as subprocesses and freezes one with SIGSTOP."""
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -58,7 +59,7 @@ def test_a_live_lease_is_refused_naming_its_holder_and_a_released_one_is_taken_a
     assert f"another driver is rendering this store: {ME}" in message and "\n" not in message
     assert refused.value.exit_code == 3 and holder(group).epoch == 2
     again.release()
-    assert holder(group).released and "released its lease" in holder(group).describe(time.time())
+    assert holder(group).released and holder(group).describe(time.time()) == "none"  # no driver shown once it ends
     with pytest.raises(Fenced, match="released"):
         again.check()
     other = Lease.acquire(group, "s.zarr", duration=600)
@@ -88,6 +89,55 @@ def test_an_expired_lease_is_taken_over_and_its_zombie_cannot_take_it_back(tmp_p
     taker.check()
     assert holder(group) == taker.holder
     taker.release()
+
+
+def _dead_pid():
+    """The pid of a process that has ended (and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("how", ["no such process", "another process of its pid", "an older lease document"])
+def test_a_lease_of_a_driver_gone_from_this_machine_is_taken_over_at_once(tmp_path, monkeypatch, how):
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w-")
+    held = Lease.acquire(group, "s.zarr", duration=600, heartbeat=False)
+    doc = {"no such process": dict(pid=_dead_pid()), "another process of its pid": dict(started=held.holder.started - 1),
+           "an older lease document": dict(pid=_dead_pid(), pid_space="", started=-1)}[how]
+    gone = dataclasses.replace(held.holder, **doc)
+    lease_module._write(held.node, gone)
+    _another_driver(monkeypatch)
+    if how == "an older lease document":  # (where its pid means nothing, only the expiry tells)
+        with pytest.raises(LeaseHeld, match="another driver is rendering this store"):
+            Lease.acquire(group, "s.zarr", duration=600, heartbeat=False)
+        return
+    assert gone.gone() and f"{gone.who()} is gone" in gone.describe(time.time())
+    taker = Lease.acquire(group, "s.zarr", duration=600, heartbeat=False)
+    assert taker.holder.epoch == 2 and taker.took_over == (
+        f"s.zarr: took the store over from {gone.who()}, which is gone (it ended without releasing its lease; epoch 2)")
+    assert not taker.holder.gone()  # this process: alive, and started when it did
+    with pytest.raises(Fenced, match="took it over"):  # the one that held it is fenced, as ever
+        held.check()
+
+
+def test_a_driver_elsewhere_that_stopped_renewing_is_waited_out(tmp_path, monkeypatch):
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w-")
+    monkeypatch.setattr(lease_module, "_PID_SPACE", "another machine's")
+    elsewhere = Lease.acquire(group, "s.zarr", duration=3.0, heartbeat=False)  # renews nothing: it died there
+    monkeypatch.undo()
+    _another_driver(monkeypatch)
+    assert not holder(group).gone()  # its pid means nothing here
+    _wait_until(lambda: holder(group).stopped_renewing(time.time()) is not None)
+    with pytest.raises(LeaseHeld) as refused:
+        Lease.acquire(group, "s.zarr", duration=600, heartbeat=False)
+    assert re.search(rf"s.zarr: another driver holds this store: {ME}, which stopped renewing its lease \d+ s ago "
+                     rf"\(it died or froze; the lease lapses in \d+ s\); `farm resume --wait s.zarr` takes over then",
+                     str(refused.value)), str(refused.value)
+    said = []
+    lease_module.wait_free(group, "s.zarr", said.append, poll=0.1)
+    assert time.time() >= elsewhere.expires and len(said) == 1, said
+    assert said[0].startswith(f"s.zarr: waiting for the lease of {ME} to lapse (it stopped renewing it ")
+    assert Lease.acquire(group, "s.zarr", duration=600, heartbeat=False).holder.epoch == 2
 
 
 def test_a_fenced_driver_writes_nothing_to_the_store(tmp_path, monkeypatch):

@@ -1,0 +1,107 @@
+"""``farm submit``, ``wait`` and ``logs`` against a real Ray cluster made with ``ray start``: a head
+and a second node (each its own raylet), token authentication as Ray 2.60 sets it up, all in the
+test's own HOME and temp dir, stopped by their own processes (never ``ray stop``, which ends
+every Ray on the machine). Over a minute on 2 cores: marked ``cluster``, which the default run
+skips (``pytest -m cluster`` runs it)."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from tests.helpers.farm_cases import ORBIT, ROOT, exported, farm_cli
+
+pytestmark = pytest.mark.cluster
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+JOB = ("--frames", "0-1", "--spp", "4", "--res", "16x16", "--tile", "16", "--set", "angle=0:0,1:45")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _up(url, timeout=120):
+    """Wait for the dashboard at ``url`` to answer (a 401 too: it wants the token)."""
+    import urllib.error
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/api/version", timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"the dashboard at {url} did not come up")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(dashboard URL, env with the cluster's HOME): a head and a second node, 2 CPUs each."""
+    home = tmp_path_factory.mktemp("home")
+    temp = tempfile.mkdtemp(prefix="/tmp/rc")  # short: Ray's socket paths must fit in 107 bytes
+    # The farm on the nodes' PATH, as an install on a cluster puts it.
+    env = dict(os.environ, HOME=str(home), RAY_USAGE_STATS_ENABLED="0",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True)
+    port, dash = _free_port(), _free_port()
+    procs = [subprocess.Popen([RAY, "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dash}",
+                               "--dashboard-host=127.0.0.1", "--num-cpus=2", f"--temp-dir={temp}"],
+                              env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        url = f"http://127.0.0.1:{dash}"
+        _up(url)
+        procs.append(subprocess.Popen([RAY, "start", "--block", f"--address=127.0.0.1:{port}", "--num-cpus=2"],
+                                      env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        time.sleep(5)
+        yield url, env
+    finally:
+        for proc in reversed(procs):
+            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for p in psutil.process_iter(["cmdline"]):  # what outlived them: this cluster's own, by its temp dir
+            if any(temp in arg for arg in p.info["cmdline"] or ()):
+                p.kill()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_submit_to_a_ray_start_cluster_renders_the_bits_of_a_local_render(cluster, tmp_path):
+    url, env = cluster
+    store = tmp_path / "sub.zarr"
+    bare = dict(env, HOME=str(tmp_path))  # no token here
+    refused = farm_cli("submit", ORBIT, *JOB, "--out", str(store), "--address", url, env=bare, timeout=120)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "wants an authentication token" in \
+        refused.stderr, refused.stderr
+    missing = farm_cli("submit", "nope.xml", "--out", str(store), "--address", url, env=env, timeout=120)
+    assert missing.returncode == 1 and f"scene file not found: {ROOT / 'nope.xml'}" in missing.stderr, missing.stderr
+    t0 = time.monotonic()
+    first = farm_cli("submit", ORBIT, *JOB, "--out", os.path.relpath(store, ROOT), "--address", url, env=env,
+                     timeout=120)
+    assert first.returncode == 0 and first.stdout.strip().endswith("-1"), first.stderr
+    waited = farm_cli("wait", str(store), "--address", url, "--timeout", "400", env=env, timeout=600)
+    print(f"submit to done on the ray start cluster: {time.monotonic() - t0:.1f} s")
+    assert waited.returncode == 0 and waited.stderr == f"{store}: done\n", waited.stderr
+    logs = farm_cli("logs", str(store), "--address", url, env=env, timeout=120)
+    assert logs.returncode == 0 and "rendering..." in logs.stdout and f"done: {store}" in logs.stdout, logs.stdout
+    again = farm_cli("submit", ORBIT, *JOB, "--out", str(store), "--address", url, env=env, timeout=120)
+    assert again.returncode == 0 and again.stdout.strip().endswith("-2"), again.stderr  # ended: submitted again
+    local = tmp_path / "local.zarr"
+    result = farm_cli("render", ORBIT, *JOB, "--out", str(local), "--cpu-isa", "AVX2", "--no-progress", timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for got, want in zip(exported(store, tmp_path, "sub"), exported(local, tmp_path, "local")):
+        np.testing.assert_array_equal(got, want)
