@@ -1,6 +1,6 @@
-"""Participating media as Mitsuba 3's ``homogeneous`` medium, with its phase functions
-(``isotropic``, ``hg``): the table the scene carries, free-flight sampling, transmittance, and
-the phase functions' evaluation and sampling.
+"""Participating media as Mitsuba 3's ``homogeneous`` and ``heterogeneous`` media, with their
+phase functions (``isotropic``, ``hg``): the table the scene carries, free-flight sampling against
+a majorant, the media's coefficients at points, transmittance, and the phase functions.
 
 A medium fills the inside or outside of shapes (their ``interior``/``exterior``) or surrounds the
 camera (the sensor's ``medium``); paths are traced through them by ``tracer.integrators.volpath``.
@@ -8,6 +8,11 @@ Media are addressed by their row in ``Media``; -1 is vacuum. As in Mitsuba's RGB
 samples its free-flight distances with the extinction of one colour channel, drawn once per path,
 and weights the three channels by transmittance over that channel's pdf (Mitsuba's
 ``has_spectral_extinction``, on by default; off: weighted by the albedo, as Mitsuba does).
+
+A homogeneous medium fills all space with its constant coefficients, which are their own
+majorant. A heterogeneous one lives in the world box of its ``sigma_t`` volume (as Mitsuba's, the
+box of the transformed unit cube); its majorant is ``scale`` times the largest value of that
+volume, and collisions with what is missing below it are null (delta tracking).
 """
 from __future__ import annotations
 
@@ -17,11 +22,12 @@ import numpy as np
 
 from tracer import elementary, lanes
 from tracer import vecmath as vm
+from tracer import volumes as vol
 from tracer.constants import INV_FOUR_PI, TWO_PI
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["Phase", "Media", "no_media", "pick", "channel_value", "free_flight", "transmittance", "phase_eval",
-           "phase_sample"]
+__all__ = ["Phase", "MediumKind", "Media", "no_media", "pick", "channel_value", "majorant", "extent", "free_flight",
+           "coefficients", "transmittance", "phase_eval", "phase_sample"]
 
 
 class Phase:
@@ -31,26 +37,43 @@ class Phase:
     NAMES = ("isotropic", "hg")
 
 
+class MediumKind:
+    HOMOGENEOUS, HETEROGENEOUS = range(2)
+    NAMES = ("homogeneous", "heterogeneous")
+
+
 @pytree_dataclass
 class Media:
     """M media, components first."""
 
-    sigma_t: jnp.ndarray          # (3, M) extinction (Mitsuba's sigma_t times scale), per unit length
-    albedo: jnp.ndarray           # (3, M) single-scattering albedo
+    sigma_t: jnp.ndarray          # (3, M) extinction per unit length (Mitsuba's sigma_t times scale),
+                                  # or what multiplies the medium's sigma_t volume
+    albedo: jnp.ndarray           # (3, M) single-scattering albedo, or what multiplies its albedo volume
     g: jnp.ndarray                # (M,) Henyey-Greenstein asymmetry (0 for isotropic)
     phase: jnp.ndarray            # (M,) int32 Phase kind
     spectral: jnp.ndarray         # (M,) bool: Mitsuba's has_spectral_extinction
     sample_emitters: jnp.ndarray  # (M,) bool: next-event estimation from points in the medium
     sensor: jnp.ndarray           # () int32: the medium around the camera, -1 for none
+    kind: jnp.ndarray             # (M,) int32 MediumKind
+    sigma_t_volume: jnp.ndarray   # (M,) int32 the grid sigma_t is read from (tracer.volumes), -1: constant
+    albedo_volume: jnp.ndarray    # (M,) int32 the grid the albedo is read from, -1: constant
+    majorant: jnp.ndarray         # (M,) a heterogeneous medium's majorant (scale times its sigma_t's largest value)
+    lo: jnp.ndarray               # (3, M) a heterogeneous medium's world box
+    hi: jnp.ndarray               # (3, M)
+    volumes: vol.Volumes
     count: int = static(default=0)
     phases_present: tuple[int, ...] = static(default=())
+    kinds_present: tuple[int, ...] = static(default=())
 
 
 def no_media() -> Media:
     """The table of a scene without media."""
     zeros = jnp.zeros((3, 0), jnp.float32)
-    return Media(sigma_t=zeros, albedo=zeros, g=jnp.zeros(0, jnp.float32), phase=jnp.zeros(0, jnp.int32),
-                 spectral=jnp.zeros(0, bool), sample_emitters=jnp.zeros(0, bool), sensor=jnp.int32(-1))
+    none = jnp.zeros(0, jnp.int32)
+    return Media(sigma_t=zeros, albedo=zeros, g=jnp.zeros(0, jnp.float32), phase=none, spectral=jnp.zeros(0, bool),
+                 sample_emitters=jnp.zeros(0, bool), sensor=jnp.int32(-1), kind=none, sigma_t_volume=none,
+                 albedo_volume=none, majorant=jnp.zeros(0, jnp.float32), lo=zeros, hi=zeros,
+                 volumes=vol.no_volumes())
 
 
 def pick(media: Media, medium: jax.Array, field: jax.Array) -> jax.Array:
@@ -63,11 +86,68 @@ def channel_value(rgb: jax.Array, channel: jax.Array) -> jax.Array:
     return jnp.where(channel == 0, rgb[0], jnp.where(channel == 1, rgb[1], rgb[2]))
 
 
-def free_flight(sigma_t: jax.Array, channel: jax.Array, u: jax.Array) -> jax.Array:
-    """(N,) distance to the next collision, sampled with the extinction of ``channel`` (inf where
-    that is 0), as Mitsuba's ``Medium::sample_interaction``."""
-    m = channel_value(sigma_t, channel)
-    return jnp.where(m > 0, -jnp.log1p(-u) / jnp.where(m > 0, m, 1.0), jnp.inf)
+def _heterogeneous(media: Media, medium: jax.Array) -> jax.Array:
+    if MediumKind.HETEROGENEOUS not in media.kinds_present:
+        return jnp.zeros(medium.shape, bool)
+    return pick(media, medium, media.kind) == MediumKind.HETEROGENEOUS
+
+
+def majorant(media: Media, medium: jax.Array) -> jax.Array:
+    """(3, N) the extinction free flights are sampled with (Mitsuba's ``combined_extinction``): a
+    homogeneous medium's own, a heterogeneous one's majorant in every channel."""
+    constant = pick(media, medium, media.sigma_t)
+    if MediumKind.HETEROGENEOUS not in media.kinds_present:
+        return constant
+    return jnp.where(_heterogeneous(media, medium), pick(media, medium, media.majorant), constant)
+
+
+def extent(media: Media, medium: jax.Array, o: jax.Array, d: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """((N,), (N,)) the stretch [mint, maxt] of rays o, d (3, N) inside their medium: everywhere
+    for a homogeneous one, its world box for a heterogeneous one (mint > maxt: missed), as
+    Mitsuba's ``intersect_aabb``."""
+    zero, inf = jnp.zeros_like(o[0]), jnp.full_like(o[0], jnp.inf)
+    if MediumKind.HETEROGENEOUS not in media.kinds_present:
+        return zero, inf
+    lo, hi = pick(media, medium, media.lo), pick(media, medium, media.hi)
+    inv = 1.0 / jnp.where(d != 0, d, np.float32(1e-30))
+    t0, t1 = (lo - o) * inv, (hi - o) * inv
+    near = jnp.maximum(jnp.max(jnp.minimum(t0, t1), axis=0), 0.0)
+    far = jnp.min(jnp.maximum(t0, t1), axis=0)
+    hetero = _heterogeneous(media, medium)
+    return jnp.where(hetero, near, zero), jnp.where(hetero, far, inf)
+
+
+def free_flight(combined: jax.Array, channel: jax.Array, u: jax.Array, mint: jax.Array | float = 0.0,
+                maxt: jax.Array | float = np.inf) -> jax.Array:
+    """(N,) distance to the next (tentative) collision, sampled with the ``combined`` extinction
+    (3, N) of ``channel`` from ``mint`` on; inf where that is 0 or the sample lies past ``maxt``,
+    as Mitsuba's ``Medium::sample_interaction``."""
+    m = channel_value(combined, channel)
+    t = mint + -jnp.log1p(-u) / jnp.where(m > 0, m, 1.0)
+    return jnp.where((m > 0) & (t <= maxt), t, jnp.inf)
+
+
+def coefficients(media: Media, medium: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """((3, N), (3, N)) the extinction and albedo of each lane's medium at points x (3, N)."""
+    sigma_t, albedo = pick(media, medium, media.sigma_t), pick(media, medium, media.albedo)
+    if media.volumes.count:
+        for field, rows in (("sigma_t", media.sigma_t_volume), ("albedo", media.albedo_volume)):
+            volume = pick(media, medium, rows)
+            value = vol.eval_rgb(media.volumes, volume, x)
+            if field == "sigma_t":
+                sigma_t = jnp.where(volume >= 0, sigma_t * value, sigma_t)
+            else:
+                albedo = jnp.where(volume >= 0, albedo * value, albedo)
+    return sigma_t, albedo
+
+
+def flight_weight(combined: jax.Array, channel: jax.Array, distance: jax.Array, collided: jax.Array) -> jax.Array:
+    """(3, N) transmittance over the sampled channel's pdf of a free flight of ``distance`` that
+    ``collided`` or passed: Mitsuba's tr / tr_pdf, as exp(-(sigma - sigma_c) d) (over sigma_c
+    for a collision), which neither underflows to 0 / 0 nor makes 0 * inf."""
+    own = channel_value(combined, channel)
+    ratio = jnp.where(combined == own, 1.0, jnp.exp(-(combined - own) * jnp.where(combined == own, 0.0, distance)))
+    return jnp.where(collided, ratio / jnp.where(own > 0, own, 1.0), ratio)
 
 
 def transmittance(sigma_t: jax.Array, distance: jax.Array) -> jax.Array:

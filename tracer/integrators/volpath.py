@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tracer import bsdfs, emitters, media, rng
 from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.integrators import path
 from tracer.kinds import BsdfKind
+from tracer.media import MediumKind
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.sampling import power_heuristic
@@ -42,6 +44,11 @@ __all__ = ["VolumeState", "start", "step", "CHANNEL_DIM", "MAX_CROSSINGS"]
 CHANNEL_DIM = 0xC0FFEE
 # Surfaces a light sample passes through at most (null boundaries of media); more block it.
 MAX_CROSSINGS = 32
+# Tentative collisions a light sample's ratio tracking takes in one medium segment at most.
+MAX_COLLISIONS = 4096
+# Where the random numbers of light samples' ratio tracking start (by step, crossing, collision),
+# apart from the per-bounce blocks.
+SHADOW_DIMS = 0x80000000
 
 
 @pytree_dataclass
@@ -89,38 +96,50 @@ def step(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
     if settings.max_depth >= 0:
         active = active & (p.depth < settings.max_depth)
 
-    # A free flight in the ray's medium; the ray looks for a surface no farther than that.
+    # A (tentative) collision in the ray's medium; the ray looks for a surface no farther.
     in_medium = active & (state.medium >= 0)
-    sigma_t = media.pick(md, state.medium, md.sigma_t)
-    flight = jnp.where(in_medium, media.free_flight(sigma_t, state.channel, u_free), jnp.inf)
+    combined = media.majorant(md, state.medium)
+    mint, maxt = media.extent(md, state.medium, p.origin, p.direction)
+    flight = jnp.where(in_medium, media.free_flight(combined, state.channel, u_free, mint, maxt), jnp.inf)
     probe = dataclasses.replace(p, active=active, t_max=jnp.minimum(p.t_max, flight))
     surface = path.find_surfaces(scene, probe)
     collide = in_medium & ~surface.si.valid & jnp.isfinite(flight)
-    # Transmittance over the channel's pdf of what happened (Mitsuba's has_spectral_extinction).
+    x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
+    sigma_t, albedo = media.coefficients(md, state.medium, x)
+    sigma_s, sigma_n = sigma_t * albedo, combined - sigma_t
+    null_chance = jnp.mean(sigma_n / jnp.where(combined > 0, combined, 1.0), axis=0)
+    null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)  # a heterogeneous medium's missing density
+    real = collide & ~null
+    # Weights as Mitsuba's volpath: with spectral extinction, transmittance over the channel's pdf,
+    # then sigma_s over the chance of a real collision or sigma_n over that of a null one; else
+    # the albedo at a real collision.
     hit_t = surface.si.t
     assert hit_t is not None  # (a closest hit's surface carries its distance)
-    travelled = jnp.where(collide, flight, jnp.where(surface.si.valid, hit_t, jnp.inf))
-    tr = media.transmittance(sigma_t, travelled)
-    pdf = media.channel_value(jnp.where(collide, tr * sigma_t, tr), state.channel)
+    travelled = jnp.where(collide, flight, jnp.where(surface.si.valid, hit_t, jnp.inf)) - mint
     spectral = media.pick(md, state.medium, md.spectral)
-    flight_weight = jnp.where(pdf > 0, tr / jnp.where(pdf > 0, pdf, 1.0), 0.0)
-    throughput = jnp.where(in_medium & spectral, throughput * flight_weight, throughput)
-    albedo = media.pick(md, state.medium, md.albedo)
-    throughput = jnp.where(collide, throughput * jnp.where(spectral, sigma_t * albedo, albedo), throughput)
+    real_chance = jnp.mean(sigma_t / jnp.where(combined > 0, combined, 1.0), axis=0)
+    weight = media.flight_weight(combined, state.channel, travelled, collide)
+    weight = weight * jnp.where(real, sigma_s / jnp.where(real_chance > 0, real_chance, 1.0), 1.0)
+    weight = weight * jnp.where(null, sigma_n / jnp.where(null_chance > 0, null_chance, 1.0), 1.0)
+    plain = jnp.where(real, sigma_s / jnp.where(sigma_t > 0, sigma_t, 1.0), 1.0)
+    throughput = jnp.where(in_medium, throughput * jnp.where(spectral, weight, plain), throughput)
     p = dataclasses.replace(p, active=active, throughput=throughput)
 
-    medium_state = _collide(scene, state, p, collide, flight, u)
-    surface_state = _surface(scene, state, p, surface, active & ~collide, u)
-    return jax.tree.map(lambda a, b: jnp.where(collide, a, b), medium_state, surface_state)
+    medium_state = _collide(scene, keys, state, p, real, x, u)
+    surface_state = _surface(scene, keys, state, p, surface, active & ~collide, u)
+    # A null collision: the ray goes on from there, nothing else changes.
+    passed = VolumeState(path=dataclasses.replace(p, origin=x, t_max=jnp.full_like(p.t_max, jnp.inf)),
+                         medium=state.medium, channel=state.channel, step=state.step + 1)
+    out = jax.tree.map(lambda a, b: jnp.where(real, a, b), medium_state, surface_state)
+    return jax.tree.map(lambda a, b: jnp.where(null, a, b), passed, out)
 
 
-def _collide(scene, state, p, collide, flight, u):
-    """A real collision at distance ``flight``: a light sample weighted by the phase function,
-    then the next direction from it."""
+def _collide(scene, keys, state, p, collide, x, u):
+    """A real collision at x: a light sample weighted by the phase function, then the next
+    direction from it."""
     settings, md = scene.settings, scene.media
     depth = p.depth + 1
     alive = collide if settings.max_depth < 0 else collide & (depth < settings.max_depth)
-    x = p.origin + flight * p.direction
     wi = -p.direction
     radiance = p.radiance
     nee = alive & media.pick(md, state.medium, md.sample_emitters)
@@ -128,7 +147,7 @@ def _collide(scene, state, p, collide, flight, u):
                                               u[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
                                               reuse=rng.REUSES_EMITTER_SELECT[settings.sampler])
     nee = nee & (ds.pdf > 0)
-    seen = _light_transmittance(scene, x, jnp.zeros_like(x), ds, state.medium, nee)
+    seen = _light_transmittance(scene, keys, state.step, x, jnp.zeros_like(x), ds, state.medium, nee)
     phase = media.phase_eval(md, state.medium, wi, ds.d)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, phase))
     radiance = radiance + jnp.where(nee, p.throughput * phase * em_weight * seen * mis, 0.0)
@@ -141,7 +160,7 @@ def _collide(scene, state, p, collide, flight, u):
     return VolumeState(path=new, medium=state.medium, channel=state.channel, step=state.step + 1)
 
 
-def _surface(scene, state, p, surface, here, u):
+def _surface(scene, keys, state, p, surface, here, u):
     """The surface event of lanes ``here`` (a hit, or an escape): emission, a light sample through
     media and null surfaces, a BSDF sample; crossing into the shape's other medium."""
     settings = scene.settings
@@ -162,7 +181,7 @@ def _surface(scene, state, p, surface, here, u):
                                               reuse=rng.REUSES_EMITTER_SELECT[settings.sampler])
     nee = nee & (ds.pdf > 0)
     light_medium = jnp.where(transition, beyond(ds.d), state.medium)
-    seen = _light_transmittance(scene, si.p, surface.ng, ds, light_medium, nee)
+    seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, light_medium, nee)
     wo = vm.to_local(frame, ds.d)
     value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, wo, surface.tangents)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
@@ -184,10 +203,11 @@ def _surface(scene, state, p, surface, here, u):
     return VolumeState(path=new, medium=medium, channel=state.channel, step=state.step + 1)
 
 
-def _light_transmittance(scene, x, n, ds, medium, active):
+def _light_transmittance(scene, keys, step, x, n, ds, medium, active):
     """(3, N) the fraction of a light sample ``ds`` from x (geometric normal n; zero in a medium)
-    that arrives: exp(-sigma_t d) over each medium segment on the way, through null surfaces (and
-    into the media they bound); 0 where another surface blocks it."""
+    that arrives: over each medium segment on the way exp(-sigma_t d) (homogeneous) or a ratio-
+    tracking estimate of it (heterogeneous, as Mitsuba's), through null surfaces (and into the
+    media they bound); 0 where another surface blocks it."""
     md, shapes = scene.media, scene.shapes
     o, d, t_max = geometry.spawn_ray_to(x, n, ds.d, ds.dist)
 
@@ -201,7 +221,12 @@ def _light_transmittance(scene, x, n, ds, medium, active):
         crossed = live & (hit.prim >= 0)
         segment = jnp.where(crossed, hit.t, remaining)
         attenuated = live & (medium >= 0)
-        seen = jnp.where(attenuated, seen * media.transmittance(media.pick(md, medium, md.sigma_t), segment), seen)
+        hetero = jnp.zeros_like(live)
+        if MediumKind.HETEROGENEOUS in md.kinds_present:
+            hetero = attenuated & (media.pick(md, medium, md.kind) == MediumKind.HETEROGENEOUS)
+            seen = _ratio_tracking(md, keys, step, crossings, o, d, medium, segment, seen, hetero)
+        constant = attenuated & ~hetero
+        seen = jnp.where(constant, seen * media.transmittance(media.majorant(md, medium), segment), seen)
         si = geometry.surface_interaction(scene.geometry, o, d, hit)
         shape = jnp.maximum(si.shape, 0)
         ng = vm.select(shapes.flip_normals[shape], -si.ng, si.ng)
@@ -214,10 +239,38 @@ def _light_transmittance(scene, x, n, ds, medium, active):
         medium = jnp.where(crossed & passes & transition, beyond, medium)
         o = jnp.where(crossed, geometry.spawn_ray(si.p, ng, d), o)
         remaining = jnp.where(crossed, remaining - hit.t, remaining)
-        return o, remaining, medium, seen, crossed & passes, crossings + 1
+        return o, remaining, medium, seen, crossed & passes & jnp.any(seen != 0, axis=0), crossings + 1
 
     seen = jnp.ones_like(o)
     carry = (o, jnp.where(active, t_max, 0.0), medium, seen, active, jnp.int32(0))
     _, _, _, seen, live, _ = jax.lax.while_loop(cond, body, carry)
     return jnp.where(live, 0.0, seen)  # still crossing after MAX_CROSSINGS: taken as blocked
 
+
+def _ratio_tracking(md, keys, step, crossing, o, d, medium, segment, seen, active):
+    """``seen`` times an unbiased estimate of a heterogeneous medium's transmittance along rays
+    o, d (3, N) over [0, segment): tentative collisions at the majorant's rate inside the medium's
+    box, each keeping the fraction sigma_n / majorant that is not there (ratio tracking)."""
+    combined = media.majorant(md, medium)
+    rate = combined[0]  # (a heterogeneous medium's majorant is the same in every channel)
+    mint, maxt = media.extent(md, medium, o, d)
+    end = jnp.minimum(maxt, segment)
+
+    def cond(carry):
+        _, _, live, k = carry
+        return jnp.any(live) & (k < MAX_COLLISIONS)
+
+    def body(carry):
+        t, seen, live, k = carry
+        dim = (np.uint32(SHADOW_DIMS) + (step.astype(jnp.uint32) * np.uint32(MAX_CROSSINGS) + jnp.uint32(crossing))
+               * np.uint32(MAX_COLLISIONS) + jnp.uint32(k))
+        u = rng.draw(keys, dim, 1)[0]
+        t = t - jnp.log1p(-u) / jnp.where(rate > 0, rate, 1.0)
+        inside = live & (t < end)
+        sigma_t, _ = media.coefficients(md, medium, o + t * d)
+        seen = jnp.where(inside, seen * (combined - sigma_t) / jnp.where(rate > 0, rate, 1.0), seen)
+        return t, seen, inside & jnp.any(seen != 0, axis=0), k + 1
+
+    live = active & (mint < end) & (rate > 0)
+    _, seen, live, _ = jax.lax.while_loop(cond, body, (mint, seen, live, jnp.int32(0)))
+    return jnp.where(live, 0.0, seen)  # still tracking after MAX_COLLISIONS: taken as blocked

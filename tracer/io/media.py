@@ -1,11 +1,13 @@
-"""Host side: Mitsuba ``<medium>`` and ``<phase>`` plugins -> the ``Media`` table (numpy only).
+"""Host side: Mitsuba ``<medium>``, ``<volume>`` and ``<phase>`` plugins -> the ``Media`` table.
 
 ``MediumTableBuilder.add`` takes a medium node (a shape's ``interior``/``exterior``, the sensor's
 ``medium``; one row per node, however many refer to it) and returns its row. Mitsuba 3.9's
-``homogeneous`` medium is read with its parameters and defaults (``sigma_t`` 1, ``albedo`` 0.75,
-``scale`` 1, ``sample_emitters`` and ``has_spectral_extinction`` on), its values given as a float,
-an ``rgb``, a ``spectrum`` or a ``constvolume``; phase functions ``isotropic`` (the default) and
-``hg``. Other media, volumes and phase functions are refused by name.
+``homogeneous`` and ``heterogeneous`` media are read with their parameters and defaults
+(``sigma_t`` 1, ``albedo`` 0.75, ``scale`` 1, ``sample_emitters`` and ``has_spectral_extinction``
+on), their values given as a float, an ``rgb``, a ``spectrum``, a ``constvolume`` or (a
+heterogeneous medium's) a ``gridvolume`` of Mitsuba's binary ``.vol`` format (``tracer.io.vol``);
+phase functions ``isotropic`` (the default) and ``hg``. Other media, volumes and phase functions
+are refused by name.
 """
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import media as md
+from tracer import volumes as vol
 from tracer.errors import SceneError
-from tracer.io import spectra
+from tracer.io import vol as vol_files
 from tracer.table_rows import column, stacked
 
 if TYPE_CHECKING:
@@ -25,29 +28,50 @@ if TYPE_CHECKING:
 
 __all__ = ["MediumTableBuilder"]
 
-SUPPORTED = ("homogeneous",)
+KINDS = {"homogeneous": md.MediumKind.HOMOGENEOUS, "heterogeneous": md.MediumKind.HETEROGENEOUS}
+MAX_VOXELS = 1 << 28  # every grid of a scene together: 1 GiB of float32
+_IDENTITY = np.eye(4)
 
 
 @dataclasses.dataclass(frozen=True)
 class MediumRow:
-    sigma_t: np.ndarray
+    kind: int
+    sigma_t: np.ndarray        # constant, or what multiplies the sigma_t volume
     albedo: np.ndarray
+    sigma_t_volume: int
+    albedo_volume: int
+    majorant: float
+    lo: np.ndarray
+    hi: np.ndarray
     g: float
     phase: int
     spectral: bool
     sample_emitters: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class _Volume:
+    """A medium parameter as read: a constant, or a grid (``grid`` >= 0, a row of the Volumes)."""
+
+    value: np.ndarray          # the constant (3,), or ones for a grid
+    grid: int
+    largest: float             # Mitsuba's Volume::max()
+    to_world: np.ndarray       # (4, 4) where the unit cube is (Mitsuba's volume bbox)
+
+
 class MediumTableBuilder:
     def __init__(self) -> None:
         self.rows: list[MediumRow] = []
         self.ids: dict[int, int] = {}  # id(node) -> row
+        self.grids: list[vol_files.Grid] = []
+        self.grid_to_local: list[np.ndarray] = []
+        self.nearest: list[bool] = []
 
     def add(self, node: PluginNode) -> int:
         """The row of medium ``node`` (read the first time it is seen)."""
         if id(node) not in self.ids:
             self.ids[id(node)] = len(self.rows)
-            self.rows.append(_read(node))
+            self.rows.append(self._read(node))
         return self.ids[id(node)]
 
     def build(self, sensor: int) -> md.Media:
@@ -57,40 +81,95 @@ class MediumTableBuilder:
         return md.Media(sigma_t=stacked(rows, "sigma_t"), albedo=stacked(rows, "albedo"),
                         g=column(rows, "g", np.float32), phase=column(rows, "phase", np.int32),
                         spectral=column(rows, "spectral", bool), sample_emitters=column(rows, "sample_emitters", bool),
-                        sensor=jnp.int32(sensor), count=len(rows),
-                        phases_present=tuple(sorted({row.phase for row in rows})))
+                        sensor=jnp.int32(sensor), kind=column(rows, "kind", np.int32),
+                        sigma_t_volume=column(rows, "sigma_t_volume", np.int32),
+                        albedo_volume=column(rows, "albedo_volume", np.int32),
+                        majorant=column(rows, "majorant", np.float32), lo=stacked(rows, "lo"), hi=stacked(rows, "hi"),
+                        volumes=self._volumes(), count=len(rows),
+                        phases_present=tuple(sorted({row.phase for row in rows})),
+                        kinds_present=tuple(sorted({row.kind for row in rows})))
+
+    def _volumes(self) -> vol.Volumes:
+        if not self.grids:
+            return vol.no_volumes()
+        sizes = [g.data.size for g in self.grids]
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
+        return vol.Volumes(data=jnp.asarray(np.concatenate([g.data.ravel() for g in self.grids]), jnp.float32),
+                           offset=jnp.asarray(offsets), res=jnp.asarray(np.stack([g.res for g in self.grids], axis=1),
+                                                                         jnp.int32),
+                           channels=jnp.asarray([g.channels for g in self.grids], jnp.int32),
+                           nearest=jnp.asarray(self.nearest, bool),
+                           to_local=jnp.asarray(np.stack([m[:3, :4] for m in self.grid_to_local], axis=-1), jnp.float32),
+                           count=len(self.grids))
+
+    def _read(self, node: PluginNode) -> MediumRow:
+        if node.type not in KINDS:
+            raise SceneError(f"{node.source}: unsupported medium '{node.type}' ({', '.join(KINDS)})")
+        kind = KINDS[node.type]
+        scale = node.get_float("scale", 1.0)
+        sigma_t = self._volume(node, "sigma_t", 1.0, kind)
+        albedo = self._volume(node, "albedo", 0.75, kind)
+        if not (np.isfinite(scale) and scale >= 0):
+            raise SceneError(f"{node.source}: the medium's scale must be finite and >= 0, got {scale}")
+        for name, part in (("sigma_t", sigma_t), ("albedo", albedo)):
+            if not (np.all(np.isfinite(part.value)) and np.all(part.value >= 0) and part.largest >= 0):
+                raise SceneError(f"{node.source}: the medium's {name} must be finite and >= 0")
+        lo, hi = _world_bounds(sigma_t.to_world)
+        phase, g = _phase(node)
+        spectral = node.get_bool("has_spectral_extinction", True)
+        sample_emitters = node.get_bool("sample_emitters", True)
+        node.check_unused()
+        return MediumRow(kind=kind, sigma_t=(sigma_t.value * scale).astype(np.float32),
+                         albedo=albedo.value.astype(np.float32), sigma_t_volume=sigma_t.grid, albedo_volume=albedo.grid,
+                         majorant=float(scale * sigma_t.largest), lo=lo, hi=hi, g=g, phase=phase, spectral=spectral,
+                         sample_emitters=sample_emitters)
+
+    def _volume(self, node: PluginNode, name: str, default: float, kind: int) -> _Volume:
+        """A medium's volume parameter: a constant given directly or as a ``constvolume``, or (for a
+        heterogeneous medium) a ``gridvolume``."""
+        child = node.child(name)
+        if child is None:
+            value = node.get_rgb(name, default)  # as Mitsuba reads a plain value: a reflectance, in [0, 1]
+            return _Volume(value, -1, float(np.max(value)), _IDENTITY)
+        if child.category != "volume" or child.type not in ("constvolume", "gridvolume"):
+            raise SceneError(f"{child.source}: unsupported {child.describe()} as the medium's '{name}' (a constant, "
+                             "a constvolume or a gridvolume)")
+        to_world = child.get_transform("to_world")
+        if child.type == "constvolume":
+            value = child.get_rgb("value", 1.0)
+            child.check_unused()
+            return _Volume(value, -1, float(np.max(value)), to_world)
+        if kind != md.MediumKind.HETEROGENEOUS:
+            raise SceneError(f"{child.source}: a gridvolume needs a heterogeneous medium (Mitsuba's homogeneous "
+                             "medium evaluates its volumes once, at no point)")
+        grid = child.load(vol_files.read, child.get_path("filename"))
+        filter_type = child.get_string("filter_type", "trilinear")
+        if filter_type not in ("trilinear", "nearest"):
+            raise SceneError(f"{child.source}: gridvolume filter_type must be 'trilinear' or 'nearest', got "
+                             f"'{filter_type}'")
+        wrap = child.get_string("wrap_mode", "clamp")
+        if wrap != "clamp":
+            raise SceneError(f"{child.source}: gridvolume wrap_mode '{wrap}' is not rendered yet (clamp)")
+        if child.get_bool("use_grid_bbox", False):
+            to_world = to_world @ grid.bbox_to_world()
+        largest = child.get_float("max_value", grid.largest)
+        child.mark_used("raw", "accel")  # (RGB: the values as they are; how Dr.Jit looks them up)
+        child.check_unused()
+        if sum(g.data.size for g in self.grids) + grid.data.size > MAX_VOXELS:
+            raise SceneError(f"{child.source}: the scene's grid volumes hold more than {MAX_VOXELS} values")
+        if abs(np.linalg.det(to_world[:3, :3])) == 0:
+            raise SceneError(f"{child.source}: the gridvolume's to_world is singular")
+        self.grids.append(grid)
+        self.grid_to_local.append(np.linalg.inv(to_world))
+        self.nearest.append(filter_type == "nearest")
+        return _Volume(np.ones(3), len(self.grids) - 1, largest, to_world)
 
 
-def _read(node: PluginNode) -> MediumRow:
-    if node.type not in SUPPORTED:
-        raise SceneError(f"{node.source}: unsupported medium '{node.type}' (supported: {', '.join(SUPPORTED)}; "
-                         "heterogeneous media and grid volumes are not rendered yet)")
-    scale = node.get_float("scale", 1.0)
-    sigma_t = _volume_rgb(node, "sigma_t", 1.0) * scale
-    albedo = _volume_rgb(node, "albedo", 0.75)
-    if not (np.all(np.isfinite(sigma_t)) and np.all(sigma_t >= 0)):
-        raise SceneError(f"{node.source}: the medium's sigma_t times scale must be finite and >= 0, got {sigma_t}")
-    if not (np.all(np.isfinite(albedo)) and np.all(albedo >= 0)):
-        raise SceneError(f"{node.source}: the medium's albedo must be finite and >= 0, got {albedo}")
-    phase, g = _phase(node)
-    spectral = node.get_bool("has_spectral_extinction", True)
-    sample_emitters = node.get_bool("sample_emitters", True)
-    node.check_unused()
-    return MediumRow(sigma_t.astype(np.float32), albedo.astype(np.float32), g, phase, spectral, sample_emitters)
-
-
-def _volume_rgb(node: PluginNode, name: str, default: float) -> np.ndarray:
-    """A medium's volume parameter as RGB: a constant given directly or as a ``constvolume``."""
-    child = node.child(name)
-    if child is None:
-        return node.get_rgb(name, default)  # as Mitsuba reads a plain value: a reflectance, in [0, 1]
-    if child.category != "volume" or child.type != "constvolume":
-        raise SceneError(f"{child.source}: unsupported {child.describe()} as the medium's '{name}' (a constant, "
-                         "or a constvolume; grid volumes are not rendered yet)")
-    value = child.get_rgb("value", 1.0)
-    child.mark_used("to_world")  # a constant is the same everywhere
-    child.check_unused()
-    return value
+def _world_bounds(to_world: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The world box (lo, hi) (3,) of the unit cube under ``to_world`` (4, 4), as Mitsuba's
+    ``Volume::update_bbox``: where a heterogeneous medium lives."""
+    corners = np.array([[x, y, z, 1.0] for x in (0, 1) for y in (0, 1) for z in (0, 1)]) @ to_world.T
+    return corners[:, :3].min(axis=0).astype(np.float32), corners[:, :3].max(axis=0).astype(np.float32)
 
 
 def _phase(node: PluginNode) -> tuple[int, float]:

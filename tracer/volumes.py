@@ -1,0 +1,66 @@
+"""Grid volumes as Mitsuba 3's ``gridvolume``: values on a voxel grid over the unit cube, placed in
+the world by ``to_world``, filtered trilinearly (or to the nearest voxel) with Mitsuba's texture
+convention (voxel centres at (i + 1/2) / res, coordinates clamped to the grid's edge).
+
+Every grid of a scene lives in one flat array (``Volumes.data``); a volume is its offset there,
+its resolution, its channel count (1 or 3: a 1-channel grid is grey), its filter and the inverse
+of its placement. A medium names its volumes by row (tracer.media).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from tracer import lanes
+from tracer import vecmath as vm
+from tracer.pytree import pytree_dataclass, static
+
+__all__ = ["Volumes", "no_volumes", "eval_rgb"]
+
+
+@pytree_dataclass
+class Volumes:
+    """V grid volumes."""
+
+    data: jnp.ndarray      # (D,) float32 every grid's voxels, each (z, y, x, channel), x fastest
+    offset: jnp.ndarray    # (V,) int32 where each grid starts in data
+    res: jnp.ndarray       # (3, V) int32 voxels along x, y, z
+    channels: jnp.ndarray  # (V,) int32 1 or 3
+    nearest: jnp.ndarray   # (V,) bool: Mitsuba's filter_type="nearest"
+    to_local: jnp.ndarray  # (3, 4, V) world -> the unit cube the grid spans
+    count: int = static(default=0)
+
+
+def no_volumes() -> Volumes:
+    return Volumes(data=jnp.zeros(1, jnp.float32), offset=jnp.zeros(0, jnp.int32), res=jnp.zeros((3, 0), jnp.int32),
+                   channels=jnp.zeros(0, jnp.int32), nearest=jnp.zeros(0, bool), to_local=jnp.zeros((3, 4, 0)))
+
+
+def eval_rgb(volumes: Volumes, volume: jax.Array, p: jax.Array) -> jax.Array:
+    """(3, N) the values of ``volume`` (N,) int32 at world points p (3, N); a 1-channel grid's
+    value in all three."""
+    v = jnp.clip(volume, 0, max(volumes.count - 1, 0))
+    local = vm.transform_point(lanes.take(volumes.to_local, v), p)
+    res = lanes.take(volumes.res, v)
+    channels, offset, nearest = volumes.channels[v], volumes.offset[v], volumes.nearest[v]
+    # Mitsuba's (Dr.Jit's) texture lookup: position p * res - 1/2, its floor and fraction; each
+    # corner's index clamped to the grid.
+    pos = local * res.astype(jnp.float32) - 0.5
+    base = jnp.floor(pos)
+    frac = pos - base
+    base = base.astype(jnp.int32)
+    near = jnp.clip(jnp.floor(local * res.astype(jnp.float32)).astype(jnp.int32), 0, res - 1)
+    out = jnp.zeros_like(p)
+    for corner in range(8):
+        step = jnp.asarray([(corner >> 0) & 1, (corner >> 1) & 1, (corner >> 2) & 1], jnp.int32)[:, None]
+        index = jnp.where(nearest, near, jnp.clip(base + step, 0, res - 1))
+        weight = jnp.prod(jnp.where(step == 1, frac, 1.0 - frac), axis=0)
+        weight = jnp.where(nearest, float(corner == 0), weight)
+        voxel = (index[2] * res[1] + index[1]) * res[0] + index[0]
+        first = offset + voxel * channels
+        grey = volumes.data[first]
+        rgb = jnp.stack([grey, volumes.data[first + jnp.minimum(1, channels - 1)],
+                         volumes.data[first + jnp.minimum(2, channels - 1)]])
+        out = out + weight * rgb
+    return out
+
