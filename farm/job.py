@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from cluster.task import SceneRef, TileTask
 from farm.errors import SpecError
 from farm.lease import Lease, lease_duration
-from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
+from farm.spec import GroupsSpec, JobSpec, SceneDigest, film_size, frame_info, scene_defaults, scene_digest
 from farm.store import FrameStore, StoreError
 from tracer.shared import PORTABLE_ISA
 from tracer.runtime.xla_flags import local_isa
@@ -35,8 +35,8 @@ def check_params(spec: JobSpec) -> None:
             raise SpecError(f"parameter '{c.name}' is not a <default> of {os.path.basename(spec.scene)} (it has: {known})")
 
 
-def _scene_hash(spec: JobSpec) -> str:
-    return scene_hash(spec.scene, [spec.params_at(frame) for frame in range(spec.frames[0], spec.frames[1] + 1)])
+def _scene_digest(spec: JobSpec) -> SceneDigest:
+    return scene_digest(spec.scene, [spec.params_at(frame) for frame in range(spec.frames[0], spec.frames[1] + 1)])
 
 
 def prepare(spec: JobSpec, create: bool = True, redo: Collection[int] = (), replace: bool = False, lease: bool = False,
@@ -58,23 +58,31 @@ def prepare(spec: JobSpec, create: bool = True, redo: Collection[int] = (), repl
     _check_redo(spec, redo)
     if lease:
         lease_duration()  # a bad FARM_LEASE_S is refused before anything is written
-    digest = _scene_hash(spec)
+    scene = _scene_digest(spec)
+    digest = scene.hash
     if replace or not FrameStore.exists(spec.store):
         if not create and not replace:
             raise StoreError(f"{spec.store}: no frame store here")
-        return _create(_with_isa(spec, local_isa() if local else PORTABLE_ISA), digest, replace, lease)
+        return _with_files(_create(_with_isa(spec, local_isa() if local else PORTABLE_ISA), digest, replace, lease),
+                           scene)
     hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
     spec, stored, store = _bind(spec, hashes)
     if not lease:
-        return _edit(spec, stored, store, digest, redo)
+        return _with_files(_edit(spec, stored, store, digest, redo), scene)
     held = Lease.acquire(store.group, store.url)
     try:  # bound again under the lease: another driver may have changed the store meanwhile
         spec, stored, store = _bind(spec, hashes)
         store.lease = held
-        return _edit(spec, stored, store, digest, redo)
+        return _with_files(_edit(spec, stored, store, digest, redo), scene)
     except BaseException:
         held.release()
         raise
+
+
+def _with_files(bound: tuple[JobSpec, FrameStore], scene: SceneDigest) -> tuple[JobSpec, FrameStore]:
+    """``bound`` with the store's ``scene_files``: the files of ``scene``, whose hash the store now records."""
+    bound[1].scene_files = scene.files
+    return bound
 
 
 def _edit(spec: JobSpec, stored: JobSpec, store: FrameStore, digest: str,
@@ -137,7 +145,7 @@ def _bind(spec: JobSpec, hashes: dict[tuple[int, int], str]) -> tuple[JobSpec, J
     # The stored frames must be of this job (their scene and parameters); then only a later end is an edit.
     old = dataclasses.replace(spec, frames=stored.frames)
     if old.frames not in hashes:
-        hashes[old.frames] = _scene_hash(old)
+        hashes[old.frames] = _scene_digest(old).hash
     store.check_identity(old.identity(hashes[old.frames]))
     if spec.frames != stored.frames:
         if spec.frames[0] != stored.frames[0] or spec.frames[1] < stored.frames[1]:
@@ -199,10 +207,10 @@ def job_samples(spec: JobSpec, store: FrameStore) -> int:
     return spec.n_frames * spec.spp * store.width * store.height
 
 
-def scene_ref(spec: JobSpec, frame: int) -> SceneRef:
-    """How a member loads the scene of ``frame``."""
+def scene_ref(spec: JobSpec, frame: int, files: dict[str, str]) -> SceneRef:
+    """How a member loads the scene of ``frame``; ``files``: what it must read (``FrameStore.scene_files``)."""
     return SceneRef(path=spec.scene, params=spec.params_at(frame), resolution=spec.resolution, accel=spec.accel,
-                    aovs=spec.aovs, rfilter=spec.rfilter)
+                    aovs=spec.aovs, rfilter=spec.rfilter, files=tuple(sorted(files.items())))
 
 
 def first_task(spec: JobSpec, store: FrameStore) -> TileTask:
@@ -210,7 +218,7 @@ def first_task(spec: JobSpec, store: FrameStore) -> TileTask:
     task of the job runs, for compiling ahead (``farm.scene_check.Preflight``)."""
     th, tw = tile_size(spec, store)
     assert spec.pass_size is not None and spec.chunk_passes is not None, "the job is planned (JobSpec.planned)"
-    return TileTask(scene=scene_ref(spec, spec.frames[0]), frame=spec.frames[0], seed=spec.seed, spp=spec.spp,
+    return TileTask(scene=scene_ref(spec, spec.frames[0], store.scene_files), frame=spec.frames[0], seed=spec.seed, spp=spec.spp,
                     tile_y=0, tile_x=0, tile_h=th, tile_w=tw, first_pass=0, n_passes=spec.chunk_passes,
                     pass_size=spec.pass_size, channels=store.channels, chunk_passes=spec.chunk_passes,
                     job_samples=job_samples(spec, store))

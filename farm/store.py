@@ -185,6 +185,9 @@ class FrameStore:
     def __init__(self, group: zarr.Group, url: str):
         self.group, self.url = group, url
         self.lease: Lease | None = None  # farm.lease.Lease of the driver that writes, checked before each write
+        # The files behind the identity's scene_hash (absolute path -> SHA-256 hex), as the
+        # driver read them when it bound the job (farm.job.prepare); members check what they load against them.
+        self.scene_files: dict[str, str] = {}
         self.meta: dict[str, Any] = cast("dict[str, Any]", group.attrs.get("farm"))  # (open and create check it)
         self.width, self.height, self.tile = _layout(self.meta, url)
         self.aovs = _aovs(self.meta, url)
