@@ -25,7 +25,7 @@ import ray
 
 from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
 from cluster.task import TileTask
-from farm import signals
+from farm import faults, signals
 from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
@@ -221,7 +221,8 @@ class _JobRun:
             progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            progress.fail(e, {JobFailed: "failed", Cancelled: "cancelled", SceneChangedError: "stopped"}.get(type(e), signals.state()))
+            states = {JobFailed: "failed", Cancelled: "cancelled", SceneChangedError: "stopped"}
+            progress.fail(e, states.get(type(e), signals.state()))
             raise
         finally:
             self.teardown(groups)
@@ -276,6 +277,9 @@ class _JobRun:
         except ray.exceptions.RayTaskError as e:
             if isinstance(getattr(e, "cause", None), SceneChanged):
                 raise SceneChangedError(self.store, e.cause) from None
+            fault = faults.named(e, self.store.url)  # a member's write to a full or read-only store
+            if fault is not None:
+                raise fault from None
             message, deterministic = _remote_error(e)
             if deterministic:
                 raise JobFailed(message) from None

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from farm import signals
+from farm import faults, signals
 from farm.job import group_shapes
 
 if TYPE_CHECKING:
@@ -180,8 +180,12 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
             return run_job(spec, store, group_shapes(spec, address is None), log=log, progress=progress,
                            ready=ready)
     except BaseException as e:
+        # A full or read-only store is named (the run's uncommitted data is gone by now, which frees space).
+        fault = faults.named(e, store.url)
         if not progress.ended:  # Ray did not start, or the run stopped outside the scheduler's loop
-            progress.fail_quietly(e)
+            progress.fail_quietly(fault or e)
+        if fault is not None:
+            raise fault from None
         raise
     finally:
         progress.close()
