@@ -40,6 +40,8 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm.status import spp_text
     job.check_params(spec)
     local = address is None
+    if local:
+        job.check_local(spec.groups)  # a cluster's groups are checked against it once Ray is up
     faults.check_environment(local)  # a folder Ray or JAX would fail on, named now rather than after a minute
     # Ray starts while the scene is checked and, for a local job, its work unit compiled.
     with session.starting_ray(address, spec.groups) as ray_start, \

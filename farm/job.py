@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from cluster.task import SceneRef, TileTask
@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 
     from cluster.group import GroupShape
 
-__all__ = ["prepare", "check_params", "open_store", "group_shapes", "frame_status"]
+__all__ = ["prepare", "check_params", "check_local", "check_fits", "open_store", "group_shapes", "frame_status"]
+
+# Members (JAX processes) and CPU devices a core of this machine takes in a local job.
+LOCAL_MEMBERS_PER_CORE, LOCAL_DEVICES_PER_CORE = 4, 16
 
 
 def check_params(spec: JobSpec) -> None:
@@ -237,6 +240,40 @@ def preflight_env(spec: JobSpec, local: bool) -> dict[str, str] | None:
     return worker_env(g.platform, _devices_per_host(g, local), isa=g.cpu_isa)  # as GroupShape.env() makes it
 
 
+def check_local(g: GroupsSpec, cores: int | None = None) -> None:
+    """Refuse (before Ray starts) groups that this machine's ``cores`` cannot run as a local job:
+    more members (JAX processes) or CPU devices than a few a core."""
+    cores = cores or os.cpu_count() or 1
+    members = g.count * g.hosts
+    if members > LOCAL_MEMBERS_PER_CORE * cores:
+        raise SpecError(f"groups.count x groups.hosts is {members} members: a local job on this machine's {cores} "
+                        f"core(s) takes at most {LOCAL_MEMBERS_PER_CORE * cores} (a JAX process each); "
+                        f"--address renders on a Ray cluster")
+    if g.devices_per_host is not None and members * g.devices_per_host > LOCAL_DEVICES_PER_CORE * cores:
+        raise SpecError(f"groups.devices_per_host: {members} member(s) x {g.devices_per_host} devices is more than "
+                        f"a local job on this machine's {cores} core(s) takes ({LOCAL_DEVICES_PER_CORE * cores})")
+
+
+def check_fits(shapes: Sequence[GroupShape], nodes: Sequence[Mapping[str, float]]) -> None:
+    """Refuse groups of ``shapes`` that the cluster's live ``nodes`` (each its Ray resources,
+    ``{"CPU": 8, "GPU": 2, ...}``) cannot hold, before any is made (Ray would wait for them)."""
+    for shape in {s: None for s in shapes}:
+        fitting = [n for n in nodes if all(n.get(r, 0) >= v for r, v in shape.bundle().items())]
+        if shape.strategy == "STRICT_SPREAD" and shape.hosts > len(fitting):
+            raise SpecError(f"groups.hosts is {shape.hosts}, one member a node: the cluster has {len(fitting)} "
+                            f"node(s) with {_bundle_text(shape.bundle())}")
+    for resource in sorted({r for s in shapes for r in s.bundle()}):
+        need = sum(s.hosts * s.bundle().get(resource, 0) for s in shapes)
+        have = sum(n.get(resource, 0) for n in nodes)
+        if need > have:
+            raise SpecError(f"groups.count x groups.hosts: {len(shapes)} group(s) of {shapes[0].hosts} member(s) "
+                            f"need {need:g} {resource}, the cluster has {have:g}")
+
+
+def _bundle_text(bundle: Mapping[str, float]) -> str:
+    return ", ".join(f"{v:g} {r}" for r, v in bundle.items())
+
+
 def _devices_per_host(g: GroupsSpec, local: bool) -> int | None:
     """The CPU devices of each member: the job's count, or, for a local job, a device per core,
     the cores split among every member (they share this machine's cores)."""
@@ -251,9 +288,16 @@ def frame_status(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[
     at the spp its tiles are decided to get so far, ``farm.adaptive``), as ``records``
     (``FrameStore.verified_records``) have them."""
     from farm.adaptive import Shot
-    from farm.planner import plan
-    out, spp = [], Shot(spec, store).tile_spp(records)
+    from farm.planner import frame_states, plan
+    spp = Shot(spec, store).tile_spp(records)
+    # Frames with nothing stored or all of it are said at once (a 100,000-frame job's are most);
+    # the others (and every frame of a noise target's job) are planned one by one.
+    fresh, whole = frame_states(spec, records[:spec.n_frames]) if spp is None else (None, None)
+    out = []
     for f in range(spec.n_frames):
+        if fresh is not None and (fresh[f] or whole[f]):
+            out.append(0.0 if fresh[f] else 1.0)
+            continue
         one = dataclasses.replace(spec, frames=(spec.frames[0] + f, spec.frames[0] + f))
         p = plan(one, records[f:f + 1], store.tiles_y, store.tiles_x, store.tile_pixels,
                  None if spp is None else spp[f:f + 1])

@@ -65,6 +65,9 @@ ACCELS = ("auto", "embree", "warp", "jax")
 # several jobs.
 MAX_FRAMES = 100_000
 MIN_TILE, MAX_TILE = 8, 4096
+# A job's groups, members and devices at most, on any cluster (what one has is checked when it runs:
+# farm.job.check_local, check_fits): Ray would otherwise start worker after worker for minutes.
+MAX_GROUPS = {"count": 1024, "hosts": 1024, "devices_per_host": 1024}
 MAX_JOB_FILE = 1 << 20   # bytes
 MAX_NOISE = 1e6          # a noise target past any image's (it is a relative error)
 
@@ -156,6 +159,8 @@ class GroupsSpec:
             value = getattr(self, name)
             if not _whole(value) or value < 1:
                 raise SpecError(f"groups.{name} must be a whole number >= 1, got {shown(value)}")
+            if value > MAX_GROUPS[name]:
+                raise SpecError(f"groups.{name} must be at most {MAX_GROUPS[name]}, got {shown(value)}")
         if not isinstance(self.platform, str) or self.platform not in PLATFORMS:
             raise SpecError(f"groups.platform must be one of {', '.join(PLATFORMS)}, got {shown(self.platform)}")
         if not _whole(self.gpus_per_host) or self.gpus_per_host < 0:
