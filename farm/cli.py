@@ -217,8 +217,12 @@ def _jobs_client(address: str) -> JobSubmissionClient:
 def cancel(store, address):
     """Ask the driver rendering STORE to stop (it stops within seconds; the store stays resumable)."""
     from farm.job import open_store
+    from farm.faults import named
     spec, fs = open_store(store, mode="r+")
-    fs.request_cancel()
+    try:
+        fs.request_cancel()
+    except OSError as e:  # a full or read-only store, named even where the error names no file
+        raise named(e, store) or e from None
     if address:
         try:
             _jobs_client(address).stop_job(_submission_id(spec))
