@@ -292,11 +292,11 @@ def frame_status(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[
     spp = Shot(spec, store).tile_spp(records)
     # Frames with nothing stored or all of it are said at once (a 100,000-frame job's are most);
     # the others (and every frame of a noise target's job) are planned one by one.
-    fresh, whole = frame_states(spec, records[:spec.n_frames]) if spp is None else (None, None)
+    states = frame_states(spec, records[:spec.n_frames]) if spp is None else None
     out = []
     for f in range(spec.n_frames):
-        if fresh is not None and (fresh[f] or whole[f]):
-            out.append(0.0 if fresh[f] else 1.0)
+        if states is not None and (states[0][f] or states[1][f]):
+            out.append(0.0 if states[0][f] else 1.0)  # (fresh, whole)
             continue
         one = dataclasses.replace(spec, frames=(spec.frames[0] + f, spec.frames[0] + f))
         p = plan(one, records[f:f + 1], store.tiles_y, store.tiles_x, store.tile_pixels,

@@ -128,6 +128,7 @@ def frame_states(spec: JobSpec, records: np.ndarray) -> tuple[np.ndarray, np.nda
     uniform spp (no noise target)."""
     tree = spec.tree
     full, tail = tree.complete(spec.spp), tree.tail_passes(spec.spp)
+    assert spec.pass_size is not None  # (planned)
     busy = (records["folded"] != 0) | (records["tail_passes"] != 0)
     end = full * tree.chunk_samples + tail * spec.pass_size
     whole = ((records["folded"] == full) & (records["tail_passes"] == tail)
