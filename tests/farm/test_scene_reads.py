@@ -2,7 +2,6 @@
 the SHA-256 of the bytes it reads (``tracer.io.reads``), the driver records the same digests
 (``farm.spec.scene_digest``), and a member that reads other bytes refuses its task; the job stops
 naming the file, and goes on to the same bits once the file is back."""
-import dataclasses
 import shutil
 
 import numpy as np
