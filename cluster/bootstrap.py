@@ -22,10 +22,12 @@ What a worker runs with:
   driver's preflight child (``cluster.preflight``) starts JAX here too, so that what it compiles
   ahead is what the members look up.
 """
+import contextlib
 import os
 import sys
 import types
 from collections.abc import Mapping
+from typing import Any
 
 from tracer.runtime.xla_flags import check_host, named_isa, with_flags
 
@@ -123,6 +125,41 @@ def enable_compilation_cache(directory: str | None) -> None:
     jax.config.update("jax_compilation_cache_dir", directory)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    _cache_folder[:] = [directory]
+    _replace_unreadable_entries()
+
+
+# JAX's cache file of a key (jax._src.lru_cache: KEY-cache, beside it KEY-atime).
+_ENTRY_SUFFIXES = ("-cache", "-atime")
+_cache_folder: list[str] = []  # the cache's folder (enable_compilation_cache's last)
+
+
+def _replace_unreadable_entries() -> None:
+    """An entry of the cache that does not read (truncated, corrupt) goes once its read fails, so
+    that the program JAX then compiles is written in its place: JAX warns and compiles, but its
+    cache never overwrites a key it has, and would compile it in every run. (JAX's cache reads
+    through ``jax._src.compilation_cache.get_executable_and_time``; where that moved, entries are
+    left as JAX leaves them: ``tests/cluster/test_bootstrap.py`` says so.)"""
+    try:
+        from jax._src import compilation_cache
+    except ImportError:
+        return
+    read = getattr(compilation_cache, "get_executable_and_time", None)
+    if read is None or getattr(read, "replaces_unreadable", False):
+        return
+
+    def get_executable_and_time(cache_key: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return read(cache_key, *args, **kwargs)
+        except Exception:
+            for folder in _cache_folder:
+                for suffix in _ENTRY_SUFFIXES:
+                    with contextlib.suppress(OSError):
+                        os.remove(os.path.join(folder, cache_key + suffix))
+            raise
+
+    get_executable_and_time.replaces_unreadable = True  # type: ignore[attr-defined]
+    compilation_cache.get_executable_and_time = get_executable_and_time
 
 
 def join_group(coordinator: str | None, size: int, rank: int, timeout_s: float, heartbeat_s: float) -> None:

@@ -81,12 +81,25 @@ class Member:
     def _load(self, ref: SceneRef) -> Scene:
         """The scene of ``ref`` (a cluster.task.SceneRef) as replicated global arrays; the last one is kept."""
         import tracer
+        from tracer.errors import SceneError
+        from tracer.io import reads
 
         if ref != self._scene_key:
             if self._scene is not None:
                 self._scene[0].close()  # the previous frame's Embree scene goes first
-            scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel, aovs=ref.aovs,
-                                      rfilter=ref.rfilter, **dict(ref.params))
+                self._scene, self._scene_key = None, None  # (a load that fails leaves none)
+            with reads.recording() as read:
+                try:
+                    scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel,
+                                              aovs=ref.aovs, rfilter=ref.rfilter, **dict(ref.params))
+                except SceneError:
+                    reads.check_reads(read, dict(ref.files))  # a file that changed is why, if one did
+                    raise
+            try:  # the bytes loaded must be those the store records
+                reads.check_reads(read, dict(ref.files))
+            except reads.SceneChanged:
+                scene.close()
+                raise
             # The replicated copy names the host engine's scene by handle; the original owns it.
             self._scene = (scene, self._replicate(scene))
             self._scene_key = ref

@@ -36,6 +36,7 @@ def task_from_json(fields: dict[str, Any]) -> TileTask:
     scene = dict(fields["scene"])
     scene["params"] = tuple((name, value) for name, value in scene["params"])
     scene["resolution"] = tuple(scene["resolution"]) if scene.get("resolution") else None
+    scene["files"] = tuple((path, sha256) for path, sha256 in scene.get("files", ()))
     return TileTask(**dict(fields, scene=SceneRef(**scene)))
 
 

@@ -32,6 +32,9 @@ class SceneRef:
     accel: str = "auto"       # intersection backend
     aovs: str | None = None   # AOVs the job adds (tracer.io.overrides)
     rfilter: str | None = None  # the reconstruction filter the job sets
+    # (absolute path, SHA-256 hex) of every file the job's store records: a load that reads
+    # another file, or other bytes, is refused (tracer.io.reads.check_reads); () checks nothing
+    files: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -210,5 +210,7 @@ def frame_noise(store: FrameStore, spec: JobSpec, records: np.ndarray, f: int) -
 
 
 def shot_noise(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[FrameNoise]:
-    """``frame_noise`` of every frame of the job."""
-    return [frame_noise(store, spec, records[f], f) for f in range(spec.n_frames)]
+    """``frame_noise`` of every frame of the job (at once for frames with nothing stored)."""
+    stored = ((records["folded"] != 0) | (records["tail_passes"] != 0)).any(axis=(1, 2))
+    return [frame_noise(store, spec, records[f], f) if stored[f] else FrameNoise(spec.frames[0] + f, 0.0, None)
+            for f in range(spec.n_frames)]

@@ -32,7 +32,7 @@ __all__ = ["main"]
 def _render(spec, address, no_progress, redo=None, replace=False):
     """Render ``spec`` as the store's one driver: its lease is held (and renewed) from before the
     first write until the end, whatever ends it."""
-    from farm import job, registry, session
+    from farm import faults, job, registry, session
     from farm.scene_check import Preflight
     from farm.spec import parse_frame_list
     from farm.status import spp_text
@@ -45,6 +45,9 @@ def _render(spec, address, no_progress, redo=None, replace=False):
                    f"(`farm export {fs.url} --out DIR`; a higher --spp or a later last frame renders more)", err=True)
         return
     local = address is None
+    if local:
+        job.check_local(spec.groups)  # a cluster's groups are checked against it once Ray is up
+    faults.check_environment(local)  # a folder Ray or JAX would fail on, named now rather than after a minute
     # Ray starts while the scene is checked and, for a local job, its work unit compiled.
     with session.starting_ray(address, spec.groups) as ray_start, \
             Preflight(spec, job.preflight_env(spec, local)) as preflight:
@@ -54,6 +57,11 @@ def _render(spec, address, no_progress, redo=None, replace=False):
                                          lease=True, local=local)
         except FarmError as e:  # said at once; leaving the block then waits out Ray's start and stops it
             _fail(str(e), e.exit_code)
+        except OSError as e:  # a full or read-only store (else a bug, said as one)
+            fault = faults.named(e, spec.store)
+            if fault is None:
+                raise
+            _fail(str(fault), fault.exit_code)
         def say(line: str) -> None:  # on stderr, and in the store's log (`farm logs`)
             click.echo(line, err=True)
             store.log(line)
@@ -293,10 +301,14 @@ def logs(store, address, keep):
 def cancel(store, address):
     """Ask the driver rendering STORE to stop (it stops within seconds; the store stays resumable)."""
     from farm.job import open_store
+    from farm.faults import named
     _, fs = open_store(store, mode="r+")
     idle = _no_driver(fs)
     if idle is None:
-        fs.request_cancel()
+        try:
+            fs.request_cancel()
+        except OSError as e:  # a full or read-only store, named even where the error names no file
+            raise named(e, store) or e from None
     if address:
         from farm import jobs
         client = jobs.client(address)
@@ -401,6 +413,21 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _fail_os(error: OSError) -> NoReturn:
+    """Fail on ``error``: exit 3 or 1 naming its path for an environment fault (``farm.faults``), else as a bug."""
+    from farm.faults import named
+    fault = named(error)
+    if fault is not None:
+        _fail(str(fault), fault.exit_code)
+    _fail_bug(error)
+
+
+def _fail_bug(error: BaseException) -> NoReturn:
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    _fail(f"unexpected {type(error).__name__}: {_first_line(error)} (at {os.path.basename(frame.filename)}:"
+          f"{frame.lineno}; please report it)", 70)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``farm`` command line on ``argv`` (default: the process's arguments); exits."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -426,10 +453,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(str(e), e.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
         _fail(signals.how(), signals.exit_code())
+    except OSError as e:  # the environment's (a full disk, a read-only store), else a bug as below
+        _fail_os(e)
     except Exception as e:  # a bug: one line that says where, never a traceback
-        frame = traceback.extract_tb(e.__traceback__)[-1]
-        _fail(f"unexpected {type(e).__name__}: {_first_line(e)} (at {os.path.basename(frame.filename)}:"
-              f"{frame.lineno}; please report it)", 70)
+        _fail_bug(e)
     return 0
 
 

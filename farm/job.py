@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from cluster.task import SceneRef, TileTask
 from farm.errors import FarmError, SpecError
 from farm.lease import Lease, lease_duration
-from farm.spec import GroupsSpec, JobSpec, film_size, frame_info, scene_defaults, scene_hash
+from farm.spec import GroupsSpec, JobSpec, SceneDigest, film_size, frame_info, scene_defaults, scene_digest
 from farm.store import FrameStore, StoreError
 from tracer.shared import PORTABLE_ISA
 from tracer.runtime.xla_flags import local_isa
@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
     from cluster.group import GroupShape
 
-__all__ = ["prepare", "finished", "check_params", "open_store", "group_shapes", "frame_status"]
+__all__ = ["prepare", "finished", "check_params", "check_local", "check_fits", "open_store", "group_shapes",
+           "frame_status"]
+
+# Members (JAX processes) and CPU devices a core of this machine takes in a local job.
+LOCAL_MEMBERS_PER_CORE, LOCAL_DEVICES_PER_CORE = 4, 16
 
 
 def check_params(spec: JobSpec) -> None:
@@ -35,8 +39,8 @@ def check_params(spec: JobSpec) -> None:
             raise SpecError(f"parameter '{c.name}' is not a <default> of {os.path.basename(spec.scene)} (it has: {known})")
 
 
-def _scene_hash(spec: JobSpec) -> str:
-    return scene_hash(spec.scene, [spec.params_at(frame) for frame in range(spec.frames[0], spec.frames[1] + 1)])
+def _scene_digest(spec: JobSpec) -> SceneDigest:
+    return scene_digest(spec.scene, [spec.params_at(frame) for frame in range(spec.frames[0], spec.frames[1] + 1)])
 
 
 def prepare(spec: JobSpec, create: bool = True, redo: Collection[int] = (), replace: bool = False, lease: bool = False,
@@ -58,20 +62,22 @@ def prepare(spec: JobSpec, create: bool = True, redo: Collection[int] = (), repl
     _check_redo(spec, redo)
     if lease:
         lease_duration()  # a bad FARM_LEASE_S is refused before anything is written
-    digest = _scene_hash(spec)
+    scene = _scene_digest(spec)
+    digest = scene.hash
     if replace or not FrameStore.exists(spec.store):
         if not create and not replace:
             raise StoreError(f"{spec.store}: no frame store here")
-        return _create(_with_isa(spec, local_isa() if local else PORTABLE_ISA), digest, replace, lease)
+        return _with_files(_create(_with_isa(spec, local_isa() if local else PORTABLE_ISA), digest, replace, lease),
+                           scene)
     hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
     spec, stored, store = _bind(spec, hashes)
     if not lease:
-        return _edit(spec, stored, store, digest, redo)
+        return _with_files(_edit(spec, stored, store, digest, redo), scene)
     held = Lease.acquire(store.group, store.url)
     try:  # bound again under the lease: another driver may have changed the store meanwhile
         spec, stored, store = _bind(spec, hashes)
         store.lease = held
-        return _edit(spec, stored, store, digest, redo)
+        return _with_files(_edit(spec, stored, store, digest, redo), scene)
     except BaseException:
         held.release()
         raise
@@ -87,7 +93,7 @@ def finished(spec: JobSpec, redo: Collection[int] = (),
     if redo or replace or not FrameStore.exists(spec.store):
         return None
     try:
-        spec, stored, store = _bind(spec, {spec.frames: _scene_hash(spec)})
+        spec, stored, store = _bind(spec, {spec.frames: _scene_digest(spec).hash})
     except FarmError:  # refused: said by ``prepare``, in its order
         return None
     if (spec.frames, spec.spp, spec.noise, spec.min_spp) != (stored.frames, stored.spp, stored.noise, stored.min_spp):
@@ -95,6 +101,12 @@ def finished(spec: JobSpec, redo: Collection[int] = (),
     records, damaged = store.verified_records()
     todo = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, Shot(spec, store).tile_spp(records))
     return (spec, store) if not damaged and not todo.frames else None
+
+
+def _with_files(bound: tuple[JobSpec, FrameStore], scene: SceneDigest) -> tuple[JobSpec, FrameStore]:
+    """``bound`` with the store's ``scene_files``: the files of ``scene``, whose hash the store now records."""
+    bound[1].scene_files = scene.files
+    return bound
 
 
 def _edit(spec: JobSpec, stored: JobSpec, store: FrameStore, digest: str,
@@ -157,7 +169,7 @@ def _bind(spec: JobSpec, hashes: dict[tuple[int, int], str]) -> tuple[JobSpec, J
     # The stored frames must be of this job (their scene and parameters); then only a later end is an edit.
     old = dataclasses.replace(spec, frames=stored.frames)
     if old.frames not in hashes:
-        hashes[old.frames] = _scene_hash(old)
+        hashes[old.frames] = _scene_digest(old).hash
     store.check_identity(old.identity(hashes[old.frames]))
     if spec.frames != stored.frames:
         if spec.frames[0] != stored.frames[0] or spec.frames[1] < stored.frames[1]:
@@ -219,10 +231,10 @@ def job_samples(spec: JobSpec, store: FrameStore) -> int:
     return spec.n_frames * spec.spp * store.width * store.height
 
 
-def scene_ref(spec: JobSpec, frame: int) -> SceneRef:
-    """How a member loads the scene of ``frame``."""
+def scene_ref(spec: JobSpec, frame: int, files: dict[str, str]) -> SceneRef:
+    """How a member loads the scene of ``frame``; ``files``: what it must read (``FrameStore.scene_files``)."""
     return SceneRef(path=spec.scene, params=spec.params_at(frame), resolution=spec.resolution, accel=spec.accel,
-                    aovs=spec.aovs, rfilter=spec.rfilter)
+                    aovs=spec.aovs, rfilter=spec.rfilter, files=tuple(sorted(files.items())))
 
 
 def first_task(spec: JobSpec, store: FrameStore) -> TileTask:
@@ -230,7 +242,7 @@ def first_task(spec: JobSpec, store: FrameStore) -> TileTask:
     task of the job runs, for compiling ahead (``farm.scene_check.Preflight``)."""
     th, tw = tile_size(spec, store)
     assert spec.pass_size is not None and spec.chunk_passes is not None, "the job is planned (JobSpec.planned)"
-    return TileTask(scene=scene_ref(spec, spec.frames[0]), frame=spec.frames[0], seed=spec.seed, spp=spec.spp,
+    return TileTask(scene=scene_ref(spec, spec.frames[0], store.scene_files), frame=spec.frames[0], seed=spec.seed, spp=spec.spp,
                     tile_y=0, tile_x=0, tile_h=th, tile_w=tw, first_pass=0, n_passes=spec.chunk_passes,
                     pass_size=spec.pass_size, channels=store.channels, chunk_passes=spec.chunk_passes,
                     job_samples=job_samples(spec, store))
@@ -249,6 +261,40 @@ def preflight_env(spec: JobSpec, local: bool) -> dict[str, str] | None:
     return worker_env(g.platform, _devices_per_host(g, local), isa=g.cpu_isa)  # as GroupShape.env() makes it
 
 
+def check_local(g: GroupsSpec, cores: int | None = None) -> None:
+    """Refuse (before Ray starts) groups that this machine's ``cores`` cannot run as a local job:
+    more members (JAX processes) or CPU devices than a few a core."""
+    cores = cores or os.cpu_count() or 1
+    members = g.count * g.hosts
+    if members > LOCAL_MEMBERS_PER_CORE * cores:
+        raise SpecError(f"groups.count x groups.hosts is {members} members: a local job on this machine's {cores} "
+                        f"core(s) takes at most {LOCAL_MEMBERS_PER_CORE * cores} (a JAX process each); "
+                        f"--address renders on a Ray cluster")
+    if g.devices_per_host is not None and members * g.devices_per_host > LOCAL_DEVICES_PER_CORE * cores:
+        raise SpecError(f"groups.devices_per_host: {members} member(s) x {g.devices_per_host} devices is more than "
+                        f"a local job on this machine's {cores} core(s) takes ({LOCAL_DEVICES_PER_CORE * cores})")
+
+
+def check_fits(shapes: Sequence[GroupShape], nodes: Sequence[Mapping[str, float]]) -> None:
+    """Refuse groups of ``shapes`` that the cluster's live ``nodes`` (each its Ray resources,
+    ``{"CPU": 8, "GPU": 2, ...}``) cannot hold, before any is made (Ray would wait for them)."""
+    for shape in {s: None for s in shapes}:
+        fitting = [n for n in nodes if all(n.get(r, 0) >= v for r, v in shape.bundle().items())]
+        if shape.strategy == "STRICT_SPREAD" and shape.hosts > len(fitting):
+            raise SpecError(f"groups.hosts is {shape.hosts}, one member a node: the cluster has {len(fitting)} "
+                            f"node(s) with {_bundle_text(shape.bundle())}")
+    for resource in sorted({r for s in shapes for r in s.bundle()}):
+        need = sum(s.hosts * s.bundle().get(resource, 0) for s in shapes)
+        have = sum(n.get(resource, 0) for n in nodes)
+        if need > have:
+            raise SpecError(f"groups.count x groups.hosts: {len(shapes)} group(s) of {shapes[0].hosts} member(s) "
+                            f"need {need:g} {resource}, the cluster has {have:g}")
+
+
+def _bundle_text(bundle: Mapping[str, float]) -> str:
+    return ", ".join(f"{v:g} {r}" for r, v in bundle.items())
+
+
 def _devices_per_host(g: GroupsSpec, local: bool) -> int | None:
     """The CPU devices of each member: the job's count, or, for a local job, a device per core,
     the cores split among every member (they share this machine's cores)."""
@@ -263,9 +309,16 @@ def frame_status(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[
     at the spp its tiles are decided to get so far, ``farm.adaptive``), as ``records``
     (``FrameStore.verified_records``) have them."""
     from farm.adaptive import Shot
-    from farm.planner import plan
-    out, spp = [], Shot(spec, store).tile_spp(records)
+    from farm.planner import frame_states, plan
+    spp = Shot(spec, store).tile_spp(records)
+    # Frames with nothing stored or all of it are said at once (a 100,000-frame job's are most);
+    # the others (and every frame of a noise target's job) are planned one by one.
+    states = frame_states(spec, records[:spec.n_frames]) if spp is None else None
+    out = []
     for f in range(spec.n_frames):
+        if states is not None and (states[0][f] or states[1][f]):
+            out.append(0.0 if states[0][f] else 1.0)  # (fresh, whole)
+            continue
         one = dataclasses.replace(spec, frames=(spec.frames[0] + f, spec.frames[0] + f))
         p = plan(one, records[f:f + 1], store.tiles_y, store.tiles_x, store.tile_pixels,
                  None if spp is None else spp[f:f + 1])

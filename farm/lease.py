@@ -56,7 +56,7 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore, StorePath
 
 from farm.errors import SpecError, shown
-from farm.store import StoreError
+from farm.store import FULL, StoreError, rewrite_in_place
 
 __all__ = ["Lease", "Holder", "LeaseHeld", "Fenced", "holder", "lease_duration", "wait_free", "DEFAULT_LEASE_S"]
 
@@ -358,7 +358,15 @@ class Lease:
             self._heartbeat.join(timeout=self.duration)
         try:
             self.check()
-            _write(self.node, dataclasses.replace(self.holder, released=True, renewed=time.time()))
+            released = dataclasses.replace(self.holder, released=True, renewed=time.time())
+            try:
+                _write(self.node, released)
+            except OSError as e:  # a full disk: in the document's own blocks (no new file)
+                folder = _folder(self.node)
+                if folder is None or e.errno not in FULL:
+                    raise
+                rewrite_in_place(os.path.join(folder, _key(released.epoch)),
+                                 json.dumps(dataclasses.asdict(released)).encode())
         except Exception:  # lost, or the store is gone: nothing of ours to release
             pass
         self.lost = self.lost or "it was released"

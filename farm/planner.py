@@ -95,21 +95,15 @@ def plan(spec: JobSpec, records: np.ndarray, tiles_y: int, tiles_x: int, tile_pi
     ``spp`` (F, TY, TX) ints: what each tile is to hold now (a noise target's, ``farm.adaptive``;
     a multiple of the chunk size, or the job's spp); default the job's spp for every tile."""
     tree, n = spec.tree, spec.n_frames
-    g, full, tail = spec.chunk_passes, tree.complete(spec.spp), tree.tail_passes(spec.spp)
+    g, full, tail = spec.chunk_passes, tree.complete(spec.spp), tree.tail_passes(spec.spp)  # (in frame_states too)
     assert g is not None and spec.pass_size is not None  # (planned)
     tiles = tuple((ty, tx) for ty in range(tiles_y) for tx in range(tiles_x))
     pixels = np.array([[tile_pixels(ty, tx) for tx in range(tiles_x)] for ty in range(tiles_y)], np.int64)
     goals = np.full((n, tiles_y, tiles_x), spec.spp, np.int64) if spp is None else np.asarray(spp, np.int64)[:n]
     records = records[:n]
-    # Decided per frame from the records: nothing stored (every chunk to do), or the job's spp
-    # reached (nothing to do; a tail counts only if cut where the job's spp cuts it now).
-    busy = (records["folded"] != 0) | (records["tail_passes"] != 0)
-    end = full * tree.chunk_samples + tail * spec.pass_size
-    whole = ((records["folded"] == full) & (records["tail_passes"] == tail)
-             & ((tail == 0) | (np.minimum(records["tail_spp"], end) == min(spec.spp, end))))
     uniform = spp is None
-    fresh_frame = ~busy.any(axis=(1, 2)) & uniform
-    whole_frame = whole.all(axis=(1, 2)) & uniform
+    fresh_frame, whole_frame = frame_states(spec, records)
+    fresh_frame, whole_frame = fresh_frame & uniform, whole_frame & uniform
     frames: list[tuple[int, tuple[Task, ...] | None]]
     frames, done = [], int((pixels * spec.spp).sum()) * int(whole_frame.sum())
     for f in range(n):
@@ -125,6 +119,21 @@ def plan(spec: JobSpec, records: np.ndarray, tiles_y: int, tiles_x: int, tile_pi
     chunks = tuple((c, c * g, g if c < full else tail, c == full) for c in range(full + (1 if tail else 0)))
     return Plan(frames=tuple(frames), first_frame=spec.frames[0], chunks=chunks, tiles=tiles,
                 n_chunks=tree.n_chunks(spec.spp), total_units=int((goals * pixels).sum()), done_units=done)
+
+
+def frame_states(spec: JobSpec, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fresh, whole): per frame index of ``records`` (F, TY, TX) of ``farm.records.RECORD``,
+    bool arrays: nothing stored (every chunk to do), and the job's spp reached in every tile
+    (nothing to do; a tail counts only if cut where the job's spp cuts it now). For a job of a
+    uniform spp (no noise target)."""
+    tree = spec.tree
+    full, tail = tree.complete(spec.spp), tree.tail_passes(spec.spp)
+    assert spec.pass_size is not None  # (planned)
+    busy = (records["folded"] != 0) | (records["tail_passes"] != 0)
+    end = full * tree.chunk_samples + tail * spec.pass_size
+    whole = ((records["folded"] == full) & (records["tail_passes"] == tail)
+             & ((tail == 0) | (np.minimum(records["tail_spp"], end) == min(spec.spp, end))))
+    return ~busy.any(axis=(1, 2)), whole.all(axis=(1, 2))
 
 
 def _frame_tasks(spec: JobSpec, f: int, tiles: Sequence[tuple[int, int]], rows: list[list[TileRecord]],

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from farm import signals
 from farm.errors import FarmError
+from farm.faults import EnvironmentFault, StoreFault
 from farm.store import error_line
 
 if TYPE_CHECKING:
@@ -172,7 +173,9 @@ class RunProgress:
         interrupted = isinstance(error, KeyboardInterrupt)  # Ctrl-C, or a signal (farm.signals)
         try:
             message = str(error) if isinstance(error, FarmError) else error_line(error)
-            self.fail(signals.how() if interrupted else message, signals.state() if interrupted else "failed")
+            stopped = isinstance(error, (StoreFault, EnvironmentFault))  # by the environment, not failed
+            self.fail(signals.how() if interrupted else message,
+                      signals.state() if interrupted else "stopped" if stopped else "failed")
         except Exception:
             pass
 

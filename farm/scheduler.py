@@ -25,7 +25,7 @@ import ray
 
 from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
 from cluster.task import TileTask
-from farm import signals
+from farm import faults, signals
 from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
@@ -36,13 +36,14 @@ from farm.progress import RunProgress
 from farm.records import TileRecord
 from farm.results import Commits, shared_root
 from tracer.errors import SceneError
+from tracer.io.reads import SceneChanged
 
 if TYPE_CHECKING:
     from farm.results import Slot
     from farm.spec import JobSpec
     from farm.store import FrameStore
 
-__all__ = ["run_job", "JobFailed", "Cancelled", "Dispatch"]
+__all__ = ["run_job", "JobFailed", "Cancelled", "SceneChangedError", "Dispatch"]
 
 
 class JobFailed(FarmError):
@@ -51,6 +52,19 @@ class JobFailed(FarmError):
 
 class Cancelled(FarmError):
     exit_code = 5
+
+
+class SceneChangedError(JobFailed):
+    """A member read a scene file whose bytes are not those the store records: the job stops
+    (exit 3, as ``farm resume`` refuses the store then); restoring the file lets it go on."""
+
+    exit_code = 3
+
+    def __init__(self, store: FrameStore, changed: SceneChanged):
+        super().__init__(f"{store.url}: scene file {changed.path} changed while the job ran: its frames are "
+                         f"stored under the scene as it was; restore the file and `farm resume {store.url}`, "
+                         f"or render again with --replace to start over")
+        self.path = changed.path
 
 
 _DEPTH = 2  # dispatches in flight per group
@@ -150,7 +164,7 @@ class _JobRun:
             start = np.zeros((self.th, self.tw, tail.shape[-1]), np.float32)
             start[:tail.shape[0], :tail.shape[1]] = tail
             start = split_tail(start)
-        return TileTask(scene=scene_ref(spec, task.frame), frame=task.frame, seed=spec.seed, spp=spec.spp,
+        return TileTask(scene=scene_ref(spec, task.frame, self.store.scene_files), frame=task.frame, seed=spec.seed, spp=spec.spp,
                         tile_y=ty * spec.tile, tile_x=tx * spec.tile, tile_h=self.th, tile_w=self.tw,
                         first_pass=task.first_pass, n_passes=task.n_passes, pass_size=spec.pass_size, start=start,
                         out=out, channels=self.store.channels, chunk_passes=spec.chunk_passes,
@@ -207,7 +221,8 @@ class _JobRun:
             progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            progress.fail(e, {JobFailed: "failed", Cancelled: "cancelled"}.get(type(e), signals.state()))
+            states = {JobFailed: "failed", Cancelled: "cancelled", SceneChangedError: "stopped"}
+            progress.fail(e, states.get(type(e), signals.state()))
             raise
         finally:
             self.teardown(groups)
@@ -260,6 +275,11 @@ class _JobRun:
                 self.rebuild(d.group, groups)
             return
         except ray.exceptions.RayTaskError as e:
+            if isinstance(getattr(e, "cause", None), SceneChanged):
+                raise SceneChangedError(self.store, e.cause) from None
+            fault = faults.named(e, self.store.url)  # a member's write to a full or read-only store
+            if fault is not None:
+                raise fault from None
             message, deterministic = _remote_error(e)
             if deterministic:
                 raise JobFailed(message) from None

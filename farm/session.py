@@ -30,8 +30,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from farm import signals
-from farm.job import group_shapes
+from farm import faults, signals
+from farm.job import check_fits, group_shapes
 
 if TYPE_CHECKING:
     from farm.planner import Plan
@@ -178,11 +178,18 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
         with ray as start:
             start.wait()
             signals.take()  # back from Ray's core worker, which took SIGTERM when it started
-            return run_job(spec, store, group_shapes(spec, address is None), log=log, progress=progress,
-                           ready=ready)
+            shapes = group_shapes(spec, address is None)
+            if address is not None:  # (a local Ray is started for the job's groups: farm.job.check_local)
+                import ray as ray_api
+                check_fits(shapes, [node["Resources"] for node in ray_api.nodes() if node["Alive"]])
+            return run_job(spec, store, shapes, log=log, progress=progress, ready=ready)
     except BaseException as e:
+        # A full or read-only store is named (the run's uncommitted data is gone by now, which frees space).
+        fault = faults.named(e, store.url)
         if not progress.ended:  # Ray did not start, or the run stopped outside the scheduler's loop
-            progress.fail_quietly(e)
+            progress.fail_quietly(fault or e)
+        if fault is not None:
+            raise fault from None
         raise
     finally:
         progress.close()

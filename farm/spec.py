@@ -45,25 +45,29 @@ import hashlib
 import os
 import tomllib
 from collections.abc import Iterable, Sequence
-from typing import Any, Self, TypeGuard
+from typing import Any, NamedTuple, Self, TypeGuard
 
 from farm.curves import Curve
 from farm.errors import SceneFileError, SpecError, shown
 from farm.tree import CHUNK_SPP, NOISE_CHUNK_SPP, Tree
 from tracer.shared import (DEFAULT_PASS_SIZE, FILTERS, ISAS, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
                            PLATFORMS, default_tile)
+from tracer.io import reads
 from tracer.io.aovs import parse_aovs
 from tracer.errors import SceneError
 from tracer.io.scene_info import SceneInfo, describe
 
 __all__ = ["JobSpec", "GroupsSpec", "parse_frames", "parse_frame_list", "parse_res", "scene_info", "scene_defaults",
-           "scene_hash", "film_size", "frame_info", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
+           "scene_hash", "scene_digest", "SceneDigest", "film_size", "frame_info", "MAX_FRAMES", "MIN_TILE", "MAX_TILE", "MAX_PASS_SIZE"]
 
 ACCELS = ("auto", "embree", "warp", "jax")
 # A job's frames are planned, hashed and recorded one by one on the driver: longer films are
 # several jobs.
 MAX_FRAMES = 100_000
 MIN_TILE, MAX_TILE = 8, 4096
+# A job's groups, members and devices at most, on any cluster (what one has is checked when it runs:
+# farm.job.check_local, check_fits): Ray would otherwise start worker after worker for minutes.
+MAX_GROUPS = {"count": 1024, "hosts": 1024, "devices_per_host": 1024}
 MAX_JOB_FILE = 1 << 20   # bytes
 MAX_NOISE = 1e6          # a noise target past any image's (it is a relative error)
 
@@ -155,6 +159,8 @@ class GroupsSpec:
             value = getattr(self, name)
             if not _whole(value) or value < 1:
                 raise SpecError(f"groups.{name} must be a whole number >= 1, got {shown(value)}")
+            if value > MAX_GROUPS[name]:
+                raise SpecError(f"groups.{name} must be at most {MAX_GROUPS[name]}, got {shown(value)}")
         if not isinstance(self.platform, str) or self.platform not in PLATFORMS:
             raise SpecError(f"groups.platform must be one of {', '.join(PLATFORMS)}, got {shown(self.platform)}")
         if not _whole(self.gpus_per_host) or self.gpus_per_host < 0:
@@ -450,38 +456,54 @@ def scene_defaults(path: str) -> dict[str, str]:
     return scene_info(path).defaults
 
 
+class SceneDigest(NamedTuple):
+    """What a job's store records of its scene, and what members check the files they load against."""
+
+    hash: str               # the store's identity's scene_hash (``scene_hash``)
+    files: dict[str, str]   # absolute path -> SHA-256 hex of every file the hash covers
+
+
 def scene_hash(path: str, param_sets: Iterable[Iterable[tuple[str, float | str]]] = ((),)) -> str:
     """SHA-256 over the scene XML and every file it reads (includes, spectra, meshes, images), as
     the loader resolves them, for each set of parameters in ``param_sets`` ((name, value) pairs,
     e.g. one per frame): the files of the first set in document order, each as its name and the
     SHA-256 of its bytes, then those that only other sets name. Sets after the first are read
     only when a file name depends on a parameter."""
+    return scene_digest(path, param_sets).hash
+
+
+def scene_digest(path: str, param_sets: Iterable[Iterable[tuple[str, float | str]]] = ((),)) -> SceneDigest:
+    """``scene_hash``, and the SHA-256 of each file behind it by absolute path: the digests a
+    member's loader takes of the bytes it reads (``tracer.io.reads``) must be these."""
     param_sets = list(dict.fromkeys(tuple(p) for p in param_sets)) or [()]
     first = scene_info(path, param_sets[0])
-    with open(path, "rb") as f:
-        digest = hashlib.sha256(f.read())
-    seen, sums = set(), {}
+    try:
+        data = reads.read_file(path)
+    except OSError as e:
+        raise SceneFileError(f"{path}: cannot read the scene file: {e.strerror}") from None
+    digest = hashlib.sha256(data)
+    seen, sums = set(), {os.path.abspath(path): hashlib.sha256(data).digest()}
     for index, params in enumerate(param_sets):
         files = (scene_info(path, params) if index else first).files[1:]  # [0]: the scene, hashed above
         for file in files:
             if index and (file.name, file.path) in seen:
                 continue
             seen.add((file.name, file.path))
-            if file.path not in sums:
-                sums[file.path] = _file_sha256(file.path)
+            key = os.path.abspath(file.path)
+            if key not in sums:
+                sums[key] = _file_sha256(file.path)
             digest.update(file.name.encode())
-            digest.update(sums[file.path])
+            digest.update(sums[key])
         if not any(file.varies for file in files):
             break
-    return digest.hexdigest()
+    return SceneDigest(digest.hexdigest(), {key: sum_.hex() for key, sum_ in sums.items()})
 
 
 def _file_sha256(path: str) -> bytes:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            sha.update(block)
-    return sha.digest()
+    try:
+        return hashlib.sha256(reads.read_file(path)).digest()
+    except OSError as e:
+        raise SceneFileError(f"{path}: cannot read a file of the scene: {e.strerror}") from None
 
 
 def frame_info(spec: JobSpec) -> SceneInfo:

@@ -47,6 +47,7 @@ not decode counts as nothing done, like a tile whose data fails its CRC (``verif
 The progress and cancel nodes are the driver's notes, not the job's data: unreadable, they are
 reported and written afresh by the next run.
 """
+import errno
 import json
 import math
 import os
@@ -107,6 +108,20 @@ def _open_group(url: str, mode: "AccessModeLiteral") -> zarr.Group | None:
         return None
     except Exception as e:  # JSON, UTF-8, zarr's metadata validation, fsspec protocols and I/O
         raise StoreError(f"{url}: cannot read the store (zarr.json: {error_line(e)})") from None
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)  # a disk or quota full: no new blocks, but the ones a file has
+
+
+def rewrite_in_place(path: str, data: bytes) -> None:
+    """Overwrite the file at ``path`` with ``data`` in its own blocks, for a full disk: not
+    atomic (a reader may see it torn; the notes and the lease are read as such), but it takes
+    no new block while ``data`` is no longer than what the file's blocks hold."""
+    with open(path, "r+b") as f:
+        f.write(data)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def writing_empty_chunks(array: zarr.Array) -> zarr.Array:
@@ -188,6 +203,9 @@ class FrameStore:
         self.group, self.url = group, url
         self.lease: Lease | None = None  # farm.lease.Lease of the driver that writes, checked before each write
         self.log_lines: list[str] = []  # this run's log (``log``), written whole each time
+        # The files behind the identity's scene_hash (absolute path -> SHA-256 hex), as the
+        # driver read them when it bound the job (farm.job.prepare); members check what they load against them.
+        self.scene_files: dict[str, str] = {}
         self.meta: dict[str, Any] = cast("dict[str, Any]", group.attrs.get("farm"))  # (open and create check it)
         self.width, self.height, self.tile = _layout(self.meta, url)
         self.aovs = _aovs(self.meta, url)
@@ -523,7 +541,18 @@ class FrameStore:
             node = self.group["progress"]
         except Exception:  # missing, or its metadata does not read: the driver's notes, written afresh
             node = self.group.create_group("progress", overwrite=True)
-        node.attrs["progress"] = fields
+        try:
+            node.attrs["progress"] = fields
+        except OSError as e:
+            if not (isinstance(self.group.store, LocalStore) and e.errno in FULL):
+                raise
+            # A full disk: the notes go in place, into the blocks their document already has
+            # (zarr writes a new file, then renames it), so that a run stopped by it says so.
+            path = os.path.join(self.group.store.root, self.group.path, "progress", "zarr.json")
+            with open(path, "rb") as f:
+                meta = json.load(f)
+            meta.setdefault("attributes", {})["progress"] = fields
+            rewrite_in_place(path, json.dumps(meta).encode())
 
     def progress(self) -> dict[str, Any] | None:
         """The last run's progress attributes ({} before any), or None where they do not read."""

@@ -1,5 +1,6 @@
 """A worker's start-up (cluster.bootstrap): its environment, and the persistent compilation cache
 that lets a second run of a job compile nothing."""
+import os
 import pathlib
 import subprocess
 import sys
@@ -148,3 +149,38 @@ def test_the_preflight_checks_only_or_refuses_a_bad_scene_in_one_line(tmp_path):
     only = _preflight([{"scene": _scene_job(ROOT / "examples" / "cbox.xml", res="8"), "env": None}, ""],
                       dict(os.environ, JAX_PLATFORMS="cpu"))
     assert only.returncode == 0 and only.stdout.split() == ["checked"], only.stderr[-2000:]
+
+
+_COMPILE_ONCE = """
+from cluster import bootstrap
+jax = bootstrap.start_jax(bootstrap.worker_env("cpu", 1))
+import jax.numpy as jnp
+jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(8.0)).block_until_ready()
+s = bootstrap.compile_stats()
+print(int(s["programs"]), int(s["cache_hits"]))
+"""
+
+
+def test_a_corrupt_cache_entry_is_replaced_once_recompiled(tmp_path):
+    """JAX's cache never overwrites a key it has: an entry that does not read would be compiled
+    again in every run (issue 37, item 6). It goes when its read fails, and the program compiled
+    then takes its place."""
+    from jax._src import compilation_cache
+    assert callable(compilation_cache.get_executable_and_time), "jax moved the cache's read: see bootstrap"
+    env = dict(os.environ, JAXFARM_XLA_CACHE=str(tmp_path))
+
+    def run():
+        result = subprocess.run([sys.executable, "-c", _COMPILE_ONCE], capture_output=True, text=True, timeout=300,
+                                cwd=ROOT, env=env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return tuple(map(int, result.stdout.split()))
+
+    programs, hits = run()
+    assert programs > 0 and hits == 0
+    entries = sorted(p for p in tmp_path.iterdir() if p.name.endswith("-cache"))
+    assert entries
+    for entry in entries:
+        entry.write_bytes(b"not an executable")
+    assert run() == (programs, 0)  # read, refused, compiled again
+    assert all(entry.read_bytes() != b"not an executable" for entry in entries)
+    assert run() == (programs, programs)  # the replaced entries load

@@ -11,11 +11,17 @@ with an exception it did not expect (``farm.cli.main`` turns those into exit 70)
 
 Rendering is not run: ``farm.session.run`` is replaced by what a run does before it starts Ray
 (the store's tasks verified and planned), so ``render`` and ``resume`` get as far as a store ready
-to render. The examples below are the seed corpus (issue 19's cases); ``HYPOTHESIS_PROFILE=explore``
+to render. Issue 37 added: export --name templates (files only inside --out, ending in the
+format's extension, the store unchanged), paths that are not UTF-8 (exit 2, nothing made), an
+errno of the environment at a write of the store (exit 1 or 3, the store then reads and resumes
+to the records it held) and a scene file edited after its job recorded it (a member's load
+refuses it, naming the file; ``tests/farm/test_scene_reads.py`` runs one such job). The examples below are the seed corpus (issue 19's cases); ``HYPOTHESIS_PROFILE=explore``
 draws afresh. ``pytest --hypothesis-show-statistics`` prints how the mutants were classified.
 """
+import errno
 import json
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -26,7 +32,9 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+import farm.job
 import farm.session
+import zarr.storage
 from farm.planner import plan
 from tests.helpers.farm_cases import ORBIT, farm_main, filled_store, store_files
 from tests.helpers.hang_guard import hang_guard
@@ -190,3 +198,127 @@ def test_mutated_stores(seed_store, target, mutations):
         if outcomes[0][1] == 0 and outcomes[1][1] != 0:  # status must not call done what export refuses
             assert "samples: 100.0% done" not in said["status"], said["status"]
     _classify(target, outcomes)
+
+
+# -- issue 37: export names, paths that are not UTF-8, the environment's errors, edited inputs --
+
+NAME_PIECES = ("{frame}", "{frame:04d}", "{frame!s:.0}", "{frame:x}", "{job}", "{ext}", "{job:>3}", "{}", "{0}",
+               "zarr.json", "..", "/", ".", "f", ".png", ".exr", "\x00", "\xe9", "{", "}", " ")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.sampled_from(NAME_PIECES), min_size=1, max_size=5), fmt=st.sampled_from(("png", "npy")))
+@example(pieces=["zarr.json", "{frame!s:.0}"], fmt="png")   # issue 37's store overwrite
+@example(pieces=["f", "{frame}", ".txt"], fmt="png")
+def test_export_names(seed_store, pieces, fmt):
+    """A --name template writes files ending in the format's extension inside --out, or is refused."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out, before = Path(tmp) / "frames", store_files(seed_store)
+        code, _ = _run("export", seed_store, "--out", out, "--format", fmt, "--frames", "0-0", "--name", "".join(pieces))
+        assert store_files(seed_store) == before
+        written = [p for p in Path(tmp).rglob("*") if p.is_file()]
+        assert all(p.parent == out and p.name.endswith("." + fmt) for p in written), written
+        assert (code == 0) == bool(written)
+    _classify("--name", [("export", code)])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.binary(min_size=1, max_size=4).filter(lambda b: b"\0" not in b and b"/" not in b),
+       command=st.sampled_from(("render", "export", "status", "resume")))
+@example(raw=b"\xff", command="render")
+def test_paths_that_are_not_utf8(seed_store, raw, command):
+    """A path the OS gives is refused in one line (exit 2) before anything is made, or works if it is UTF-8."""
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(farm.session, "run", _without_ray):
+        path = os.path.join(tmp, "bad" + os.fsdecode(raw) + ".zarr")
+        args = {"render": (ORBIT, "--res", "16x16", "--out", path, "--no-progress"), "status": (path,),
+                "export": (seed_store, "--out", path), "resume": (path, "--no-progress")}[command]
+        code, _ = _run(command, *args)
+        utf8 = True
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            utf8 = False
+        if not utf8:
+            assert code == 2 and os.listdir(tmp) == []
+    _classify("path", [(command, code)])
+
+
+FAULT_ERRNOS = ("ENOSPC", "EROFS", "EACCES", "EDQUOT", "EIO")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(FAULT_ERRNOS), at=st.integers(0, 6),
+       command=st.sampled_from(("render", "resume", "cancel", "redo")))
+@example(name="ENOSPC", at=0, command="resume")
+@example(name="EROFS", at=0, command="cancel")
+def test_the_environments_errors(seed_store, name, at, command):
+    """An errno of the environment at the ``at``-th write of the store (zarr's store boundary):
+    one line, exit 1 or 3 (or 0 where the command writes less), and the store then reads, and
+    resumes to what it held."""
+    store_type, calls = zarr.storage.LocalStore, []
+
+    def failing(method):
+        real = getattr(store_type, method)
+
+        async def write(self, key, value):
+            calls.append(key)
+            if len(calls) > at:
+                raise OSError(getattr(errno, name), os.strerror(getattr(errno, name)))
+            return await real(self, key, value)
+        return write
+
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(farm.session, "run", _without_ray):
+        store = Path(tmp) / "job.zarr"
+        shutil.copytree(seed_store, store)
+        args = {"render": ("render", _job_file(tmp), "--out", store, "--no-progress"), "cancel": ("cancel", store),
+                "resume": ("resume", store, "--no-progress"), "redo": ("resume", store, "--redo", "1", "--no-progress")}
+        with mock.patch.object(store_type, "set", failing("set")), \
+                mock.patch.object(store_type, "set_if_not_exists", failing("set_if_not_exists")):
+            code, _ = _run(*args[command])
+        assert code in (0, 1, 3), code
+        assert _run("status", store)[0] == 0
+        assert _run("resume", store, "--no-progress")[0] == 0
+        if command != "redo":  # nothing it refused to write is lost: the tasks stored are those of before
+            records, _ = farm.job.open_store(str(store))[1].verified_records()
+            seed, _ = farm.job.open_store(str(seed_store))[1].verified_records()
+            assert (records == seed).all()
+    _classify(name, [(command, code)])
+
+
+def _job_file(tmp):
+    """The seed job as a file in ``tmp`` (its store the one given with --out)."""
+    path = Path(tmp) / "job.toml"
+    path.write_text(JOB.replace("spp = 8", "spp = 72"))
+    return path
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(which=st.integers(0, 2**16), mutation=mutation)
+def test_edited_inputs(tmp_path_factory, which, mutation):
+    """Any file of a scene edited after its job recorded it: a member's load refuses it, naming
+    that file (the first read that differs), whether or not the edited file still parses."""
+    import tracer
+    from farm.spec import scene_digest
+    from tests.helpers.farm_cases import ROOT
+    from tracer.errors import SceneError
+    from tracer.io import reads
+    tmp = tmp_path_factory.mktemp("edited")
+    shutil.copytree(ROOT / "examples" / "assets", tmp / "assets")
+    shutil.copy(ROOT / "examples" / "textures.xml", tmp / "textures.xml")
+    recorded = scene_digest(str(tmp / "textures.xml")).files
+    edited = sorted(recorded)[which % len(recorded)]
+    data = Path(edited).read_bytes()
+    kind, where, what = mutation
+    changed = mutate_bytes(data, kind if kind in ("flip", "byte", "truncate") else "byte", where, what)
+    if changed == data:
+        changed = data + b" "
+    Path(edited).write_bytes(changed)
+    with reads.recording() as read:
+        try:
+            tracer.load_scene(str(tmp / "textures.xml"), resolution=(16, 16))
+        except SceneError:
+            pass  # the member checks what it read before it says this (cluster.member.Member._load)
+    with pytest.raises(reads.SceneChanged) as e:
+        reads.check_reads(read, recorded)
+    assert e.value.path == edited  # the first file read that differs: the only one edited
+    event(f"edited {Path(edited).suffix}")

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tracer.errors import SceneError
+from tracer.io import reads
 
 __all__ = ["Curves", "load_curves", "MIN_POINTS", "MAX_FILE_BYTES"]
 
@@ -32,8 +33,7 @@ def _read(path: str) -> str:
     try:
         if os.path.getsize(path) > MAX_FILE_BYTES:
             raise SceneError(f"curve file is larger than {MAX_FILE_BYTES // 2**20} MiB", path)
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8")
+        return reads.read_file(path).decode("utf-8")
     except FileNotFoundError:
         raise SceneError("curve file not found", path) from None
     except UnicodeDecodeError:

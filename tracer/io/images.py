@@ -9,7 +9,9 @@ Mitsuba evaluates at lookup time, so the texel values agree with Mitsuba's to fl
 Decoders: libpng (imagecodecs) for PNG, Pillow for JPEG, BMP, TGA, PNM and TIFF, OpenEXR for EXR;
 Radiance HDR and PFM are read here (see ``_read_pfm``).
 """
+import io
 import os
+import tempfile
 from collections.abc import Mapping
 
 import imagecodecs
@@ -19,6 +21,7 @@ from numpy.typing import ArrayLike
 from PIL import Image
 
 from tracer.errors import SceneError
+from tracer.io import reads
 
 __all__ = ["load_image", "write_exr", "write_exr_channels", "write_png", "write_npy", "srgb_to_linear", "linear_to_srgb", "srgb8",
            "MAX_IMAGE_PIXELS"]
@@ -70,14 +73,15 @@ def load_image(path: str | os.PathLike[str], raw: bool = False) -> np.ndarray:
         raise SceneError("image file not found", path)
     ext = os.path.splitext(path)[1].lower()
     try:
+        data = reads.read_file(path)  # read once: what is decoded is what is hashed
         if ext == ".exr":
-            image = _read_exr(path)
+            image = _read_exr(data, path)
         elif ext in (".hdr", ".rgbe", ".pic"):
-            image = _read_rgbe(path)
+            image = _read_rgbe(data, path)
         elif ext == ".pfm":
-            image = _read_pfm(path)
+            image = _read_pfm(data, path)
         else:
-            image, encoded = _read_integer_image(path)
+            image, encoded = _read_integer_image(data, path)
             if encoded and not raw:
                 image = srgb_to_linear(image)
     except SceneError:
@@ -101,25 +105,24 @@ def _check_size(width, height, path):
         raise SceneError(f"image of {width}x{height} pixels is larger than {MAX_IMAGE_PIXELS} pixels", path)
 
 
-def _read_integer_image(path):
-    """(H, W, C) float64 in [0, 1] of an 8/16-bit image and whether it is sRGB-encoded."""
-    with open(path, "rb") as f:
-        head = f.read(24)
+def _read_integer_image(data, path):
+    """(H, W, C) float64 in [0, 1] of an 8/16-bit image (``data``, the bytes of the file at
+    ``path``) and whether it is sRGB-encoded."""
+    head = data[:24]
     if head[:8] == _PNG_SIGNATURE:  # by content, as Pillow sniffs the rest
         _check_size(int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"), path)  # IHDR
-        return _unit_range(_read_png(path)), True
-    return _read_with_pillow(path)
+        return _unit_range(_read_png(data)), True
+    return _read_with_pillow(data, path)
 
 
-def _read_png(path):
+def _read_png(data):
     """(H, W[, C]) uint8 or uint16 samples of a PNG as libpng decodes them, alpha dropped.
 
     libpng (through imagecodecs), the decoder Mitsuba uses: Pillow has no multi-channel 16-bit
     mode (python-pillow/Pillow#1888) and truncates 16-bit RGB(A) to 8 bits. Palettes and 1, 2 and
     4-bit gray arrive expanded to 8 bits (bits replicated, as Pillow does), tRNS as an alpha channel.
     """
-    with open(path, "rb") as f:
-        data = imagecodecs.png_decode(f.read())
+    data = imagecodecs.png_decode(data)
     return data[..., :-1] if data.ndim == 3 and data.shape[2] in (2, 4) else data
 
 
@@ -127,9 +130,9 @@ _PILLOW_CONVERSIONS = {"P": "RGBA", "PA": "RGBA", "1": "L", "CMYK": "RGB", "YCbC
                        "HSV": "RGB"}
 
 
-def _read_with_pillow(path):
+def _read_with_pillow(data, path):
     """``_read_integer_image`` for what Pillow decodes: JPEG, BMP, TGA, PNM, TIFF, GIF."""
-    with Image.open(path) as im:
+    with Image.open(io.BytesIO(data)) as im:
         _check_size(*im.size, path)
         im.load()
         if im.mode in _PILLOW_CONVERSIONS:
@@ -151,10 +154,15 @@ def _unit_range(data):
     return data.astype(np.float64) / 65535.0
 
 
-def _read_exr(path):
-    low, high = OpenEXR.File(path, header_only=True).header()["dataWindow"]
-    _check_size(int(high[0]) - int(low[0]) + 1, int(high[1]) - int(low[1]) + 1, path)
-    channels = OpenEXR.File(path, separate_channels=True).channels()
+def _read_exr(data, path):
+    # OpenEXR reads files only: it reads a private copy of the bytes read (and hashed).
+    with tempfile.TemporaryDirectory() as folder:
+        copy = os.path.join(folder, "image.exr")
+        with open(copy, "wb") as f:
+            f.write(data)
+        low, high = OpenEXR.File(copy, header_only=True).header()["dataWindow"]
+        _check_size(int(high[0]) - int(low[0]) + 1, int(high[1]) - int(low[1]) + 1, path)
+        channels = OpenEXR.File(copy, separate_channels=True).channels()
     names = set(channels)
     pick = lambda *cs: np.stack([channels[c].pixels.astype(np.float32) for c in cs], axis=-1)
     if {"R", "G", "B"} <= names:
@@ -171,9 +179,7 @@ def _read_exr(path):
 # separate binary download, unmaintained), and Pillow reads only gray PFM. imagecodecs'
 # ``rgbe_decode`` (Walter's rgbe.c) gives the same floats on well-formed files, but it refuses a
 # header without a FORMAT line or bytes after the pixels, and reads XYZE as RGB.
-def _read_pfm(path):
-    with open(path, "rb") as f:
-        data = f.read()
+def _read_pfm(data, path):
     parts = data.split(maxsplit=4)
     if len(parts) < 5 or parts[0] not in (b"PF", b"Pf"):
         raise SceneError("not a PFM file", path)
@@ -185,10 +191,8 @@ def _read_pfm(path):
     return pixels.reshape(height, width, channels)[::-1]  # PFM rows run bottom to top
 
 
-def _read_rgbe(path):
+def _read_rgbe(data, path):
     """Radiance RGBE (.hdr): flat or new-style run-length scanlines, -Y H +X W orientation."""
-    with open(path, "rb") as f:
-        data = f.read()
     if not data.startswith(b"#?"):
         raise SceneError("not a Radiance HDR file", path)
     header_end = data.find(b"\n\n")

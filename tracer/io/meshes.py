@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tracer.errors import SceneError
+from tracer.io import reads
 
 __all__ = ["Mesh", "load_obj", "recompute_vertex_normals", "transform_mesh", "rectangle_mesh", "cube_mesh",
            "check_faces", "unit_normals", "fans"]
@@ -46,8 +47,7 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
     if not os.path.isfile(path):
         raise SceneError("mesh file not found", path)
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return reads.read_file(path)
     except OSError as e:
         raise SceneError(f"cannot read mesh file: {e.strerror}", path) from None
 

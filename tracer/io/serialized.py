@@ -23,6 +23,7 @@ import zlib
 import numpy as np
 
 from tracer.errors import SceneError
+from tracer.io import reads
 from tracer.io.meshes import Mesh, check_faces, unit_normals
 
 __all__ = ["load_serialized"]
@@ -42,8 +43,7 @@ def load_serialized(path: str | os.PathLike[str], shape_index: int = 0, face_nor
     if not os.path.isfile(path):
         raise SceneError("mesh file not found", path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = reads.read_file(path)
     except OSError as e:
         raise SceneError(f"cannot read mesh file: {e.strerror}", path) from None
     if shape_index < 0:

@@ -41,6 +41,7 @@ from numpy.typing import ArrayLike
 
 from tracer.io.cie_data import CIE_X, CIE_Y, CIE_Z, D65
 from tracer.errors import SceneError
+from tracer.io import reads
 
 if TYPE_CHECKING:
     from tracer.io.plugin_node import PluginNode
@@ -149,8 +150,7 @@ def read_spectrum_file(path: str | os.PathLike[str]) -> Spectrum:
     try:
         if os.path.getsize(path) > MAX_SPECTRUM_FILE:
             raise ValueError(f"larger than {MAX_SPECTRUM_FILE >> 20} MiB")
-        with open(path, "rb") as f:
-            text = f.read().decode("latin-1")
+        text = reads.read_file(path).decode("latin-1")
     except OSError as e:
         raise ValueError(e.strerror) from None
     wavelengths, values = [], []

@@ -45,7 +45,7 @@ import numpy as np
 from defusedxml import sax as safe_sax
 from defusedxml.common import DefusedXmlException
 
-from tracer.io import spectra
+from tracer.io import reads, spectra
 from tracer.errors import SceneError
 from tracer.io.plugin_node import MISSING, PluginNode, resolve_path
 from tracer.io.transforms import inverse_transpose, lookat_matrix, rotation_matrix
@@ -136,8 +136,7 @@ def _read_file(path, what, where):
     try:
         if os.path.getsize(path) > MAX_XML_BYTES:
             raise SceneError(f"{what} is larger than {MAX_XML_BYTES >> 20} MiB", where)
-        with open(path, "rb") as f:
-            return f.read()
+        return reads.read_file(path)
     except OSError as e:
         raise SceneError(f"cannot read {what}: {e.strerror}", where) from None
 
