@@ -7,6 +7,9 @@ x the tangent along dp/du, and -- for bump maps -- the surface's ``perturb.Tange
 * ``sample(...) -> (BsdfSample, weight)``: Mitsuba's ``BSDF::sample``; weight = f cos / pdf.
 * ``eval_pdf(...) -> (value, pdf)``: f(wi, wo) |cos theta_o| and the density of ``sample``.
 * ``has_nondelta_lobe(...)``: whether next-event estimation applies (a non-delta lobe exists).
+* ``null_transmission(...)``: what passes straight through (Mitsuba's ``eval_null_transmission``:
+  ``null``, a ``thindielectric``'s transmission, a ``mask``'s or blend's share of those), which a
+  volumetric path's light samples see through.
 
 Each kind present in the table is evaluated for the whole batch and the results selected by
 kind (a ``lax.switch`` on batched indices would run every branch as well); absent kinds are
@@ -30,9 +33,8 @@ import jax.numpy as jnp
 from tracer import textures as tx
 from tracer import lanes
 from tracer import vecmath as vm
-from tracer.bsdfs import (conductor, dielectric, diffuse, disney, layers, microfacet, perturb, plastic, pplastic,
-                          principled,
-                          principledthin)
+from tracer.bsdfs import (conductor, dielectric, diffuse, disney, fresnel, layers, microfacet, perturb, plastic,
+                          pplastic, principled, principledthin)
 from tracer.bsdfs.table import Materials
 from tracer.kinds import BsdfKind, Microfacet
 from tracer.pytree import pytree_dataclass
@@ -48,6 +50,7 @@ class BsdfSample:
     pdf: jnp.ndarray       # (N,) solid-angle density; for a delta lobe, its selection probability
     eta: jnp.ndarray       # (N,) relative IOR crossed (1 unless refracted)
     is_delta: jnp.ndarray  # (N,) bool: drawn from a delta lobe
+    null: jnp.ndarray      # (N,) bool: drawn from a null lobe (straight on: null, thindielectric's transmission)
 
 
 class _Params:
@@ -145,8 +148,8 @@ def _sample_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarray,
                   wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray) -> tuple[BsdfSample, jnp.ndarray]:
     params = _Params(materials, textures, mat, uv)
     zero = jnp.zeros_like(wi[0])  # *_like: varying over shard_map's ray axis as wi is
-    out = _Select(params.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0,
-                               delta=jnp.zeros_like(wi[0], bool), weight=jnp.zeros_like(wi)))
+    out = _Select(params.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0, delta=jnp.zeros_like(wi[0], bool),
+                                    null=jnp.zeros_like(wi[0], bool), weight=jnp.zeros_like(wi)))
     if params.has(BsdfKind.DIFFUSE):
         wo, pdf, weight = diffuse.sample(wi, u2, params.reflectance)
         out.put(BsdfKind.DIFFUSE, wo=wo, pdf=pdf, weight=weight)
@@ -158,14 +161,14 @@ def _sample_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarray,
         out.put(BsdfKind.DIELECTRIC, wo=wo, pdf=pdf, weight=weight, eta=eta, delta=True)
     if params.has(BsdfKind.THINDIELECTRIC):
         wo, pdf, weight = dielectric.thin_sample(wi, u1, params.eta, params.specular, params.transmittance)
-        out.put(BsdfKind.THINDIELECTRIC, wo=wo, pdf=pdf, weight=weight, delta=True)
+        out.put(BsdfKind.THINDIELECTRIC, wo=wo, pdf=pdf, weight=weight, delta=True, null=wo[2] * wi[2] < 0)
     if params.has(BsdfKind.PLASTIC):
         wo, pdf, weight, specular = plastic.smooth_sample(wi, u1, u2, params.coating)
         out.put(BsdfKind.PLASTIC, wo=wo, pdf=pdf, weight=weight, delta=specular)
     if params.has(BsdfKind.NULL):  # Mitsuba's null: the ray goes on (its BSDFFlags::Delta includes Null)
-        out.put(BsdfKind.NULL, wo=-wi, pdf=zero + 1.0, weight=jnp.ones_like(wi), delta=True)
+        out.put(BsdfKind.NULL, wo=-wi, pdf=zero + 1.0, weight=jnp.ones_like(wi), delta=True, null=True)
     if params.has(BsdfKind.POLARIZER):  # Mitsuba's polarizer in RGB: a null BSDF passing half the light
-        out.put(BsdfKind.POLARIZER, wo=-wi, pdf=zero + 1.0, weight=0.5 * params.transmittance, delta=True)
+        out.put(BsdfKind.POLARIZER, wo=-wi, pdf=zero + 1.0, weight=0.5 * params.transmittance, delta=True, null=True)
     if params.kinds & set(BsdfKind.ROUGH):
         _sample_rough(materials, params, wi, u1, u2, out)
     if params.has(BsdfKind.PRINCIPLED):
@@ -180,7 +183,7 @@ def _sample_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarray,
     bad = ~jnp.all(jnp.isfinite(f["wo"]), axis=0)
     wo = vm.select(bad, vm.reflect(wi), f["wo"])
     weight = vm.select(bad, 0.0, f["weight"])
-    return BsdfSample(wo=wo, pdf=jnp.where(bad, 0.0, f["pdf"]), eta=f["eta"], is_delta=f["delta"]), weight
+    return BsdfSample(wo=wo, pdf=jnp.where(bad, 0.0, f["pdf"]), eta=f["eta"], is_delta=f["delta"], null=f["null"]), weight
 
 
 def _sample_rough(materials: Materials, params: _Params, wi: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray,
@@ -282,6 +285,33 @@ def _eval_pdf_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarra
         value, pdf = principledthin.eval_pdf(wi, wo, params.disney)
         out.put(BsdfKind.PRINCIPLEDTHIN, value=value, pdf=pdf)
     return out.fields["value"], out.fields["pdf"]
+
+
+def null_transmission(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
+                      cos_wi: jnp.ndarray) -> jnp.ndarray:
+    """(3, N) the fraction of light that goes straight through the materials ``mat`` (N,) arriving
+    at |cos theta| = ``cos_wi`` (Mitsuba's ``eval_null_transmission``): 1 for ``null``, a
+    ``thindielectric``'s 1 - R' times its transmittance, a composite's slots weighted, else 0."""
+    if materials.layers is None:
+        return _null_leaf(materials, textures, mat, uv, cos_wi)
+    weight = layers.weights(materials.layers, textures, mat, uv)
+    slot_leaf = jnp.maximum(materials.layers.leaf[:, mat], 0)
+    total = jnp.zeros((3, *cos_wi.shape), jnp.float32)
+    for slot in range(weight.shape[0]):
+        total = total + weight[slot] * _null_leaf(materials, textures, slot_leaf[slot], uv, cos_wi)
+    return total
+
+
+def _null_leaf(materials, textures, mat, uv, cos_wi):
+    kind = materials.kind[mat]
+    out = jnp.broadcast_to(jnp.where(kind == BsdfKind.NULL, 1.0, 0.0), (3, *cos_wi.shape))
+    if BsdfKind.THINDIELECTRIC in materials.kinds_present:
+        r = fresnel.dielectric(jnp.abs(cos_wi), materials.eta[0, mat])[0]
+        r = r * 2.0 / (1.0 + r)
+        spec_t = tx.eval_rgb(textures, materials.specular_transmittance[mat], uv,
+                             constant="specular_transmittance" not in materials.textured)
+        out = jnp.where(kind == BsdfKind.THINDIELECTRIC, (1.0 - r) * spec_t, out)
+    return out
 
 
 def has_nondelta_lobe(materials: Materials, mat: jnp.ndarray) -> jnp.ndarray:

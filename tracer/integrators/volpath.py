@@ -11,7 +11,8 @@ vertex that emission is weighted against; emission is weighted against the last 
 power heuristic unless the path came straight from the camera or through delta lobes only; a
 surface's ``interior``/``exterior`` media take over where a path crosses it.
 
-Light samples see through null surfaces and media: their transmittance is exp(-sigma_t d) over
+Light samples see through null surfaces (and what of a thin dielectric, a mask, passes straight)
+and media: their transmittance is exp(-sigma_t d) over
 each medium segment (Mitsuba tracks it with free-flight samples, whose expectation this is), and
 any other surface blocks them.
 """
@@ -28,7 +29,6 @@ from tracer import bsdfs, emitters, media, rng
 from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.integrators import path
-from tracer.kinds import BsdfKind
 from tracer.media import MediumKind
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
@@ -190,7 +190,7 @@ def _surface(scene, keys, state, p, surface, here, u):
     bs, weight = bsdfs.sample(scene.materials, scene.textures, mat, at, wi, u[Dims.BSDF_COMPONENT],
                               u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2], surface.tangents)
     direction = vm.to_world(frame, bs.wo)
-    passing = hit & (scene.materials.kind[mat] == BsdfKind.NULL)  # Mitsuba's null lobe: not a bounce
+    passing = hit & bs.null  # a null lobe (null, a thindielectric's transmission): not a bounce
     real = hit & ~passing
     throughput = jnp.where(hit, p.throughput * weight, 0.0)
     new = path.PathState(
@@ -231,9 +231,12 @@ def _light_transmittance(scene, keys, step, x, n, ds, medium, active):
         shape = jnp.maximum(si.shape, 0)
         ng = vm.select(shapes.flip_normals[shape], -si.ng, si.ng)
         ns = vm.select(shapes.flip_normals[shape], -si.ns, si.ns)
-        mat = jnp.where(vm.dot(ns, d) < 0, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
-        passes = scene.materials.kind[mat] == BsdfKind.NULL
-        seen = jnp.where(crossed & ~passes, 0.0, seen)
+        cos_d = vm.dot(ns, d)
+        mat = jnp.where(cos_d < 0, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
+        through = bsdfs.null_transmission(scene.materials, scene.textures, mat,
+                                          tx.texture_point(si.uv, si.attributes), cos_d)
+        passes = jnp.any(through > 0, axis=0)
+        seen = jnp.where(crossed, seen * through, seen)
         transition = (shapes.interior[shape] >= 0) | (shapes.exterior[shape] >= 0)
         beyond = jnp.where(vm.dot(d, ng) > 0, shapes.exterior[shape], shapes.interior[shape])
         medium = jnp.where(crossed & passes & transition, beyond, medium)

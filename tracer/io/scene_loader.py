@@ -260,8 +260,6 @@ class _SceneBuilder:
         node = self.volpath
         if node is None:
             return settings
-        if media.count and settings.aovs:
-            raise SceneError(f"{node.source}: AOVs of a scene with participating media are not rendered yet")
         if media.count:
             if node.type != "volpath":
                 warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'volpath' (its "

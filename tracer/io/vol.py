@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from tracer.errors import SceneError
+from tracer.io.reads import read_file
 
 __all__ = ["Grid", "read", "parse", "encode"]
 
@@ -47,8 +48,7 @@ class Grid:
 def read(path: str | os.PathLike[str]) -> Grid:
     """The grid in the file at ``path``; ``SceneError`` naming it for anything malformed."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_file(path)  # (noted, so that a farm member checks the bytes it renders)
     except OSError as e:
         raise SceneError(f"cannot read volume grid '{path}': {e.strerror or e}") from None
     return parse(data, str(path))
