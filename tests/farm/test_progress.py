@@ -68,9 +68,13 @@ class _Notes:
 
     def __init__(self):
         self.written = []
+        self.lines = []
 
     def write_progress(self, **fields):
         self.written.append(fields)
+
+    def log(self, line):  # (the store's run log, ``farm logs``)
+        self.lines.append(line)
 
 
 def test_run_progress_notes_each_phase_at_once_and_then_every_few_seconds():
