@@ -1,20 +1,20 @@
 """Volumetric path tracing with next-event estimation, as Mitsuba 3's ``volpath``.
 
 The same wavefront as ``tracer.integrators.path`` (one event of every lane per iteration, lanes
-refilled from the batch's camera rays): each iteration a path in a medium samples a free-flight
-distance with the extinction of its colour channel (drawn once per path) and meets either a
-medium (a real collision: a light sample weighted by the phase function, then a phase sample) or
-the surface its ray hits first (emission, a light sample, a BSDF sample, as ``path``). The
-structure follows Mitsuba's volpath.cpp line by line: Russian roulette at the start of an
-iteration from depth > ``rr_depth``; ``null`` surfaces neither count as a bounce nor as the
-vertex that emission is weighted against; emission is weighted against the last scatter by the
-power heuristic unless the path came straight from the camera or through delta lobes only; a
-surface's ``interior``/``exterior`` media take over where a path crosses it.
+refilled from the batch's camera rays): each iteration a path in a medium samples a (tentative)
+collision at its medium's majorant rate in the colour channel drawn once per path, and meets
+either the medium (a null collision in a heterogeneous one: the ray goes on; a real one: a light
+sample weighted by the phase function, then a phase sample) or the surface its ray hits first
+(emission, a light sample, a BSDF sample, as ``path``). The structure follows Mitsuba's
+volpath.cpp line by line: Russian roulette at the start of an iteration from depth >
+``rr_depth``; null lobes (``null``, a thin dielectric's transmission) neither count as a bounce
+nor as the vertex that emission is weighted against; emission is weighted against the last
+scatter by the power heuristic unless the path came straight from the camera or through delta
+lobes only; a surface's ``interior``/``exterior`` media take over where a path crosses it.
 
-Light samples see through null surfaces (and what of a thin dielectric, a mask, passes straight)
-and media: their transmittance is exp(-sigma_t d) over
-each medium segment (Mitsuba tracks it with free-flight samples, whose expectation this is), and
-any other surface blocks them.
+Light samples see through what passes straight through a surface (``bsdfs.null_transmission``)
+and through media: exp(-sigma_t d) over a homogeneous segment (the expectation of the tracked
+estimate Mitsuba draws), ratio tracking in a heterogeneous one; any other surface blocks them.
 """
 from __future__ import annotations
 
