@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "drain_phases",
            "DRAIN_PHASES", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
-           "material_and_frame", "add_next_event"]
+           "material_and_frame", "add_next_event", "oriented_normals"]
 
 # Each stage's results pass an optimization barrier: XLA's CPU fusion otherwise inlines a stage
 # into every consumer of its outputs and recomputes it there (measured 6x slower on a scene with
@@ -159,9 +159,7 @@ def find_surfaces(scene: Scene, state: PathState, skip_hidden_emitters: bool = T
     if scene.settings.hide_emitters and skip_hidden_emitters:
         origin, hit = _skip_emitters(scene, state.origin, d, state.t_max, hit, state.active & (state.depth == 0))
     si = _stage(geometry.surface_interaction(scene.geometry, origin, d, hit))
-    shape = jnp.maximum(si.shape, 0)
-    flip = scene.shapes.flip_normals[shape]
-    ns, ng = vm.select(flip, -si.ns, si.ns), vm.select(flip, -si.ng, si.ng)
+    shape, ng, ns = oriented_normals(scene, si)
     # Mitsuba's shading frame: its tangent along dp/du (what orients anisotropic BSDFs).
     frame = vm.tangent_frame(ns, si.dp_du)
     tangents = None
@@ -171,6 +169,13 @@ def find_surfaces(scene: Scene, state: PathState, skip_hidden_emitters: bool = T
     # Mitsuba's BSDFs tell the sides apart in the shading frame.
     return Surface(si=si, valid=state.active & si.valid, shape=shape, ng=ng, ns=ns, front=vm.dot(ns, d) < 0,
                    frame=frame, tangents=tangents)
+
+
+def oriented_normals(scene: Scene, si: geometry.SurfaceInteraction) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(shape (0 for misses), ng, ns) of hits, the normals turned as the shape's ``flip_normals`` says."""
+    shape = jnp.maximum(si.shape, 0)
+    flip = scene.shapes.flip_normals[shape]
+    return shape, vm.select(flip, -si.ng, si.ng), vm.select(flip, -si.ns, si.ns)
 
 
 def add_emission(scene: Scene, state: PathState, surface: Surface, radiance: jax.Array,

@@ -142,18 +142,15 @@ def _collide(scene, keys, state, p, collide, x, u):
     alive = collide if settings.max_depth < 0 else collide & (depth < settings.max_depth)
     wi = -p.direction
     radiance = p.radiance
-    nee = alive & media.pick(md, state.medium, md.sample_emitters)
-    ds, em_weight = emitters.sample_direction(scene.emitters, scene.textures, x, u[Dims.EMITTER_SELECT],
-                                              u[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
-                                              reuse=rng.REUSES_EMITTER_SELECT[settings.sampler])
-    nee = nee & (ds.pdf > 0)
+    sample_emitters = media.pick(md, state.medium, md.sample_emitters)
+    ds, em_weight, nee = _light_sample(scene, x, alive & sample_emitters, u)
     seen = _light_transmittance(scene, keys, state.step, x, jnp.zeros_like(x), ds, state.medium, nee)
     phase = media.phase_eval(md, state.medium, wi, ds.d)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, phase))
     radiance = radiance + jnp.where(nee, p.throughput * phase * em_weight * seen * mis, 0.0)
     wo, phase_pdf = media.phase_sample(md, state.medium, wi, u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2])
     alive = alive & (phase_pdf > 0)
-    chain = ~media.pick(md, state.medium, md.sample_emitters)  # no light sample: emission counts in full
+    chain = ~sample_emitters  # no light sample: emission counts in full
     new = path.PathState(depth=depth, origin=x, direction=wo, t_max=jnp.full_like(p.t_max, jnp.inf),
                          throughput=p.throughput, radiance=radiance, eta=p.eta, active=alive, prev_p=x,
                          prev_bsdf_pdf=phase_pdf, prev_bsdf_delta=chain)
@@ -170,18 +167,11 @@ def _surface(scene, keys, state, p, surface, here, u):
     mat, frame = path.material_and_frame(scene, surface)
     wi = vm.to_local(frame, -p.direction)
     si, at = surface.si, tx.texture_point(surface.si.uv, surface.si.attributes)
-    shape = surface.shape
-    transition = (scene.shapes.interior[shape] >= 0) | (scene.shapes.exterior[shape] >= 0)
-    beyond = lambda d: jnp.where(vm.dot(d, surface.ng) > 0, scene.shapes.exterior[shape], scene.shapes.interior[shape])
+    beyond = lambda d: _beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)
 
     more = hit if settings.max_depth < 0 else hit & (p.depth + 1 < settings.max_depth)
-    nee = more & bsdfs.has_nondelta_lobe(scene.materials, mat)
-    ds, em_weight = emitters.sample_direction(scene.emitters, scene.textures, si.p, u[Dims.EMITTER_SELECT],
-                                              u[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
-                                              reuse=rng.REUSES_EMITTER_SELECT[settings.sampler])
-    nee = nee & (ds.pdf > 0)
-    light_medium = jnp.where(transition, beyond(ds.d), state.medium)
-    seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, light_medium, nee)
+    ds, em_weight, nee = _light_sample(scene, si.p, more & bsdfs.has_nondelta_lobe(scene.materials, mat), u)
+    seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, beyond(ds.d), nee)
     wo = vm.to_local(frame, ds.d)
     value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, wo, surface.tangents)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
@@ -199,8 +189,26 @@ def _surface(scene, keys, state, p, surface, here, u):
         eta=p.eta * jnp.where(hit, bs.eta, 1.0), active=hit & jnp.any(weight != 0, axis=0),
         prev_p=jnp.where(real, si.p, p.prev_p), prev_bsdf_pdf=jnp.where(real, bs.pdf, p.prev_bsdf_pdf),
         prev_bsdf_delta=jnp.where(real, bs.is_delta, p.prev_bsdf_delta))
-    medium = jnp.where(hit & transition, beyond(direction), state.medium)
+    medium = jnp.where(hit, beyond(direction), state.medium)
     return VolumeState(path=new, medium=medium, channel=state.channel, step=state.step + 1)
+
+
+def _beyond(shapes, shape, ng, d, medium):
+    """The medium a ray along d is in after crossing the surface of ``shape`` (geometric normal
+    ng): the shape's exterior or interior where it bounds media (Mitsuba's ``target_medium``),
+    else ``medium``, unchanged."""
+    transition = (shapes.interior[shape] >= 0) | (shapes.exterior[shape] >= 0)
+    crossed_to = jnp.where(vm.dot(d, ng) > 0, shapes.exterior[shape], shapes.interior[shape])
+    return jnp.where(transition, crossed_to, medium)
+
+
+def _light_sample(scene, x, wanted, u):
+    """(DirectionSample, emitter weight (3, N), (N,) where it counts) of a light sample from points
+    x for lanes ``wanted`` (what arrives: ``_light_transmittance``)."""
+    ds, em_weight = emitters.sample_direction(scene.emitters, scene.textures, x, u[Dims.EMITTER_SELECT],
+                                              u[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
+                                              reuse=rng.REUSES_EMITTER_SELECT[scene.settings.sampler])
+    return ds, em_weight, wanted & (ds.pdf > 0)
 
 
 def _light_transmittance(scene, keys, step, x, n, ds, medium, active):
@@ -228,18 +236,14 @@ def _light_transmittance(scene, keys, step, x, n, ds, medium, active):
         constant = attenuated & ~hetero
         seen = jnp.where(constant, seen * media.transmittance(media.majorant(md, medium), segment), seen)
         si = geometry.surface_interaction(scene.geometry, o, d, hit)
-        shape = jnp.maximum(si.shape, 0)
-        ng = vm.select(shapes.flip_normals[shape], -si.ng, si.ng)
-        ns = vm.select(shapes.flip_normals[shape], -si.ns, si.ns)
+        shape, ng, ns = path.oriented_normals(scene, si)
         cos_d = vm.dot(ns, d)
         mat = jnp.where(cos_d < 0, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
         through = bsdfs.null_transmission(scene.materials, scene.textures, mat,
                                           tx.texture_point(si.uv, si.attributes), cos_d)
         passes = jnp.any(through > 0, axis=0)
         seen = jnp.where(crossed, seen * through, seen)
-        transition = (shapes.interior[shape] >= 0) | (shapes.exterior[shape] >= 0)
-        beyond = jnp.where(vm.dot(d, ng) > 0, shapes.exterior[shape], shapes.interior[shape])
-        medium = jnp.where(crossed & passes & transition, beyond, medium)
+        medium = jnp.where(crossed & passes, _beyond(shapes, shape, ng, d, medium), medium)
         o = jnp.where(crossed, geometry.spawn_ray(si.p, ng, d), o)
         remaining = jnp.where(crossed, remaining - hit.t, remaining)
         return o, remaining, medium, seen, crossed & passes & jnp.any(seen != 0, axis=0), crossings + 1
