@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from farm import signals
-from farm.errors import FarmError, Interrupted
+from farm.errors import FarmError, Interrupted, first_line
 from farm.names import is_utf8
 from farm.options import command_line, group_options, job_options, job_spec, with_groups
 
@@ -317,7 +317,7 @@ def cancel(store, address):
             if submitted is not None:
                 client.stop_job(submitted.submission_id)
         except RuntimeError as e:
-            raise FarmError(f"cancel requested in {store}, but stopping its Ray job failed: {_first_line(e)}") from None
+            raise FarmError(f"cancel requested in {store}, but stopping its Ray job failed: {first_line(e)}") from None
     if idle is None:
         click.echo(f"cancel requested for {store}", err=True)
     else:
@@ -397,11 +397,6 @@ def _job_line(path: str, j: JobSummary) -> str:
     return f"{j.state:<11} {f'{j.frames_done}/{j.frames}':>11} {f'{j.spp} spp':>9}  {path}"
 
 
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
-
-
 def _one_line(text: str) -> str:
     """``text`` with its control characters escaped (a message is one line whatever it quotes)."""
     return re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
@@ -424,7 +419,7 @@ def _fail_os(error: OSError) -> NoReturn:
 
 def _fail_bug(error: BaseException) -> NoReturn:
     frame = traceback.extract_tb(error.__traceback__)[-1]
-    _fail(f"unexpected {type(error).__name__}: {_first_line(error)} (at {os.path.basename(frame.filename)}:"
+    _fail(f"unexpected {type(error).__name__}: {first_line(error)} (at {os.path.basename(frame.filename)}:"
           f"{frame.lineno}; please report it)", 70)
 
 

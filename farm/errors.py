@@ -1,6 +1,6 @@
 """Errors the farm reports to users as one line."""
 
-__all__ = ["FarmError", "SpecError", "SceneFileError", "Interrupted", "shown"]
+__all__ = ["FarmError", "SpecError", "SceneFileError", "Interrupted", "shown", "first_line"]
 
 
 class FarmError(Exception):
@@ -17,6 +17,12 @@ class SpecError(FarmError):
 
 class SceneFileError(FarmError):
     """The scene, or a file it uses, is malformed or unsupported (the loader's one line)."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type's name where it has none)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def shown(value: object, limit: int = 60) -> str:

@@ -20,7 +20,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from farm.errors import FarmError
+from farm.errors import FarmError, first_line
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails, JobSubmissionClient
@@ -76,11 +76,6 @@ def _said(address: str, what: str = "the Ray cluster"):
             raise FarmError(f"the Ray cluster at {address} wants an authentication token and none was found: "
                             f"{_TOKEN_HELP}") from None
         raise FarmError(f"{what} at {address}: {first_line(e)}") from None
-
-
-def first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def _base(store: str) -> str:

@@ -39,17 +39,17 @@ def test_a_run_without_a_bar_says_each_phase_and_how_min_spp_was_rounded(rendere
             "estimate needs at least two") in lines, lines
 
 
-def test_render_of_a_job_done_already_says_so_and_starts_nothing(rendered):
+def test_render_of_a_job_done_already_says_so_and_starts_nothing(rendered, monkeypatch):
+    from farm import session
     store, _ = rendered
     notes = FrameStore.open(str(store), mode="r").progress()
-    t0 = time.monotonic()
+    monkeypatch.setattr(session, "starting_ray", lambda *args, **kwargs: pytest.fail("Ray was started"))
     code, _, err = farm_main("render", ORBIT, *JOB, "--out", store)
-    took = time.monotonic() - t0
+    monkeypatch.undo()
     assert code == 0 and err == (f"{store}: done already (2 frame(s) x noise 0.5: 32 to 64 spp a tile); nothing to "
                                  f"render (`farm export {store} --out DIR`; a higher --spp or a later last frame "
                                  f"renders more)\n"), err
     assert FrameStore.open(str(store), mode="r").progress() == notes  # the last run's rate and state kept
-    assert took < 5, took  # no Ray (its start alone takes longer here)
     assert farm_main("resume", store)[0] == 0
 
 
