@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -127,25 +127,30 @@ class Shot:
         """The spp of ``chunks`` chunks: the job's at the last, else a whole number of chunks."""
         return self.spec.spp if chunks >= self.last else chunks * self.chunk
 
-    def tile_spp(self, records: np.ndarray) -> np.ndarray | None:
-        """(F, TY, TX) ints: the spp each tile is to hold now, decided from the stored state where
-        a tile stands at a checkpoint; None without a target (every tile: the job's spp)."""
+    def tile_spp(self, records: np.ndarray, frames: Sequence[int] | None = None) -> np.ndarray | None:
+        """(F, TY, TX) ints: the spp each tile of ``records`` (F, TY, TX) is to hold now, decided
+        from the stored state where a tile stands at a checkpoint; None without a target (every
+        tile: the job's spp). With ``frames`` (frame indexes), of those frames alone."""
         if not self.active:
             return None
-        out = np.empty(records.shape[:3], np.int64)
-        for key in np.ndindex(out.shape):
-            self.goal[key] = self._decide(key, TileRecord.of(records[key]))
-            out[key] = self.spp_of(self.goal[key])
+        frames = range(records.shape[0]) if frames is None else frames
+        out = np.empty((len(frames), *records.shape[1:3]), np.int64)
+        for i, f in enumerate(frames):
+            for ty, tx in np.ndindex(out.shape[1:]):
+                key = (f, ty, tx)
+                self.goal[key] = self._decide(key, TileRecord.of(records[key]))
+                out[i, ty, tx] = self.spp_of(self.goal[key])
         return out
 
-    def frame_totals(self, records: np.ndarray) -> list[int]:
-        """Per frame index: the pixel samples it is to hold (with a target: as decided so far)."""
+    def frame_totals(self, records: np.ndarray, spp: np.ndarray | None = None) -> list[int]:
+        """Per frame of ``records`` (F, TY, TX): the pixel samples it is to hold (with a target:
+        as decided so far; ``spp``: ``tile_spp``'s answer, if it was asked already)."""
         pixels = np.array([[self.store.tile_pixels(ty, tx) for tx in range(records.shape[2])]
                            for ty in range(records.shape[1])], np.int64)
-        spp = self.tile_spp(records)
+        spp = self.tile_spp(records) if spp is None else spp
         if spp is None:
             return [int(pixels.sum()) * self.spec.spp] * records.shape[0]
-        return [int((spp[f] * pixels).sum()) for f in range(records.shape[0])]
+        return [int((spp[f] * pixels).sum()) for f in range(spp.shape[0])]
 
     def more(self, line: tuple[int, int, int], record: TileRecord) -> list[Task]:
         """The tasks a tile gets once a chunk has folded (``record``: its new record): none unless
@@ -209,8 +214,10 @@ def frame_noise(store: FrameStore, spec: JobSpec, records: np.ndarray, f: int) -
     return FrameNoise(frame=spec.frames[0] + f, spp=samples / max(pixels, 1), noise=noise)
 
 
-def shot_noise(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[FrameNoise]:
-    """``frame_noise`` of every frame of the job (at once for frames with nothing stored)."""
+def shot_noise(store: FrameStore, spec: JobSpec, records: np.ndarray,
+               frames: Sequence[int] | None = None) -> list[FrameNoise]:
+    """``frame_noise`` of every frame of the job, or of the frame indexes ``frames`` (at once
+    for frames with nothing stored)."""
     stored = ((records["folded"] != 0) | (records["tail_passes"] != 0)).any(axis=(1, 2))
     return [frame_noise(store, spec, records[f], f) if stored[f] else FrameNoise(spec.frames[0] + f, 0.0, None)
-            for f in range(spec.n_frames)]
+            for f in (range(spec.n_frames) if frames is None else frames)]

@@ -166,11 +166,14 @@ def resume(store, redo, wait_lease, address, no_progress, **options):
 @click.option("--watch", is_flag=True,
               help="Show it again every 2 s until the job is no longer running (Ctrl-C stops); with --json, "
                    "one object a line.")
-def status(store, as_json, watch):
-    """Show STORE's job: frames, samples done (tasks that do not read back count as not done), the
-    last run's state and phase, rate and ETA (from its steady state), and the driver that holds it."""
+@click.option("--verify", is_flag=True,
+              help="Read every tile's data and count only what passes its CRC, as resume does (the whole store: "
+                   "slow for a long job); without it, what the driver recorded.")
+def status(store, as_json, watch, verify):
+    """Show STORE's job: frames, samples done, the last run's state and phase, rate and ETA (from
+    its steady state), and the driver that holds it."""
     from farm.status import show
-    show(store, as_json=as_json, watch=watch)
+    show(store, as_json=as_json, watch=watch, verify=verify)
 
 
 @cli.command()

@@ -304,23 +304,26 @@ def _devices_per_host(g: GroupsSpec, local: bool) -> int | None:
     return g.devices_per_host
 
 
-def frame_status(store: FrameStore, spec: JobSpec, records: np.ndarray) -> list[float]:
-    """Per frame index: the fraction of its samples done at the job's spp (with a noise target:
-    at the spp its tiles are decided to get so far, ``farm.adaptive``), as ``records``
+def frame_status(store: FrameStore, spec: JobSpec, records: np.ndarray, frames: Sequence[int] | None = None,
+                 spp: np.ndarray | None = None) -> list[float]:
+    """Per frame index (of the job, or ``frames``): the fraction of its samples done at the job's
+    spp (with a noise target: at the spp its tiles are decided to get so far, ``farm.adaptive``;
+    ``spp``: ``Shot.tile_spp``'s answer for those frames, if it was asked already), as ``records``
     (``FrameStore.verified_records``) have them."""
     from farm.adaptive import Shot
     from farm.planner import frame_states, plan
-    spp = Shot(spec, store).tile_spp(records)
+    frames = range(spec.n_frames) if frames is None else frames
+    spp = Shot(spec, store).tile_spp(records, frames) if spp is None else spp
     # Frames with nothing stored or all of it are said at once (a 100,000-frame job's are most);
     # the others (and every frame of a noise target's job) are planned one by one.
-    states = frame_states(spec, records[:spec.n_frames]) if spp is None else None
+    states = frame_states(spec, records[list(frames)]) if spp is None else None
     out = []
-    for f in range(spec.n_frames):
-        if states is not None and (states[0][f] or states[1][f]):
-            out.append(0.0 if states[0][f] else 1.0)  # (fresh, whole)
+    for i, f in enumerate(frames):
+        if states is not None and (states[0][i] or states[1][i]):
+            out.append(0.0 if states[0][i] else 1.0)  # (fresh, whole)
             continue
         one = dataclasses.replace(spec, frames=(spec.frames[0] + f, spec.frames[0] + f))
         p = plan(one, records[f:f + 1], store.tiles_y, store.tiles_x, store.tile_pixels,
-                 None if spp is None else spp[f:f + 1])
+                 None if spp is None else spp[i:i + 1])
         out.append(p.done_units / p.total_units if p.total_units else 1.0)
     return out

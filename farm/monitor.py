@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -27,17 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from farm.adaptive import Shot, shot_noise
+from farm import summary
 from farm.errors import FarmError
 from farm.export import NO_SAMPLES, checkered
-from farm.job import frame_status, open_store
+from farm.job import open_store
 from farm.names import is_utf8
 from farm.records import TileRecord, has_samples
 from farm.store import FrameStore, StoreError, error_line, progress_number
 from tracer.shared import resolve
 
 if TYPE_CHECKING:
-    from farm.adaptive import FrameNoise
     from farm.spec import JobSpec
 
 __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "summary_of",
@@ -204,10 +204,12 @@ def summary_of(name: str, spec: JobSpec, fs: FrameStore, now: float | None = Non
 
 def _summary(name: str, spec: JobSpec, fs: FrameStore, now: float, verify: bool = False) -> JobSummary:
     try:
-        records, bad = fs.verified_records() if verify else fs.read_records()
-        done = frame_status(fs, spec, records)
-        noise = shot_noise(fs, spec, records)
-        totals = Shot(spec, fs).frame_totals(records)  # with a noise target: as its tiles are decided so far
+        bad: list[tuple[int, ...]] = []
+        table = None if verify else summary.read(fs, spec)  # the driver's notes of each frame
+        if table is None:
+            records, bad = fs.verified_records() if verify else fs.read_records()
+            table = summary.rows(fs, spec, records)
+        done, totals = table[:, 0].tolist(), [int(t) for t in table[:, 3].tolist()]
         notes = fs.progress()
     except Exception as e:  # sums or records that zarr cannot read at all: damaged, not a broken page
         return JobSummary(store=name, state="damaged", error=f"{name}: damaged store: {error_line(e)}")
@@ -227,7 +229,7 @@ def _summary(name: str, spec: JobSpec, fs: FrameStore, now: float, verify: bool 
         samples_done=round(sum(d * t for d, t in zip(done, totals))), samples_total=sum(totals), rate=rate,
         eta_s=eta if running else None, updated=updated,
         damaged_tasks=len(bad), damaged_frames=tuple(sorted({spec.frames[0] + int(key[0]) for key in bad})),
-        per_frame=_frames(done, noise, totals, eta if running else None, running),
+        per_frame=_frames(spec.frames[0], table, eta if running else None, running),
         cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None)
 
 
@@ -243,12 +245,13 @@ def _state(notes: Mapping[str, Any], finished: bool, started: bool, now: float) 
     return "incomplete" if started or last == "done" else "new"
 
 
-def _frames(done: Sequence[float], noise: Sequence[FrameNoise], totals: Sequence[int], eta: float | None,
-            running: bool) -> tuple[FrameProgress, ...]:
-    """FrameProgress per frame; ``eta``: the job's, shared out by what each frame and those before
-    it have left (frames render in order); ``totals``: each frame's pixel samples to do."""
+def _frames(first: int, table: np.ndarray, eta: float | None, running: bool) -> tuple[FrameProgress, ...]:
+    """FrameProgress per frame of ``table`` (its ``farm.summary`` rows; the first is frame number
+    ``first``); ``eta``: the job's, shared out by what each frame and those before it have left
+    (frames render in order)."""
+    done, totals = table[:, 0].tolist(), table[:, 3].tolist()
     out, left, total_left = [], 0.0, sum((1.0 - d) * t for d, t in zip(done, totals))
-    for d, n, total in zip(done, noise, totals):
+    for i, (d, spp, noise, total) in enumerate(table.tolist()):
         left += (1.0 - d) * total
         if d >= 1.0:
             state = "done"
@@ -257,7 +260,8 @@ def _frames(done: Sequence[float], noise: Sequence[FrameNoise], totals: Sequence
         else:
             state = "partial" if d > 0 else "empty"
         frame_eta = eta * left / total_left if eta is not None and d < 1.0 and total_left > 0 else None
-        out.append(FrameProgress(frame=n.frame, done=d, spp=n.spp, noise=n.noise, state=state, eta_s=frame_eta))
+        out.append(FrameProgress(frame=first + i, done=d, spp=spp, noise=None if math.isnan(noise) else noise,
+                                 state=state, eta_s=frame_eta))
     return tuple(out)
 
 

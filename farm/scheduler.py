@@ -25,7 +25,7 @@ import ray
 
 from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
 from cluster.task import TileTask
-from farm import faults, signals
+from farm import faults, signals, summary
 from farm.adaptive import Shot
 from farm.errors import FarmError
 from farm.folding import Folds
@@ -142,6 +142,7 @@ class _JobRun:
         self.inflight: dict[ray.ObjectRef, Dispatch] = {}    # ray ref -> Dispatch not yet answered
         self.load: collections.Counter[WorkerGroup] = collections.Counter()  # group -> dispatches in flight
         self.folds: Commits | Folds | None = None  # Commits (workers write), or Folds (results come back)
+        self.folded: set[int] = set()  # frame indexes whose records changed since the summary was written
         self.compiles: dict[str, float] | None = None  # the groups' XLA programs (cluster.bootstrap.compile_stats), summed
 
     # -- checking what the store has ---------------------------------------------------------
@@ -185,6 +186,7 @@ class _JobRun:
         records, damaged = self.verify_store()
         if damaged:
             self.log(f"{damaged} stored tile(s) did not read back intact: rendering them again")
+        summary.write_all(store, spec, records)
         self.shot = Shot(spec, store)  # a noise target's decisions (farm.adaptive)
         job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, self.shot.tile_spp(records))
         progress.start(job, spec.n_frames)
@@ -295,14 +297,21 @@ class _JobRun:
         self.slowest = max(self.slowest, time.monotonic() - d.started)
         if d.slot is not None:
             self.folds.accept(d.task, d.slot, answer.receipt)
-        elif self.folds.accept(d.task, answer.value, answer.weight):
-            self.unpark(d.task.line)
+        else:
+            self.folded.add(d.task.line[0])  # (its result may be stored now: the summary's row goes after)
+            if self.folds.accept(d.task, answer.value, answer.weight):
+                self.unpark(d.task.line)
         self.progress.done(self.units(d.task), d.task.key[0])
 
     def commit(self):
-        """Commit the answers collected (workers wrote their data); their tiles' next chunks may go."""
+        """Commit the answers collected (workers wrote their data); their tiles' next chunks may
+        go; then the summary's rows of the frames that changed (``farm.summary``: after their records)."""
         for line in self.folds.flush():
+            self.folded.add(line[0])
             self.unpark(line)
+        if self.folded:
+            summary.update(self.store, self.spec, self.folds.records, self.folded)
+            self.folded.clear()
 
     def unpark(self, line):
         """The tile at ``line`` has folded a chunk: its parked chunks may go, and a noise target

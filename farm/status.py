@@ -2,9 +2,11 @@
 serve`` answers at ``/api/jobs/STORE``: ``farm.monitor.JobSummary``), once, or again every
 ``WATCH_S`` seconds until the job is no longer running (``--watch``; Ctrl-C stops it).
 
-Samples count as done only where the store's data passes its CRC (the whole store is read, as
-``farm resume`` reads it); the state, phase, rate and ETA come from the last run's progress notes
-(``farm.progress``).
+Samples done are the driver's per-frame account (``farm.summary``: what it recorded, a commit
+behind at most after a kill; for a store without one, its tiles' records). With ``--verify`` they
+count only where the store's data passes its CRC (the whole store is read, as ``farm resume``
+reads it) and damaged tiles are named. The state, phase, rate and ETA come from the last run's
+progress notes (``farm.progress``).
 """
 from __future__ import annotations
 
@@ -31,12 +33,14 @@ __all__ = ["show", "spp_text", "WATCH_S"]
 WATCH_S = 2.0  # seconds between two looks with --watch (the driver notes its progress as often)
 
 
-def show(store: str, as_json: bool = False, watch: bool = False, interval: float = WATCH_S) -> JobSummary | None:
+def show(store: str, as_json: bool = False, watch: bool = False, interval: float = WATCH_S,
+         verify: bool = False) -> JobSummary | None:
     """Print the job at ``store`` (a path or URL); with ``watch``, again every ``interval``
-    seconds while it runs. Returns the last ``JobSummary`` (None if Ctrl-C stopped the watch)."""
+    seconds while it runs; with ``verify``, counting only what reads back. Returns the last
+    ``JobSummary`` (None if Ctrl-C stopped the watch)."""
     try:
         while True:
-            summary = _show_once(store, as_json, clear=watch and not as_json and sys.stdout.isatty())
+            summary = _show_once(store, as_json, clear=watch and not as_json and sys.stdout.isatty(), verify=verify)
             if not watch or summary.state != "running":
                 return summary
             time.sleep(interval)
@@ -46,9 +50,9 @@ def show(store: str, as_json: bool = False, watch: bool = False, interval: float
         return None
 
 
-def _show_once(store: str, as_json: bool, clear: bool) -> JobSummary:
+def _show_once(store: str, as_json: bool, clear: bool, verify: bool) -> JobSummary:
     spec, fs = open_store(store)
-    summary = summary_of(store, spec, fs, verify=True)
+    summary = summary_of(store, spec, fs, verify=verify)
     if summary.state == "damaged":
         raise StoreError(summary.error)
     if as_json:

@@ -15,6 +15,9 @@ Layout (one Zarr group; F frames, H x W pixels, TY x TX tiles; the reduction tre
                          its state), next_crc (CRC-32 of the state being written, 0: none),
                          tail_passes, tail_spp (the spp the tail was cut at), tail_crc (CRC-32 of
                          the tail); one Zarr chunk per frame; zeros = nothing done
+    summary/             float64 (F, 4): per frame what ``farm.summary`` says of it (the fraction done,
+                         its spp, its noise, its pixel samples to do), the driver's notes for `farm
+                         status`; attributes["basis"]: the job it was computed for
     progress/zarr.json   attributes["progress"]: state, samples done, rate, ETA (for `farm status`)
     cancel/zarr.json     present once `farm cancel` asked the running driver to stop
     lease/               the driver's lease, one document per epoch (``farm.lease``)
@@ -48,6 +51,7 @@ The progress and cancel nodes are the driver's notes, not the job's data: unread
 reported and written afresh by the next run.
 """
 import errno
+import hashlib
 import json
 import math
 import os
@@ -83,6 +87,8 @@ READS = (FORMAT, _RECORDS_PER_TILE)
 _FLAT: dict[str, Any] = {"name": "default", "separator": "."}
 # The group's only attribute while a store is being made (or replaced): not a store yet.
 _INCOMPLETE = "jaxfarm-incomplete"
+# The frame summary (farm.summary): its array, the frames a chunk, and the attribute naming its basis.
+_SUMMARY, _SUMMARY_CHUNK, _BASIS = "summary", 1024, "basis"
 
 
 class StoreError(FarmError):
@@ -254,7 +260,7 @@ class FrameStore:
         group = cls._new_group(url) if over is None else over
         if over is not None:  # not a store from here until its attributes are written: --replace again
             group.attrs.put({_INCOMPLETE: FORMAT})
-            for name in ("state", "tail", "records", "sums", "progress", "cancel"):  # (sums: format 1)
+            for name in ("state", "tail", "records", _SUMMARY, "sums", "progress", "cancel"):  # (sums: format 1)
                 if _has(group, name):
                     del group[name]
         width, height = film
@@ -426,6 +432,8 @@ class FrameStore:
             if not ok:
                 bad.append(key)
         if repair:  # whole frames: a record chunk that does not decode cannot be written in part
+            if changed:
+                self.drop_summary()
             for f in sorted({key[0] for key in changed}):
                 self._check_lease()
                 self.records[f] = as_fields(records[f])
@@ -503,6 +511,9 @@ class FrameStore:
 
     def forget_frames(self, frames: Iterable[int]) -> None:
         """Discard the data of frames (indexes): their records are zeroed, so they are rendered afresh."""
+        frames = list(frames)
+        if frames:
+            self.drop_summary()
         for f in frames:
             self._check_lease()
             self.records[f] = 0
@@ -531,6 +542,51 @@ class FrameStore:
                 assert state is not None  # (verified records: the tile's state reads back)
                 value[y0:y1, x0:x1], weight[y0:y1, x0:x1] = tile_sums(state, tail)
         return value, weight
+
+    # -- the frame summary (farm.summary) -----------------------------------------------------
+
+    def _summary_basis(self) -> str:
+        """What the summary's rows were computed for: the recorded job (its spp, frames, target...)."""
+        job = json.dumps({"spec": self.meta["spec"], "identity": self.meta["identity"]}, sort_keys=True)
+        return hashlib.sha256(job.encode()).hexdigest()
+
+    def write_summary(self, rows: np.ndarray) -> None:
+        """Replace the summary with ``rows`` (F, SUMMARY_FIELDS), one a frame of the job; its basis
+        is written last, so a summary cut short is never taken for one."""
+        self._check_lease()
+        array = self.group.create_array(
+            _SUMMARY, shape=rows.shape, chunks=(min(_SUMMARY_CHUNK, len(rows)), rows.shape[1]), dtype="float64",
+            fill_value=np.nan, overwrite=True, dimension_names=["frame", "field"])
+        array[...] = rows
+        array.attrs[_BASIS] = self._summary_basis()
+
+    def update_summary(self, frames: Sequence[int], rows: np.ndarray) -> None:
+        """Rows (len(frames), SUMMARY_FIELDS) of frame indexes ``frames`` (sorted, distinct), after
+        the records they were computed from are written."""
+        array = self.group[_SUMMARY] if _has(self.group, _SUMMARY) else None
+        if not isinstance(array, zarr.Array):
+            return
+        self._check_lease()
+        array.oindex[np.asarray(frames, np.int64)] = rows
+
+    def drop_summary(self) -> None:
+        """Before records change other than by a commit: no summary may count what is gone."""
+        if _has(self.group, _SUMMARY):
+            self._check_lease()
+            del self.group[_SUMMARY]
+
+    def summary(self, frames: int) -> np.ndarray | None:
+        """The summary's rows (``frames``, SUMMARY_FIELDS), or None where there is none for the
+        recorded job (none written, another job's, cut short, or not readable)."""
+        try:
+            array = self.group[_SUMMARY]
+            if (not isinstance(array, zarr.Array) or array.attrs.get(_BASIS) != self._summary_basis()
+                    or array.shape[0] != frames or array.ndim != 2):
+                return None
+            rows = np.asarray(array[...], np.float64)
+        except Exception:  # absent, or notes that do not read: the records are read instead
+            return None
+        return None if np.isnan(rows[:, 0]).any() else rows
 
     # -- progress and cancel -----------------------------------------------------------------
 

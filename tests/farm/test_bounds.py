@@ -2,11 +2,12 @@
 against the spec's limits, this machine's cores, or the cluster's nodes; and ``farm status`` of a
 100,000-frame job answering frames with nothing or everything stored without planning each."""
 import time
+from unittest import mock
 
 import pytest
 
 from cluster.group import GroupShape
-from farm import job
+from farm import job, planner
 from farm.curves import Curve
 from farm.errors import SpecError
 from farm.spec import GroupsSpec, JobSpec
@@ -50,7 +51,8 @@ def test_status_of_a_100000_frame_job_is_quick(tmp_path):
                    tile=16, pass_size=4, curves=(Curve("angle", ((0, 0.0), (99_999, 360.0))),))
     job.prepare(spec)
     t0 = time.perf_counter()
-    code, out, err = farm_main("status", tmp_path / "s.zarr")
-    took = time.perf_counter() - t0
+    # A frame with nothing stored is said at once, not planned (a plan per frame took 11.6 s).
+    with mock.patch.object(planner, "plan", side_effect=AssertionError("a frame was planned")):
+        code, out, err = farm_main("status", tmp_path / "s.zarr")
+    print(f"status of a new 100,000-frame job: {time.perf_counter() - t0:.2f} s")
     assert code == 0 and "0-99999 (0/100000 finished)" in out and out.count("\n") > 100_000, err
-    assert took < 4, took  # 11.6 s before (a plan per frame); 1.0 s after, on 2 busy cores

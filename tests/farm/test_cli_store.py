@@ -135,7 +135,7 @@ def test_status_and_export_check_what_is_recorded_reads_back(finished, tmp_path)
     _, writer = open_store(str(store), mode="r+")
     writer.state[0, 16:30, 0:16, :] = writer.state[0, 16:30, 0:16, :] + 1.0      # decodes, fails its CRC
     before = store_files(store)
-    code, out, err = farm_main("status", store)
+    code, out, err = farm_main("status", store, "--verify")
     assert code == 0 and "frames:  0-2 (0/3 finished)" in out, out + err
     assert f"damaged: 8 tile(s) whose recorded data does not read back (frames 0, 1, 2); `farm resume {store}` renders them again" \
         in out

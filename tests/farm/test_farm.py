@@ -161,13 +161,13 @@ def test_corrupted_chunks_are_reported_refused_and_rendered_again(local_ray, tmp
     store.tail[0, 16:30, 32:40, 0] += 1.0  # decodes, fails its CRC
     with pytest.raises(StoreError, match=r"2 tile\(s\) whose recorded data"):
         exported(store.url, tmp_path, "broken")
-    code, out, _ = farm_main("status", store.url)
+    code, out, _ = farm_main("status", store.url, "--verify")
     assert code == 0 and "damaged: 2 tile(s) whose recorded data does not read back (frames 1)" in out, out
     messages = []
     plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append)
     assert sorted(t.key for t in plan.todo) == [(0, 0, 0, 0), (0, 0, 1, 2)] and "2 stored tile" in messages[0]
     np.testing.assert_array_equal(exported(store.url, tmp_path, "after")[0], before)
-    assert "damaged" not in farm_main("status", store.url)[1]
+    assert "damaged" not in farm_main("status", store.url, "--verify")[1]
 
 
 def test_ctrl_c_says_how_to_resume_and_a_copy_of_the_store_resumes_where_it_is(tmp_path):
