@@ -1,6 +1,7 @@
 """Participating media as Mitsuba 3's ``homogeneous`` and ``heterogeneous`` media, with their
-phase functions (``isotropic``, ``hg``): the table the scene carries, free-flight sampling against
-a majorant, the media's coefficients at points, transmittance, and the phase functions.
+phase functions (``isotropic``, ``hg``, ``rayleigh``, a ``blendphase`` of two of them): the table
+the scene carries, free-flight sampling against a majorant, the media's coefficients at points,
+transmittance, and the phase functions.
 
 A medium fills the inside or outside of shapes (their ``interior``/``exterior``) or surrounds the
 camera (the sensor's ``medium``); paths are traced through them by ``tracer.integrators.volpath``.
@@ -23,7 +24,7 @@ import numpy as np
 from tracer import elementary, lanes
 from tracer import vecmath as vm
 from tracer import volumes as vol
-from tracer.constants import INV_FOUR_PI, TWO_PI
+from tracer.constants import INV_FOUR_PI, INV_PI, TWO_PI
 from tracer.pytree import pytree_dataclass, static
 
 __all__ = ["Phase", "MediumKind", "Media", "no_media", "pick", "channel_value", "majorant", "extent", "free_flight",
@@ -33,8 +34,8 @@ __all__ = ["Phase", "MediumKind", "Media", "no_media", "pick", "channel_value", 
 class Phase:
     """Mitsuba's phase function plugins."""
 
-    ISOTROPIC, HG = range(2)
-    NAMES = ("isotropic", "hg")
+    ISOTROPIC, HG, RAYLEIGH = range(3)
+    NAMES = ("isotropic", "hg", "rayleigh")
 
 
 class MediumKind:
@@ -51,6 +52,12 @@ class Media:
     albedo: jnp.ndarray           # (3, M) single-scattering albedo, or what multiplies its albedo volume
     g: jnp.ndarray                # (M,) Henyey-Greenstein asymmetry (0 for isotropic)
     phase: jnp.ndarray            # (M,) int32 Phase kind
+    # A blendphase's second phase function (Mitsuba's phase_1; the first is phase and g) and the
+    # chance of it, a constant or a grid (blend_volume >= 0) clipped to [0, 1]; 0 for no blend.
+    g_b: jnp.ndarray              # (M,)
+    phase_b: jnp.ndarray          # (M,) int32
+    blend: jnp.ndarray            # (M,)
+    blend_volume: jnp.ndarray     # (M,) int32, -1: the constant
     spectral: jnp.ndarray         # (M,) bool: Mitsuba's has_spectral_extinction
     sample_emitters: jnp.ndarray  # (M,) bool: next-event estimation from points in the medium
     sensor: jnp.ndarray           # () int32: the medium around the camera, -1 for none
@@ -62,7 +69,8 @@ class Media:
     hi: jnp.ndarray               # (3, M)
     volumes: vol.Volumes
     count: int = static(default=0)
-    phases_present: tuple[int, ...] = static(default=())
+    phases_present: tuple[int, ...] = static(default=())  # of both phase columns
+    blends_present: bool = static(default=False)
     kinds_present: tuple[int, ...] = static(default=())
 
 
@@ -70,7 +78,8 @@ def no_media() -> Media:
     """The table of a scene without media."""
     zeros = jnp.zeros((3, 0), jnp.float32)
     none = jnp.zeros(0, jnp.int32)
-    return Media(sigma_t=zeros, albedo=zeros, g=jnp.zeros(0, jnp.float32), phase=none, spectral=jnp.zeros(0, bool),
+    return Media(sigma_t=zeros, albedo=zeros, g=jnp.zeros(0, jnp.float32), phase=none, g_b=jnp.zeros(0, jnp.float32),
+                 phase_b=none, blend=jnp.zeros(0, jnp.float32), blend_volume=none, spectral=jnp.zeros(0, bool),
                  sample_emitters=jnp.zeros(0, bool), sensor=jnp.int32(-1), kind=none, sigma_t_volume=none,
                  albedo_volume=none, majorant=jnp.zeros(0, jnp.float32), lo=zeros, hi=zeros,
                  volumes=vol.no_volumes())
@@ -160,30 +169,70 @@ def _hg(g: jax.Array, cos_theta: jax.Array) -> jax.Array:
     return INV_FOUR_PI * (1.0 - g * g) / (temp * jnp.sqrt(temp))
 
 
-def phase_eval(media: Media, medium: jax.Array, wi: jax.Array, wo: jax.Array) -> jax.Array:
-    """(N,) the phase function's value, which is also its pdf, for wi (towards where the path came
-    from, Mitsuba's ``mi.wi``) and wo (3, N)."""
-    value = jnp.full(wi.shape[1:], np.float32(INV_FOUR_PI))
+def _rayleigh(cos_theta: jax.Array) -> jax.Array:
+    return (3.0 / 16.0) * INV_PI * (1.0 + cos_theta * cos_theta)
+
+
+def _leaf_eval(media: Media, kind: jax.Array, g: jax.Array, cos_theta: jax.Array) -> jax.Array:
+    """(N,) the value (and pdf) of phase functions ``kind`` (N,) with asymmetry ``g`` at cos_theta = wo . wi."""
+    value = jnp.full(cos_theta.shape, np.float32(INV_FOUR_PI))
     if Phase.HG in media.phases_present:
-        hg = _hg(pick(media, medium, media.g), vm.dot(wo, wi))
-        value = jnp.where(pick(media, medium, media.phase) == Phase.HG, hg, value)
+        value = jnp.where(kind == Phase.HG, _hg(g, cos_theta), value)
+    if Phase.RAYLEIGH in media.phases_present:
+        value = jnp.where(kind == Phase.RAYLEIGH, _rayleigh(cos_theta), value)
     return value
 
 
-def phase_sample(media: Media, medium: jax.Array, wi: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(wo (3, N), pdf (N,)) sampled from the phase function with u (2, N); the weight is 1 (both
-    functions are sampled exactly), as Mitsuba's ``isotropic`` and ``hg``."""
+def _blend_weight(media: Media, medium: jax.Array, x: jax.Array) -> jax.Array:
+    """(N,) a blendphase's chance of its second phase function at points x (3, N), clipped to [0, 1]
+    (Mitsuba's eval_weight)."""
+    weight = pick(media, medium, media.blend)
+    if media.volumes.count:
+        volume = pick(media, medium, media.blend_volume)
+        weight = jnp.where(volume >= 0, vol.eval_rgb(media.volumes, volume, x)[0], weight)
+    return jnp.clip(weight, 0.0, 1.0)
+
+
+def phase_eval(media: Media, medium: jax.Array, wi: jax.Array, wo: jax.Array, x: jax.Array) -> jax.Array:
+    """(N,) the phase function's value, which is also its pdf, for wi (towards where the path came
+    from, Mitsuba's ``mi.wi``) and wo (3, N), at points x (3, N) (where a blend's weight is read)."""
+    cos_theta = vm.dot(wo, wi)
+    value = _leaf_eval(media, pick(media, medium, media.phase), pick(media, medium, media.g), cos_theta)
+    if not media.blends_present:
+        return value
+    second = _leaf_eval(media, pick(media, medium, media.phase_b), pick(media, medium, media.g_b), cos_theta)
+    weight = _blend_weight(media, medium, x)
+    return value + (second - value) * weight  # (Dr.Jit's lerp)
+
+
+def phase_sample(media: Media, medium: jax.Array, wi: jax.Array, u: jax.Array, choice: jax.Array,
+                 x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(wo (3, N), pdf (N,)) sampled from the phase function with u (2, N) at points x (3, N);
+    ``choice`` (N,), a blend's pick of its second function (below its weight) or its first. The
+    weight is 1: each function is sampled exactly, as Mitsuba's ``isotropic``, ``hg`` and
+    ``rayleigh`` are (the last two to Mitsuba's directions; isotropic by another map of u), and
+    a blend's pdf is the mixture of both (its weight, Mitsuba's (w eval_1 + (1 - w) pdf_0) / pdf,
+    is 1 but for rounding)."""
+    kind, g = pick(media, medium, media.phase), pick(media, medium, media.g)
+    if media.blends_present:
+        second = choice <= _blend_weight(media, medium, x)
+        kind = jnp.where(second, pick(media, medium, media.phase_b), kind)
+        g = jnp.where(second, pick(media, medium, media.g_b), g)
     cos_theta = 1.0 - 2.0 * u[0]  # isotropic: the sphere uniformly (hg's fallback at g = 0 too)
     if Phase.HG in media.phases_present:
-        g = pick(media, medium, media.g)
-        is_hg = (pick(media, medium, media.phase) == Phase.HG) & (jnp.abs(g) >= np.finfo(np.float32).eps)
+        is_hg = (kind == Phase.HG) & (jnp.abs(g) >= np.finfo(np.float32).eps)
         safe_g = jnp.where(is_hg, g, 0.5)
         sqr_term = (1.0 - safe_g * safe_g) / (1.0 - safe_g + 2.0 * safe_g * u[0])
         hg_cos = (1.0 + safe_g * safe_g - sqr_term * sqr_term) / (2.0 * safe_g)
         cos_theta = jnp.where(is_hg, hg_cos, cos_theta)
+    if Phase.RAYLEIGH in media.phases_present:
+        # Mitsuba's inversion of the cubic CDF; it turns its cosine towards wi (not against it).
+        z = 2.0 * (2.0 * u[0] - 1.0)
+        root = jnp.sqrt(z * z + 1.0)
+        cos_theta = jnp.where(kind == Phase.RAYLEIGH, -(jnp.cbrt(z + root) + jnp.cbrt(z - root)), cos_theta)
     sin_theta = vm.safe_sqrt(1.0 - cos_theta * cos_theta)
     sin_phi, cos_phi = elementary.sincos(TWO_PI * u[1])
     # Mitsuba samples in the frame of wi, against it: cos_theta measures the turn from the ray.
     s, t = vm.coordinate_system(wi)
     wo = vm.to_world(vm.Frame(s, t, wi), jnp.stack([sin_theta * cos_phi, sin_theta * sin_phi, -cos_theta]))
-    return wo, phase_eval(media, medium, wi, wo)
+    return wo, phase_eval(media, medium, wi, wo, x)

@@ -99,28 +99,48 @@ def _write(tmp_path, text, name="scene.xml", **fields):
     return path
 
 
-def _table(phase, g):
+def _table(phase, g, second=None, weight=0.0):
+    """A one-medium table of phase function (phase, g), or a blend of it and ``second`` (kind, g)
+    whose chance is ``weight``."""
+    kind_b, g_b = (phase, g) if second is None else second
     return dataclasses.replace(media.no_media(), g=jnp.asarray([g], jnp.float32),
-                               phase=jnp.asarray([phase], jnp.int32), sigma_t=jnp.ones((3, 1)),
+                               phase=jnp.asarray([phase], jnp.int32), g_b=jnp.asarray([g_b], jnp.float32),
+                               phase_b=jnp.asarray([kind_b], jnp.int32), blend=jnp.asarray([weight], jnp.float32),
+                               blend_volume=jnp.asarray([-1], jnp.int32), sigma_t=jnp.ones((3, 1)),
                                albedo=jnp.ones((3, 1)), spectral=jnp.ones(1, bool),
-                               sample_emitters=jnp.ones(1, bool), count=1, phases_present=(phase,))
+                               sample_emitters=jnp.ones(1, bool), count=1,
+                               phases_present=tuple(sorted({phase, kind_b})), blends_present=second is not None)
 
 
-@pytest.mark.parametrize("g", [-0.7, 0.0, 0.3, 0.9])
-def test_hg_evaluates_and_samples_as_mitsuba(g):
+P = media.Phase
+PHASES = {  # test id -> (our table's arguments, Mitsuba's plugin)
+    **{f"hg{g}": ((P.HG, g), {"type": "hg", "g": g}) for g in (-0.7, 0.0, 0.3, 0.9)},
+    "rayleigh": ((P.RAYLEIGH, 0.0), {"type": "rayleigh"}),
+    "blend_isotropic_hg": ((P.ISOTROPIC, 0.0, (P.HG, 0.5), 0.3),
+                           {"type": "blendphase", "weight": 0.3, "a": {"type": "isotropic"}, "b": {"type": "hg", "g": 0.5}}),
+    "blend_rayleigh_hg": ((P.RAYLEIGH, 0.0, (P.HG, -0.6), 0.8),
+                          {"type": "blendphase", "weight": 0.8, "a": {"type": "rayleigh"}, "b": {"type": "hg", "g": -0.6}}),
+}
+
+
+@pytest.mark.parametrize("name", PHASES)
+def test_phase_functions_evaluate_and_sample_as_mitsuba(name):
     mi, _ = bc.import_mitsuba()
     mi.set_variant("scalar_rgb")
     import drjit as dr
 
+    args, plugin = PHASES[name]
     rng = np.random.default_rng(5)
     n = 64
     wi, wo = bc.random_directions(rng, n), bc.random_directions(rng, n)
     u = rng.random((2, n)).astype(np.float32)
-    table = _table(media.Phase.HG, g)
-    zero = jnp.zeros(n, jnp.int32)
-    ours_value = np.asarray(media.phase_eval(table, zero, jnp.asarray(wi), jnp.asarray(wo)))
-    ours_wo, ours_pdf = (np.asarray(a) for a in media.phase_sample(table, zero, jnp.asarray(wi), jnp.asarray(u)))
-    phase = mi.load_dict({"type": "hg", "g": float(g)})
+    choice = rng.random(n).astype(np.float32)
+    table = _table(*args)
+    zero, x = jnp.zeros(n, jnp.int32), jnp.zeros((3, n))
+    ours_value = np.asarray(media.phase_eval(table, zero, jnp.asarray(wi), jnp.asarray(wo), x))
+    ours_wo, ours_pdf = (np.asarray(a) for a in media.phase_sample(table, zero, jnp.asarray(wi), jnp.asarray(u),
+                                                                 jnp.asarray(choice), x))
+    phase = mi.load_dict(plugin)
     ctx = mi.PhaseFunctionContext(None)
     for k in range(n):
         it = mi.MediumInteraction3f()
@@ -129,28 +149,31 @@ def test_hg_evaluates_and_samples_as_mitsuba(g):
         value, pdf = phase.eval_pdf(ctx, it, mi.Vector3f(*wo[:, k]))
         np.testing.assert_allclose(ours_value[k], pdf, rtol=2e-4)
         np.testing.assert_allclose(ours_value[k], value[0], rtol=2e-4)
-        d, weight, pdf = phase.sample(ctx, it, 0.5, mi.Point2f(*u[:, k]))
-        np.testing.assert_allclose(ours_wo[:, k], np.array(d), atol=2e-4)
-        np.testing.assert_allclose(ours_pdf[k], pdf, rtol=2e-3)
+        d, weight, pdf = phase.sample(ctx, it, float(choice[k]), mi.Point2f(*u[:, k]))
+        if not (name == "blend_isotropic_hg" and choice[k] > 0.3):  # (isotropic: another map of u, in world space)
+            np.testing.assert_allclose(ours_wo[:, k], np.array(d), atol=2e-4)
+            np.testing.assert_allclose(ours_pdf[k], pdf, rtol=2e-3)
         assert dr.allclose(weight, 1.0)
 
 
-@pytest.mark.parametrize("phase, g", [(media.Phase.ISOTROPIC, 0.0), (media.Phase.HG, 0.6), (media.Phase.HG, -0.4)])
-def test_phase_sampling_follows_its_density(phase, g):
+@pytest.mark.parametrize("args", [(P.ISOTROPIC, 0.0), (P.HG, 0.6), (P.HG, -0.4), (P.RAYLEIGH, 0.0),
+                                  (P.RAYLEIGH, 0.0, (P.HG, 0.7), 0.4)])
+def test_phase_sampling_follows_its_density(args):
     n = 200_000
     rng = np.random.default_rng(11)
     wi = np.tile(bc.random_directions(rng, 1), (1, n))
-    table = _table(phase, g)
-    zero = jnp.zeros(n, jnp.int32)
-    wo, pdf = media.phase_sample(table, zero, jnp.asarray(wi), jnp.asarray(rng.random((2, n)), jnp.float32))
-    np.testing.assert_allclose(np.asarray(pdf), np.asarray(media.phase_eval(table, zero, jnp.asarray(wi), wo)),
+    table = _table(*args)
+    zero, x = jnp.zeros(n, jnp.int32), jnp.zeros((3, n))
+    wo, pdf = media.phase_sample(table, zero, jnp.asarray(wi), jnp.asarray(rng.random((2, n)), jnp.float32),
+                                 jnp.asarray(rng.random(n), jnp.float32), x)
+    np.testing.assert_allclose(np.asarray(pdf), np.asarray(media.phase_eval(table, zero, jnp.asarray(wi), wo, x)),
                                rtol=1e-3)
 
     def density(v):
         m = v.shape[1]
         return np.asarray(media.phase_eval(table, jnp.zeros(m, jnp.int32), jnp.asarray(np.tile(wi[:, :1], (1, m)),
                                                                                        jnp.float32),
-                                           jnp.asarray(v, jnp.float32)))
+                                           jnp.asarray(v, jnp.float32), jnp.zeros((3, m))))
 
     result = chi2_test(np.asarray(wo), density, n, SphericalDomain())
     assert result.passed, result.message
@@ -184,7 +207,10 @@ def test_fog_behind_a_null_boundary_matches_mitsuba(tmp_path):
 def test_scattering_glass_in_a_fog_matches_mitsuba(tmp_path, glass):
     """A thin dielectric's transmission is a null lobe: not a bounce, and light samples pass it
     (by 1 - R'), as Mitsuba's volpath has it."""
-    assert_matches_mitsuba(_write(tmp_path, GLASS, integrator="volpath", glass=glass), spp=128, reference_spp=4096, mean_tolerance=0.03)
+    # Four seeds: a seed's ratio to Mitsuba's error ranges from 0.6 to 2.2 here (fireflies: light
+    # found through the glass), for both renderers; their means agree within 10%.
+    assert_matches_mitsuba(_write(tmp_path, GLASS, integrator="volpath", glass=glass), spp=64, reference_spp=4096,
+                           mean_tolerance=0.03, seeds=4)
 
 
 FURNACE = """<scene version="3.0.0">
@@ -261,8 +287,14 @@ def test_the_pool_does_not_change_a_volumetric_render(tmp_path, monkeypatch):
     ('<medium type="homogeneous" name="inside"/>', "must be named 'interior' or 'exterior'"),
     ('<medium type="homogeneous" name="interior"><float name="sigma_t" value="-1"/></medium>', "sigma_t"),
     ('<medium type="homogeneous" name="interior"><rgb name="sigma_t" value="2, 1, 1"/></medium>', "[0, 1]"),
-    ('<medium type="homogeneous" name="interior"><phase type="rayleigh"/></medium>',
-     "unsupported phase function 'rayleigh'"),
+    ('<medium type="homogeneous" name="interior"><phase type="microflake"/></medium>',
+     "unsupported phase function 'microflake'"),
+    ('<medium type="homogeneous" name="interior"><phase type="blendphase"><phase type="isotropic"/>'
+     '<phase type="hg"/></phase></medium>', "a blendphase needs a 'weight'"),
+    ('<medium type="homogeneous" name="interior"><phase type="blendphase"><float name="weight" value="0.5"/>'
+     '<phase type="isotropic"/></phase></medium>', "a blendphase takes two phase functions, got 1"),
+    ('<medium type="homogeneous" name="interior"><phase type="blendphase"><float name="weight" value="0.5"/>'
+     '<phase type="isotropic"/><phase type="blendphase"/></phase></medium>', "a blendphase inside a blendphase"),
     ('<medium type="homogeneous" name="interior"><phase type="hg"><float name="g" value="1"/></phase></medium>',
      "g must lie in (-1, 1)"),
     ('<medium type="homogeneous" name="interior"><volume type="bitmapvolume" name="albedo"/></medium>',
@@ -326,6 +358,25 @@ def test_smoke_of_a_grid_volume_matches_mitsuba(tmp_path):
     _grids(tmp_path)
     assert_matches_mitsuba(_write(tmp_path, SMOKE, albedo_filter="trilinear"), spp=64, reference_spp=2048,
                            mean_tolerance=0.02)
+
+
+BLEND = """<phase type="blendphase">
+      <volume type="gridvolume" name="weight">
+        <string name="filename" value="density.vol"/>
+        <transform name="to_world"><translate value="-0.5, -0.5, -0.5"/><scale value="1.4"/></transform>
+      </volume>
+      <phase type="rayleigh"/>
+      <phase type="hg"><float name="g" value="0.7"/></phase>
+    </phase>"""
+
+
+def test_a_blend_of_rayleigh_and_hg_weighted_by_a_grid_matches_mitsuba(tmp_path):
+    """The fog of FOG scattering by Rayleigh's law where the grid is thin and forwards (hg) where
+    it is dense: a blendphase whose weight is read at each collision."""
+    _grids(tmp_path)
+    text = FOG.format(integrator="volpath").replace('<phase type="hg"><float name="g" value="0.5"/></phase>', BLEND)
+    assert BLEND in text
+    assert_matches_mitsuba(_write(tmp_path, text), spp=64, reference_spp=2048, mean_tolerance=0.02)
 
 
 @pytest.mark.parametrize("filter_type", ["trilinear", "nearest"])

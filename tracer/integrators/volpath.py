@@ -49,6 +49,8 @@ MAX_COLLISIONS = 4096
 # Where the random numbers of light samples' ratio tracking start (by step, crossing, collision),
 # apart from the per-bounce blocks.
 SHADOW_DIMS = 0x80000000
+# Where a blendphase's pick of its function at each event draws (by step), apart from both.
+PHASE_CHOICE_DIMS = 0x40000000
 
 
 @pytree_dataclass
@@ -145,10 +147,14 @@ def _collide(scene, keys, state, p, collide, x, u):
     sample_emitters = media.pick(md, state.medium, md.sample_emitters)
     ds, em_weight, nee = _light_sample(scene, x, alive & sample_emitters, u)
     seen = _light_transmittance(scene, keys, state.step, x, jnp.zeros_like(x), ds, state.medium, nee)
-    phase = media.phase_eval(md, state.medium, wi, ds.d)
+    phase = media.phase_eval(md, state.medium, wi, ds.d, x)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, phase))
     radiance = radiance + jnp.where(nee, p.throughput * phase * em_weight * seen * mis, 0.0)
-    wo, phase_pdf = media.phase_sample(md, state.medium, wi, u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2])
+    # A blendphase's pick of one of its two functions: a number of its own (Mitsuba's sample1).
+    choice = (rng.draw(keys, np.uint32(PHASE_CHOICE_DIMS) + state.step.astype(jnp.uint32), 1)[0]
+              if md.blends_present else jnp.zeros_like(p.t_max))
+    wo, phase_pdf = media.phase_sample(md, state.medium, wi, u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2],
+                                       choice, x)
     alive = alive & (phase_pdf > 0)
     chain = ~sample_emitters  # no light sample: emission counts in full
     new = path.PathState(depth=depth, origin=x, direction=wo, t_max=jnp.full_like(p.t_max, jnp.inf),

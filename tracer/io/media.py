@@ -6,8 +6,10 @@
 (``sigma_t`` 1, ``albedo`` 0.75, ``scale`` 1, ``sample_emitters`` and ``has_spectral_extinction``
 on), their values given as a float, an ``rgb``, a ``spectrum``, a ``constvolume`` or (a
 heterogeneous medium's) a ``gridvolume`` of Mitsuba's binary ``.vol`` format (``tracer.io.vol``);
-phase functions ``isotropic`` (the default) and ``hg``. Other media, volumes and phase functions
-are refused by name.
+phase functions ``isotropic`` (the default), ``hg``, ``rayleigh`` and a ``blendphase`` of two of
+those (its two in document order, as Mitsuba takes them; its ``weight`` a float, a ``constvolume``
+or a one-channel ``gridvolume``). Other media, volumes and phase functions, and a blend inside a
+blend, are refused by name.
 """
 from __future__ import annotations
 
@@ -43,10 +45,22 @@ class MediumRow:
     majorant: float
     lo: np.ndarray
     hi: np.ndarray
-    g: float
-    phase: int
+    phase: _Phase
     spectral: bool
     sample_emitters: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Phase:
+    """A medium's phase function: one (kind, g), or a blend of two with the second's chance."""
+
+    kind: int
+    g: float
+    kind_b: int
+    g_b: float
+    blend: float = 0.0         # the constant chance of the second, or what multiplies its grid's
+    blend_volume: int = -1     # a row of the Volumes, or -1
+    is_blend: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,15 +92,19 @@ class MediumTableBuilder:
         if not self.rows:
             return md.no_media()
         rows = self.rows
+        phases = [row.phase for row in rows]
         return md.Media(sigma_t=stacked(rows, "sigma_t"), albedo=stacked(rows, "albedo"),
-                        g=column(rows, "g", np.float32), phase=column(rows, "phase", np.int32),
+                        g=column(phases, "g", np.float32), phase=column(phases, "kind", np.int32),
+                        g_b=column(phases, "g_b", np.float32), phase_b=column(phases, "kind_b", np.int32),
+                        blend=column(phases, "blend", np.float32), blend_volume=column(phases, "blend_volume", np.int32),
                         spectral=column(rows, "spectral", bool), sample_emitters=column(rows, "sample_emitters", bool),
                         sensor=jnp.int32(sensor), kind=column(rows, "kind", np.int32),
                         sigma_t_volume=column(rows, "sigma_t_volume", np.int32),
                         albedo_volume=column(rows, "albedo_volume", np.int32),
                         majorant=column(rows, "majorant", np.float32), lo=stacked(rows, "lo"), hi=stacked(rows, "hi"),
                         volumes=self._volumes(), count=len(rows),
-                        phases_present=tuple(sorted({row.phase for row in rows})),
+                        phases_present=tuple(sorted({k for f in phases for k in (f.kind, f.kind_b)})),
+                        blends_present=any(f.is_blend for f in phases),
                         kinds_present=tuple(sorted({row.kind for row in rows})))
 
     def _volumes(self) -> vol.Volumes:
@@ -115,13 +133,13 @@ class MediumTableBuilder:
             if not (np.all(np.isfinite(part.value)) and np.all(part.value >= 0) and part.largest >= 0):
                 raise SceneError(f"{node.source}: the medium's {name} must be finite and >= 0")
         lo, hi = _world_bounds(sigma_t.to_world)
-        phase, g = _phase(node)
+        phase = self._phase(node)
         spectral = node.get_bool("has_spectral_extinction", True)
         sample_emitters = node.get_bool("sample_emitters", True)
         node.check_unused()
         return MediumRow(kind=kind, sigma_t=(sigma_t.value * scale).astype(np.float32),
                          albedo=albedo.value.astype(np.float32), sigma_t_volume=sigma_t.grid, albedo_volume=albedo.grid,
-                         majorant=float(scale * sigma_t.largest), lo=lo, hi=hi, g=g, phase=phase, spectral=spectral,
+                         majorant=float(scale * sigma_t.largest), lo=lo, hi=hi, phase=phase, spectral=spectral,
                          sample_emitters=sample_emitters)
 
     def _volume(self, node: PluginNode, name: str, default: float, kind: int) -> _Volume:
@@ -164,6 +182,44 @@ class MediumTableBuilder:
         self.nearest.append(filter_type == "nearest")
         return _Volume(np.ones(3), len(self.grids) - 1, largest, to_world)
 
+    def _phase(self, node: PluginNode) -> _Phase:
+        """The medium's phase function (Mitsuba's default: isotropic)."""
+        phases = node.children_of("phase")
+        if len(phases) > 1:
+            raise SceneError(f"{phases[1].source}: a medium takes one phase function, got {len(phases)}")
+        if not phases:
+            return _Phase(md.Phase.ISOTROPIC, 0.0, md.Phase.ISOTROPIC, 0.0)
+        phase = phases[0]
+        if phase.type != "blendphase":
+            kind, g = _leaf(phase)
+            return _Phase(kind, g, kind, g)
+        nested = phase.children_of("phase")
+        if len(nested) != 2:
+            raise SceneError(f"{phase.source}: a blendphase takes two phase functions, got {len(nested)}")
+        (kind, g), (kind_b, g_b) = (_leaf(p) for p in nested)  # (in document order, as Mitsuba pairs them)
+        weight = self._weight(phase)
+        phase.check_unused()
+        return _Phase(kind, g, kind_b, g_b, blend=float(weight.value[0]), blend_volume=weight.grid, is_blend=True)
+
+    def _weight(self, phase: PluginNode) -> _Volume:
+        """A blendphase's weight: a float (required, as Mitsuba requires it), a constvolume or a
+        one-channel gridvolume, read as a medium's volume is (the grid at the medium's points)."""
+        if not phase.has("weight"):
+            raise SceneError(f"{phase.source}: a blendphase needs a 'weight' (the chance of its second phase function)")
+        child = phase.child("weight")
+        if child is None:
+            value = phase.get_float("weight")
+            if not np.isfinite(value):
+                raise SceneError(f"{phase.source}: the blendphase's weight must be finite, got {value}")
+            return _Volume(np.full(3, value), -1, value, _IDENTITY)
+        weight = self._volume(phase, "weight", 0.5, md.MediumKind.HETEROGENEOUS)
+        if weight.grid >= 0 and self.grids[weight.grid].channels != 1:
+            raise SceneError(f"{child.source}: a blendphase's weight grid must have one channel, got "
+                             f"{self.grids[weight.grid].channels}")
+        if weight.grid < 0 and not np.all(weight.value == weight.value[0]):
+            raise SceneError(f"{child.source}: a blendphase's weight must be one value, not a colour")
+        return weight
+
 
 def _world_bounds(to_world: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The world box (lo, hi) (3,) of the unit cube under ``to_world`` (4, 4), as Mitsuba's
@@ -172,21 +228,17 @@ def _world_bounds(to_world: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return corners[:, :3].min(axis=0).astype(np.float32), corners[:, :3].max(axis=0).astype(np.float32)
 
 
-def _phase(node: PluginNode) -> tuple[int, float]:
-    """(Phase kind, g) of the medium's phase function (Mitsuba's default: isotropic)."""
-    phases = node.children_of("phase")
-    if len(phases) > 1:
-        raise SceneError(f"{phases[1].source}: a medium takes one phase function, got {len(phases)}")
-    if not phases:
-        return md.Phase.ISOTROPIC, 0.0
-    phase = phases[0]
-    if phase.type == "isotropic":
+def _leaf(phase: PluginNode) -> tuple[int, float]:
+    """(Phase kind, g) of a phase function that is not a blend."""
+    if phase.type in ("isotropic", "rayleigh"):
         phase.check_unused()
-        return md.Phase.ISOTROPIC, 0.0
+        return (md.Phase.ISOTROPIC if phase.type == "isotropic" else md.Phase.RAYLEIGH), 0.0
     if phase.type == "hg":
         g = phase.get_float("g", 0.8)
         if not -1 < g < 1:
             raise SceneError(f"{phase.source}: the hg phase function's g must lie in (-1, 1), got {g}")
         phase.check_unused()
         return md.Phase.HG, g
-    raise SceneError(f"{phase.source}: unsupported phase function '{phase.type}' (isotropic, hg)")
+    if phase.type == "blendphase":
+        raise SceneError(f"{phase.source}: a blendphase inside a blendphase is not rendered yet")
+    raise SceneError(f"{phase.source}: unsupported phase function '{phase.type}' (isotropic, hg, rayleigh, blendphase)")
