@@ -109,7 +109,7 @@ class SimulatedGroup(WorkerGroup):
             self.hosts.spares.append(member)
         self.members = [member]
         self.info = [ray.get(member.initialize.remote(None, self.init_timeout_s, self.heartbeat_s))]
-        self.where = [(None, None, None)]
+        self.where = [ray.get(member.where.remote())]  # (a shared process's: its node is the group's)
 
     def teardown(self) -> None:
         self.members = []  # the processes are the pool's (``Hosts.shutdown``)
