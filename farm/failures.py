@@ -74,7 +74,7 @@ class Host:
         """The host of a member at (``node``, ``ip``) (``WorkerGroup.where``); None where unknown."""
         if node is None:
             return None
-        return cls(node, f"{ip or 'unknown address'} (node {node[:8]})")
+        return cls(node, f"node {node[:8]} at {ip or 'an unknown address'}")
 
 
 def task_label(frame: int, chunk: int, tile: Sequence[int]) -> str:
@@ -86,7 +86,7 @@ class RetriedTask:
     task: str                # "frame F chunk C tile (TY, TX)"
     frame: int               # frame number
     retries: int             # times it failed and was sent again
-    reasons: tuple[str, ...]  # why, the last few, oldest first
+    reasons: tuple[str, ...]  # why, and where, the last few, oldest first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +119,12 @@ class Failures:
         self.names: dict[str, str] = {}                        # node -> Host.name
         self.left_out: dict[str, LeftOut] = {}                 # node -> why it is left out
 
-    def fail(self, key: tuple[int, ...], label: str, frame: int, reason: str, hosts: Iterable[Host]) -> list[Host]:
-        """Count a failure of the task ``key`` on ``hosts``; returns the hosts it leaves out."""
-        self.by_task.setdefault(key, []).append(reason)
+    def fail(self, key: tuple[int, ...], label: str, frame: int, reason: str, where: str,
+             hosts: Iterable[Host]) -> list[Host]:
+        """Count a failure (``reason``) of the task ``key`` (``label``, of frame number ``frame``)
+        on ``hosts`` (``where``: its group and them, said with the task's reasons); returns the
+        hosts it leaves out."""
+        self.by_task.setdefault(key, []).append(f"{reason} ({where})")
         self.labels[key] = (label, frame)
         out = []
         for host in hosts:

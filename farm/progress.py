@@ -169,7 +169,9 @@ class RunProgress:
 
     def fail(self, error: BaseException | str, state: str) -> None:
         self.ended = True
-        self.write(state, error=str(error), rate=self.throughput.rate())
+        text = str(error)
+        self.store.log(text if text.startswith(state) else f"{state}: {text}")  # why the run ended (farm logs)
+        self.write(state, error=text, rate=self.throughput.rate())
 
     def fail_quietly(self, error: BaseException) -> None:
         """``fail`` for an error from outside the render loop; nothing is written where the

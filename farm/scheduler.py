@@ -253,8 +253,8 @@ class _JobRun:
             progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            states = {JobFailed: "failed", Cancelled: "cancelled", SceneChangedError: "stopped"}
-            progress.fail(e, states.get(type(e), signals.state()))
+            states = ((SceneChangedError, "stopped"), (JobFailed, "failed"), (Cancelled, "cancelled"))
+            progress.fail(e, next((state for kind, state in states if isinstance(e, kind)), signals.state()))
             raise
         finally:
             self.teardown(groups)
@@ -402,15 +402,16 @@ class _JobRun:
         failure counts against its group's hosts, which may leave them out."""
         task = d.task
         self.live.pop(task.key, None)
-        reason = f"{message} ({d.group.name} on {_names(d.hosts)})"
-        left_out = self.failures.fail(task.key, d.label, task.frame, reason, d.hosts)
-        if left_out:  # (said before a task's last error: a host left out is the likelier cause)
-            self.leave_out(left_out, groups)
+        where = f"{d.group.name} on {_names(d.hosts)}"
+        left_out = self.failures.fail(task.key, d.label, task.frame, message, where, d.hosts)
         tries = self.failures.retries(task.key)
+        if tries < self.max_attempts:
+            self.log(f"retry {tries} of task {d.label}: {message} ({where})")
+            self.queue.appendleft(task)
+        if left_out:  # (before a task's last error: a host left out is the likelier cause)
+            self.leave_out(left_out, groups)
         if tries >= self.max_attempts:
-            raise JobFailed(f"task {d.label} failed {tries} times; last error: {reason}")
-        self.log(f"retry {tries} of task {d.label}: {reason}")
-        self.queue.appendleft(task)
+            raise JobFailed(f"task {d.label} failed {tries} times; last error: {message} ({where})")
 
     def leave_out(self, hosts, groups):
         """Leave ``hosts`` out of the run: no group is placed there again, and those there are
