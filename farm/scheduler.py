@@ -129,14 +129,14 @@ class _Queue:
         """The first queued task that ``fits`` (the plan's fresh ones always do), or None."""
         if not self:
             return None
-        for i, task in enumerate(self.front):
-            if fits(task):
+        for i, queued in enumerate(self.front):
+            if fits(queued):
                 del self.front[i]
-                return task
-        task = next(self.rest, None) if self.rest is not None else None
-        if task is None:
+                return queued
+        fresh = next(self.rest, None) if self.rest is not None else None
+        if fresh is None:
             self.rest = None
-        return task
+        return fresh
 
     def appendleft(self, task: Task) -> None:
         self.front.appendleft(task)
