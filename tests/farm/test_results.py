@@ -76,26 +76,32 @@ def test_a_worker_killed_after_writing_is_never_committed(local_ray, tmp_path, u
     assert _orphans(str(store)) == []  # what the killed members wrote was deleted
 
 
-def test_a_member_hung_after_writing_is_timed_out_and_its_write_never_lands(local_ray, tmp_path, uninterrupted,
-                                                                          monkeypatch):
-    """Each group's first member hangs once it has written its first result (it never answers):
-    past the task timeout its task is sent elsewhere and the group rebuilt from a new process; what
-    the hung member wrote is never committed, every task is committed once, and the store holds
-    the bits of an uninterrupted run."""
-    store = tmp_path / "s.zarr"
+@pytest.mark.parametrize("fault", ["hangs after writing", "writes late"])
+def test_a_member_past_the_task_timeout_never_gets_its_result_committed(local_ray, tmp_path, uninterrupted,
+                                                                        monkeypatch, fault):
+    """Each group's first member either hangs once it has written its first result (it never
+    answers), or sleeps past the timeout, then writes and answers: either way its task is sent
+    elsewhere and the group rebuilt from a new process at the task timeout; what the member wrote
+    is never committed, every task is committed once, and the store holds the bits of an
+    uninterrupted run (read again once the late member has written)."""
+    store, marker = tmp_path / "s.zarr", tmp_path / "written"
     monkeypatch.setattr(failures, "FIRST_TASK_S", 0.0)  # the stub compiles nothing: no first-task allowance
     committed, accept = [], Commits.accept
     monkeypatch.setattr(Commits, "accept", lambda self, task, *a: (committed.append(task.key), accept(self, task, *a))[1])
+    faults = dict(after_write="hang") if fault == "hangs after writing" else dict(stall_s=4.0, latency_s=0.2)
     t0 = time.monotonic()
     with hang_guard(120):
-        messages, stats = _render(store, after_write="hang", task_timeout_s=2.0)
-    print(f"two hung groups timed out, rebuilt, and the job done in {time.monotonic() - t0:.1f} s")
+        messages, stats = _render(store, task_timeout_s=1.5, marker=str(marker), **faults)
+        print(f"two groups timed out, rebuilt, and the job done in {time.monotonic() - t0:.1f} s")
+        while not marker.exists():  # the late member's write, if it comes after the job's end
+            time.sleep(0.1)
     assert sum("timed out after 2 s; rebuilding it" in m for m in messages) == 2, messages
     assert stats["failures"].count == 2 and all("timed out" in t.reasons[0] for t in stats["failures"].retried)
-    assert stats["fenced"] >= 2  # the hung dispatches, and those queued behind them
+    assert stats["fenced"] >= 2  # the timed-out dispatches, and those queued behind them
     assert len(committed) == len(set(committed))  # each task committed once
     _assert_same(_contents(store), uninterrupted)
-    assert _orphans(str(store)) == []  # the hung members' writes were deleted
+    if fault == "hangs after writing":
+        assert _orphans(str(store)) == []  # the hung members' writes were deleted
 
 
 def test_the_driver_killed_between_write_and_commit_then_resumed(local_ray, tmp_path, uninterrupted):
