@@ -92,6 +92,13 @@ class Hosts:
         self.per_process = per_process
         self._next = itertools.count()
         self.spares: list[Any] = []  # processes of rebuilt groups (Ray actor handles)
+        self.places: dict[Any, tuple[str, str, int]] = {}  # process (actor handle) -> its (node id, IP, pid)
+
+    def where(self, actor: Any) -> tuple[str, str, int]:
+        """Where the process ``actor`` runs, asked once (its groups share the answer)."""
+        if actor not in self.places:
+            self.places[actor] = ray.get(actor.where.remote())
+        return self.places[actor]
 
     def make_group(self, shape: GroupShape, name: str | None = None, init_timeout_s: float = 60) -> "SimulatedGroup":
         return SimulatedGroup(shape, self, next(self._next), name=name, init_timeout_s=init_timeout_s)
@@ -116,7 +123,7 @@ class SimulatedGroup(WorkerGroup):
             self.hosts.spares.append(member)
         self.members = [member]
         self.info = [ray.get(member.initialize.remote(None, self.init_timeout_s, self.heartbeat_s))]
-        self.where = [ray.get(member.where.remote())]  # (a shared process's: its node is the group's)
+        self.where = [self.hosts.where(member)]
 
     def teardown(self) -> None:
         self.members = []  # the processes are the pool's (``Hosts.shutdown``)

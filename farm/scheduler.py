@@ -363,8 +363,9 @@ class _JobRun:
         now, heads = time.monotonic(), {}
         for d in self.inflight.values():  # in the order sent: each group's first is the one it renders
             heads.setdefault(d.group, d)
+        limits = {first: self.clock.limit(first) for first in (False, True)}  # (one median a look)
         for group, d in heads.items():
-            limit = self.clock.limit(first=self.answered.get(group) is None)
+            limit = limits[self.answered.get(group) is None]
             ran = now - self.began(d)
             if ran > limit and group in groups and d.generation == group.generation:
                 self.group_failed(d, f"timed out after {limit:.0f} s", groups)
