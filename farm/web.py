@@ -56,7 +56,7 @@ _LIST = """<!doctype html><html><head><meta charset="utf-8"><title>farm: jobs</t
 <td class="num">{{ pct(j.samples_done, j.samples_total) }} of {{ j.spp }} spp</td>
 <td class="num">{{ rate(j.rate) }}</td><td class="num">{{ clock(j.eta_s) }}</td>
 <td>{{ basename(j.scene) }}{% if j.error %} <span class="error">{{ j.error }}</span>{% endif %}{% if j.failures.count %}
-<span class="retries">{{ j.failures.count }} retries</span>{% endif %}{% if j.failures.left_out %}
+<span class="retries">{{ j.failures.count }} {{ "retry" if j.failures.count == 1 else "retries" }}</span>{% endif %}{% if j.failures.left_out %}
 <span class="error">{{ j.failures.left_out | length }} host(s) left out</span>{% endif %}</td>{% endif %}
 </tr>{% endfor %}</table>{% endif %}
 </body></html>"""
