@@ -11,8 +11,9 @@ does until ``MIN_TIMES`` tasks have come back (no median yet).
 Every failure of a task that is not the task's own (a timeout, a member lost, an error a retry
 may not repeat) counts against the task (its retries, with their reasons) and against each host
 its group ran on (``Failures``); a host with ``host_failures`` of them is left out of the run.
-A retry goes to a group on another host where one is free (``Failures.fits``). It is all
-per run: a resumed job starts with every host back and no retries counted.
+A retry waits for a group on a host it has not failed on where there is one (``Failures.fits``;
+the groups meanwhile take the plan's next tasks). It is all per run: a resumed job starts with
+every host back and no retries counted.
 
 The counts go into the run's progress notes (``Failures.notes``), read back by ``farm status``,
 ``--json`` and ``farm serve`` as ``Retries`` (``read_notes``; notes of any shape read as none).
