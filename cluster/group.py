@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, cast
 
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import NODE_ID_LABEL_KEY, PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster import bootstrap
@@ -125,6 +125,7 @@ class WorkerGroup:
         self.info: list[dict[str, int | str]] = []  # what each member's ``initialize`` answered
         self.generation = 0  # bumped by every (re)build: results of an older generation are stale
         self.rebuilds = 0    # times ``rebuild`` was called
+        self.avoid: frozenset[str] = frozenset()  # Ray node ids no member may be placed on (hosts left out)
         self._pg: PlacementGroup | None = None
         self._slice: "SlicePlacementGroup | None" = None
 
@@ -181,7 +182,11 @@ class WorkerGroup:
                                  f"{self._slice.num_hosts} hosts, the group shape says {self.shape.hosts}")
             self._pg = self._slice.placement_group
         else:
-            self._pg = placement_group([self.shape.bundle()] * self.shape.hosts, strategy=self.shape.strategy)
+            # Ray labels every node with its id: a selector keeps the members off the nodes to avoid.
+            avoid = ([{NODE_ID_LABEL_KEY: f"!in({','.join(sorted(self.avoid))})"}] * self.shape.hosts
+                     if self.avoid else None)
+            self._pg = placement_group([self.shape.bundle()] * self.shape.hosts, strategy=self.shape.strategy,
+                                       bundle_label_selector=avoid)
         try:
             ray.get(self._pg.ready(), timeout=max(1, deadline - time.monotonic()))
         except ray.exceptions.GetTimeoutError:
@@ -267,6 +272,10 @@ class WorkerGroup:
             return ray.get(self.members[0].compile_stats.remote(), timeout=timeout_s)
         except Exception:
             return None
+
+    def nodes(self) -> list[tuple[str | None, str | None]]:
+        """(Ray node id, IP) of each member, as placed when the group (re)formed."""
+        return [(node, ip) for node, ip, _ in getattr(self, "where", [])]
 
     def member_pids(self) -> list[int | None]:
         return [pid for _, _, pid in self.where]

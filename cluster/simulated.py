@@ -12,8 +12,10 @@ Many groups share one process: a ``Hosts`` pool starts ``processes`` threaded ac
 each group one of them (``per_process`` groups each), so 256 groups do not need 256 processes.
 A fault, for tests: ``after_write='exit'`` ends the member's process right after its first
 task's result is written (before it answers), ``'hang'`` makes it wait forever there, having
-first created the file ``marker`` (so a test knows when to kill the driver). A group rebuilt
-after a fault gets a process of its own without one.
+first created the file ``marker`` (so a test knows when to kill the driver); ``stall_s`` makes
+its first task sleep that long before it renders, writes (then creates ``marker``) and answers:
+a member that comes back after its task was given up on. A group rebuilt after a fault gets a
+process of its own without one.
 """
 import itertools
 import os
@@ -44,9 +46,9 @@ def stub_tile(task: TileTask, start: tuple[ArrayLike, ArrayLike]) -> tuple[np.nd
 
 
 class _SimulatedMember(Member):
-    def __init__(self, latency_s=0.0, after_write=None, marker=None):
+    def __init__(self, latency_s=0.0, after_write=None, marker=None, stall_s=0.0):
         super().__init__(0, 1, {})
-        self.latency_s, self.after_write, self.marker = latency_s, after_write, marker
+        self.latency_s, self.after_write, self.marker, self.stall_s = latency_s, after_write, marker, stall_s
 
     def initialize(self, coordinator, timeout_s, heartbeat_s):
         return dict(rank=0, process_index=0, global_devices=1, local_devices=1, platform="stub")
@@ -60,7 +62,11 @@ class _SimulatedMember(Member):
         return stub_tile(task, start)
 
     def render(self, task):
+        stall, self.stall_s = self.stall_s, 0.0
+        time.sleep(stall)
         answer = super().render(task)
+        if stall and self.marker:
+            open(self.marker, "w").close()
         if self.after_write and task.out is not None:
             if self.marker:
                 open(self.marker, "w").close()
@@ -77,14 +83,22 @@ class Hosts:
     """The processes that host simulated groups' members; ``make_group`` is ``run_job``'s."""
 
     def __init__(self, groups: int, per_process: int = 1, latency_s: float = 0.0, after_write: str | None = None,
-                 marker: str | None = None) -> None:
+                 marker: str | None = None, stall_s: float = 0.0) -> None:
         self.latency_s = latency_s
         processes = -(-groups // per_process)
-        self.actors = [_Actor.options(max_concurrency=per_process, num_cpus=0).remote(latency_s, after_write, marker)
+        self.actors = [_Actor.options(max_concurrency=per_process, num_cpus=0).remote(latency_s, after_write, marker,
+                                                                                      stall_s)
                        for _ in range(processes)]
         self.per_process = per_process
         self._next = itertools.count()
         self.spares: list[Any] = []  # processes of rebuilt groups (Ray actor handles)
+        self.places: dict[Any, tuple[str, str, int]] = {}  # process (actor handle) -> its (node id, IP, pid)
+
+    def where(self, actor: Any) -> tuple[str, str, int]:
+        """Where the process ``actor`` runs, asked once (its groups share the answer)."""
+        if actor not in self.places:
+            self.places[actor] = ray.get(actor.where.remote())
+        return self.places[actor]
 
     def make_group(self, shape: GroupShape, name: str | None = None, init_timeout_s: float = 60) -> "SimulatedGroup":
         return SimulatedGroup(shape, self, next(self._next), name=name, init_timeout_s=init_timeout_s)
@@ -109,7 +123,7 @@ class SimulatedGroup(WorkerGroup):
             self.hosts.spares.append(member)
         self.members = [member]
         self.info = [ray.get(member.initialize.remote(None, self.init_timeout_s, self.heartbeat_s))]
-        self.where = [(None, None, None)]
+        self.where = [self.hosts.where(member)]
 
     def teardown(self) -> None:
         self.members = []  # the processes are the pool's (``Hosts.shutdown``)

@@ -210,7 +210,7 @@ def group_shapes(spec: JobSpec, local: bool) -> list[GroupShape]:
     cluster, a job that names no groups gets one per node (``cluster.group.discover_shapes``)."""
     from cluster.group import GroupShape, discover_shapes
     g = spec.groups
-    if not local and dataclasses.replace(g, cpu_isa=None) == GroupsSpec():
+    if not local and dataclasses.replace(g.shape_only(), cpu_isa=None) == GroupsSpec():
         return [dataclasses.replace(s, cpu_isa=g.cpu_isa) for s in discover_shapes()]
     strategy = "PACK" if local else "STRICT_SPREAD"
     devices = _devices_per_host(g, local)

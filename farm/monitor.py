@@ -31,6 +31,7 @@ import numpy as np
 from farm import summary
 from farm.errors import FarmError
 from farm.export import NO_SAMPLES, checkered
+from farm.failures import Retries, read_notes
 from farm.job import open_store
 from farm.names import is_utf8
 from farm.records import TileRecord, has_samples
@@ -80,6 +81,7 @@ class JobSummary:
     damaged_frames: tuple[int, ...] = ()  # the frame numbers of those
     per_frame: tuple[FrameProgress, ...] = ()  # FrameProgress per frame
     cpu_isa: str | None = None        # a CPU job's arithmetic: its instruction-set level (tracer.runtime.xla_flags)
+    failures: Retries = Retries()     # the last run's retries, per task with their reasons, and hosts left out
 
     def to_json(self, frames: bool = False) -> dict[str, Any]:
         """A dict for JSON (``farm status --json``, ``farm serve``'s API); ``per_frame`` with ``frames``."""
@@ -230,7 +232,7 @@ def _summary(name: str, spec: JobSpec, fs: FrameStore, now: float, verify: bool 
         eta_s=eta if running else None, updated=updated,
         damaged_tasks=len(bad), damaged_frames=tuple(sorted({spec.frames[0] + int(key[0]) for key in bad})),
         per_frame=_frames(spec.frames[0], table, eta if running else None, running),
-        cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None)
+        cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None, failures=read_notes(notes))
 
 
 def _state(notes: Mapping[str, Any], finished: bool, started: bool, now: float) -> str:

@@ -89,6 +89,11 @@ GROUP_OPTIONS = (
     Option("--cpu-isa", "cpu_isa", "CPU instruction set of the job's arithmetic (default: the store's; a new one "
            "this machine's, or AVX2 on a cluster). A host without it refuses the job.",
            type=click.Choice(ISAS, case_sensitive=False), parse=str.upper),
+    Option("--task-timeout", "task_timeout", "Seconds a task may run before it is taken from its group (which is "
+           "rebuilt) and sent elsewhere (default: 5x the run's median task time, at least 60 s; a group's first "
+           "task, which compiles, at least 600 s).", type=float, metavar="SECONDS"),
+    Option("--host-failures", "host_failures", "Failed tasks after which a host is left out of the run "
+           "(default 3).", type=int),
 )
 
 

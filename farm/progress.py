@@ -26,6 +26,7 @@ from farm.faults import EnvironmentFault, StoreFault
 from farm.store import error_line
 
 if TYPE_CHECKING:
+    from farm.failures import Failures
     from farm.planner import Plan
     from farm.store import FrameStore
 
@@ -98,6 +99,7 @@ class RunProgress:
         self.throughput = Throughput()
         self.last_note: float | None = None
         self.ended = False  # the run's last notes (done, or how it failed) are written
+        self.failures: Failures | None = None  # the run's retries and hosts left out (the scheduler's), noted too
         self.bar = tqdm(total=None, unit="px-sample", unit_scale=True, desc="starting", disable=not show,
                         dynamic_ncols=True, bar_format=self._BAR)
 
@@ -154,7 +156,9 @@ class RunProgress:
         return True
 
     def write(self, state: str, **fields: Any) -> None:
-        """The store's notes: ``state`` and this run's phase, samples and frames, and ``fields``."""
+        """The store's notes: ``state`` and this run's phase, samples, frames and failures, and ``fields``."""
+        if self.failures is not None:
+            fields["failures"] = self.failures.notes()
         self.store.write_progress(state=state, phase=self.phase_name, phases=dict(self.phases),
                                   done_units=self.done_units, total_units=self.total_units,
                                   frames_done=self.frames_done(), n_frames=self.n_frames, **fields)
@@ -165,7 +169,9 @@ class RunProgress:
 
     def fail(self, error: BaseException | str, state: str) -> None:
         self.ended = True
-        self.write(state, error=str(error), rate=self.throughput.rate())
+        text = str(error)
+        self.store.log(text if text.startswith(state) else f"{state}: {text}")  # why the run ended (farm logs)
+        self.write(state, error=text, rate=self.throughput.rate())
 
     def fail_quietly(self, error: BaseException) -> None:
         """``fail`` for an error from outside the render loop; nothing is written where the

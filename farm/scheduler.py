@@ -7,9 +7,14 @@ sent once its last one is committed); elsewhere (an fsspec URL such as ``memory:
 come back to the driver, which folds each tile's chunks in chunk order (``farm.folding``).
 Every sending of a task is one ``Dispatch`` record; a result counts only if its dispatch is
 still its task's live one, so a task that was given up on and sent elsewhere can never be
-written twice when its first group comes back (fencing). A lost member fails its group's task
-and the group is rebuilt from new processes; a task that fails ``max_attempts`` times fails the
-job with its own error.
+written twice when its first group comes back (fencing). A lost member, or a task that runs past
+its timeout (``farm.failures.TaskClock``), fails its group: the task is retried, first and on
+another host where a group there is free, the group's other task goes back to the queue as it
+was, and the group is rebuilt from new processes (the old ones killed: a hung member too). Each
+failure counts against the task and the group's hosts (``farm.failures.Failures``); a host past
+``[groups] host_failures`` is left out (its groups re-formed elsewhere, or dropped), and with
+every host left out the job stops (``NoHostLeft``). A task that fails ``max_attempts`` times
+fails the job with its own error.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from cluster.task import TileTask
 from farm import faults, signals, summary
 from farm.adaptive import Shot
 from farm.errors import FarmError
+from farm.failures import Failures, Host, TaskClock, task_label
 from farm.folding import Folds
 from farm.job import job_samples, scene_ref, tile_size
 from farm.tree import split_tail
@@ -43,7 +49,7 @@ if TYPE_CHECKING:
     from farm.spec import JobSpec
     from farm.store import FrameStore
 
-__all__ = ["run_job", "JobFailed", "Cancelled", "SceneChangedError", "Dispatch"]
+__all__ = ["run_job", "JobFailed", "NoHostLeft", "Cancelled", "SceneChangedError", "Dispatch"]
 
 
 class JobFailed(FarmError):
@@ -52,6 +58,11 @@ class JobFailed(FarmError):
 
 class Cancelled(FarmError):
     exit_code = 5
+
+
+class NoHostLeft(JobFailed):
+    """Every host the job's groups ran on was left out (``farm.failures``): the run stops, the
+    store as the last commit left it."""
 
 
 class SceneChangedError(JobFailed):
@@ -79,7 +90,12 @@ class Dispatch:
     handle: list[ray.ObjectRef]  # the group's handle of the render (``WorkerGroup.submit``)
     generation: int     # the group's generation when sent: an answer of an older one is stale
     started: float      # time.monotonic() when sent
+    hosts: tuple[Host, ...]  # where the group's members were when sent
     slot: Slot | None = None  # where its member writes the result (farm.results.Slot), or None: sent back
+
+    @property
+    def label(self) -> str:
+        return task_label(self.task.frame, self.task.chunk, self.task.key[2:])
 
 
 def _remote_error(exc: BaseException) -> tuple[str, bool]:
@@ -109,8 +125,18 @@ class _Queue:
                 self.front.append(task)
         return bool(self.front)
 
-    def popleft(self) -> Task | None:
-        return self.front.popleft() if self else None
+    def popleft(self, fits: Callable[[Task], bool] = lambda task: True) -> Task | None:
+        """The first queued task that ``fits`` (the plan's fresh ones always do), or None."""
+        if not self:
+            return None
+        for i, queued in enumerate(self.front):
+            if fits(queued):
+                del self.front[i]
+                return queued
+        fresh = next(self.rest, None) if self.rest is not None else None
+        if fresh is None:
+            self.rest = None
+        return fresh
 
     def appendleft(self, task: Task) -> None:
         self.front.appendleft(task)
@@ -128,16 +154,20 @@ class _JobRun:
                  ready: Callable[[], object] | None = None):
         self.spec, self.store, self.shapes, self.make_group = spec, store, shapes, make_group
         self.ready = ready  # waited for before the first dispatch
-        self.init_timeout_s, self.task_timeout_s = init_timeout_s, task_timeout_s
+        self.init_timeout_s = init_timeout_s
+        self.clock = TaskClock(task_timeout_s if task_timeout_s is not None else spec.groups.task_timeout)
+        self.failures = Failures(spec.groups.host_failures)
+        progress.failures = self.failures  # in the run's notes (farm status, farm serve)
         self.slowest = 0.0  # seconds of the slowest task that counted
-        self.fenced = 0     # answers dropped because their dispatch had been given up on
+        self.fenced = 0     # dispatches given up on: a result of theirs, answered or written, never counts
+        # group -> when its last answer came (its next task's clock starts then); None: none yet, since it formed
+        self.answered: dict[WorkerGroup, float | None] = {}
         self.max_attempts, self.max_rebuilds = max_attempts, max_rebuilds
         self.progress, self.log = progress, log
         self.th, self.tw = tile_size(spec, store)
         self.queue = _Queue(())  # tasks to send, first first
         # tile -> tasks past its window, in chunk order
         self.parked: collections.defaultdict[tuple[int, int, int], list[Task]] = collections.defaultdict(list)
-        self.attempts: collections.Counter[tuple[int, int, int, int]] = collections.Counter()  # task key -> failed dispatches
         self.live: dict[tuple[int, int, int, int], Dispatch] = {}  # task key -> its live Dispatch
         self.inflight: dict[ray.ObjectRef, Dispatch] = {}    # ray ref -> Dispatch not yet answered
         self.load: collections.Counter[WorkerGroup] = collections.Counter()  # group -> dispatches in flight
@@ -211,9 +241,11 @@ class _JobRun:
                 ready, rest = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
                 if ready and rest:  # every answer that is in: their commits go in one batch
                     ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-                self.give_up_on_stragglers()
                 for ref in ready:
-                    self.collect(self.inflight.pop(ref), groups)
+                    d = self.inflight.pop(ref, None)
+                    if d is not None:  # (None: let go with its group, which failed meanwhile)
+                        self.collect(d, groups)
+                self.give_up_on_stragglers(groups)
                 self.commit()
                 if progress.note() and store.cancel_requested():
                     raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
@@ -223,8 +255,8 @@ class _JobRun:
             progress.finish()
             return job
         except (JobFailed, Cancelled, KeyboardInterrupt) as e:
-            states = {JobFailed: "failed", Cancelled: "cancelled", SceneChangedError: "stopped"}
-            progress.fail(e, states.get(type(e), signals.state()))
+            states = ((SceneChangedError, "stopped"), (JobFailed, "failed"), (Cancelled, "cancelled"))
+            progress.fail(e, next((state for kind, state in states if isinstance(e, kind)), signals.state()))
             raise
         finally:
             self.teardown(groups)
@@ -239,21 +271,27 @@ class _JobRun:
     def dispatch(self, groups):
         """Fill every group up to ``_DEPTH`` dispatches: the next task is already queued in the
         members when one finishes, so groups never wait on the driver."""
+        # A retry goes to a group on a host it has not failed on, where there is one.
+        where = {g: _hosts(g) for g in groups} if self.failures.hosts_of else None
         for group in groups:
             while self.load[group] < _DEPTH:
-                task = self.next_task()
+                task = self.next_task(group, where)
                 if task is None:
-                    return
+                    break
                 tile = self.tile_task(task)
-                d = Dispatch(task, group, group.submit(tile), group.generation, time.monotonic(), tile.out)
+                d = Dispatch(task, group, group.submit(tile), group.generation, time.monotonic(), _hosts(group),
+                             tile.out)
                 self.live[task.key] = d
                 self.inflight[group.ready_ref(d.handle)] = d
                 self.load[group] += 1
 
-    def next_task(self):
-        """The first queued task within its tile's window; those past it wait (``parked``)."""
-        while self.queue:
-            task = self.queue.popleft()
+    def next_task(self, group, where=None):
+        """The first queued task within its tile's window that may go to ``group`` (``where``:
+        every group's hosts, when some task failed: ``Failures.fits``); those past their window
+        wait (``parked``)."""
+        fits = ((lambda task: self.failures.fits(task.key, where[group], where.values()))
+                if where is not None else lambda task: True)
+        while (task := self.queue.popleft(fits)) is not None:
             if self.folds.may_start(task):
                 return task
             self.parked[task.line].append(task)
@@ -269,12 +307,11 @@ class _JobRun:
         try:
             answer = d.group.result(d.handle)
         except GroupFailed as e:
-            if live:
-                self.retry(d.task, str(e))
-            # Its other dispatch fails too: rebuild once per failure (generation).
             if d.group in groups and d.generation == d.group.generation:
-                self.log(f"{e}; rebuilding it and sending its tasks elsewhere")
-                self.rebuild(d.group, groups)
+                self.group_failed(d, str(e), groups)
+            elif live:  # of a group failed and rebuilt since: sent again, not counted twice
+                del self.live[d.task.key]
+                self.queue.appendleft(d.task)
             return
         except ray.exceptions.RayTaskError as e:
             if isinstance(getattr(e, "cause", None), SceneChanged):
@@ -286,15 +323,19 @@ class _JobRun:
             if deterministic:
                 raise JobFailed(message) from None
             if live:
-                self.retry(d.task, message)
+                self.retry(d, message, groups)
             return
+        now = time.monotonic()
+        began = self.began(d)
+        self.answered[d.group] = now
         if not live:
             self.fenced += 1
             if d.slot is not None:
                 self.folds.drop(d.slot)
             return  # fenced: this dispatch was given up on
         del self.live[d.task.key]
-        self.slowest = max(self.slowest, time.monotonic() - d.started)
+        self.slowest = max(self.slowest, now - d.started)
+        self.clock.add(now - began)
         if d.slot is not None:
             self.folds.accept(d.task, d.slot, answer.receipt)
         else:
@@ -320,32 +361,88 @@ class _JobRun:
         self.progress.grow(sum(self.units(t) for t in more), [t.key[0] for t in more])
         self.queue.extendleft(reversed(self.parked.pop(line, []) + more))
 
-    def task_timeout(self):
-        """How long a dispatch may run before it is given up on: the fixed timeout, or ten times
-        the slowest task so far (at least 10 minutes: the first task of a group compiles)."""
-        if self.task_timeout_s is not None:
-            return self.task_timeout_s
-        return max(600.0, 10 * self.slowest)
+    def began(self, d):
+        """When ``d`` reached the head of its group's line (a group renders one task at a time)."""
+        last = self.answered.get(d.group)
+        return d.started if last is None else max(d.started, last)
 
-    def give_up_on_stragglers(self):
-        """Send tasks that run too long elsewhere. Their group stays busy until it answers;
-        that answer is then fenced off (its dispatch is no longer the task's live one)."""
-        now, limit = time.monotonic(), self.task_timeout()
-        for d in list(self.inflight.values()):
-            if self.live.get(d.task.key) is d and now - d.started > limit:
-                task = d.task
-                self.log(f"{d.group.name}: task frame {task.frame} chunk {task.chunk} tile {task.key[2:]} "
-                         f"ran {now - d.started:.0f} s; sending it elsewhere")
-                self.retry(task, f"timed out after {limit:.0f} s")
+    def give_up_on_stragglers(self, groups):
+        """A task past its timeout fails its group (``group_failed``): it is sent elsewhere, and
+        the group rebuilt from new processes, so that a hung member holds nothing."""
+        now, heads = time.monotonic(), {}
+        for d in self.inflight.values():  # in the order sent: each group's first is the one it renders
+            heads.setdefault(d.group, d)
+        limits = {first: self.clock.limit(first) for first in (False, True)}  # (one median a look)
+        for group, d in heads.items():
+            limit = limits[self.answered.get(group) is None]
+            ran = now - self.began(d)
+            if ran > limit and group in groups and d.generation == group.generation:
+                self.group_failed(d, f"timed out after {limit:.0f} s", groups)
 
-    def retry(self, task, message):
-        """Queue ``task`` again, first, unless it has failed ``max_attempts`` times."""
+    def group_failed(self, d, reason, groups):
+        """``d``'s group failed (a member lost, a timeout): its task is retried, its other tasks
+        go back to the queue uncounted, and it is rebuilt (unless its host was left out meanwhile)."""
+        group = d.group
+        reason = reason.removeprefix(f"{group.name}: ")
+        self.log(f"{group.name} on {_names(d.hosts)}: task {d.label} failed: {reason}; "
+                 f"rebuilding it and sending its tasks elsewhere")
+        self.let_go(group, keep=d)
+        if self.live.get(d.task.key) is d:
+            self.retry(d, reason, groups)
+        if group in groups and group.generation == d.generation:  # (not re-formed as its host was left out)
+            self.rebuild(group, groups)
+
+    def let_go(self, group, keep=None):
+        """Forget ``group``'s dispatches in flight (but ``keep``): whatever they answer or write
+        never counts (fenced); their tasks go back to the queue as they were."""
+        for ref, d in list(self.inflight.items()):
+            if d.group is not group:
+                continue
+            del self.inflight[ref]
+            self.load[group] -= 1
+            self.fenced += 1
+            if d.slot is not None:
+                self.folds.drop(d.slot)
+            if d is not keep and self.live.get(d.task.key) is d:
+                del self.live[d.task.key]
+                self.queue.appendleft(d.task)
+
+    def retry(self, d, message, groups):
+        """Queue ``d``'s task again, first, unless it has failed ``max_attempts`` times; the
+        failure counts against its group's hosts, which may leave them out."""
+        task = d.task
         self.live.pop(task.key, None)
-        self.attempts[task.key] += 1
-        if self.attempts[task.key] >= self.max_attempts:
-            raise JobFailed(f"task frame {task.frame} chunk {task.chunk} tile {task.key[2:]} failed "
-                            f"{self.attempts[task.key]} times; last error: {message}")
-        self.queue.appendleft(task)
+        where = f"{d.group.name} on {_names(d.hosts)}"
+        left_out = self.failures.fail(task.key, d.label, task.frame, message, where, d.hosts)
+        tries = self.failures.retries(task.key)
+        if tries < self.max_attempts:
+            self.log(f"retry {tries} of task {d.label}: {message} ({where})")
+            self.queue.appendleft(task)
+        if left_out:  # (before a task's last error: a host left out is the likelier cause)
+            self.leave_out(left_out, groups)
+        if tries >= self.max_attempts:
+            raise JobFailed(f"task {d.label} failed {tries} times; last error: {message} ({where})")
+
+    def leave_out(self, hosts, groups):
+        """Leave ``hosts`` out of the run: no group is placed there again, and those there are
+        re-formed elsewhere where the cluster has another node, else dropped."""
+        for host in hosts:
+            why = self.failures.left_out[host.node]
+            self.log(f"{host.name} is left out of the job: its groups failed {why.failures} task(s) "
+                     f"(last: {why.reason})")
+        avoid = frozenset(self.failures.left_out)
+        for group in list(groups):
+            group.avoid = avoid
+            if not avoid.intersection(h.node for h in _hosts(group)):
+                continue
+            self.let_go(group)
+            if not (_room_elsewhere(group, avoid) and self.rebuild(group, groups)):
+                if group in groups:
+                    group.teardown()
+                    groups.remove(group)
+        if not groups:
+            raise NoHostLeft(f"no host is left to render on: {self.failures.why_none_left()}; "
+                             f"`farm resume {self.store.url}` goes on from here")
 
     def start_groups(self):
         """Form the groups side by side: each waits on its own members (processes, JAX,
@@ -374,6 +471,7 @@ class _JobRun:
 
     def rebuild(self, group, groups):
         """Rebuild a failed group, or drop it; returns whether it is back."""
+        self.answered[group] = None  # its next task compiles (or loads) the program again
         if group.rebuilds < self.max_rebuilds:
             try:
                 group.rebuild()
@@ -383,6 +481,24 @@ class _JobRun:
         group.teardown()
         groups.remove(group)
         return False
+
+
+def _hosts(group: WorkerGroup) -> tuple[Host, ...]:
+    """The hosts of ``group``'s members (those Ray does not name left out)."""
+    return tuple(h for h in (Host.of(node, ip) for node, ip in group.nodes()) if h is not None)
+
+
+def _names(hosts: Sequence[Host]) -> str:
+    return ", ".join(h.name for h in hosts) or "an unknown host"
+
+
+def _room_elsewhere(group: WorkerGroup, avoid: frozenset[str]) -> bool:
+    """Whether the cluster has live nodes outside ``avoid`` enough for ``group``'s members, each
+    with its bundle's resources (free or not: Ray waits for them, up to the group's init timeout)."""
+    bundle = group.shape.bundle()
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("NodeID") not in avoid
+             and all(n.get("Resources", {}).get(r, 0) >= v for r, v in bundle.items())]
+    return len(nodes) >= group.shape.hosts
 
 
 def _sum_stats(stats):
@@ -398,8 +514,8 @@ def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
-    ``task_timeout_s`` (default: adaptive) is when a running task is given up on and sent
-    elsewhere. ``make_group(shape, name=, init_timeout_s=)`` makes a group (``WorkerGroup``; the
+    ``task_timeout_s`` (default: the job's ``groups.task_timeout``, else ``farm.failures``'s
+    default) is when a running task is given up on, its group rebuilt and the task sent elsewhere. ``make_group(shape, name=, init_timeout_s=)`` makes a group (``WorkerGroup``; the
     simulated groups of ``cluster.simulated`` for benchmarks and fault tests). ``ready()`` is waited for once the
     groups have formed, before the first task goes out (the driver's compilation ahead of them). Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
     the groups' XLA programs, how many came from the persistent compilation cache).
@@ -418,4 +534,4 @@ def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_
         log(f"XLA: {c['programs']} program(s), {c['compiled']} compiled and {c['cache_hits']} loaded from "
             f"the compilation cache, in {c['seconds']:.1f} s")
     return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest,
-                                            "compile": runner.compiles})
+                                            "compile": runner.compiles, "failures": runner.failures.summary()})

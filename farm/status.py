@@ -24,6 +24,7 @@ from farm.monitor import summary_of
 from farm.store import StoreError, progress_number
 
 if TYPE_CHECKING:
+    from farm.failures import Retries
     from farm.monitor import JobSummary
     from farm.spec import JobSpec
     from farm.store import FrameStore
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["show", "spp_text", "WATCH_S"]
 
 WATCH_S = 2.0  # seconds between two looks with --watch (the driver notes its progress as often)
+SHOWN = 5      # retried tasks shown in lines (--json has farm.failures.SHOWN_TASKS)
 
 
 def show(store: str, as_json: bool = False, watch: bool = False, interval: float = WATCH_S,
@@ -82,6 +84,7 @@ def _lines(store, spec, fs, s):
     line = _last_run(fs.progress(), s)
     if line:
         lines.append(line)
+    lines += _failure_lines(s.failures)
     driver = holder(fs.group)
     lines.append("driver:  " + ("none yet" if driver is None else "unknown (its lease does not read)"
                                 if driver is False else driver.describe(time.time())))
@@ -89,6 +92,20 @@ def _lines(store, spec, fs, s):
         estimate = "-" if f.noise is None else f"{f.noise:.4f}"
         lines.append(f"  frame {f.frame}: {f.spp:.1f} spp, noise {estimate}"
                      + (f" ({100 * f.done:.0f}%)" if f.done < 1 else ""))
+    return lines
+
+
+def _failure_lines(f: Retries) -> list[str]:
+    """The last run's retries (the most retried tasks first, ``SHOWN`` of them) and hosts left out."""
+    lines = []
+    if f.count:
+        lines.append(f"retries: {f.count} of {f.tasks} task(s) in the last run")
+        for t in f.retried[:SHOWN]:
+            lines.append(f"  {t.task}: {t.retries}x; " + "; ".join(t.reasons))
+        if f.tasks > SHOWN:
+            lines.append(f"  and {f.tasks - SHOWN} more task(s) (--json lists {len(f.retried)})")
+    for h in f.left_out:
+        lines.append(f"left out: {h.host}, after {h.failures} failed task(s) (last: {h.reason})")
     return lines
 
 

@@ -55,7 +55,9 @@ _LIST = """<!doctype html><html><head><meta charset="utf-8"><title>farm: jobs</t
 {% else %}<td class="num">{{ j.frames_done }}/{{ j.frames }}</td>
 <td class="num">{{ pct(j.samples_done, j.samples_total) }} of {{ j.spp }} spp</td>
 <td class="num">{{ rate(j.rate) }}</td><td class="num">{{ clock(j.eta_s) }}</td>
-<td>{{ basename(j.scene) }}{% if j.error %} <span class="error">{{ j.error }}</span>{% endif %}</td>{% endif %}
+<td>{{ basename(j.scene) }}{% if j.error %} <span class="error">{{ j.error }}</span>{% endif %}{% if j.failures.count %}
+<span class="retries">{{ j.failures.count }} {{ "retry" if j.failures.count == 1 else "retries" }}</span>{% endif %}{% if j.failures.left_out %}
+<span class="error">{{ j.failures.left_out | length }} host(s) left out</span>{% endif %}</td>{% endif %}
 </tr>{% endfor %}</table>{% endif %}
 </body></html>"""
 
@@ -76,6 +78,10 @@ up to {% endif %}{{ j.spp }} spp</td></tr>
 {% if j.error %}<tr><th>last error</th><td class="error">{{ j.error }}</td></tr>{% endif %}
 {% if j.damaged_tasks %}<tr><th>damaged</th><td class="error">{{ j.damaged_tasks }} record(s) do not read back;
 `farm resume` renders them again</td></tr>{% endif %}
+{% if j.failures.count %}<tr><th>retries</th><td>{{ j.failures.count }} of {{ j.failures.tasks }} task(s) in the last run
+<ul class="retries">{% for t in j.failures.retried %}<li>{{ t.task }}: {{ t.retries }}x; {{ t.reasons | join("; ") }}</li>{% endfor %}</ul></td></tr>{% endif %}
+{% for h in j.failures.left_out %}<tr><th>left out</th><td class="error">{{ h.host }}, after {{ h.failures }} failed task(s)
+(last: {{ h.reason }})</td></tr>{% endfor %}
 </table>
 <p><progress max="{{ j.samples_total }}" value="{{ j.samples_done }}"></progress></p>
 <div class="grid">{% for f in j.per_frame %}<figure>

@@ -1,7 +1,6 @@
 """The farm end to end on a real local Ray and real Zarr stores: bits equal to the tracer's own
 render, a worker killed mid-task, a driver killed mid-job, refinement, and bad inputs."""
 import dataclasses
-import itertools
 import os
 import re
 import shutil
@@ -307,20 +306,21 @@ def test_job_file_groups_are_checked(tmp_path, groups, message):
 
 
 def test_a_task_given_up_on_is_written_once_when_its_first_group_answers(local_ray, tmp_path, monkeypatch):
-    # The first look for stragglers gives up on every task then in flight (the first of each
-    # group, whether it compiles or loads its program from a warm cache) and sends them
-    # elsewhere; their late answers must be fenced off.
+    # The first look for stragglers gives up on every group's task then in flight (whether it
+    # compiles or loads its program from a warm cache): the groups are rebuilt and their tasks sent
+    # again; whatever their killed members wrote must never be committed.
     spec = dataclasses.replace(orbit_spec(tmp_path / "f.zarr", frames=(0, 1)), groups=GroupsSpec(count=2))
     spec, store = job.prepare(spec)
     writes = []  # the results committed (the workers write them, the driver commits: farm.results)
     accept = Commits.accept
     monkeypatch.setattr(Commits, "accept", lambda self, task, *a: (writes.append(task.line), accept(self, task, *a))[1])
-    looks = itertools.count()
-    monkeypatch.setattr(scheduler._JobRun, "task_timeout", lambda self: 0.0 if next(looks) == 0 else 600.0)
+    failed, group_failed = [], scheduler._JobRun.group_failed
+    monkeypatch.setattr(scheduler._JobRun, "group_failed", lambda run, *a: (failed.append(a), group_failed(run, *a)))
+    monkeypatch.setattr(scheduler.TaskClock, "limit", lambda self, first: 600.0 if failed else 0.0)
     messages = []
     plan = run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False, log=messages.append)
-    assert any("sending it elsewhere" in m for m in messages)
-    assert plan.stats["fenced"] >= 1
+    assert any("timed out after 0 s; rebuilding it and sending its tasks elsewhere" in m for m in messages), messages
+    assert plan.stats["fenced"] >= 1 and plan.stats["failures"].count == len(failed) >= 1
     assert all(t.tail for t in plan.todo)
     assert sorted(writes) == sorted(t.line for t in plan.todo)  # every task written exactly once
     for got, want in zip(exported(store.url, tmp_path), reference(spec)):

@@ -1,6 +1,6 @@
 """Workers write their own results (``farm.results``): killed after writing and before answering,
-a worker's result is never committed and the job ends in the bits of an uninterrupted run; a
-driver killed between its worker's write and its commit leaves an orphan that resume deletes, and
+or hung there past the task timeout, a worker's result is never committed and the job ends in the
+bits of an uninterrupted run, each task committed once; a driver killed between its worker's write and its commit leaves an orphan that resume deletes, and
 ends in the same bits; a fenced driver's worker's write never becomes committed. The work unit is
 ``cluster.simulated``'s stub (what is tested is the write path, not the tracer)."""
 import glob
@@ -15,7 +15,7 @@ import pytest
 
 from cluster.group import GroupShape
 from cluster.simulated import Hosts
-from farm import job
+from farm import failures, job
 from farm.lease import Fenced, Lease
 from farm.planner import plan
 from farm.records import as_fields
@@ -29,16 +29,16 @@ from tests.helpers.hang_guard import hang_guard
 SPP = 96  # one complete chunk (64 samples) and a tail of 32 a tile: both kinds of commit
 
 
-def _render(store, spp=SPP, groups=2, **faults):
-    """Render the orbit job's frames 0-1 into ``store`` on simulated groups; the run's log."""
+def _render(store, spp=SPP, groups=2, task_timeout_s=None, **faults):
+    """Render the orbit job's frames 0-1 into ``store`` on simulated groups; (the run's log, its stats)."""
     spec, fs = job.prepare(orbit_spec(store, frames=(0, 1), spp=spp))
     hosts, messages = Hosts(groups, **faults), []
     try:
-        run_job(spec, fs, [GroupShape()] * groups, show_progress=False, log=messages.append,
-                make_group=hosts.make_group)
+        done = run_job(spec, fs, [GroupShape()] * groups, show_progress=False, log=messages.append,
+                       make_group=hosts.make_group, task_timeout_s=task_timeout_s)
     finally:
         hosts.shutdown()
-    return messages
+    return messages, done.stats
 
 
 def _contents(store):
@@ -70,10 +70,38 @@ def uninterrupted(local_ray, tmp_path_factory):
 def test_a_worker_killed_after_writing_is_never_committed(local_ray, tmp_path, uninterrupted):
     store = tmp_path / "s.zarr"
     with hang_guard(120):
-        messages = _render(store, after_write="exit")
+        messages, _ = _render(store, after_write="exit")
     assert any("rebuilding it" in m for m in messages), messages  # both first results were lost
     _assert_same(_contents(store), uninterrupted)
     assert _orphans(str(store)) == []  # what the killed members wrote was deleted
+
+
+@pytest.mark.parametrize("fault", ["hangs after writing", "writes late"])
+def test_a_member_past_the_task_timeout_never_gets_its_result_committed(local_ray, tmp_path, uninterrupted,
+                                                                        monkeypatch, fault):
+    """Each group's first member either hangs once it has written its first result (it never
+    answers), or sleeps past the timeout, then writes and answers: either way its task is sent
+    elsewhere and the group rebuilt from a new process at the task timeout; what the member wrote
+    is never committed, every task is committed once, and the store holds the bits of an
+    uninterrupted run (read again once the late member has written)."""
+    store, marker = tmp_path / "s.zarr", tmp_path / "written"
+    monkeypatch.setattr(failures, "FIRST_TASK_S", 0.0)  # the stub compiles nothing: no first-task allowance
+    committed, accept = [], Commits.accept
+    monkeypatch.setattr(Commits, "accept", lambda self, task, *a: (committed.append(task.key), accept(self, task, *a))[1])
+    faults = dict(after_write="hang") if fault == "hangs after writing" else dict(stall_s=4.0, latency_s=0.2)
+    t0 = time.monotonic()
+    with hang_guard(120):
+        messages, stats = _render(store, task_timeout_s=1.5, marker=str(marker), **faults)
+        print(f"two groups timed out, rebuilt, and the job done in {time.monotonic() - t0:.1f} s")
+        while not marker.exists():  # the late member's write, if it comes after the job's end
+            time.sleep(0.1)
+    assert sum("timed out after 2 s; rebuilding it" in m for m in messages) == 2, messages
+    assert stats["failures"].count == 2 and all("timed out" in t.reasons[0] for t in stats["failures"].retried)
+    assert stats["fenced"] >= 2  # the timed-out dispatches, and those queued behind them
+    assert len(committed) == len(set(committed))  # each task committed once
+    _assert_same(_contents(store), uninterrupted)
+    if fault == "hangs after writing":
+        assert _orphans(str(store)) == []  # the hung members' writes were deleted
 
 
 def test_the_driver_killed_between_write_and_commit_then_resumed(local_ray, tmp_path, uninterrupted):
