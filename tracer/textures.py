@@ -108,7 +108,7 @@ class TextureTableBuilder:
 
     def add_constant(self, rgb: ArrayLike, shared: bool = True) -> int:
         """The id of a constant texture; equal constants share one unless ``shared`` is off (a
-        value that is a parameter of its own, ``tracer.parameters``)."""
+        value that is a parameter of its own, ``tracer.scene_parameters``)."""
         rgb = tuple(float(c) for c in np.broadcast_to(np.asarray(rgb, np.float64), (3,)))
         if not shared:
             return self._add(TextureKind.CONSTANT, color0=rgb)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from tracer import parameters as P
+from tracer import scene_parameters as P
 from tracer.io.shape_order import signature
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ class _Namer:
 
 
 def name_parameters(root: PluginNode, sources: Sources, textures: Textures, emitters: Emitters) -> tuple[P.Slot, ...]:
-    """The ``tracer.parameters.Slot`` of every key Mitsuba gives the scene ``root`` that we know:
+    """The ``tracer.scene_parameters.Slot`` of every key Mitsuba gives the scene ``root`` that we know:
     the differentiable ones with the leaves that hold them, the baked ones refused with why."""
     namer = _Namer(sources, textures, emitters)
     for node in root.children:  # top-level definitions first, in file order, as Mitsuba names them
