@@ -50,6 +50,8 @@ _BAKED = {
 # Parameters Mitsuba's traversal lists when the file leaves them at their default (others only when given).
 _TRAVERSED_DEFAULTS = {"diffuse": ("reflectance",), "conductor": ("specular_reflectance",)}
 _GEOMETRY = "shape geometry is not differentiable here (that needs visibility-discontinuity terms)"
+_DEFAULT_BSDF = ("a shape without a bsdf shares one default material with the others here; give it a bsdf "
+                 "to differentiate it")
 _RADIANCE_NAMES = {"area": "radiance", "constant": "radiance", "point": "intensity", "spot": "intensity",
                    "directional": "irradiance"}
 
@@ -149,6 +151,8 @@ class _Namer:
 
     def _shape(self, node, prefix):
         self.add(f"{prefix}.to_world", (4, 4), refused=_GEOMETRY)
+        if not any(child.category == "bsdf" for _, child in node.named_children()):
+            self.add(f"{prefix}.bsdf.reflectance.value", (1,), refused=_DEFAULT_BSDF)
         if node.type in ("obj", "ply", "serialized"):
             self.add(f"{prefix}.vertex_positions", (0,), refused=_GEOMETRY)
 
