@@ -27,7 +27,7 @@ from tracer.shared import MAX_FRAME, MAX_SEED, MAX_SPP
 if TYPE_CHECKING:
     from tracer.scene import Scene
 
-__all__ = ["render_differentiable"]
+__all__ = ["render_differentiable", "image"]
 
 
 def _whole(name: str, value: object, high: int) -> int:
@@ -37,10 +37,20 @@ def _whole(name: str, value: object, high: int) -> int:
     return value
 
 
-def render_differentiable(scene: Scene, params: Mapping[str, jax.Array], spp: int, seed: int = 0,
-                          frame: int = 0) -> jax.Array:
+def _index(name: str, value: object, high: int) -> jax.Array:
+    """A seed or frame as an int32 scalar: a host int (checked) or an integer array (traced:
+    under ``jax.jit`` one program serves every seed)."""
+    if isinstance(value, jax.Array) and value.shape == () and jnp.issubdtype(value.dtype, jnp.integer):
+        return value.astype(jnp.int32)
+    return jnp.int32(_whole(name, value, high))
+
+
+def render_differentiable(scene: Scene, params: Mapping[str, jax.Array], spp: int, seed: int | jax.Array = 0,
+                          frame: int | jax.Array = 0) -> jax.Array:
     """The linear RGB image (H, W, 3) float32 of ``scene`` with ``params`` (keys of
-    ``tracer.scene_parameters``, any subset, Mitsuba's shapes) written in, ``spp`` samples a pixel.
+    ``tracer.scene_parameters``, any subset, Mitsuba's shapes) written in, ``spp`` samples a pixel;
+    ``seed`` and ``frame`` address the samples as ``tracer.render``'s (ints, or int32 scalars
+    traced under ``jax.jit``).
 
     ``jax.grad`` and ``jax.vjp`` through it give the derivatives in ``params`` that Mitsuba's
     ``prb`` integrator gives (path replay: memory does not grow with the paths' length; the
@@ -55,15 +65,18 @@ def render_differentiable(scene: Scene, params: Mapping[str, jax.Array], spp: in
     spp = _whole("spp", spp, MAX_SPP)
     if spp == 0:
         raise ValueError("tracer.render_differentiable: spp must be at least 1")
-    seed, frame = _whole("seed", seed, MAX_SEED), _whole("frame", frame, MAX_FRAME)
+    seed_, frame_ = _index("seed", seed, MAX_SEED), _index("frame", frame, MAX_FRAME)
     params = {key: jnp.asarray(value, jnp.float32) for key, value in params.items()}
     P.substitute(scene, params)  # refuses bad keys and shapes by name, before anything is traced
-    return _image(scene, params, jnp.int32(seed), jnp.int32(frame), spp=spp)
+    # Under a caller's trace the caller's program holds the image (a jitted image inside a jitted
+    # gradient fails to lower in jax 0.12: a tracer of the adjoint pass leaks into its constants).
+    traced = any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((params, seed_, frame_)))
+    return (image if traced else _jitted_image)(scene, params, seed_, frame_, spp=spp)
 
 
-@functools.partial(jax.jit, static_argnames=("spp",))
-def _image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: jax.Array, *, spp: int) -> jax.Array:
-    """The crop window's image: its samples, and those of the filter's margin around it, splatted."""
+def image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: jax.Array, *, spp: int) -> jax.Array:
+    """``render_differentiable`` without its checks: the crop window's image from its samples and
+    those of the filter's margin around it. seed, frame: int32 scalars; ``spp`` static."""
     film = scene.film
     m = film.margin
     h, w = film.crop_height, film.crop_width
@@ -84,3 +97,6 @@ def _image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: j
     value, weight = films.splat_tile(film, offset.reshape(2, *grid), radiance.reshape(3, *grid),
                                      valid.reshape(grid), h, w)
     return jnp.where(weight[..., None] != 0, value / jnp.where(weight != 0, weight, 1.0)[..., None], 0.0)
+
+
+_jitted_image = jax.jit(image, static_argnames=("spp",))

@@ -205,7 +205,7 @@ def _gradient_memory(path, depth):
                                    **{**{f: getattr(scene.settings, f) for f in scene.settings.__dataclass_fields__},
                                       "max_depth": depth, "rr_depth": 100})})
     params = {"red.reflectance.value": tracer.parameters(scene)["red.reflectance.value"]}
-    from tracer.differentiable import _image
+    from tracer.differentiable import image as _image
     loss = lambda p: _image(scene, p, jnp.int32(0), jnp.int32(0), spp=4).mean()
     compiled = jax.jit(jax.grad(loss)).lower(params).compile()
     analysis = compiled.memory_analysis()
@@ -224,7 +224,7 @@ def test_gradient_memory_does_not_grow_with_depth(scenes):
 def test_the_gradient_lowers_for_cuda_and_tpu(scenes):
     scene = tracer.load_scene(scenes[0], accel="jax", resolution=(4, 4))
     params = {"red.reflectance.value": tracer.parameters(scene)["red.reflectance.value"]}
-    from tracer.differentiable import _image
+    from tracer.differentiable import image as _image
     grad = jax.jit(jax.grad(lambda p: _image(scene, p, jnp.int32(0), jnp.int32(0), spp=1).mean()))
     exported = jax.export.export(grad, platforms=("cuda", "tpu"))(params)
     assert exported.platforms == ("cuda", "tpu")

@@ -103,11 +103,15 @@ def radiance(params: Any, scene: Scene, substitute: Substitute, keys: SampleKeys
     ``substitute(scene, params)``; ``keys`` address each sample's random numbers. Reverse-mode
     differentiable in ``params`` by path replay (``jax.grad``, ``jax.vjp``); nothing else is
     differentiated."""
+    return _primal(params, scene, substitute, keys, origin, direction, t_max, active)
+
+
+def _primal(params, scene, substitute, keys, origin, direction, t_max, active):
     return _trace(substitute(scene, params), keys, fresh_paths(origin, direction, t_max, active))
 
 
 def _forward(params, scene, substitute, keys, origin, direction, t_max, active):
-    out = radiance(params, scene, substitute, keys, origin, direction, t_max, active)
+    out = _primal(params, scene, substitute, keys, origin, direction, t_max, active)
     return out, (params, scene, keys, origin, direction, t_max, active, out)
 
 
