@@ -68,10 +68,7 @@ def render_differentiable(scene: Scene, params: Mapping[str, jax.Array], spp: in
     seed_, frame_ = _index("seed", seed, MAX_SEED), _index("frame", frame, MAX_FRAME)
     params = {key: jnp.asarray(value, jnp.float32) for key, value in params.items()}
     P.substitute(scene, params)  # refuses bad keys and shapes by name, before anything is traced
-    # Under a caller's trace the caller's program holds the image (a jitted image inside a jitted
-    # gradient fails to lower in jax 0.12: a tracer of the adjoint pass leaks into its constants).
-    traced = any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((params, seed_, frame_)))
-    return (image if traced else _jitted_image)(scene, params, seed_, frame_, spp=spp)
+    return _jitted_image(scene, params, seed_, frame_, spp=spp)
 
 
 def image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: jax.Array, *, spp: int) -> jax.Array:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tracer import bsdfs
 from tracer import textures as tx
@@ -51,7 +52,7 @@ def _trace(scene: Scene, keys: SampleKeys, state: PathState) -> jax.Array:
     return state.radiance
 
 
-_UP = jnp.array([[0.0], [0.0], [1.0]], jnp.float32)
+_UP = np.array([[0.0], [0.0], [1.0]], np.float32)  # numpy: this module may be imported while a trace runs
 
 
 def _finite(vertex):
