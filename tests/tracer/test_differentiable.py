@@ -5,8 +5,8 @@ differences of ``tracer.render``, and its memory at long paths; tracer.parameter
 Gradients are compared as the mean over seeds, each side's standard error from its seeds' spread:
 |ours - Mitsuba's| < 4 combined standard errors + 2% of the gradient's size.
 """
+import dataclasses
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -106,9 +106,12 @@ def _ours(path, keys):
 
     @jax.jit
     def grads(p, seed):
-        one = lambda i: jax.value_and_grad(lambda q: _losses(tracer.render_differentiable(scene, q, SPP, seed))[i])(p)
-        (mean, g0), (_, g1) = one(0), one(1)
-        return {"image mean": jnp.stack([mean, mean]), **jax.tree.map(lambda a, b: jnp.stack([a, b]), g0, g1)}
+        """Both losses' gradients from one primal pass: the image's pullback of each loss's
+        cotangent, the two as one batch (vmap), so one adjoint pass is compiled."""
+        image, pullback = jax.vjp(lambda q: tracer.render_differentiable(scene, q, SPP, seed), p)
+        cotangents = jnp.stack([jnp.full_like(image, 1.0 / image.size), _weights() / image.size])
+        (g,) = jax.vmap(pullback)(cotangents)
+        return {"image mean": jnp.stack([image.mean(), (image * _weights()).sum() / image.size]), **g}
 
     runs = [grads(params, s) for s in range(SEEDS)]
     return {k: _stats([np.asarray(r[k]) for r in runs]) for k in ("image mean", *keys)}
@@ -216,34 +219,77 @@ def test_gradients_agree_with_central_differences_of_render(scenes):
         assert abs(mean - fd_mean) <= 4 * np.hypot(err, fd_err) + 0.02 * abs(fd_mean), (key, mean, fd_mean)
 
 
-def _gradient_memory(path, depth):
-    scene = tracer.load_scene(path, accel="jax", resolution=(8, 8))
-    scene = scene.__class__(**{**{f: getattr(scene, f) for f in scene.__dataclass_fields__},
-                               "settings": scene.settings.__class__(
-                                   **{**{f: getattr(scene.settings, f) for f in scene.settings.__dataclass_fields__},
-                                      "max_depth": depth, "rr_depth": 100})})
-    params = {"red.reflectance.value": tracer.parameters(scene)["red.reflectance.value"]}
-    from tracer.differentiable import image as _image
-    loss = lambda p: _image(scene, p, jnp.int32(0), jnp.int32(0), spp=4).mean()
-    compiled = jax.jit(jax.grad(loss)).lower(params).compile()
-    analysis = compiled.memory_analysis()
+# A glowing diffuse box seen from inside: what the memory and export checks compile (quickly).
+_BOX = """
+<bsdf type="diffuse" id="red"><rgb name="reflectance" value="0.7,0.2,0.2"/></bsdf>
+<shape type="cube" id="box"><transform name="to_world"><scale value="2"/></transform><ref id="red"/>
+  <boolean name="flip_normals" value="true"/><emitter type="area"><rgb name="radiance" value="0.5"/></emitter></shape>
+"""
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory):
+    """The diffuse box seen from inside (every path bounces to max_depth), 8x8."""
+    path = tmp_path_factory.mktemp("box") / "box.xml"
+    path.write_text(_SCENE.format(depth=8, size=8, body=_BOX).replace('origin="0,1,4.5"', 'origin="0,0.5,1.5"'))
+    return tracer.load_scene(str(path), accel="jax")
+
+
+def _at_depth(scene, depth):
+    settings = dataclasses.replace(scene.settings, max_depth=depth, rr_depth=depth)  # no roulette: every path is long
+    return dataclasses.replace(scene, settings=settings)
+
+
+def _working_memory(gradient, params):
+    """XLA's own account of the buffers the compiled gradient allocates besides its arguments."""
+    analysis = jax.jit(gradient).lower(params).compile().memory_analysis()
     return analysis.temp_size_in_bytes + analysis.output_size_in_bytes
 
 
-def test_gradient_memory_does_not_grow_with_depth(scenes):
-    """The compiled gradient's working memory (XLA's own account of its buffers) at max_depth 64
-    against 8: path replay keeps one bounce's state, not one per bounce (reverse mode through the
-    loop would keep 8x more)."""
-    short, long = _gradient_memory(scenes[0], 8), _gradient_memory(scenes[0], 64)
-    print(f"gradient working memory: max_depth 8 {short} bytes, 64 {long} bytes ({long / short:.2f}x)")
-    assert short > 0 and long <= 1.5 * short
+def _replayed(scene):
+    from tracer.differentiable import image
+    return jax.grad(lambda p: image(scene, p, jnp.int32(0), jnp.int32(0), spp=4).mean())
 
 
-def test_the_gradient_lowers_for_cuda_and_tpu(scenes):
-    scene = tracer.load_scene(scenes[0], accel="jax", resolution=(4, 4))
+def _reverse_mode(scene):
+    """The control: reverse mode through the bounces (a scan over max_depth), which keeps every
+    bounce's state for the backward pass."""
+    from tracer.integrators import path as paths
+    from tracer.scene_parameters import substitute
+
+    def radiance(p):
+        s = substitute(scene, p)
+        n = 8 * 8 * 4
+        keys = jax.random.randint(jax.random.key(0), (n,), 0, 1 << 30).astype(jnp.uint32)
+        from tracer import rng
+        sample_keys = rng.sample_keys("independent", 0, 0, keys, jnp.zeros(n, jnp.uint32))
+        o = jnp.tile(jnp.array([[0.0], [0.5], [1.5]], jnp.float32), (1, n))
+        d = jnp.stack([jnp.linspace(-0.3, 0.3, n), jnp.full(n, -0.2), -jnp.ones(n)])
+        d = d / jnp.linalg.norm(d, axis=0)
+        state = paths.fresh_paths(o, d, jnp.full(n, jnp.inf), jnp.ones(n, bool))
+        step = lambda st, _: (paths.shade(s, st, paths.locate(s, sample_keys, st), st.radiance), None)
+        state, _ = jax.lax.scan(step, state, None, length=s.settings.max_depth)
+        return state.radiance.mean()
+    return jax.grad(radiance)
+
+
+def test_gradient_memory_does_not_grow_with_depth(box):
+    """The compiled gradient's working memory at max_depth 64 against 8 (no roulette): path
+    replay keeps one bounce's state; the control, reverse mode through the bounces, grows with
+    depth (the check would catch a replay that kept per-bounce residuals)."""
+    params = {"red.reflectance.value": tracer.parameters(box)["red.reflectance.value"]}
+    replay = [_working_memory(_replayed(_at_depth(box, d)), params) for d in (8, 64)]
+    control = [_working_memory(_reverse_mode(_at_depth(box, d)), params) for d in (8, 64)]
+    print(f"gradient working memory, max_depth 8 -> 64: path replay {replay[0]} -> {replay[1]} bytes "
+          f"({replay[1] / replay[0]:.2f}x); reverse mode {control[0]} -> {control[1]} ({control[1] / control[0]:.2f}x)")
+    assert replay[0] > 0 and replay[1] <= 1.5 * replay[0]
+    assert control[1] > 4 * control[0]
+
+
+def test_the_gradient_lowers_for_cuda_and_tpu(box):
+    scene = box
     params = {"red.reflectance.value": tracer.parameters(scene)["red.reflectance.value"]}
-    from tracer.differentiable import image as _image
-    grad = jax.jit(jax.grad(lambda p: _image(scene, p, jnp.int32(0), jnp.int32(0), spp=1).mean()))
+    grad = jax.jit(_replayed(scene))
     exported = jax.export.export(grad, platforms=("cuda", "tpu"))(params)
     assert exported.platforms == ("cuda", "tpu")
     assert "custom_call @" not in exported.mlir_module().replace("custom_call @Sharding", "")
