@@ -33,7 +33,7 @@ class Target(NamedTuple):
     """One place a key's value lives in the scene."""
 
     leaf: str         # TEXTURE_COLOR0, TEXTURE_COLOR1, TEXELS, MATERIAL_ETA, MATERIAL_K, EMITTER_RADIANCE, ENV_RGB
-    index: int        # texture, material or emitter row; TEXELS: the bitmap's first texel
+    row: int          # texture, material or emitter row; TEXELS: the bitmap's first texel
     size: int = 0     # TEXELS: the bitmap's texel count
 
 
@@ -73,10 +73,10 @@ def _read(scene: Scene, slot: Slot) -> jax.Array:
         return jnp.concatenate([data[:, -1:], data, data[:, :1]], axis=1)  # Mitsuba's halo columns
     if t.leaf == TEXELS:
         h, w, c = slot.shape
-        return tex.texels[:c, t.index:t.index + t.size].T.reshape(h, w, c)
+        return tex.texels[:c, t.row:t.row + t.size].T.reshape(h, w, c)
     column = {TEXTURE_COLOR0: tex.color0, TEXTURE_COLOR1: tex.color1, MATERIAL_ETA: mats.eta, MATERIAL_K: mats.k,
               EMITTER_RADIANCE: ems.radiance}[t.leaf]
-    return column[:slot.shape[0], t.index]
+    return column[:slot.shape[0], t.row]
 
 
 def parameters(scene: Scene) -> dict[str, jax.Array]:
@@ -118,18 +118,14 @@ def substitute(scene: Scene, params: Mapping[str, jax.Array]) -> Scene:
                 env[t.leaf] = (slot, value)
             elif t.leaf == TEXELS:
                 texels = jnp.broadcast_to(value.reshape(-1, value.shape[-1]), (t.size, 3)).T
-                columns[TEXELS] = columns[TEXELS].at[:, t.index:t.index + t.size].set(texels)
+                columns[TEXELS] = columns[TEXELS].at[:, t.row:t.row + t.size].set(texels)
             else:
-                columns[t.leaf] = columns[t.leaf].at[:, t.index].set(jnp.broadcast_to(value, (3,)))
+                columns[t.leaf] = columns[t.leaf].at[:, t.row].set(jnp.broadcast_to(value, (3,)))
     env_rgb = ems.env_rgb
-    if env:
-        data_slot, data = env.get(ENV_RGB, (None, None))
-        scale_slot, scale = env.get(ENV_SCALE, (None, None))
-        if data is None:
-            slot = next(s for s in scene.parameter_slots if s.targets and s.targets[0].leaf == ENV_RGB)
-            data = _read(scene, slot)
-        if scale is None:
-            scale = jnp.full((1,), (data_slot or scale_slot).scale, jnp.float32)
+    if env:  # our texels hold data * scale: either written in, the other as loaded
+        loaded = next(s for s in scene.parameter_slots if s.targets and s.targets[0].leaf == ENV_RGB)
+        data = env[ENV_RGB][1] if ENV_RGB in env else _read(scene, loaded)
+        scale = env[ENV_SCALE][1] if ENV_SCALE in env else jnp.full((1,), loaded.scale, jnp.float32)
         env_rgb = jnp.moveaxis(data[:, 1:-1], -1, 0) * scale[0]
     return dataclasses.replace(
         scene, textures=dataclasses.replace(tex, color0=columns[TEXTURE_COLOR0], color1=columns[TEXTURE_COLOR1],
