@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tracer.kinds import TextureKind
+
 if TYPE_CHECKING:
     from tracer.scene import Scene
 
@@ -32,11 +34,16 @@ __all__ = ["Target", "Slot", "ParameterError", "parameters", "substitute", "diff
 class Target(NamedTuple):
     """One place a key's value lives in the scene."""
 
-    leaf: str         # TEXTURE_COLOR0, TEXTURE_COLOR1, TEXELS, MATERIAL_ETA, MATERIAL_K, EMITTER_RADIANCE, ENV_RGB
+    leaf: str         # MATERIAL_TEXTURE, TEXTURE_COLOR0/1, TEXELS, MATERIAL_ETA/K, EMITTER_RADIANCE, ENV_RGB/SCALE
     row: int          # texture, material or emitter row; TEXELS: the bitmap's first texel
     size: int = 0     # TEXELS: the bitmap's texel count
+    field: str = ""   # MATERIAL_TEXTURE: the ``Materials`` texture-id field (of material ``row``)
 
 
+# A material's constant (``Materials.<field>[row]`` names its texture). The loader shares one
+# texture row between equal constants (the tables, and so the bits of every render, stay as they
+# always were); writing a value gives the key a texture row of its own, appended to the table.
+MATERIAL_TEXTURE = "materials.texture"
 TEXTURE_COLOR0, TEXTURE_COLOR1, TEXELS = "textures.color0", "textures.color1", "textures.texels"
 MATERIAL_ETA, MATERIAL_K = "materials.eta", "materials.k"
 EMITTER_RADIANCE, ENV_RGB, ENV_SCALE = "emitters.radiance", "emitters.env_rgb", "emitters.env_scale"
@@ -71,6 +78,8 @@ def _read(scene: Scene, slot: Slot) -> jax.Array:
         safe = slot.scale if slot.scale != 0 else 1.0
         data = jnp.moveaxis(ems.env_rgb, 0, -1) / np.float32(safe)
         return jnp.concatenate([data[:, -1:], data, data[:, :1]], axis=1)  # Mitsuba's halo columns
+    if t.leaf == MATERIAL_TEXTURE:
+        return tex.color0[:slot.shape[0], getattr(mats, t.field)[t.row]]
     if t.leaf == TEXELS:
         h, w, c = slot.shape
         return tex.texels[:c, t.row:t.row + t.size].T.reshape(h, w, c)
@@ -112,9 +121,16 @@ def substitute(scene: Scene, params: Mapping[str, jax.Array]) -> Scene:
     columns = {TEXTURE_COLOR0: tex.color0, TEXTURE_COLOR1: tex.color1, MATERIAL_ETA: mats.eta, MATERIAL_K: mats.k,
                EMITTER_RADIANCE: ems.radiance, TEXELS: tex.texels}
     env = {}
+    fields = {f: getattr(mats, f) for f in _MATERIAL_FIELDS}
+    own: list[jax.Array] = []  # the appended texture rows' colours
+    n_textures = tex.kind.shape[0]
     for slot, value in _checked(scene, params).values():
+        if any(t.leaf == MATERIAL_TEXTURE for t in slot.targets):
+            own.append(value)  # one new row a key, read by every cell of the key
         for t in slot.targets:
-            if t.leaf in (ENV_RGB, ENV_SCALE):
+            if t.leaf == MATERIAL_TEXTURE:
+                fields[t.field] = fields[t.field].at[t.row].set(n_textures + len(own) - 1)
+            elif t.leaf in (ENV_RGB, ENV_SCALE):
                 env[t.leaf] = (slot, value)
             elif t.leaf == TEXELS:
                 texels = jnp.broadcast_to(value.reshape(-1, value.shape[-1]), (t.size, 3)).T
@@ -127,8 +143,25 @@ def substitute(scene: Scene, params: Mapping[str, jax.Array]) -> Scene:
         data = env[ENV_RGB][1] if ENV_RGB in env else _read(scene, loaded)
         scale = env[ENV_SCALE][1] if ENV_SCALE in env else jnp.full((1,), loaded.scale, jnp.float32)
         env_rgb = jnp.moveaxis(data[:, 1:-1], -1, 0) * scale[0]
+    textures = dataclasses.replace(tex, color0=columns[TEXTURE_COLOR0], color1=columns[TEXTURE_COLOR1],
+                                   texels=columns[TEXELS])
+    if own:
+        textures = _with_constants(textures, jnp.stack([jnp.broadcast_to(v, (3,)) for v in own], axis=1))
     return dataclasses.replace(
-        scene, textures=dataclasses.replace(tex, color0=columns[TEXTURE_COLOR0], color1=columns[TEXTURE_COLOR1],
-                                            texels=columns[TEXELS]),
-        materials=dataclasses.replace(mats, eta=columns[MATERIAL_ETA], k=columns[MATERIAL_K]),
+        scene, textures=textures,
+        materials=dataclasses.replace(mats, eta=columns[MATERIAL_ETA], k=columns[MATERIAL_K], **fields),
         emitters=dataclasses.replace(ems, radiance=columns[EMITTER_RADIANCE], env_rgb=env_rgb))
+
+
+_MATERIAL_FIELDS = ("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v")
+
+
+def _with_constants(textures, colors: jax.Array):
+    """``textures`` with constant rows of ``colors`` (3, n) appended (copies of row 0 but for
+    kind and colour: a constant reads nothing else)."""
+    n = colors.shape[1]
+    grown = {f: jnp.concatenate([getattr(textures, f), jnp.repeat(getattr(textures, f)[..., :1], n, axis=-1)], axis=-1)
+             for f in ("kind", "color0", "color1", "to_uv", "offset", "width", "height", "filter", "wrap", "channels")}
+    grown["kind"] = grown["kind"].at[-n:].set(int(TextureKind.CONSTANT))
+    grown["color0"] = grown["color0"].at[:, -n:].set(colors)
+    return dataclasses.replace(textures, **grown)

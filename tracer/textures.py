@@ -106,12 +106,8 @@ class TextureTableBuilder:
         self._n_texels = 0
         self._constants: dict[tuple[float, ...], int] = {}
 
-    def add_constant(self, rgb: ArrayLike, shared: bool = True) -> int:
-        """The id of a constant texture; equal constants share one unless ``shared`` is off (a
-        value that is a parameter of its own, ``tracer.scene_parameters``)."""
+    def add_constant(self, rgb: ArrayLike) -> int:
         rgb = tuple(float(c) for c in np.broadcast_to(np.asarray(rgb, np.float64), (3,)))
-        if not shared:
-            return self._add(TextureKind.CONSTANT, color0=rgb)
         if rgb not in self._constants:
             self._constants[rgb] = self._add(TextureKind.CONSTANT, color0=rgb)
         return self._constants[rgb]

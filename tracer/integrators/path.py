@@ -142,14 +142,21 @@ class Vertex:
 
 
 def _bounce(scene, keys, state):
-    """One step of every path: intersect, add emission, sample a light and the BSDF, roulette."""
-    return shade(scene, state, locate(scene, keys, state), state.radiance)
+    """One step of every path: intersect, add emission, sample a light and the BSDF, roulette.
+    ``locate`` then ``shade`` (path replay's halves) in the order this step always made them."""
+    uniforms = bounce_uniforms(keys, state.depth)
+    surface = find_surfaces(scene, state)
+    radiance = add_emission(scene, state, surface, state.radiance)
+    vertex = _vertex(scene, state, uniforms, surface)
+    return _shaded(scene, state, vertex, radiance)
 
 
 def locate(scene: Scene, keys: rng.SampleKeys, state: PathState) -> Vertex:
     """The first half of a bounce: intersect, and draw the bounce's random numbers."""
-    uniforms = bounce_uniforms(keys, state.depth)
-    surface = find_surfaces(scene, state)
+    return _vertex(scene, state, bounce_uniforms(keys, state.depth), find_surfaces(scene, state))
+
+
+def _vertex(scene, state, uniforms, surface):
     more = surface.valid
     if scene.settings.max_depth >= 0:
         more = more & (state.depth + 1 < scene.settings.max_depth)
@@ -161,8 +168,11 @@ def locate(scene: Scene, keys: rng.SampleKeys, state: PathState) -> Vertex:
 def shade(scene: Scene, state: PathState, vertex: Vertex, radiance: jax.Array) -> PathState:
     """The second half: add emission and a light sample to ``radiance``, sample the BSDF for the
     next ray, roulette. Path replay differentiates this half in the scene's values."""
-    v = vertex
-    radiance = add_emission(scene, state, v.surface, radiance)
+    return _shaded(scene, state, vertex, add_emission(scene, state, vertex.surface, radiance))
+
+
+def _shaded(scene, state, v, radiance):
+    """The light sample, the BSDF sample and roulette, after the emission."""
     radiance = add_next_event(scene, state, v.surface, v.mat, v.frame, v.wi, v.more, v.uniforms, radiance)
     return _continue_path(scene, state, v.surface, v.mat, v.frame, v.wi, v.more, v.uniforms, radiance)
 

@@ -416,6 +416,8 @@ class MaterialTableBuilder:
         self._black: int | None = None
         self._null: int | None = None
         self.parameter_textures: dict[tuple[int, str], int] = {}  # (id(node), parameter) -> texture id
+        # (id(node), parameter) -> the (Materials field, row) cells that read it
+        self.parameter_cells: dict[tuple[int, str], list[tuple[str, int]]] = {}
 
     def add_black(self) -> int:
         """The material of the back of one-sided BSDFs: black everywhere."""
@@ -440,8 +442,12 @@ class MaterialTableBuilder:
             raise SceneError(f"unsupported bsdf type '{node.type}' (supported: "
                              f"{', '.join([*_ADDERS, *_COMPOSITES, *_PERTURBERS, 'null', 'twosided'])})",
                              node.source)
-        row = adder(_Reader(node, add_texture, self._known_means, self.parameter_textures))
-        row = self._append(dataclasses.replace(row, perturbation=perturbation))
+        made = adder(_Reader(node, add_texture, self._known_means, self.parameter_textures))
+        row = self._append(dataclasses.replace(made, perturbation=perturbation))
+        for (owner, name), tid in self.parameter_textures.items():
+            if owner == id(node):  # the cells of the table that read the parameter (constants are shared)
+                cells = [(f, row) for f in _PARAMETER_FIELDS.get(name, ()) if getattr(made, f) == tid]
+                self.parameter_cells[owner, name] = self.parameter_cells.get((owner, name), []) + cells
         self._leaves[key] = (node, row)
         node.check_unused()
         return row
@@ -600,6 +606,11 @@ MAX_SLOTS = 64  # leaves of one composite material: each is evaluated for every 
 
 
 _TEXTURE_FIELDS = ("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v")
+# The ``Materials`` texture fields a leaf's Mitsuba parameter fills (tracer.io.parameter_names).
+_PARAMETER_FIELDS = {"reflectance": ("reflectance",), "diffuse_reflectance": ("reflectance",),
+                     "specular_reflectance": ("specular_reflectance",),
+                     "specular_transmittance": ("specular_transmittance",), "alpha": ("alpha_u", "alpha_v"),
+                     "alpha_u": ("alpha_u",), "alpha_v": ("alpha_v",)}
 
 
 def _textured_fields(rows, textures):

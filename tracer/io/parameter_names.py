@@ -31,6 +31,7 @@ class Sources(NamedTuple):
     """What the scene's builders made of each plugin node (keyed by ``id(node)``)."""
 
     bsdf_textures: dict[tuple[int, str], int]  # (bsdf node, parameter) -> texture id
+    bsdf_cells: dict[tuple[int, str], list[tuple[str, int]]]  # (bsdf node, parameter) -> (Materials field, row)
     leaf_rows: Callable[[PluginNode], list[int]]  # bsdf node -> its material rows
     node_textures: dict[int, int]                # texture node -> texture id
     bitmap_channels: dict[int, int]              # bitmap texture id -> its file's channels
@@ -111,7 +112,12 @@ class _Namer:
         for (owner, name), tid in self.sources.bsdf_textures.items():
             given = node.has(name) or name in _TRAVERSED_DEFAULTS.get(node.type, ())
             if owner == id(node) and name not in named and given:
-                self.add(f"{prefix}.{name}.value", (_channels(node, name),), P.Target(P.TEXTURE_COLOR0, tid))
+                cells = self.sources.bsdf_cells.get((owner, name), [])
+                key, shape = f"{prefix}.{name}.value", (_channels(node, name),)
+                if cells:
+                    self.add(key, shape, *(P.Target(P.MATERIAL_TEXTURE, m, field=f) for f, m in cells))
+                else:
+                    self.add(key, shape, refused=f"'{node.type}' parameter '{name}' is not differentiable here")
         rows = self.sources.leaf_rows(node)
         if node.type in ("conductor", "roughconductor") and rows:
             preset = node.has("material") and not node.has("eta")

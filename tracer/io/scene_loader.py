@@ -202,7 +202,8 @@ class _SceneBuilder:
         materials = self.materials.build(textures)
         if self.ptracer is not None:
             _ptracer_as_path(self.ptracer, sensor, materials)
-        sources = parameter_names.Sources(self.materials.parameter_textures, self.materials.leaf_rows,
+        sources = parameter_names.Sources(self.materials.parameter_textures, self.materials.parameter_cells,
+                                          self.materials.leaf_rows,
                                           self.textures.node_textures, self.textures.bitmap_channels,
                                           self.emitter_rows)
         return Scene(geometry=geo, shapes=shapes, materials=materials,
@@ -495,9 +496,8 @@ class _SceneBuilder:
         key = id(node)
         if key not in self.material_ids:
             requested = len(self.textures.attribute_requests)
-            own = lambda value: self.textures.add(value, shared=False)  # a parameter's constant: its own row
-            front, _ = self.materials.add_side(node, False, own)
-            back, mirror = self.materials.add_side(node, True, own)
+            front, _ = self.materials.add_side(node, False, self.textures.add)
+            back, mirror = self.materials.add_side(node, True, self.textures.add)
             self.material_ids[key] = ShapeMaterials(front, back, flip_back=mirror)
             read = set(self.textures.attribute_requests[requested:])  # the mesh attributes its textures read
             for material in (front, back):

@@ -35,16 +35,11 @@ class TextureReader:
         self._attribute_ids: dict[tuple[str, float], int] = {}  # (attribute name, scale) -> texture id
         self.node_textures: dict[int, int] = {}  # id(texture node) -> its texture id (parameter names)
         self.bitmap_channels: dict[int, int] = {}  # bitmap texture id -> the channels of its file
-        # Texture 0 is what a material's fields that its kind does not read point to: a black constant
-        # that no parameter owns, so that differentiating a value never reaches the unread branches
-        # of other kinds (their partials, NaN past a horizon, times a zero cotangent are still NaN).
-        self.table.add_constant(np.zeros(3))
 
-    def add(self, value: PluginNode | ArrayLike | float, shared: bool = True) -> int:
-        """The texture id of a nested texture plugin, an RGB triple or a float (a constant row
-        of its own unless ``shared``)."""
+    def add(self, value: PluginNode | ArrayLike | float) -> int:
+        """The texture id of a nested texture plugin, an RGB triple or a float."""
         if not isinstance(value, PluginNode):
-            return self.table.add_constant(np.broadcast_to(np.asarray(value, np.float64), (3,)), shared)
+            return self.table.add_constant(np.broadcast_to(np.asarray(value, np.float64), (3,)))
         node = value
         if node.type == "mesh_attribute":
             tid = self._mesh_attribute(node)
