@@ -38,6 +38,11 @@ class Target(NamedTuple):
     row: int          # texture, material or emitter row; TEXELS: the bitmap's first texel
     size: int = 0     # TEXELS: the bitmap's texel count
     field: str = ""   # MATERIAL_TEXTURE: the ``Materials`` texture-id field (of material ``row``)
+    texture: int = -1  # TEXELS: the bitmap's texture row
+    # TEXTURE_COLOR0/1, TEXELS: the (Materials field, row) cells that read the texture as this key;
+    # other cells that point to it (fields a kind never reads, which point to texture 0) are given
+    # a frozen copy of it, so that the derivative never enters another kind's unread branch.
+    readers: tuple[tuple[str, int], ...] = ()
 
 
 # A material's constant (``Materials.<field>[row]`` names its texture). The loader shares one
@@ -123,6 +128,8 @@ def substitute(scene: Scene, params: Mapping[str, jax.Array]) -> Scene:
     env = {}
     fields = {f: getattr(mats, f) for f in _MATERIAL_FIELDS}
     own: list[jax.Array] = []  # the appended texture rows' colours
+    # texture rows written in place -> (their readers, a bitmap's (first texel, texel count))
+    written: dict[int, tuple[set[tuple[str, int]], tuple[int, int] | None]] = {}
     n_textures = tex.kind.shape[0]
     for slot, value in _checked(scene, params).values():
         if any(t.leaf == MATERIAL_TEXTURE for t in slot.targets):
@@ -135,8 +142,11 @@ def substitute(scene: Scene, params: Mapping[str, jax.Array]) -> Scene:
             elif t.leaf == TEXELS:
                 texels = jnp.broadcast_to(value.reshape(-1, value.shape[-1]), (t.size, 3)).T
                 columns[TEXELS] = columns[TEXELS].at[:, t.row:t.row + t.size].set(texels)
+                written.setdefault(t.texture, (set(), (t.row, t.size)))[0].update(t.readers)
             else:
                 columns[t.leaf] = columns[t.leaf].at[:, t.row].set(jnp.broadcast_to(value, (3,)))
+                if t.leaf in (TEXTURE_COLOR0, TEXTURE_COLOR1):
+                    written.setdefault(t.row, (set(), None))[0].update(t.readers)
     env_rgb = ems.env_rgb
     if env:  # our texels hold data * scale: either written in, the other as loaded
         loaded = next(s for s in scene.parameter_slots if s.targets and s.targets[0].leaf == ENV_RGB)
@@ -147,6 +157,12 @@ def substitute(scene: Scene, params: Mapping[str, jax.Array]) -> Scene:
                                    texels=columns[TEXELS])
     if own:
         textures = _with_constants(textures, jnp.stack([jnp.broadcast_to(v, (3,)) for v in own], axis=1))
+    for row, (readers, span) in written.items():
+        textures, copy = _with_frozen_copy(textures, tex, row, span)
+        for f in _MATERIAL_FIELDS:
+            reads = np.zeros(fields[f].shape, bool)
+            reads[[m for g, m in readers if g == f]] = True
+            fields[f] = jnp.where((fields[f] == row) & ~reads, copy, fields[f])
     return dataclasses.replace(
         scene, textures=textures,
         materials=dataclasses.replace(mats, eta=columns[MATERIAL_ETA], k=columns[MATERIAL_K], **fields),
@@ -154,6 +170,20 @@ def substitute(scene: Scene, params: Mapping[str, jax.Array]) -> Scene:
 
 
 _MATERIAL_FIELDS = ("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v")
+
+
+def _with_frozen_copy(textures, loaded, row: int, span: tuple[int, int] | None):
+    """(``textures`` with a copy of ``loaded``'s texture ``row`` appended, its values out of
+    differentiation (a bitmap's texels, ``span`` = (first, count), appended too), the copy's row)."""
+    grown = {f: jnp.concatenate([getattr(textures, f), jax.lax.stop_gradient(getattr(loaded, f)[..., row:row + 1])],
+                                axis=-1)
+             for f in ("kind", "color0", "color1", "to_uv", "offset", "width", "height", "filter", "wrap", "channels")}
+    if span is not None:
+        start, size = span
+        grown["offset"] = grown["offset"].at[-1].set(textures.texels.shape[1])
+        grown["texels"] = jnp.concatenate([textures.texels,
+                                           jax.lax.stop_gradient(loaded.texels[:, start:start + size])], axis=1)
+    return dataclasses.replace(textures, **grown), textures.kind.shape[0]
 
 
 def _with_constants(textures, colors: jax.Array):

@@ -92,20 +92,24 @@ class _Namer:
             targets = tuple(dict.fromkeys((*old.targets, *targets)))
         self.slots[key] = P.Slot(key, shape, tuple(targets), refused, scale)
 
-    def visit(self, node: PluginNode, prefix: str | None) -> None:
+    def visit(self, node: PluginNode, prefix: str | None, readers: tuple = ()) -> None:
         if id(node) in self.visited:
             return
         self.visited.add(id(node))
         if node.category in ("bsdf", "texture"):
             prefix = self.claimed.setdefault(signature(node), prefix)  # merged: the first copy's name
         if prefix is not None:
-            {"bsdf": self._bsdf, "texture": self._texture, "emitter": self._emitter,
-             "shape": self._shape}.get(node.category, lambda n, p: None)(node, prefix)
+            if node.category == "texture":
+                self._texture(node, prefix, readers)
+            else:
+                {"bsdf": self._bsdf, "emitter": self._emitter,
+                 "shape": self._shape}.get(node.category, lambda n, p: None)(node, prefix)
         unnamed = 0
         for name, child in node.named_children():
             edge = _edge(node, name, child, unnamed)
             unnamed += name is None and child.category == "bsdf"
-            self.visit(child, f"{prefix}.{edge}" if prefix is not None and edge is not None else None)
+            cells = tuple(self.sources.bsdf_cells.get((id(node), name), ())) if node.category == "bsdf" else ()
+            self.visit(child, f"{prefix}.{edge}" if prefix is not None and edge is not None else None, cells)
 
     def _bsdf(self, node, prefix):
         named = {n for n, c in node.named_children() if n is not None and c.category == "texture"}
@@ -127,18 +131,18 @@ class _Namer:
         for name, why in _BAKED.get(node.type, {}).items():
             self.add(f"{prefix}.{name}", (1,), refused=why)
 
-    def _texture(self, node, prefix):
+    def _texture(self, node, prefix, readers):
         tid = self.sources.node_textures.get(id(node))
         if tid is None:
             return
         if node.type == "checkerboard":
             for name, leaf in (("color0", P.TEXTURE_COLOR0), ("color1", P.TEXTURE_COLOR1)):
-                self.add(f"{prefix}.{name}.value", (_channels(node, name),), P.Target(leaf, tid))
+                self.add(f"{prefix}.{name}.value", (_channels(node, name),), P.Target(leaf, tid, readers=readers))
         elif node.type == "bitmap":
             t = self.textures
             h, w = int(np.asarray(t.height)[tid]), int(np.asarray(t.width)[tid])
             self.add(f"{prefix}.data", (h, w, self.sources.bitmap_channels.get(tid, 3)),
-                     P.Target(P.TEXELS, int(np.asarray(t.offset)[tid]), h * w))
+                     P.Target(P.TEXELS, int(np.asarray(t.offset)[tid]), h * w, texture=tid, readers=readers))
 
     def _emitter(self, node, prefix):
         row = self.sources.emitter_rows.get(id(node))
