@@ -108,7 +108,7 @@ class _Namer:
         for name, child in node.named_children():
             edge = _edge(node, name, child, unnamed)
             unnamed += name is None and child.category == "bsdf"
-            cells = tuple(self.sources.bsdf_cells.get((id(node), name), ())) if node.category == "bsdf" else ()
+            cells = tuple(self.sources.bsdf_cells.get((id(node), name), ())) if name and node.category == "bsdf" else ()
             self.visit(child, f"{prefix}.{edge}" if prefix is not None and edge is not None else None, cells)
 
     def _bsdf(self, node, prefix):
