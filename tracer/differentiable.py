@@ -8,7 +8,6 @@ agree in expectation; the bits differ (``render`` regenerates paths in a pool an
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 

@@ -7,6 +7,7 @@ Gradients are compared as the mean over seeds, each side's standard error from i
 """
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -232,7 +233,12 @@ def box(tmp_path_factory):
     """The diffuse box seen from inside (every path bounces to max_depth), 8x8."""
     path = tmp_path_factory.mktemp("box") / "box.xml"
     path.write_text(_SCENE.format(depth=8, size=8, body=_BOX).replace('origin="0,1,4.5"', 'origin="0,0.5,1.5"'))
-    return tracer.load_scene(str(path), accel="jax")
+    return _Box(tracer.load_scene(str(path), accel="jax"), str(path))
+
+
+class _Box(NamedTuple):
+    scene: tracer.Scene
+    path: str
 
 
 def _at_depth(scene, depth):
@@ -277,9 +283,9 @@ def test_gradient_memory_does_not_grow_with_depth(box):
     """The compiled gradient's working memory at max_depth 64 against 8 (no roulette): path
     replay keeps one bounce's state; the control, reverse mode through the bounces, grows with
     depth (the check would catch a replay that kept per-bounce residuals)."""
-    params = {"red.reflectance.value": tracer.parameters(box)["red.reflectance.value"]}
-    replay = [_working_memory(_replayed(_at_depth(box, d)), params) for d in (8, 64)]
-    control = [_working_memory(_reverse_mode(_at_depth(box, d)), params) for d in (8, 64)]
+    params = {"red.reflectance.value": tracer.parameters(box.scene)["red.reflectance.value"]}
+    replay = [_working_memory(_replayed(_at_depth(box.scene, d)), params) for d in (8, 64)]
+    control = [_working_memory(_reverse_mode(_at_depth(box.scene, d)), params) for d in (8, 64)]
     print(f"gradient working memory, max_depth 8 -> 64: path replay {replay[0]} -> {replay[1]} bytes "
           f"({replay[1] / replay[0]:.2f}x); reverse mode {control[0]} -> {control[1]} ({control[1] / control[0]:.2f}x)")
     assert replay[0] > 0 and replay[1] <= 1.5 * replay[0]
@@ -287,7 +293,7 @@ def test_gradient_memory_does_not_grow_with_depth(box):
 
 
 def test_the_gradient_lowers_for_cuda_and_tpu(box):
-    scene = box
+    scene = box.scene
     params = {"red.reflectance.value": tracer.parameters(scene)["red.reflectance.value"]}
     grad = jax.jit(_replayed(scene))
     exported = jax.export.export(grad, platforms=("cuda", "tpu"))(params)
@@ -372,8 +378,24 @@ def test_substituted_values_render_as_the_edited_file(box, tmp_path):
     body = _BOX.replace('value="0.7,0.2,0.2"', 'value="0.3,0.5,0.1"').replace(
         '<rgb name="radiance" value="0.5"/>', '<rgb name="radiance" value="0.2,0.4,0.6"/>')
     edited.write_text(_SCENE.format(depth=8, size=8, body=body).replace('origin="0,1,4.5"', 'origin="0,0.5,1.5"'))
-    written = tracer.render_differentiable(box, new, 4, 3)
+    written = tracer.render_differentiable(box.scene, new, 4, 3)
     loaded = tracer.render_differentiable(tracer.load_scene(str(edited), accel="jax"), {}, 4, 3)
     assert float(loaded.mean()) > 0.01
     np.testing.assert_allclose(np.asarray(written), np.asarray(loaded), rtol=1e-5, atol=1e-7)
-    assert all(np.allclose(tracer.parameters(box)[k], v) is False for k, v in new.items())  # box itself unchanged
+    assert not any(np.allclose(tracer.parameters(box.scene)[k], v) for k, v in new.items())  # the box is unchanged
+
+
+@pytest.mark.parametrize("accel", ["embree", "warp"])
+def test_host_intersection_engines_give_the_same_gradient(box, accel):
+    """Embree (an XLA FFI call) and Warp (a host callback) answer the rays without a derivative
+    rule: the replay holds intersection out of differentiation, and the gradient is the pure-JAX one."""
+    pytest.importorskip("embreex" if accel == "embree" else "warp")
+    scene = tracer.load_scene(box.path, accel=accel)
+    if scene.geometry.accel != accel:
+        pytest.skip(f"{accel} is not available here")
+    keys = ("red.reflectance.value", "box.emitter.radiance.value")
+    grad = lambda s: jax.jit(jax.grad(lambda p: tracer.render_differentiable(s, p, 2, 1).mean()))(
+        {k: tracer.parameters(s)[k] for k in keys})
+    ours, pure = grad(scene), grad(box.scene)
+    for key in keys:
+        np.testing.assert_allclose(np.asarray(ours[key]), np.asarray(pure[key]), rtol=1e-5, err_msg=key)
