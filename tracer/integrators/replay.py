@@ -52,7 +52,10 @@ def _trace(scene: Scene, keys: SampleKeys, state: PathState) -> jax.Array:
     return state.radiance
 
 
-_UP = np.array([[0.0], [0.0], [1.0]], np.float32)  # numpy: this module may be imported while a trace runs
+# A direction well above the horizon and off the normal (where the Smith shadowing of a microfacet
+# BSDF has an unselected branch with NaN partials); numpy: this module may be imported while a
+# caller's trace runs, and a jnp constant made then would be that trace's.
+_UP = (np.array([[0.3], [0.2], [1.0]]) / np.sqrt(1.13)).astype(np.float32)
 
 
 def _finite(vertex):
@@ -73,11 +76,16 @@ def _vertex_gradient(params, scene, substitute, keys, state, remaining, d_radian
         following = shade(s, state, vertex, jnp.zeros_like(state.radiance))
         direct = following.radiance  # beta (Le mis + Lr_dir), beta held by ``state``
         wo = _sg(jnp.where(following.active, vm.to_local(vertex.frame, following.direction), _UP))
-        f, _ = bsdfs.eval_pdf(s.materials, s.textures, vertex.mat, at, vertex.wi, wo, vertex.surface.tangents)
-        held = _sg(f)
-        ratio = jnp.where(held != 0, f / jnp.where(held != 0, held, 1.0), 0.0)
-        after = jnp.where(following.active, _sg(remaining - direct), 0.0)
-        return direct + after * ratio, following
+        held = _sg(bsdfs.eval_pdf(s.materials, s.textures, vertex.mat, at, vertex.wi, wo, vertex.surface.tangents)[0])
+        # Lanes whose f is 0 (the path ended; below the horizon) take their derivative at a safe
+        # direction: a zero cotangent times a partial that is NaN there is NaN, not 0.
+        used = following.active & jnp.any(held != 0, axis=0)
+        wi, wo = jnp.where(used, vertex.wi, _UP), jnp.where(used, wo, _UP)
+        f, _ = bsdfs.eval_pdf(s.materials, s.textures, vertex.mat, at, wi, wo, vertex.surface.tangents)
+        # L' f / detach(f), as (L' / detach(f)) f: where L' is 0 (the path ended) the cotangent
+        # of f is 0, not 0 times f's derivative over a tiny f (inf).
+        after = jnp.where(following.active & (held != 0), _sg(remaining - direct), 0.0)
+        return direct + _sg(after / jnp.where(held != 0, held, 1.0)) * f, following
 
     _, pullback, following = jax.vjp(contribution, params, has_aux=True)
     (grad,) = pullback(d_radiance)
