@@ -54,6 +54,27 @@ _LIT = """
 LIT_KEYS = ["floor_mat.reflectance.color0.value", "floor_mat.reflectance.color1.value", "red.reflectance.value",
             "metal.alpha.value", "pl.diffuse_reflectance.value", "light.emitter.radiance.value", "sky.radiance.value"]
 
+# Rough conductors (a preset's eta and k, an anisotropic one) under point, spot and directional lights.
+_DELTA = """
+<bsdf type="diffuse" id="wall"><rgb name="reflectance" value="0.6,0.5,0.4"/></bsdf>
+<bsdf type="roughconductor" id="cu"><string name="material" value="Cu"/><float name="alpha" value="0.25"/></bsdf>
+<bsdf type="roughconductor" id="gen"><rgb name="eta" value="0.3,0.5,0.9"/><rgb name="k" value="3,2.5,2"/>
+  <float name="alpha_u" value="0.2"/><float name="alpha_v" value="0.4"/></bsdf>
+<shape type="rectangle" id="floor"><transform name="to_world"><rotate x="1" angle="-90"/><scale value="3"/></transform>
+  <ref id="wall"/></shape>
+<shape type="sphere" id="b1"><point name="center" x="-0.7" y="0.5" z="0"/><float name="radius" value="0.5"/>
+  <ref id="cu"/></shape>
+<shape type="sphere" id="b2"><point name="center" x="0.7" y="0.5" z="0"/><float name="radius" value="0.5"/>
+  <ref id="gen"/></shape>
+<emitter type="point" id="pt"><point name="position" x="0" y="2" z="1"/><rgb name="intensity" value="3,3,3"/></emitter>
+<emitter type="spot" id="sp"><transform name="to_world"><lookat origin="1.5,2,2" target="0,0,0"/></transform>
+  <rgb name="intensity" value="6,5,4"/><float name="cutoff_angle" value="30"/></emitter>
+<emitter type="directional" id="sun"><vector name="direction" x="0.3" y="-1" z="-0.4"/>
+  <rgb name="irradiance" value="1,1.2,1.4"/></emitter>
+"""
+DELTA_KEYS = ["cu.alpha.value", "cu.eta.value", "cu.k.value", "gen.alpha_u.value", "gen.eta.value",
+              "pt.intensity.value", "sp.intensity.value", "sun.irradiance.value"]
+
 # A bitmap-textured diffuse sphere under an environment map.
 _ENV = """
 <bsdf type="diffuse" id="tex_mat"><texture type="bitmap" name="reflectance"><string name="filename" value="{tex}"/>
@@ -77,7 +98,7 @@ def _mitsuba():
 
 @pytest.fixture(scope="module")
 def scenes(tmp_path_factory):
-    """The two scenes' files: (lit, environment)."""
+    """The scenes' files: (lit, environment, delta lights)."""
     root = tmp_path_factory.mktemp("differentiable")
     mi = _mitsuba()
     rng = np.random.default_rng(7)
@@ -88,7 +109,9 @@ def scenes(tmp_path_factory):
     lit.write_text(_SCENE.format(depth=6, size=SIZE, body=_LIT))
     environment = root / "env.xml"
     environment.write_text(_SCENE.format(depth=4, size=SIZE, body=_ENV.format(tex=tex, env=env)))
-    return str(lit), str(environment)
+    delta = root / "delta.xml"
+    delta.write_text(_SCENE.format(depth=5, size=SIZE, body=_DELTA))
+    return str(lit), str(environment), str(delta)
 
 
 def _weights():
@@ -162,6 +185,13 @@ def _agree(name, ours, theirs):
 @pytest.mark.parametrize("key", LIT_KEYS)
 def test_gradients_agree_with_mitsuba_prb(scenes, key):
     ours, theirs = _ours(scenes[0], tuple(LIT_KEYS)), _mitsubas(scenes[0], tuple(LIT_KEYS))
+    assert np.all(np.isfinite(ours[key][0]))
+    _agree(key, ours[key], theirs[key])
+
+
+@pytest.mark.parametrize("key", DELTA_KEYS)
+def test_conductors_under_delta_lights_agree_with_mitsuba_prb(scenes, key):
+    ours, theirs = _ours(scenes[2], tuple(DELTA_KEYS)), _mitsubas(scenes[2], tuple(DELTA_KEYS))
     assert np.all(np.isfinite(ours[key][0]))
     _agree(key, ours[key], theirs[key])
 
