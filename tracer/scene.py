@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the table modules stay free to import this one
     from tracer.emitters.table import Emitters
     from tracer.film import Film
     from tracer.media import Media
+    from tracer.scene_parameters import Slot
     from tracer.shapes.geometry import Geometry
     from tracer.textures import Textures
 
@@ -67,6 +68,8 @@ class Scene:
     settings: Settings
     media: Media
     aov: AovTables | None = None  # what the shape_index and prim_index AOVs read (None without AOVs)
+    # Mitsuba's parameter keys and the leaves that hold their values (tracer.scene_parameters)
+    parameter_slots: tuple[Slot, ...] = static(default=())
 
     def close(self) -> None:
         """Free the host-side state the scene owns (a host intersection engine's scene); copies

@@ -32,7 +32,7 @@ from tracer.shapes import geometry
 if TYPE_CHECKING:
     from tracer.scene import Scene
 
-__all__ = ["PathState", "Surface", "trace_paths", "pool_size", "DEFAULT_POOL", "drain_phases",
+__all__ = ["PathState", "Surface", "Vertex", "locate", "shade", "trace_paths", "pool_size", "DEFAULT_POOL", "drain_phases",
            "DRAIN_PHASES", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
            "material_and_frame", "add_next_event", "oriented_normals"]
 
@@ -128,19 +128,53 @@ class Surface:
     tangents: bsdfs.perturb.Tangents | None  # what bump maps read (None: the scene has none)
 
 
+@pytree_dataclass
+class Vertex:
+    """Where a bounce's rays landed and what the bounce draws there: what depends on the geometry
+    and the randomness only, not on the scene's differentiable values (``tracer.scene_parameters``)."""
+
+    uniforms: jnp.ndarray  # (Dims.SPARE, N) the bounce's random numbers
+    surface: Surface
+    more: jnp.ndarray      # (N,) bool: the path may take one more segment (a hit, under max_depth)
+    mat: jnp.ndarray       # (N,) int32 the material on the side the ray arrives from
+    frame: vm.Frame        # its shading frame
+    wi: jnp.ndarray        # (3, N) the direction back along the ray, in that frame
+
+
 def _bounce(scene, keys, state):
-    """One step of every path: intersect, add emission, sample a light and the BSDF, roulette."""
-    settings = scene.settings
+    """One step of every path: intersect, add emission, sample a light and the BSDF, roulette.
+    ``locate`` then ``shade`` (path replay's halves) in the order this step always made them."""
     uniforms = bounce_uniforms(keys, state.depth)
     surface = find_surfaces(scene, state)
     radiance = add_emission(scene, state, surface, state.radiance)
+    vertex = _vertex(scene, state, uniforms, surface)
+    return _shaded(scene, state, vertex, radiance)
+
+
+def locate(scene: Scene, keys: rng.SampleKeys, state: PathState) -> Vertex:
+    """The first half of a bounce: intersect, and draw the bounce's random numbers."""
+    return _vertex(scene, state, bounce_uniforms(keys, state.depth), find_surfaces(scene, state))
+
+
+def _vertex(scene, state, uniforms, surface):
     more = surface.valid
-    if settings.max_depth >= 0:
-        more = more & (state.depth + 1 < settings.max_depth)
+    if scene.settings.max_depth >= 0:
+        more = more & (state.depth + 1 < scene.settings.max_depth)
     mat, frame = material_and_frame(scene, surface)
-    wi = vm.to_local(frame, -state.direction)
-    radiance = add_next_event(scene, state, surface, mat, frame, wi, more, uniforms, radiance)
-    return _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radiance)
+    return Vertex(uniforms=uniforms, surface=surface, more=more, mat=mat, frame=frame,
+                  wi=vm.to_local(frame, -state.direction))
+
+
+def shade(scene: Scene, state: PathState, vertex: Vertex, radiance: jax.Array) -> PathState:
+    """The second half: add emission and a light sample to ``radiance``, sample the BSDF for the
+    next ray, roulette. Path replay differentiates this half in the scene's values."""
+    return _shaded(scene, state, vertex, add_emission(scene, state, vertex.surface, radiance))
+
+
+def _shaded(scene, state, v, radiance):
+    """The light sample, the BSDF sample and roulette, after the emission."""
+    radiance = add_next_event(scene, state, v.surface, v.mat, v.frame, v.wi, v.more, v.uniforms, radiance)
+    return _continue_path(scene, state, v.surface, v.mat, v.frame, v.wi, v.more, v.uniforms, radiance)
 
 
 def bounce_uniforms(keys: rng.SampleKeys, depth: jax.Array) -> jax.Array:

@@ -129,8 +129,17 @@ class PerturbRow(NamedTuple):
 class _Reader:
     """Typed access to one ``<bsdf>`` node, with Mitsuba's defaults and errors."""
 
-    def __init__(self, node: PluginNode, add_texture: AddTexture, known_means: dict[int, float]):
+    def __init__(self, node: PluginNode, add_texture: AddTexture, known_means: dict[int, float],
+                 sources: dict[tuple[int, str], int] | None = None):
         self.node, self.add_texture, self.known_means = node, add_texture, known_means
+        self.sources = {} if sources is None else sources  # (id(node), parameter) -> texture id
+
+    def _texture(self, name, value):
+        """The texture id of parameter ``name`` given as ``value`` (a nested plugin or a constant),
+        recorded for the parameter names (``tracer.io.parameter_names``)."""
+        tid = self.add_texture(value)
+        self.sources[id(self.node), name] = tid
+        return tid
 
     def error(self, message):
         return SceneError(f"bsdf '{self.node.type}': {message}", self.node.source)
@@ -139,9 +148,9 @@ class _Reader:
         """Texture id of an RGB parameter: a nested texture or a value (recording its mean)."""
         child = self.node.child(name)
         if child is not None:
-            return self.add_texture(child)
+            return self._texture(name, child)
         value = np.broadcast_to(np.asarray(self.node.get_rgb(name, np.full(3, default)), np.float64), (3,))
-        tid = self.add_texture(value)
+        tid = self._texture(name, value)
         self.known_means[tid] = float(np.mean(value))
         return tid
 
@@ -150,15 +159,15 @@ class _Reader:
         an RGB value as the gray of its mean (what Mitsuba's rgb texture gives)."""
         child = self.node.child(name)
         if child is not None:
-            return self.add_texture(child)
+            return self._texture(name, child)
         value = self.node.get_rgb(name, np.full(3, default))
-        return self.add_texture(float(value[0] if np.all(value == value[0]) else np.mean(value)))
+        return self._texture(name, float(value[0] if np.all(value == value[0]) else np.mean(value)))
 
     def scalar(self, name, default):
         child = self.node.child(name)
         if child is not None:
-            return self.add_texture(child)
-        return self.add_texture(float(self.node.get_float(name, default)))
+            return self._texture(name, child)
+        return self._texture(name, float(self.node.get_float(name, default)))
 
     def flag(self, name):
         """Mitsuba's ``get_flag`` of the principled BSDFs: the parameter is given, and not as a float
@@ -406,6 +415,9 @@ class MaterialTableBuilder:
         self._slots: dict[int, tuple[Slot, ...]] = {}  # composite row -> its slots
         self._black: int | None = None
         self._null: int | None = None
+        self.parameter_textures: dict[tuple[int, str], int] = {}  # (id(node), parameter) -> texture id
+        # (id(node), parameter) -> the (Materials field, row) cells that read it
+        self.parameter_cells: dict[tuple[int, str], list[tuple[str, int]]] = {}
 
     def add_black(self) -> int:
         """The material of the back of one-sided BSDFs: black everywhere."""
@@ -430,11 +442,19 @@ class MaterialTableBuilder:
             raise SceneError(f"unsupported bsdf type '{node.type}' (supported: "
                              f"{', '.join([*_ADDERS, *_COMPOSITES, *_PERTURBERS, 'null', 'twosided'])})",
                              node.source)
-        row = adder(_Reader(node, add_texture, self._known_means))
-        row = self._append(dataclasses.replace(row, perturbation=perturbation))
+        made = adder(_Reader(node, add_texture, self._known_means, self.parameter_textures))
+        row = self._append(dataclasses.replace(made, perturbation=perturbation))
+        for (owner, name), tid in self.parameter_textures.items():
+            if owner == id(node):  # the cells of the table that read the parameter (constants are shared)
+                cells = [(f, row) for f in _PARAMETER_FIELDS.get(name, ()) if getattr(made, f) == tid]
+                self.parameter_cells[owner, name] = self.parameter_cells.get((owner, name), []) + cells
         self._leaves[key] = (node, row)
         node.check_unused()
         return row
+
+    def leaf_rows(self, node: PluginNode) -> list[int]:
+        """The material rows made of the leaf ``<bsdf>`` ``node`` (one per normal or bump map over it)."""
+        return [row for (key, _), (_, row) in self._leaves.items() if key == id(node)]
 
     def add_side(self, node: PluginNode, back: bool, add_texture: AddTexture) -> tuple[int, bool]:
         """(material id, mirror) of what a ray arriving on the front (or ``back``) of a surface
@@ -450,7 +470,7 @@ class MaterialTableBuilder:
     def _resolve(self, node, back, add_texture, perturbation=None):
         """(slots, mirror) of one side of ``node`` (under a normal or bump map's ``perturbation``);
         mirror None where no leaf depends on it."""
-        reader = _Reader(node, add_texture, self._known_means)
+        reader = _Reader(node, add_texture, self._known_means, self.parameter_textures)
         if node.type in _PERTURBERS:
             if perturbation is not None:
                 raise reader.error("cannot be nested in another normalmap or bumpmap")
@@ -586,6 +606,11 @@ MAX_SLOTS = 64  # leaves of one composite material: each is evaluated for every 
 
 
 _TEXTURE_FIELDS = ("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v")
+# The ``Materials`` texture fields a leaf's Mitsuba parameter fills (tracer.io.parameter_names).
+_PARAMETER_FIELDS = {"reflectance": ("reflectance",), "diffuse_reflectance": ("reflectance",),
+                     "specular_reflectance": ("specular_reflectance",),
+                     "specular_transmittance": ("specular_transmittance",), "alpha": ("alpha_u", "alpha_v"),
+                     "alpha_u": ("alpha_u",), "alpha_v": ("alpha_v",)}
 
 
 def _textured_fields(rows, textures):

@@ -14,7 +14,7 @@ import numpy as np
 from tracer.errors import SceneError, SceneNotice
 from tracer.io import aovs as aov_names
 from tracer.io import curves as curve_files
-from tracer.io import meshes, overrides, ply, serialized, shape_order, shapegroups
+from tracer.io import meshes, overrides, parameter_names, ply, serialized, shape_order, shapegroups
 from tracer.io.bsdfs import MaterialTableBuilder
 from tracer.io.checks import check_extent, checked_to_world
 from tracer.io.emitters import EmitterTableBuilder
@@ -140,6 +140,7 @@ class _SceneBuilder:
         self.material_attributes: dict[int, set] = {}  # material id -> the mesh attributes it reads
         self.ptracer: PluginNode | None = None  # a 'ptracer' integrator, rendered as 'path' if the scene allows
         self.media = MediumTableBuilder()
+        self.emitter_rows: dict[int, int] = {}  # id(emitter node) -> its row (parameter names)
         self.volpath: PluginNode | None = None  # a volpath or volpathmis integrator: media render with it
 
     # ------------------------------------------------------------------ top level
@@ -164,7 +165,7 @@ class _SceneBuilder:
                 if node.type == "area":
                     raise SceneError(f"{node.source}: an area emitter must be nested in a shape")
                 requested = len(self.textures.attribute_requests)
-                self.emitters.add(node, self.textures.add, self.textures.table.resolution)
+                self.emitter_rows[id(node)] = self.emitters.add(node, self.textures.add, self.textures.table.resolution)
                 if len(self.textures.attribute_requests) > requested:
                     raise SceneError(f"{node.source}: a mesh_attribute texture can only be used by a shape's bsdf")
                 node.check_unused()
@@ -201,9 +202,14 @@ class _SceneBuilder:
         materials = self.materials.build(textures)
         if self.ptracer is not None:
             _ptracer_as_path(self.ptracer, sensor, materials)
+        sources = parameter_names.Sources(self.materials.parameter_textures, self.materials.parameter_cells,
+                                          self.materials.leaf_rows,
+                                          self.textures.node_textures, self.textures.bitmap_channels,
+                                          self.emitter_rows)
         return Scene(geometry=geo, shapes=shapes, materials=materials,
                      textures=textures, emitters=emitters, camera=camera, film=film,
-                     settings=settings, media=media, aov=aov_tables)
+                     settings=settings, media=media, aov=aov_tables,
+                     parameter_slots=parameter_names.name_parameters(self.root, sources, textures, emitters))
 
     def _bounds(self, group=-1):
         """The box (lo, hi) of the world's shapes and instances (as Mitsuba's scene bbox), or of a
@@ -390,7 +396,7 @@ class _SceneBuilder:
             if node.type in CURVE_TYPES:
                 raise SceneError(f"{em.source}: a '{node.type}' cannot carry an area emitter (Mitsuba cannot "
                                  "sample points on curves)")
-            emitter = self.emitters.add_area(em, index, triangles=triangles, analytic=analytic,
+            emitter = self.emitter_rows[id(em)] = self.emitters.add_area(em, index, triangles=triangles, analytic=analytic,
                                              flip_normals=flip_normals, normals=vertex_normals,
                                              uvs=vertex_uvs, add_texture=self.textures.add)
             em.check_unused()

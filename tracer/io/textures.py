@@ -33,6 +33,8 @@ class TextureReader:
         self.attribute_requests: list[str] = []  # mesh attributes read by textures, in order of request
         self._bitmap_ids: dict[tuple, int] = {}  # (path, raw, filter, wrap, to_uv bytes) -> texture id
         self._attribute_ids: dict[tuple[str, float], int] = {}  # (attribute name, scale) -> texture id
+        self.node_textures: dict[int, int] = {}  # id(texture node) -> its texture id (parameter names)
+        self.bitmap_channels: dict[int, int] = {}  # bitmap texture id -> the channels of its file
 
     def add(self, value: PluginNode | ArrayLike | float) -> int:
         """The texture id of a nested texture plugin, an RGB triple or a float."""
@@ -50,6 +52,7 @@ class TextureReader:
         else:
             raise SceneError(f"{node.source}: unsupported texture type '{node.type}'")
         node.check_unused()
+        self.node_textures[id(node)] = tid
         return tid
 
     def _mesh_attribute(self, node):
@@ -83,5 +86,7 @@ class TextureReader:
         if key not in self._bitmap_ids:
             image = node.load(load_image, path, raw=raw)
             check_texels(node, path, image)
-            self._bitmap_ids[key] = self.table.add_bitmap(image, _FILTERS[filter_name], _WRAPS[wrap_name], to_uv)
+            tid = self.table.add_bitmap(image, _FILTERS[filter_name], _WRAPS[wrap_name], to_uv)
+            self.bitmap_channels[tid] = 1 if np.ndim(image) == 2 else min(np.shape(image)[2], 3)
+            self._bitmap_ids[key] = tid
         return self._bitmap_ids[key]

@@ -432,9 +432,17 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
 # Queries end in an optimization barrier: otherwise XLA fuses the (primitives x rays) search into
 # each consumer of its result and recomputes it there -- 50x slower inside the path loop.
 
+def _held(o, d, t_max):
+    """The rays, out of differentiation: which primitive a ray meets is piecewise constant (path
+    replay, ``tracer.integrators.replay``, holds it fixed), and a host engine's callback has no
+    derivative rule. The identity in the primal program."""
+    return jax.lax.stop_gradient((o, d, t_max))
+
+
 def closest_hit(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> Hit:
     """Closest hit of rays o, d (3, N) (d unit length) with 0 < t < t_max (N,) or scalar; in a
     scene with instances, ``Hit.instance`` says which one (-1 for the world's primitives)."""
+    o, d, t_max = _held(o, d, t_max)
     if geometry.n_triangles + geometry.n_analytic == 0:
         return isect.miss(o[0])
     hit = _world_closest_hit(geometry, o, d, t_max)
@@ -448,6 +456,7 @@ def closest_hit(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike
 
 def occluded(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
     """(N,) bool: something lies along the ray at 0 < t < t_max."""
+    o, d, t_max = _held(o, d, t_max)
     if geometry.n_triangles + geometry.n_analytic == 0:
         return jnp.zeros_like(o[0], bool)
     blocked = _world_occluded(geometry, o, d, t_max)
