@@ -82,7 +82,7 @@ def tile_noise(state: np.ndarray, chunks: int, samples: tuple[int, int] | None =
     var = variance(state, chunks)
     if samples is not None and samples[1] > samples[0]:
         var = var * np.float32(samples[0] / samples[1])
-    return relative_noise(resolve(*tile_sums(state, tail)), var)
+    return relative_noise(resolve(*tile_sums(state, tail))[..., :3], var)  # (RGB: a tile's AOVs follow it)
 
 
 def _checkpoints(first: int, last: int) -> Iterator[int]:

@@ -167,8 +167,8 @@ def resume(store, redo, wait_lease, address, no_progress, **options):
               help="Show it again every 2 s until the job is no longer running (Ctrl-C stops); with --json, "
                    "one object a line.")
 @click.option("--verify", is_flag=True,
-              help="Read every tile's data and count only what passes its CRC, as resume does (the whole store: "
-                   "slow for a long job); without it, what the driver recorded.")
+              help="Read every tile's data and count only what passes its CRC, as resume does, however large the "
+                   "store (without it, a store of over 2048 tiles with samples shows what the driver recorded).")
 def status(store, as_json, watch, verify):
     """Show STORE's job: frames, samples done, the last run's state and phase, rate and ETA (from
     its steady state), and the driver that holds it."""

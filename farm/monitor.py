@@ -42,9 +42,12 @@ if TYPE_CHECKING:
     from farm.spec import JobSpec
 
 __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "summary_of",
-           "preview", "STALE_S", "NO_SAMPLES"]
+           "preview", "STALE_S", "NO_SAMPLES", "VERIFY_TILES"]
 
 STALE_S = 120.0  # seconds without progress notes after which a running job is called stalled
+# Tiles with samples up to which `farm status` checks a store's data by default (a few seconds);
+# past them it shows the store's frame summary (farm.summary) unless asked to --verify.
+VERIFY_TILES = 2048
 LINK_CHECK_S = 2.0  # seconds a store's walk for links out of the root is taken as still true
 
 
@@ -82,6 +85,7 @@ class JobSummary:
     per_frame: tuple[FrameProgress, ...] = ()  # FrameProgress per frame
     cpu_isa: str | None = None        # a CPU job's arithmetic: its instruction-set level (tracer.runtime.xla_flags)
     failures: Retries = Retries()     # the last run's retries, per task with their reasons, and hosts left out
+    verified: bool = False            # samples counted where the data passes its CRC (else: as recorded)
 
     def to_json(self, frames: bool = False) -> dict[str, Any]:
         """A dict for JSON (``farm status --json``, ``farm serve``'s API); ``per_frame`` with ``frames``."""
@@ -198,16 +202,21 @@ def _summarize(name: str, opener: Callable[[], tuple[JobSpec, FrameStore]], now:
     return JobSummary(store=name, state="damaged", error=error.replace(hide, "") if hide else error)
 
 
-def summary_of(name: str, spec: JobSpec, fs: FrameStore, now: float | None = None, verify: bool = False) -> JobSummary:
+def summary_of(name: str, spec: JobSpec, fs: FrameStore, now: float | None = None,
+               verify: bool | None = False) -> JobSummary:
     """The ``JobSummary`` of an open store (``open_store``'s pair), named ``name``; ``verify``: as
-    ``summarize_url``'s."""
+    ``summarize_url``'s, or None: verified where the store has a summary of at most
+    ``VERIFY_TILES`` tiles with samples, or none (``farm status``)."""
     return _summary(name, spec, fs, time.time() if now is None else now, verify)
 
 
-def _summary(name: str, spec: JobSpec, fs: FrameStore, now: float, verify: bool = False) -> JobSummary:
+def _summary(name: str, spec: JobSpec, fs: FrameStore, now: float, verify: bool | None = False) -> JobSummary:
     try:
         bad: list[tuple[int, ...]] = []
         table = None if verify else summary.read(fs, spec)  # the driver's notes of each frame
+        if verify is None:  # what a small store holds is checked; a large one's summary is shown
+            verify = table is None or summary.stored_tiles(fs, table) <= VERIFY_TILES
+            table = None if verify else table
         if table is None:
             records, bad = fs.verified_records() if verify else fs.read_records()
             table = summary.rows(fs, spec, records)
@@ -232,7 +241,8 @@ def _summary(name: str, spec: JobSpec, fs: FrameStore, now: float, verify: bool 
         eta_s=eta if running else None, updated=updated,
         damaged_tasks=len(bad), damaged_frames=tuple(sorted({spec.frames[0] + int(key[0]) for key in bad})),
         per_frame=_frames(spec.frames[0], table, eta if running else None, running),
-        cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None, failures=read_notes(notes))
+        cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None, failures=read_notes(notes),
+        verified=bool(verify))
 
 
 def _state(notes: Mapping[str, Any], finished: bool, started: bool, now: float) -> str:

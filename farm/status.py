@@ -2,10 +2,11 @@
 serve`` answers at ``/api/jobs/STORE``: ``farm.monitor.JobSummary``), once, or again every
 ``WATCH_S`` seconds until the job is no longer running (``--watch``; Ctrl-C stops it).
 
-Samples done are the driver's per-frame account (``farm.summary``: what it recorded, a commit
-behind at most after a kill; for a store without one, its tiles' records). With ``--verify`` they
-count only where the store's data passes its CRC (the whole store is read, as ``farm resume``
-reads it) and damaged tiles are named. The state, phase, rate and ETA come from the last run's
+Samples count only where the store's data passes its CRC (the whole store is read, as ``farm
+resume`` reads it) and damaged tiles are named, for a store of at most ``VERIFY_TILES`` tiles
+with samples (or with ``--verify``); past that, samples done are the driver's per-frame account
+(``farm.summary``: what it recorded, a commit behind at most after a kill), so that a job of
+100,000 frames shows at once. The state, phase, rate and ETA come from the last run's
 progress notes (``farm.progress``).
 """
 from __future__ import annotations
@@ -54,7 +55,7 @@ def show(store: str, as_json: bool = False, watch: bool = False, interval: float
 
 def _show_once(store: str, as_json: bool, clear: bool, verify: bool) -> JobSummary:
     spec, fs = open_store(store)
-    summary = summary_of(store, spec, fs, verify=verify)
+    summary = summary_of(store, spec, fs, verify=True if verify else None)
     if summary.state == "damaged":
         raise StoreError(summary.error)
     if as_json:
@@ -73,7 +74,8 @@ def _lines(store, spec, fs, s):
              f"frames:  {spec.frames[0]}-{spec.frames[1]} ({s.frames_done}/{s.frames} finished)",
              f"film:    {fs.width}x{fs.height}, {spp_text(spec, fs)}, tile {spec.tile}, pass {spec.pass_size}, "
              f"chunk {spec.chunk_passes} passes",
-             f"samples: {100 * s.samples_done / s.samples_total:.1f}% done"]
+             f"samples: {100 * s.samples_done / s.samples_total:.1f}% done"
+             + ("" if s.verified else " (as the driver recorded them; --verify checks every tile's data)")]
     if s.cpu_isa:
         lines.append(f"workers: CPU, {s.cpu_isa} arithmetic (every run of the job; --cpu-isa to change)")
     if s.damaged_tasks:

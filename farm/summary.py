@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from farm.spec import JobSpec
     from farm.store import FrameStore
 
-__all__ = ["FIELDS", "rows", "write_all", "update", "read"]
+__all__ = ["FIELDS", "rows", "write_all", "update", "read", "stored_tiles"]
 
 FIELDS = ("done", "spp", "noise", "total")  # a row's values, in order (float64)
 
@@ -66,3 +66,8 @@ def read(store: FrameStore, spec: JobSpec) -> np.ndarray | None:
     """The rows of the job's frames as the store's summary has them; None where it has none for
     this job (then compute them: ``rows``)."""
     return store.summary(spec.n_frames)
+
+
+def stored_tiles(store: FrameStore, table: np.ndarray) -> int:
+    """At most how many tiles hold samples, by the rows ``table`` (those of frames with any)."""
+    return int(np.count_nonzero(table[:, 1] > 0)) * store.tiles_y * store.tiles_x

@@ -10,6 +10,7 @@ held to the same by test_adaptive_render.py.
 import contextlib
 import dataclasses
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -55,7 +56,7 @@ def _run(spec, store, order, kill_after=None, groups=4):
     """The scheduler's loop over ``store`` with the stub unit: results handed back in an order
     drawn from ``order`` (a Random) among ``groups`` tasks in flight; killed after ``kill_after``
     results. Returns the results taken."""
-    runner = _JobRun(spec, store, [], 3, 0, False, lambda *_: None, 1, None)
+    runner = _JobRun(spec, store, [], 3, 0, SimpleNamespace(), lambda *_: None, 1, None)
     records, _ = runner.verify_store()
     shot = Shot(spec, store)
     folds = runner.folds = Folds(store, records, spec.spp, window=3)

@@ -11,6 +11,7 @@ held to the same tree by tests/farm/test_farm.py (a job refined and one killed a
 against the tracer's own render).
 """
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -64,7 +65,7 @@ def _run(spec, store, order, kill_after=None, tear_at=None):
     """One run of the driver over ``store`` with the stub unit: results handed back in an order
     drawn from ``order`` (a Random) within each tile's window; killed after ``kill_after``
     results, or ``tear_at`` array writes into the run (before that write)."""
-    runner = _JobRun(spec, store, [], 3, 0, False, lambda *_: None, 1, None)
+    runner = _JobRun(spec, store, [], 3, 0, SimpleNamespace(), lambda *_: None, 1, None)
     records, _ = runner.verify_store()
     folds = runner.folds = Folds(store, records, spec.spp, window=3)
     queue = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels).todo
@@ -112,7 +113,7 @@ def _frames(spec, store):
 def _direct(spec, store):
     """The frames as ``tracer.render`` sums them: per tile, chunks from zero, added to a zero
     accumulator in chunk order (the stub unit in place of the tracer's)."""
-    runner = _JobRun(spec, store, [], 3, 0, False, lambda *_: None, 1, None)
+    runner = _JobRun(spec, store, [], 3, 0, SimpleNamespace(), lambda *_: None, 1, None)
     runner.folds = Folds(store, runner.verify_store()[0], spec.spp)  # results handed back, as without a shared root
     g, n_passes = spec.chunk_passes, -(-spec.spp // spec.pass_size)
     out = []
