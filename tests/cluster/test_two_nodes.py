@@ -1,28 +1,20 @@
 """A group spread over the two nodes of a simulated Ray cluster (ray.cluster_utils.Cluster)."""
-import os
 import pathlib
 
 import numpy as np
 import pytest
-import ray
-from ray.cluster_utils import Cluster
 
 from cluster.group import GroupShape, WorkerGroup
 from cluster.task import SceneRef, TileTask
+from tests.helpers import clusters
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-    cluster.add_node(num_cpus=2)
-    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    with clusters.two_nodes(cpus=2) as cluster:
+        yield cluster
 
 
 def test_strict_spread_puts_one_member_on_each_node_and_renders_the_same_bits(two_nodes):

@@ -14,14 +14,13 @@ import time
 import numpy as np
 import psutil
 import pytest
-import ray
-from ray.cluster_utils import Cluster
 
 from farm import failures, job, scheduler
 from farm.failures import Failures, Host, Retries, TaskClock, read_notes
 from farm.scheduler import run_job
 from farm.spec import GroupsSpec
 from farm.web import make_app
+from tests.helpers import clusters
 from tests.helpers.farm_cases import ORBIT, exported, farm_main, orbit_spec, reference
 from tests.helpers.hang_guard import hang_guard
 
@@ -148,14 +147,8 @@ def test_a_hung_member_on_the_only_host_stops_the_job_in_one_line_and_it_resumes
 
 @pytest.fixture
 def two_nodes():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    with clusters.two_nodes(cpus=1) as cluster:
+        yield cluster
 
 
 def test_a_host_whose_group_hangs_is_left_out_and_the_group_formed_on_another(two_nodes, tmp_path, monkeypatch):
