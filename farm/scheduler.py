@@ -216,9 +216,10 @@ class _JobRun:
         records, damaged = self.verify_store()
         if damaged:
             self.log(f"{damaged} stored tile(s) did not read back intact: rendering them again")
-        summary.write_all(store, spec, records)
         self.shot = Shot(spec, store)  # a noise target's decisions (farm.adaptive)
-        job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, self.shot.tile_spp(records))
+        spp = self.shot.tile_spp(records)
+        summary.write_all(store, spec, records, spp)
+        job = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, spp)
         progress.start(job, spec.n_frames)
         if not job.frames:
             progress.phase("finishing")

@@ -32,14 +32,17 @@ __all__ = ["FIELDS", "rows", "write_all", "update", "read", "stored_tiles"]
 FIELDS = ("done", "spp", "noise", "total")  # a row's values, in order (float64)
 
 
-def rows(store: FrameStore, spec: JobSpec, records: np.ndarray, frames: Sequence[int] | None = None) -> np.ndarray:
+def rows(store: FrameStore, spec: JobSpec, records: np.ndarray, frames: Sequence[int] | None = None,
+         spp: np.ndarray | None = None) -> np.ndarray:
     """(n, len(FIELDS)) float64: the rows of the job's frames, or of the frame indexes ``frames``,
-    from ``records`` (F, TY, TX) of ``farm.records.RECORD`` (the store's, verified or as read)."""
+    from ``records`` (F, TY, TX) of ``farm.records.RECORD`` (the store's, verified or as read);
+    ``spp``: ``Shot.tile_spp``'s answer for those frames, where the caller has it already."""
     from farm.adaptive import Shot, shot_noise
     from farm.job import frame_status
     frames = list(range(spec.n_frames) if frames is None else frames)
     shot = Shot(spec, store)
-    spp = shot.tile_spp(records, frames)  # (a noise target's decisions, for these frames alone)
+    if spp is None:
+        spp = shot.tile_spp(records, frames)  # (a noise target's decisions, for these frames alone)
     out = np.empty((len(frames), len(FIELDS)), np.float64)
     out[:, 0] = frame_status(store, spec, records, frames, spp)
     noise = shot_noise(store, spec, records, frames)
@@ -49,9 +52,10 @@ def rows(store: FrameStore, spec: JobSpec, records: np.ndarray, frames: Sequence
     return out
 
 
-def write_all(store: FrameStore, spec: JobSpec, records: np.ndarray) -> None:
-    """Write the summary of every frame afresh (the driver, once its records are verified)."""
-    store.write_summary(rows(store, spec, records))
+def write_all(store: FrameStore, spec: JobSpec, records: np.ndarray, spp: np.ndarray | None = None) -> None:
+    """Write the summary of every frame afresh (the driver, once its records are verified);
+    ``spp``: ``Shot.tile_spp(records)``, where the driver has decided it already."""
+    store.write_summary(rows(store, spec, records, spp=None if spp is None else spp[:spec.n_frames]))
 
 
 def update(store: FrameStore, spec: JobSpec, records: np.ndarray, frames: Sequence[int]) -> None:
