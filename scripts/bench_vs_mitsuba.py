@@ -2,6 +2,8 @@
 
     python scripts/bench_vs_mitsuba.py [--scene examples/orbit.xml] [--frames 8] [--res 160x120]
                                        [--spp 64] [--param angle --step 6] [--variant llvm_ad_rgb]
+    python scripts/bench_vs_mitsuba.py --equal-error [--noise 0.05] [--max-spp 4096] [--ref-spp 4096]
+                                       [--mitsuba-max-spp 1024] [same scene options]
 
 In one run, each in a fresh process:
 
@@ -18,15 +20,39 @@ XLA programs (compiled or loaded from the cache, and their seconds), and the ste
 frame (the time between the first and the last task's results, per frame rendered in it). For
 Mitsuba: wall time, the first frame (its JIT compile included) and the steady state per frame.
 Ratios are Mitsuba's time over ours (1.0: as fast as Mitsuba).
+
+``--equal-error`` measures instead the figure a user pays for: the time each needs to reach the
+same error on the shot. Both render a variant of the scene with a box filter (Mitsuba's JIT
+variants weigh samples by the filter in closed form, ours and its scalar variant from a table;
+for a box the two agree), written beside the run's files with its mesh and texture paths made
+absolute:
+
+1. the reference: Mitsuba ``--variant`` with its ``independent`` sampler at ``--ref-spp``;
+2. ours: ``farm render --noise N --spp MAX`` with our best sampler (``ldsampler`` in the file:
+   our Owen-scrambled Sobol sequence), once with an empty compilation cache and once with the
+   cache the first run left (a second store: the same bits, so the same error); its error is the
+   frames' mean relative MSE against the reference, its samples those the store says it spent;
+3. Mitsuba with each of its samplers (``independent``, ``stratified``, ``multijitter``,
+   ``ldsampler``) at uniform sample counts 4, 16, 64, ... up to ``--mitsuba-max-spp``, each count
+   a loop over the frames in a process of its own (its JIT compile included, as in the default
+   mode); the time it needs for our error is interpolated between the two counts around it (log
+   time against log error), and the best sampler's is the one compared.
+
+Printed: each run's error, time and samples per second, and the ratio Mitsuba's time at equal
+error over ours, cold and warm.
 """
 import argparse
 import json
+import math
 import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as XmlTree
+
+import defusedxml.ElementTree as ET
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1"
@@ -93,6 +119,134 @@ def mitsuba_worker(args):
     print(json.dumps({"variant": mi.variant(), "times": times}))
 
 
+MITSUBA_SAMPLERS = ("independent", "stratified", "multijitter", "ldsampler")
+
+
+def scene_variant(scene, sampler, out):
+    """``scene`` with a box filter and ``sampler`` (keeping its sample count), written to ``out``
+    with its files' relative paths made absolute (they were relative to the scene's folder)."""
+    tree = ET.parse(scene)
+    root, folder = tree.getroot(), pathlib.Path(scene).resolve().parent
+    for string in root.iter("string"):
+        if string.get("name") == "filename" and not os.path.isabs(string.get("value", "")):
+            string.set("value", str(folder / string.get("value")))
+    for sensor in root.iter("sensor"):
+        for film in sensor.iter("film"):
+            for old in film.findall("rfilter"):
+                film.remove(old)
+            XmlTree.SubElement(film, "rfilter", type="box")
+        for old in sensor.findall("sampler"):
+            old.set("type", sampler)
+    XmlTree.ElementTree(root).write(out)
+    return out
+
+
+def mitsuba_spp_worker(args):
+    """Runs in its own process: Mitsuba renders every frame of the ``--scene`` variant at
+    ``--spp`` into ``--images`` (npy), timing the loop."""
+    t0 = time.monotonic()
+    os.environ.setdefault("DRJIT_LIBLLVM_PATH", DEFAULT_LLVM)
+    import mitsuba as mi
+    import numpy as np
+
+    mi.set_variant(args.variant)
+    width, height = map(int, args.res.split("x"))
+    out = pathlib.Path(args.images)
+    for f in range(args.frames):
+        scene = mi.load_file(args.scene, width=width, height=height, **{args.param: str(f * args.step)})
+        np.save(out / f"frame_{f:04d}.npy", np.asarray(mi.render(scene, spp=args.spp, seed=f + args.seed), np.float32))
+    print(json.dumps({"seconds": time.monotonic() - t0}))
+
+
+def _mean_error(folder, refs):
+    import numpy as np
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.image_metrics import relative_mse
+    return float(np.mean([relative_mse(np.load(folder / f"frame_{f:04d}.npy")[..., :3], ref)
+                          for f, ref in enumerate(refs)]))
+
+
+def _at_error(points, target):
+    """Seconds at ``target`` error, interpolated in log-log between the measured (error, seconds)
+    around it; None where the target lies outside them."""
+    points = sorted(points, key=lambda p: -p[0])
+    for (e0, t0), (e1, t1) in zip(points, points[1:]):
+        if e1 <= target <= e0 and e0 > e1:
+            w = (math.log(e0) - math.log(target)) / (math.log(e0) - math.log(e1))
+            return math.exp(math.log(t0) + w * (math.log(t1) - math.log(t0)))
+    return None
+
+
+def equal_error(args, tmp, env):
+    """The ``--equal-error`` mode (see the module's docstring)."""
+    import numpy as np
+    width, height = map(int, args.res.split("x"))
+    last = args.frames - 1
+    ours_scene = scene_variant(args.scene, "ldsampler", tmp / "ours.xml")
+    mitsuba_args = ["--frames", str(args.frames), "--res", args.res, "--param", args.param, "--step", str(args.step),
+                    "--variant", args.variant]
+
+    def mitsuba(sampler, spp, seed=0):
+        folder = tmp / f"mitsuba_{sampler}_{spp}_{seed}"
+        folder.mkdir()
+        scene = scene_variant(args.scene, sampler, tmp / f"{sampler}.xml")
+        r, _ = child([__file__, "--mitsuba-spp-worker", "--scene", str(scene), "--spp", str(spp), "--images", str(folder),
+                      "--seed", str(seed), *mitsuba_args], env)
+        return folder, r["seconds"]
+
+    print(f"{args.scene}: {args.frames} frames at {args.res}, box filter; reference {args.variant} at {args.ref_spp} "
+          f"spp ...", file=sys.stderr, flush=True)
+    ref_folder, ref_s = mitsuba("independent", args.ref_spp, seed=1 << 20)
+    refs = [np.load(ref_folder / f"frame_{f:04d}.npy") for f in range(args.frames)]
+
+    job = [str(ours_scene), "--frames", f"0-{last}", "--res", args.res, "--set", f"{args.param}=0:0,{last}:{last * args.step}",
+           "--noise", str(args.noise), "--spp", str(args.max_spp), "--no-progress"]
+    ours = {}
+    for name in ("cold", "warm"):
+        store = tmp / f"ours_{name}.zarr"
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-m", "farm.cli", "render", *job, "--out", str(store)], env=env, check=True,
+                       capture_output=True)
+        seconds = time.monotonic() - t0
+        status = json.loads(subprocess.run([sys.executable, "-m", "farm.cli", "status", str(store), "--json"], env=env,
+                                           check=True, capture_output=True, text=True).stdout)
+        folder = tmp / f"ours_{name}_npy"
+        subprocess.run([sys.executable, "-m", "farm.cli", "export", str(store), "--format", "npy", "--out", str(folder)],
+                       env=env, check=True, capture_output=True)
+        spp = [frame["spp"] for frame in status["per_frame"]]
+        ours[name] = dict(seconds=seconds, error=_mean_error(folder, refs), samples=sum(spp) * width * height,
+                          spp=float(np.mean(spp)))
+    target = ours["cold"]["error"]
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) at the end of ours")
+    print(f"\nreference: {args.variant}, independent, {args.ref_spp} spp ({ref_s:.1f} s)")
+    for name, r in ours.items():
+        print(f"ours ({name} cache): noise target {args.noise}, mean {r['spp']:.0f} spp a frame, rel MSE {r['error']:.3g}, "
+              f"{r['seconds']:.1f} s, {r['samples'] / r['seconds'] / 1e6:.2f} Msamples/s")
+    best = None
+    for sampler in MITSUBA_SAMPLERS:
+        points, spp = [], 4
+        while spp <= args.mitsuba_max_spp:
+            folder, seconds = mitsuba(sampler, spp)
+            error = _mean_error(folder, refs)
+            points.append((error, seconds))
+            print(f"Mitsuba {sampler} {spp} spp: rel MSE {error:.3g}, {seconds:.1f} s, "
+                  f"{spp * width * height * args.frames / seconds / 1e6:.2f} Msamples/s", flush=True)
+            if error < target:
+                break
+            spp *= 4
+        at = _at_error(points, target)
+        print(f"Mitsuba {sampler} at rel MSE {target:.3g}: " + (f"{at:.1f} s" if at else "not bracketed"))
+        if at is not None and (best is None or at < best[1]):
+            best = (sampler, at)
+    if best is None:
+        print("no Mitsuba sampler bracketed our error: raise --mitsuba-max-spp or --noise")
+        return 1
+    for name, r in ours.items():
+        print(f"equal error, {name} cache: Mitsuba ({best[0]}) {best[1]:.1f} s against ours {r['seconds']:.1f} s: "
+              f"ratio {best[1] / r['seconds']:.3f}")
+    return 0
+
+
 def child(argv, env):
     out = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -120,17 +274,29 @@ def main():
     ap.add_argument("--param", default="angle", help="the scene <default> animated over the frames")
     ap.add_argument("--step", type=float, default=6.0, help="its value at frame f is f * step")
     ap.add_argument("--variant", default="llvm_ad_rgb")
+    ap.add_argument("--equal-error", action="store_true", help="Time to equal error instead (see above).")
+    ap.add_argument("--noise", type=float, default=0.05, help="--equal-error: our noise target.")
+    ap.add_argument("--max-spp", type=int, default=4096, help="--equal-error: our most samples per pixel.")
+    ap.add_argument("--ref-spp", type=int, default=4096, help="--equal-error: the reference's samples per pixel.")
+    ap.add_argument("--mitsuba-max-spp", type=int, default=4096, help="--equal-error: Mitsuba's most samples per pixel.")
     ap.add_argument("--farm-worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     ap.add_argument("--mitsuba-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mitsuba-spp-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--images", help=argparse.SUPPRESS)
+    ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.farm_worker is not None:
         return farm_worker(args.farm_worker)
     if args.mitsuba_worker:
         return mitsuba_worker(args)
+    if args.mitsuba_spp_worker:
+        return mitsuba_spp_worker(args)
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-vs-mitsuba-"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                JAXFARM_XLA_CACHE=str(tmp / "xla"), FARM_REGISTRY=str(tmp / "registry"))
+    if args.equal_error:
+        return equal_error(args, tmp, env)
     last = args.frames - 1
     job = [args.scene, "--frames", f"0-{last}", "--res", args.res, "--set", f"{args.param}=0:0,{last}:{last * args.step}",
            "--out", str(tmp / "job.zarr"), "--no-progress"]
