@@ -130,14 +130,19 @@ def _sample_sphere(em, e, ref, u):
     phi = u[1] * TWO_PI
     axis = -dc * inv_dc
     sin_phi, cos_phi = elementary.sincos(phi)
-    local = jnp.stack([cos_phi * sin_alpha, sin_phi * sin_alpha, cos_alpha])
-    cap = vm.to_world(vm.Frame(*vm.coordinate_system(axis), axis), local)
+    # Materialized before they become vectors: XLA computes a (3, N) result per component, and
+    # would redo the sines and cosines three times over.
+    local, frame = jax.lax.optimization_barrier((jnp.stack([cos_phi * sin_alpha, sin_phi * sin_alpha, cos_alpha]),
+                                                 vm.Frame(*vm.coordinate_system(axis), axis)))
+    cap = vm.to_world(frame, local)
     cone_pdf = INV_TWO_PI / (1.0 - cos_max)
 
     # Inside: uniform over the area.
     whole = sampling.square_to_uniform_sphere(u)
 
-    n = vm.select(outside, cap, whole)
+    # Materialized: every output below reads the sampled direction, and fused into each XLA
+    # would redo the sines, cosines and frame per output.
+    n, outside, cone_pdf = jax.lax.optimization_barrier((vm.select(outside, cap, whole), outside, cone_pdf))
     p = n * radius + center
     uv = surface_uv.sphere_uv(vm.transform_point(lanes.take(em.to_local, e), p))
     n = vm.select(flip, -n, n)

@@ -199,9 +199,9 @@ def find_surfaces(scene: Scene, state: PathState, skip_hidden_emitters: bool = T
     tangents = None
     if scene.materials.perturbation is not None and Perturbation.BUMPMAP in scene.materials.perturbation.kinds_present:
         tangents = bsdfs.perturb.tangents(frame, si.dp_du, si.dp_dv, ng)
-    frame, tangents = _stage((frame, tangents))
     # Mitsuba's BSDFs tell the sides apart in the shading frame.
-    return Surface(si=si, valid=state.active & si.valid, shape=shape, ng=ng, ns=ns, front=vm.dot(ns, d) < 0,
+    frame, tangents, ng, ns, front = _stage((frame, tangents, ng, ns, vm.dot(ns, d) < 0))
+    return Surface(si=si, valid=state.active & si.valid, shape=shape, ng=ng, ns=ns, front=front,
                    frame=frame, tangents=tangents)
 
 
@@ -267,7 +267,7 @@ def add_next_event(scene: Scene, state: PathState, surface: Surface, mat: jax.Ar
     do_nee = do_nee & (ds.pdf > 0)
     shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, surface.ng, ds.d, ds.dist)
     blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
-    wo = vm.to_local(frame, ds.d)
+    wo = _stage(vm.to_local(frame, ds.d))
     bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(scene.materials, tex, mat, tx.texture_point(si.uv, si.attributes),
                                                  wi, wo, surface.tangents))
     if shares is None:

@@ -604,7 +604,8 @@ def _analytic_surface(geo, o, d, hit):
     q = jnp.clip(hit.prim - geo.n_triangles, 0, geo.n_analytic - 1)
     to_world, to_local = lanes.take(geo.analytic_to_world, q), lanes.take(geo.analytic_to_local, q)
     t = jnp.where(jnp.isfinite(hit.t), hit.t, 0.0)
-    p_ray = o + t * d
+    # Materialized once for the kinds' many reads (fused, XLA would gather per read).
+    to_world, to_local, p_ray = jax.lax.optimization_barrier((to_world, to_local, o + t * d))
     # Only the kinds the scene has (a disk-only scene spent 12% of its time on sphere uvs).
     fields = {}
     if SurfaceKind.SPHERE in geo.analytic_kinds:

@@ -74,10 +74,11 @@ def ray_shear(d: jax.Array) -> RayShear:
     kz = jnp.where((a[0] >= a[1]) & (a[0] >= a[2]), 0, jnp.where(a[1] >= a[2], 1, 2))
     kx = (kz + 1) % 3
     ky = (kx + 1) % 3
-    dz = jnp.take_along_axis(d, kz[None], axis=0)[0]
+    # d's component k by selects: XLA makes take_along_axis a gather, which costs more here.
+    component = lambda k: jnp.where(k == 0, d[0], jnp.where(k == 1, d[1], d[2]))
+    dz = component(kz)
     kx, ky = jnp.where(dz < 0, ky, kx), jnp.where(dz < 0, kx, ky)
-    dx = jnp.take_along_axis(d, kx[None], axis=0)[0]
-    dy = jnp.take_along_axis(d, ky[None], axis=0)[0]
+    dx, dy = component(kx), component(ky)
     axes = jnp.arange(3)[:, None]
     ex, ey, ez = (axes == kx).astype(d.dtype), (axes == ky).astype(d.dtype), (axes == kz).astype(d.dtype)
     inv_dz = 1.0 / dz
@@ -301,12 +302,14 @@ def _analytic_keys(analytic, o, d, t_max, kinds):
     return _scan_chunks(n_analytic, o[0], chunk_key)
 
 
-def _ray_setup(o: jax.Array, d: jax.Array, t_max: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array, RayShear]:
-    """The rays and their shear, materialized once: XLA would otherwise fuse the making of the
-    rays (spawning, normalizing) into the (primitives x rays) search and redo it per primitive."""
+def _ray_setup(o: jax.Array, d: jax.Array, t_max: ArrayLike,
+               triangles: bool) -> tuple[jax.Array, jax.Array, jax.Array, RayShear | None]:
+    """The rays and, where there are ``triangles`` to test, their shear, materialized once: XLA
+    would otherwise fuse the making of the rays (spawning, normalizing) into the (primitives x
+    rays) search and redo it per primitive. (A shear behind the barrier is computed, used or not.)"""
     o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
     t_max = jnp.zeros_like(o[0]) + t_max
-    return jax.lax.optimization_barrier((o, d, t_max, ray_shear(d)))
+    return jax.lax.optimization_barrier((o, d, t_max, ray_shear(d) if triangles else None))
 
 
 def closest_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, t_max: ArrayLike,
@@ -314,9 +317,9 @@ def closest_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.
     """Brute-force closest hit with 0 < t < t_max. tri = (p0, p1, p2), each (3, T); analytic =
     (kind (A,), to_world (3, 4, A), to_local (3, 4, A)), of the static ``kinds``. Triangles have
     ids [0, T), analytic primitives [T, T + A)."""
-    o, d, t_max, shear = _ray_setup(o, d, t_max)
     n_tri = tri[0].shape[1]
     n_analytic = analytic[0].shape[0]
+    o, d, t_max, shear = _ray_setup(o, d, t_max, triangles=n_tri > 0)
     key = jnp.full_like(o[0], lanes.INF_KEY, jnp.int32)
     prim = jnp.full_like(o[0], -1, jnp.int32)
     if n_tri:
@@ -361,9 +364,9 @@ def exact_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Ar
 def occluded(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, t_max: ArrayLike,
              kinds: tuple[int, ...] = SurfaceKind.ANALYTIC) -> jax.Array:
     """Brute-force shadow test: any primitive with 0 < t < t_max."""
-    o, d, t_max, shear = _ray_setup(o, d, t_max)
-    blocked = jnp.zeros_like(o[0], bool)
     n_tri, n_analytic = tri[0].shape[1], analytic[0].shape[0]
+    o, d, t_max, shear = _ray_setup(o, d, t_max, triangles=n_tri > 0)
+    blocked = jnp.zeros_like(o[0], bool)
     if n_tri:
         def triangles_hit(s):
             p0, p1, p2 = (tuple(_chunk(p, s, n_tri, 0.0)) for p in tri)
