@@ -19,7 +19,7 @@ import click
 from farm import signals
 from farm.errors import FarmError, Interrupted, SpecError, first_line
 from farm.names import is_utf8
-from farm.options import command_line, group_options, job_options, job_spec, with_groups
+from farm.options import command_line, group_options, job_options, job_spec, shape_options, with_groups
 
 if TYPE_CHECKING:
     from farm.monitor import JobSummary
@@ -106,6 +106,9 @@ def _optimize(spec: JobSpec, opt: OptimizeSpec, address: str | None, no_progress
     from farm import descent, faults, job, registry, session
     from farm.targets import load_targets
     job.check_params(spec)
+    if spec.groups.shape_only() != spec.groups:
+        raise SpecError("groups.task_timeout and groups.host_failures are not applied by farm optimize: a group "
+                        "that loses a member is rebuilt and its tasks sent elsewhere, no task is timed out")
     local = address is None
     if local:
         job.check_local(spec.groups)
@@ -213,7 +216,10 @@ def render(source, redo, replace, address, no_progress, **options):
 @cli.command()
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("--replace", is_flag=True, help="Replace the content of a store of another job with this job.")
-@_driver_options
+@shape_options
+@click.option("--address", default=None,
+              help="Ray cluster to join (e.g. auto or ray://head:10001); default: an embedded local Ray.")
+@click.option("--no-progress", is_flag=True, help="A line an iteration (always so: it has no progress bar yet).")
 def optimize(source, replace, address, no_progress, **options):
     """Fit scene parameters to target images: SOURCE is a job .toml with an [optimize] table.
 
