@@ -68,5 +68,6 @@ def step(name: str, learning_rate: float, params: Mapping[str, np.ndarray], stat
     as_arrays = lambda tree: {k: jnp.asarray(v, jnp.float32) for k, v in tree.items()}  # noqa: E731
     low = {k: jnp.float32(ranges[k][0]) for k in params}
     high = {k: jnp.float32(ranges[k][1]) for k in params}
-    new, state = _jitted_step(name, float(learning_rate), as_arrays(params), state, as_arrays(grads), low, high)
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 step count with Python floats
+        new, state = _jitted_step(name, float(learning_rate), as_arrays(params), state, as_arrays(grads), low, high)
     return {k: np.asarray(v) for k, v in new.items()}, state
