@@ -16,6 +16,7 @@ __all__ = ["main"]
 
 def main() -> int:
     request = json.loads(sys.stdin.readline())
+    import jax.numpy as jnp
     import numpy as np
 
     import tracer
@@ -38,7 +39,7 @@ def main() -> int:
     keys = []
     for key in request["keys"]:
         try:  # the tracer's own refusal, by name: a key it lacks, or one it cannot differentiate
-            P.substitute(scene, {key: np.zeros(slots[key].shape if key in slots else (1,), np.float32)})
+            P.substitute(scene, {key: jnp.zeros(slots[key].shape if key in slots else (1,), jnp.float32)})
         except P.ParameterError as e:
             print(f"optimize.parameters: {e}", file=sys.stderr)
             return 2

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import zarr
@@ -64,9 +64,23 @@ def _crc(data: bytes) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
 
+def _array(group: zarr.Group, name: str) -> zarr.Array:
+    node = group[name]
+    if not isinstance(node, zarr.Array):
+        raise StoreError(f"optimize/{name} is not an array")
+    return writing_empty_chunks(node)
+
+
+def _group(store: FrameStore) -> zarr.Group:
+    node = store.group[_GROUP]
+    if not isinstance(node, zarr.Group):
+        raise StoreError(f"{_GROUP} is not a group")
+    return node
+
+
 def is_optimization(store: FrameStore) -> bool:
     try:
-        return _GROUP in store.group and "optimize" in store.group[_GROUP].attrs
+        return _GROUP in store.group and "optimize" in _group(store).attrs
     except Exception:
         return False
 
@@ -77,16 +91,14 @@ class Optimization:
     def __init__(self, store: FrameStore):
         self.store = store
         try:
-            self.group = store.group[_GROUP]
-            meta = dict(self.group.attrs["optimize"])
+            self.group = _group(store)
+            meta: Any = self.group.attrs["optimize"]  # (checked as it is read: a bad one does not read)
             self.spec = OptimizeSpec.from_json(meta["spec"])
             self.targets_sha256 = str(meta["targets_sha256"])
             self.keys = tuple(Key(k, tuple(shape), float(lo), float("inf") if hi is None else float(hi))
                               for k, shape, lo, hi in meta["keys"])
-            self.params: zarr.Array = writing_empty_chunks(self.group["params"])
-            self.loss: zarr.Array = writing_empty_chunks(self.group["loss"])
-            self.renders: zarr.Array = writing_empty_chunks(self.group["renders"])
-            self.record: zarr.Array = writing_empty_chunks(self.group["record"])
+            self.params, self.loss = _array(self.group, "params"), _array(self.group, "loss")
+            self.renders, self.record = _array(self.group, "renders"), _array(self.group, "record")
         except Exception as e:
             raise StoreError(f"{store.url}: damaged store: its optimization does not read ({error_line(e)})") from None
 
@@ -110,7 +122,7 @@ class Optimization:
     def done(self) -> int:
         """Iterations the record names (0 where it does not read)."""
         try:
-            return int(self.record[0])
+            return int(np.asarray(self.record[...])[0])
         except Exception:
             return 0
 
@@ -125,7 +137,7 @@ class Optimization:
                              f"(CRC); `farm optimize` with --replace starts over")
         state = b""
         if n:
-            state = np.asarray(self.group["state"][n], np.uint8).tobytes()
+            state = np.asarray(_array(self.group, "state")[n], np.uint8).tobytes()
             if _crc(state) != int(record[2]):
                 raise StoreError(f"{self.store.url}: damaged store: the optimizer state of iteration {n} does not "
                                  f"read back (CRC); `farm optimize` with --replace starts over")
@@ -157,7 +169,7 @@ class Optimization:
         if "state" not in self.group:
             self.group.create_array("state", shape=(self.spec.iterations + 1, len(state_row)),
                                     chunks=(1, len(state_row)), dtype="uint8", fill_value=0)
-        states = writing_empty_chunks(self.group["state"])
+        states = _array(self.group, "state")
         if states.shape[1] != len(state_row):
             raise StoreError(f"{store.url}: damaged store: its optimizer state is {states.shape[1]} bytes, "
                              f"the step's {len(state_row)}")
@@ -186,8 +198,8 @@ def create(store: FrameStore, spec: OptimizeSpec, keys: Sequence[Key], initial: 
     group.create_array("record", shape=(4,), chunks=(4,), dtype="uint32", fill_value=0)
     opt = Optimization.__new__(Optimization)
     opt.store, opt.group, opt.spec, opt.keys, opt.targets_sha256 = store, group, spec, tuple(keys), targets_sha256
-    opt.params, opt.loss = writing_empty_chunks(group["params"]), writing_empty_chunks(group["loss"])
-    opt.renders, opt.record = writing_empty_chunks(group["renders"]), writing_empty_chunks(group["record"])
+    opt.params, opt.loss = _array(group, "params"), _array(group, "loss")
+    opt.renders, opt.record = _array(group, "renders"), _array(group, "record")
     row = opt.ravel(initial)
     opt.params[0] = row
     opt.record[...] = np.array([0, _crc(row.tobytes()), 0, 0], np.uint32)

@@ -246,7 +246,8 @@ class _Notes:
     def __init__(self, store: FrameStore, opt: Optimization, start: int):
         self.store, self.opt = store, opt
         self.phase, self.phases = "starting Ray", {"starting Ray": time.time()}
-        self.start_iteration, self.started = start, None  # the rate counts from the first iteration's end
+        self.start_iteration = start
+        self.started: float | None = None  # (time.monotonic) the rate counts from the first iteration's end
         self.iteration = start
 
     def write(self, state: str, phase: str | None = None, **fields) -> None:

@@ -101,8 +101,8 @@ def export(spec: JobSpec, fs: FrameStore, opt: Optimization, fmt: str, out: str,
         raise click.ClickException("the optimization's parameters are not finite")
     _make_folder(out)
     written = [os.path.join(out, "parameters.json")]
-    with open(written[0], "w") as f:
-        json.dump(params, f, indent=1)
+    with open(written[0], "w") as file:
+        json.dump(params, file, indent=1)
     scene_out = os.path.join(out, os.path.basename(spec.scene))
     left_out = write_parameters(spec.scene, params, scene_out)
     written.append(scene_out)

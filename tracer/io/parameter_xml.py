@@ -25,7 +25,7 @@ _PLACE = re.compile(r"^(brdf|bsdf)_(\d+)$")
 
 
 def _by_id(root: ET.Element) -> dict[str, ET.Element]:
-    return {e.get("id"): e for e in root.iter() if e.get("id") and e.tag != "ref"}
+    return {e.get("id", ""): e for e in root.iter() if e.get("id") and e.tag != "ref"}
 
 
 def _child(element: ET.Element, part: str, ids: Mapping[str, ET.Element]) -> ET.Element | None:
