@@ -493,15 +493,40 @@ def list_jobs(root):
     jobs, seen = [], set()
     for store in monitor.find_stores(root):
         path = os.path.join(root, store)
+        line = _optimization_line(path)
+        if line is not None:
+            click.echo(line)
+            seen.add(os.path.realpath(path))
+            continue
         jobs.append((path, monitor.summarize(root, store)))
         seen.add(os.path.realpath(path))
     for url in registry.recorded():
         local = "://" not in url
         if local and (os.path.realpath(url) in seen or not os.path.isdir(url)):
             continue  # listed above, or removed since
+        line = _optimization_line(url)
+        if line is not None:
+            click.echo(line.replace(url, _shown_path(url) if local else url))
+            continue
         jobs.append((_shown_path(url) if local else url, monitor.summarize_url(url)))
     for path, j in jobs:
         click.echo(_job_line(path, j))
+
+
+def _optimization_line(path: str) -> str | None:
+    """``farm list``'s line of an optimization's store at ``path`` (iterations done), else None."""
+    from farm.checkpoint import open_optimization
+    from farm.job import open_store
+    from farm.optimization_view import summary
+    try:
+        spec, fs = open_store(path)
+        optimization = open_optimization(fs)
+        if optimization is None:
+            return None
+        s = summary(path, spec, fs, optimization)
+    except Exception:  # not a store that reads: the render jobs' listing says so
+        return None
+    return f"{s['state']:<11} {f'{s['iteration']}/{s['iterations']}':>11} {'iters':>9}  {path}"
 
 
 def _shown_path(path: str) -> str:

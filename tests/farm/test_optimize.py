@@ -17,7 +17,7 @@ from farm.lease import holder
 from farm.store import FrameStore
 from tests.helpers.farm_cases import ROOT, farm_cli, stop_when
 from tests.helpers.hang_guard import hang_guard
-from tests.helpers.optimize_cases import KEYS, SCENE, START, TRUTH, make_targets, write_job
+from tests.helpers.optimize_cases import KEYS, SCENE, make_targets, write_job
 
 ITERATIONS = 4
 
@@ -84,7 +84,7 @@ def test_two_groups_killed_and_resumed_end_in_the_bits_of_one_group(tmp_path, ta
     assert l1[-1] < l1[0]
 
 
-def test_status_and_export_of_an_optimization(tmp_path, uninterrupted):
+def test_status_and_export_of_an_optimization(tmp_path, targets, uninterrupted):
     result = farm_cli("status", str(uninterrupted), "--json")
     assert result.returncode == 0, result.stderr
     s = json.loads(result.stdout)
@@ -110,8 +110,16 @@ def test_status_and_export_of_an_optimization(tmp_path, uninterrupted):
     renders = zarr.open_group(str(uninterrupted), mode="r")["optimize/renders"]
     np.testing.assert_array_equal(np.load(out / "frame_0001.npy"), renders[1])
 
-    again = farm_cli("optimize", str(tmp_path / "none.toml"))  # (the job file is not there)
-    assert again.returncode == 2
+    waited = farm_cli("wait", str(uninterrupted), "--timeout", "5")
+    assert waited.returncode == 0 and waited.stderr.strip() == f"{uninterrupted}: done"
+    listed = farm_cli("list", str(uninterrupted.parent))
+    assert f"{ITERATIONS}/{ITERATIONS}     iters  " in listed.stdout
+
+    other = write_job(tmp_path / "other.toml", uninterrupted, targets, learning_rate=0.5)
+    refused = farm_cli("optimize", other)  # another optimization on its store: refused, the store as it was
+    assert refused.returncode == 3, refused.stderr
+    assert "optimize.learning_rate is 0.3, not 0.5" in refused.stderr.strip().splitlines()[-1]
+    assert _checkpoints(uninterrupted)[0].tobytes() == params.tobytes()
     rendered = farm_cli("render", SCENE, "--out", str(uninterrupted), "--res", "16x16", "--spp", "1")
     assert rendered.returncode == 3 and "holds an optimization" in rendered.stderr
 

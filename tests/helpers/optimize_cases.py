@@ -10,7 +10,6 @@ SCENE = str(ROOT / "examples" / "inverse.xml")
 SIZE = 16
 KEYS = ("left.reflectance.value", "lamp.emitter.radiance.value")
 TRUTH = {"left": "0.7, 0.15, 0.1", "light": "10, 9, 7"}  # the scene's <default>s of KEYS
-START = {"left.reflectance.value": (0.5, 0.5, 0.5), "lamp.emitter.radiance.value": (6.0, 6.0, 6.0)}
 
 
 def make_targets(folder, frames=(0, 1), size=SIZE, fmt="npy"):
