@@ -20,10 +20,9 @@ def test_tiles_add_up_to_the_whole_image():
     seed, frame = jnp.int32(3), jnp.int32(0)
 
     def whole(p):
-        d = image(scene, p, seed, frame, spp=SPP) - target
-        return jnp.sum(d * d)
-    want_loss, want_grad = jax.jit(jax.value_and_grad(whole))(params)
-    want_image = image(scene, params, seed, frame, spp=SPP)
+        img = image(scene, p, seed, frame, spp=SPP)
+        return jnp.sum((img - target) ** 2), img
+    (want_loss, want_image), want_grad = jax.jit(jax.value_and_grad(whole, has_aux=True))(params)
     loss, grads, tiles = 0.0, {k: 0.0 for k in params}, np.zeros((SIZE, SIZE, 3), np.float32)
     for y in range(0, SIZE, TILE):
         for x in range(0, SIZE, TILE):
