@@ -116,6 +116,10 @@ def _optimize(spec: JobSpec, opt: OptimizeSpec, address: str | None, no_progress
     keys, initial, film = descent.check_parameters(spec, opt)  # by name, in a child process, before Ray
     targets = load_targets(opt, spec, film)
     spec = dataclasses.replace(spec, tile=spec.tile or descent.GRADIENT_TILE)
+    if not replace and descent.finished(spec, opt, keys, targets):  # said before Ray starts
+        click.echo(f"{spec.store}: done already ({opt.iterations} iterations); nothing to run "
+                   f"(`farm export {spec.store} --out DIR`)", err=True)
+        return
     with session.starting_ray(address, spec.groups) as ray_start:
         try:
             planned, store, optimization = descent.prepare(spec, opt, keys, initial, targets, replace, local)

@@ -34,7 +34,7 @@ from cluster.gradient_task import GradientTask, Params, Stepped, StepTask, TileG
 from cluster.group import GroupFailed, WorkerGroup
 from farm import checkpoint
 from farm.checkpoint import Checkpoint, Key, Optimization
-from farm.errors import SceneFileError, SpecError
+from farm.errors import FarmError, SceneFileError, SpecError
 from farm.job import scene_ref
 from farm.scheduler import Cancelled, JobFailed, start_groups
 from farm.scene_check import child_env
@@ -110,6 +110,23 @@ def prepare(spec: JobSpec, opt: OptimizeSpec, keys: Sequence[Key], initial: dict
         if store.lease is not None:
             store.lease.release()
         raise
+
+
+def finished(spec: JobSpec, opt: OptimizeSpec, keys: Sequence[Key], targets: Sequence[np.ndarray]) -> bool:
+    """Whether the store of ``spec`` holds this optimization done to its last iteration, read
+    without writing (anything else is for ``prepare`` to say)."""
+    from farm.job import bind
+    from farm.store import FrameStore
+    try:
+        if not FrameStore.exists(spec.store):
+            return False
+        found = checkpoint.open_optimization(bind(spec)[1])
+        if found is None:
+            return False
+        _check_same(spec.store, found, opt, keys, targets_hash(targets))
+        return found.done() >= opt.iterations
+    except FarmError:
+        return False
 
 
 def _check_same(url: str, found: Optimization, opt: OptimizeSpec, keys: Sequence[Key], digest: str) -> None:

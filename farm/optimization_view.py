@@ -49,14 +49,17 @@ def summary(name: str, spec: JobSpec, fs: FrameStore, opt: Optimization) -> dict
     at = opt.latest()
     params = {k: v.ravel().tolist() for k, v in opt.unravel(at.params).items()}
     rate = progress_number(notes or {}, "rate")
-    error = (notes or {}).get("error")
-    return {"store": name, "kind": "optimize", "state": _state(notes, done >= opt.spec.iterations, fs),
+    error = str((notes or {}).get("error") or "")
+    state = _state(notes, done >= opt.spec.iterations, fs)
+    if error.startswith(state):  # "cancelled; `farm resume ...`": the state is said once
+        error = error[len(state):].lstrip("; ")
+    return {"store": name, "kind": "optimize", "state": state,
             "phase": (notes or {}).get("phase") if isinstance((notes or {}).get("phase"), str) else None,
             "iteration": done, "iterations": opt.spec.iterations,
             "loss": losses[-1] if losses else None, "losses": losses,
             "iterations_per_s": rate, "parameters": params, "optimizer": opt.spec.optimizer,
             "learning_rate": opt.spec.learning_rate, "loss_kind": opt.spec.loss,
-            "frames": [spec.frames[0], spec.frames[1]], "spp": spec.spp, "error": str(error) if error else None}
+            "frames": [spec.frames[0], spec.frames[1]], "spp": spec.spp, "error": error or None}
 
 
 def show(name: str, spec: JobSpec, fs: FrameStore, opt: Optimization, as_json: bool) -> dict[str, Any]:
