@@ -13,6 +13,8 @@ Layout, beside a frame store's arrays (``farm.store``; they stay empty)::
                           (``tracer.optimizer.state_bytes``; row 0 unused: a fresh state)
     optimize/loss         float64 (I,): the loss of iteration i (its renders at row i's parameters)
     optimize/renders      float32 (F, H, W, 3): every frame's render of the last iteration committed
+    optimize/targets      float32 (F, H, W, 3): every frame's target, as the optimization began (its
+                          monitor shows them from here: nothing outside the store is read)
     optimize/record       uint32 (4,): iterations done, CRC-32 of their params row, of their state
                           row, and of the renders (0: none yet)
 
@@ -151,6 +153,10 @@ class Optimization:
         """(iterations done + 1, N) float32: the parameters after each iteration."""
         return np.asarray(self.params[:self.done() + 1], np.float32)
 
+    def target(self, f: int) -> np.ndarray:
+        """Frame index ``f``'s target, as the optimization began with it."""
+        return np.asarray(_array(self.group, "targets")[f], np.float32)
+
     def render(self, f: int) -> np.ndarray | None:
         """Frame index ``f``'s render of the last iteration committed (None before the first)."""
         if self.done() == 0:
@@ -185,9 +191,10 @@ class Optimization:
 
 
 def create(store: FrameStore, spec: OptimizeSpec, keys: Sequence[Key], initial: Mapping[str, np.ndarray],
-           targets_sha256: str) -> Optimization:
+           targets: Sequence[np.ndarray], targets_sha256: str) -> Optimization:
     """The optimize group of a new optimization in ``store`` (under its lease), row 0 the scene's
-    values; ``targets_sha256``: what its targets hold (``farm.descent.targets_hash``)."""
+    values; ``targets`` (H, W, 3) a frame, and ``targets_sha256`` what they hold
+    (``farm.descent.targets_hash``)."""
     store._check_lease()
     group = store.group.create_group(_GROUP, overwrite=True)
     n = sum(k.size for k in keys)
@@ -196,6 +203,9 @@ def create(store: FrameStore, spec: OptimizeSpec, keys: Sequence[Key], initial: 
     group.create_array("renders", shape=(store.n_frames, store.height, store.width, 3),
                        chunks=(1, store.height, store.width, 3), dtype="float32", fill_value=0.0)
     group.create_array("record", shape=(4,), chunks=(4,), dtype="uint32", fill_value=0)
+    group.create_array("targets", shape=(store.n_frames, store.height, store.width, 3),
+                       chunks=(1, store.height, store.width, 3), dtype="float32", fill_value=0.0)
+    _array(group, "targets")[...] = np.stack([np.asarray(t, np.float32) for t in targets])
     opt = Optimization.__new__(Optimization)
     opt.store, opt.group, opt.spec, opt.keys, opt.targets_sha256 = store, group, spec, tuple(keys), targets_sha256
     opt.params, opt.loss = _array(group, "params"), _array(group, "loss")

@@ -103,7 +103,7 @@ def prepare(spec: JobSpec, opt: OptimizeSpec, keys: Sequence[Key], initial: dict
             if existed and (records["folded"] | records["tail_passes"]).any():
                 raise StoreError(f"{store.url}: holds a render job's frames, not an optimization (another store, "
                                  f"or --replace)")
-            found = checkpoint.create(store, opt, keys, initial, digest)
+            found = checkpoint.create(store, opt, keys, initial, targets, digest)
         _check_same(store.url, found, opt, keys, digest)
         return spec, store, found
     except BaseException:

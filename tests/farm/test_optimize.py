@@ -15,6 +15,7 @@ import zarr
 
 from farm.lease import holder
 from farm.store import FrameStore
+from farm.web import make_app
 from tests.helpers.farm_cases import ROOT, farm_cli, stop_when
 from tests.helpers.hang_guard import hang_guard
 from tests.helpers.optimize_cases import KEYS, SCENE, make_targets, write_job
@@ -114,6 +115,17 @@ def test_status_and_export_of_an_optimization(tmp_path, targets, uninterrupted):
     assert waited.returncode == 0 and waited.stderr.strip() == f"{uninterrupted}: done"
     listed = farm_cli("list", str(uninterrupted.parent))
     assert f"{ITERATIONS}/{ITERATIONS}     iters  " in listed.stdout
+
+    client = make_app(str(uninterrupted.parent)).test_client()  # farm serve's monitor, in this process
+    page = client.get("/").get_data(as_text=True)
+    assert "No frame stores" not in page and f">{ITERATIONS}/{ITERATIONS}</td>" in page
+    page = client.get(f"/jobs/{uninterrupted.name}").get_data(as_text=True)
+    assert "<polyline" in page and page.count("<img") == 4  # the loss curve; renders beside targets
+    assert client.get(f"/api/jobs/{uninterrupted.name}").get_json() == dict(s, store=uninterrupted.name)
+    for kind in ("renders", "targets"):
+        png = client.get(f"/api/jobs/{uninterrupted.name}/{kind}/1.png")
+        assert png.status_code == 200 and png.mimetype == "image/png"
+    assert client.get(f"/api/jobs/{uninterrupted.name}/renders/2.png").status_code == 404
 
     other = write_job(tmp_path / "other.toml", uninterrupted, targets, learning_rate=0.5)
     refused = farm_cli("optimize", other)  # another optimization on its store: refused, the store as it was
