@@ -223,7 +223,7 @@ def render(source, redo, replace, address, no_progress, **options):
 @shape_options
 @click.option("--address", default=None,
               help="Ray cluster to join (e.g. auto or ray://head:10001); default: an embedded local Ray.")
-@click.option("--no-progress", is_flag=True, help="A line an iteration (always so: it has no progress bar yet).")
+@click.option("--no-progress", is_flag=True, help="Lines, no bar (always so: it has no progress bar yet; a line an iteration, a second apart at least).")
 def optimize(source, replace, address, no_progress, **options):
     """Fit scene parameters to target images: SOURCE is a job .toml with an [optimize] table.
 

@@ -51,6 +51,8 @@ __all__ = ["GRADIENT_TILE", "check_parameters", "targets_hash", "prepare", "grad
 GRADIENT_TILE = 64  # a gradient task's tile edge unless the job names one: its samples are traced in one batch
 _DEPTH = 2          # tasks in flight per group (the next one waits in the member)
 _MAX_ATTEMPTS = 3   # a task failing that often (not its group: the task itself) fails the job
+_LOOK_EVERY_S = 1.0  # seconds between two looks for a cancel
+_SAY_EVERY_S = 1.0   # seconds between two lines saying an iteration (and two progress notes)
 
 
 def check_parameters(spec: JobSpec, opt: OptimizeSpec) -> tuple[tuple[Key, ...], dict[str, np.ndarray], tuple[int, int]]:
@@ -266,8 +268,10 @@ class _Notes:
         self.start_iteration = start
         self.started: float | None = None  # (time.monotonic) the rate counts from the first iteration's end
         self.iteration = start
+        self.written = 0.0  # (time.monotonic) when the notes were last written
 
     def write(self, state: str, phase: str | None = None, **fields) -> None:
+        self.written = time.monotonic()
         if phase is not None and phase != self.phase:
             self.phase, self.phases[phase] = phase, time.time()
             self.store.log(f"{phase}...")
@@ -285,10 +289,14 @@ def run(spec: JobSpec, store: FrameStore, opt: Optimization, targets: Sequence[n
     at = opt.latest()
     notes = _Notes(store, opt, at.iteration)
     store.clear_cancel()
+    looked, said = 0.0, 0.0  # (time.monotonic) when a cancel was last looked for, an iteration last said
 
     def stop() -> None:
-        if store.cancel_requested():
-            raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
+        nonlocal looked
+        if time.monotonic() - looked >= _LOOK_EVERY_S:
+            looked = time.monotonic()
+            if store.cancel_requested():
+                raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
 
     groups: list[WorkerGroup] = []
     try:
@@ -296,11 +304,17 @@ def run(spec: JobSpec, store: FrameStore, opt: Optimization, targets: Sequence[n
         groups = start_groups(shapes, WorkerGroup, init_timeout_s, log)
         notes.write("running", "compiling")
         while at.iteration < opt.spec.iterations:
-            at = _iterate(spec, store, opt, targets, at, groups, log, stop)
+            at, loss = _iterate(spec, store, opt, targets, at, groups, log, stop)
             notes.iteration = at.iteration
+            now = time.monotonic()
             if notes.started is None:
-                notes.started = time.monotonic()
-            notes.write("running", "optimizing")
+                notes.started = now
+            last = at.iteration == opt.spec.iterations
+            if now - said >= _SAY_EVERY_S or last:  # (the store's log is rewritten whole at each line)
+                said = now
+                log(f"iteration {at.iteration}/{opt.spec.iterations}: loss {loss:.6g}")
+            if now - notes.written >= _SAY_EVERY_S or notes.phase != "optimizing" or last:
+                notes.write("running", "optimizing")
         notes.write("done", "finishing")
         return at
     except (JobFailed, Cancelled) as e:
@@ -316,8 +330,10 @@ def run(spec: JobSpec, store: FrameStore, opt: Optimization, targets: Sequence[n
 
 
 def _iterate(spec: JobSpec, store: FrameStore, opt: Optimization, targets: Sequence[np.ndarray], at: Checkpoint,
-             groups: list[WorkerGroup], log: Callable[[str], object], stop: Callable[[], None]) -> Checkpoint:
-    """One iteration from checkpoint ``at``: the gradient, the step, the checkpoint committed."""
+             groups: list[WorkerGroup], log: Callable[[str], object],
+             stop: Callable[[], None]) -> tuple[Checkpoint, float]:
+    """One iteration from checkpoint ``at``: the gradient, the step, the checkpoint committed;
+    returns it and the iteration's loss."""
     params = opt.unravel(at.params)
     tasks = gradient_tasks(spec, store, opt, targets, at.iteration, params)
     answers: list[TileGradient] = run_tasks(groups, tasks, log, stop)
@@ -328,6 +344,5 @@ def _iterate(spec: JobSpec, store: FrameStore, opt: Optimization, targets: Seque
     stepped: Stepped = run_tasks(groups, [step], log, stop)[0]
     new = opt.ravel(dict(stepped.params))
     opt.commit(at.iteration + 1, new, stepped.state, loss, renders)
-    log(f"iteration {at.iteration + 1}/{s.iterations}: loss {loss:.6g}")
-    return Checkpoint(at.iteration + 1, new, stepped.state)
+    return Checkpoint(at.iteration + 1, new, stepped.state), loss
 
