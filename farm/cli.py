@@ -309,6 +309,10 @@ def export(store, fmt, frames, out, partial, denoise, name):
     optimization = open_optimization(fs)
     if optimization is not None:
         from farm.optimization_view import export as export_optimization
+        given = [flag for flag, value in (("--frames", frames), ("--partial", partial), ("--denoise", denoise)) if value]
+        if given:
+            raise SpecError(f"{given[0]} is for a render's store; {store} holds an optimization (its export is "
+                            f"every frame's render of its last iteration)")
         paths = export_optimization(spec, fs, optimization, fmt, out, name)
         click.echo(f"wrote parameters.json, the scene and {len(paths) - 2} render(s) of iteration "
                    f"{optimization.done()} to {out}", err=True)

@@ -223,7 +223,8 @@ def run_tasks(groups: list[WorkerGroup], tasks: Sequence[GradientTask | StepTask
                 _let_go(group, inflight, load, queue)
                 queue.appendleft(i)
                 if generation == group.generation and group in groups:
-                    log(f"{group.name}: {e}; rebuilding it and sending its tasks elsewhere")
+                    log(f"{group.name}: {str(e).removeprefix(f'{group.name}: ')}; rebuilding it and sending its "
+                        f"tasks elsewhere")
                     _rebuild(group, groups, max_rebuilds, log)
             except ray.exceptions.RayTaskError as e:
                 cause = getattr(e, "cause", None)
