@@ -17,7 +17,7 @@ import zarr
 from farm.lease import holder
 from farm.store import FrameStore
 from farm.web import make_app
-from tests.helpers.farm_cases import ROOT, farm_cli, stop_when
+from tests.helpers.farm_cases import ROOT, farm_cli, farm_main, stop_when
 from tests.helpers.hang_guard import hang_guard
 from tests.helpers.optimize_cases import KEYS, SCENE, make_targets, write_job
 
@@ -104,20 +104,19 @@ def test_two_groups_killed_and_resumed_end_in_the_bits_of_one_group(tmp_path, ta
 
 
 def test_status_and_export_of_an_optimization(tmp_path, targets, uninterrupted):
-    result = farm_cli("status", str(uninterrupted), "--json")
-    assert result.returncode == 0, result.stderr
-    s = json.loads(result.stdout)
+    code, out, err = farm_main("status", uninterrupted, "--json")  # (in this process: no interpreter to start)
+    assert code == 0, err
+    s = json.loads(out)
     params, _, losses, _ = _checkpoints(uninterrupted)
     assert (s["state"], s["iteration"], s["iterations"]) == ("done", ITERATIONS, ITERATIONS)
     assert s["losses"] == losses.tolist() and s["loss"] == losses[-1]
     assert list(s["parameters"]) == list(KEYS)
     assert np.array(sum(s["parameters"].values(), []), np.float32).tobytes() == params[-1].tobytes()
-    lines = farm_cli("status", str(uninterrupted))
-    assert f"iteration:  {ITERATIONS}/{ITERATIONS}, loss" in lines.stdout
+    assert f"iteration:  {ITERATIONS}/{ITERATIONS}, loss" in farm_main("status", uninterrupted)[1]
 
     out = tmp_path / "out"
-    result = farm_cli("export", str(uninterrupted), "--out", str(out), "--format", "npy")
-    assert result.returncode == 0, result.stderr
+    code, _, err = farm_main("export", uninterrupted, "--out", out, "--format", "npy")
+    assert code == 0, err
     assert sorted(os.listdir(out)) == ["frame_0000.npy", "frame_0001.npy", "inverse.xml", "parameters.json"]
     written = json.loads((out / "parameters.json").read_text())
     assert written == s["parameters"]
@@ -129,10 +128,9 @@ def test_status_and_export_of_an_optimization(tmp_path, targets, uninterrupted):
     renders = zarr.open_group(str(uninterrupted), mode="r")["optimize/renders"]
     np.testing.assert_array_equal(np.load(out / "frame_0001.npy"), renders[1])
 
-    waited = farm_cli("wait", str(uninterrupted), "--timeout", "5")
-    assert waited.returncode == 0 and waited.stderr.strip() == f"{uninterrupted}: done"
-    listed = farm_cli("list", str(uninterrupted.parent))
-    assert f"{ITERATIONS}/{ITERATIONS}     iters  " in listed.stdout
+    code, _, err = farm_main("wait", uninterrupted, "--timeout", "5")
+    assert code == 0 and err.strip() == f"{uninterrupted}: done"
+    assert f"{ITERATIONS}/{ITERATIONS}     iters  " in farm_main("list", uninterrupted.parent)[1]
 
     client = make_app(str(uninterrupted.parent)).test_client()  # farm serve's monitor, in this process
     page = client.get("/").get_data(as_text=True)
@@ -145,13 +143,12 @@ def test_status_and_export_of_an_optimization(tmp_path, targets, uninterrupted):
         assert png.status_code == 200 and png.mimetype == "image/png"
     assert client.get(f"/api/jobs/{uninterrupted.name}/renders/2.png").status_code == 404
 
-    other = write_job(tmp_path / "other.toml", uninterrupted, targets, learning_rate=0.5)
-    refused = farm_cli("optimize", other)  # another optimization on its store: refused, the store as it was
-    assert refused.returncode == 3, refused.stderr
-    assert "optimize.learning_rate is 0.3, not 0.5" in refused.stderr.strip().splitlines()[-1]
+    other = write_job(tmp_path / "other.toml", uninterrupted, targets, iterations=ITERATIONS, learning_rate=0.5)
+    code, _, err = farm_main("optimize", other)  # another optimization on its store: refused, the store as it was
+    assert code == 3 and "optimize.learning_rate is 0.3, not 0.5" in err.strip().splitlines()[-1], err
     assert _checkpoints(uninterrupted)[0].tobytes() == params.tobytes()
-    rendered = farm_cli("render", SCENE, "--out", str(uninterrupted), "--res", "16x16", "--spp", "1")
-    assert rendered.returncode == 3 and "holds an optimization" in rendered.stderr
+    code, _, err = farm_main("render", SCENE, "--out", uninterrupted, "--res", "16x16", "--spp", "1")
+    assert code == 3 and "holds an optimization" in err, err
 
 
 @pytest.mark.parametrize("change, code, message", [
@@ -171,8 +168,8 @@ def test_bad_input_is_refused_by_name_before_anything_runs(tmp_path, targets, ch
         change = dict(change, targets=str(tmp_path / change["targets"]))
     store = tmp_path / "bad.zarr"
     job = write_job(tmp_path / "job.toml", store, change.pop("targets", targets), **change)
-    result = farm_cli("optimize", job)
-    assert result.returncode == code, result.stderr
-    lines = result.stderr.strip().splitlines()
+    got, _, err = farm_main("optimize", job)
+    assert got == code, err
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert not store.exists()  # nothing was made
