@@ -22,6 +22,7 @@ from ray.util.placement_group import NODE_ID_LABEL_KEY, PlacementGroup, placemen
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster import bootstrap
+from cluster.gradient_task import GradientTask, StepTask
 from cluster.member import GroupMember
 from cluster.task import TileSums, TileTask, TileWritten
 from tracer.shared import PLATFORMS
@@ -230,8 +231,13 @@ class WorkerGroup:
 
     # -- work --------------------------------------------------------------------------------
 
-    def submit(self, task: TileTask) -> list[ray.ObjectRef]:
-        """Start ``task`` on every member; returns a handle for ``result``/``ready_ref``."""
+    def submit(self, task: TileTask | GradientTask | StepTask) -> list[ray.ObjectRef]:
+        """Start ``task`` on every member (a gradient task or an optimizer step: on the first
+        member alone, ``cluster.gradient``); returns a handle for ``result``/``ready_ref``."""
+        if isinstance(task, GradientTask):
+            return [self.members[0].gradient.remote(task)]
+        if isinstance(task, StepTask):
+            return [self.members[0].step.remote(task)]
         return [m.render.remote(task) for m in self.members]
 
     @staticmethod
@@ -240,9 +246,9 @@ class WorkerGroup:
         since JAX aborts the survivors of a lost member)."""
         return handle[0]
 
-    def result(self, handle: list[ray.ObjectRef]) -> TileSums | TileWritten:
-        """A finished task's answer (``cluster.task.TileSums`` or ``TileWritten``); ``GroupFailed``
-        if a member died."""
+    def result(self, handle: list[ray.ObjectRef]) -> Any:
+        """A finished task's answer (``cluster.task.TileSums`` or ``TileWritten``; for the tasks of
+        ``cluster.gradient_task``, ``TileGradient`` or ``Stepped``); ``GroupFailed`` if a member died."""
         try:
             out = ray.get(handle[0])
             ray.get(handle[1:])

@@ -19,6 +19,7 @@ import numpy as np
 import ray
 
 from cluster import bootstrap
+from cluster.gradient_task import GradientTask, Stepped, StepTask, TileGradient
 from cluster.task import SceneRef, TileSums, TileTask, TileWritten
 
 if TYPE_CHECKING:
@@ -123,6 +124,20 @@ class Member:
         if task.out is not None:
             return TileWritten(task.out.write(*out), time.perf_counter() - t0)
         return TileSums(*out, time.perf_counter() - t0)
+
+    def gradient(self, task: GradientTask) -> TileGradient:
+        """A tile's loss and gradient (``cluster.gradient``), on this member's first device."""
+        from cluster.gradient import tile_gradient
+
+        self._load(task.scene)
+        assert self._scene is not None
+        return tile_gradient(self._scene[0], task)  # the scene as loaded: local arrays, not the group's
+
+    def step(self, task: StepTask) -> Stepped:
+        """One optimizer step (``cluster.gradient``), on this member's first device."""
+        from cluster.gradient import optimizer_step
+
+        return optimizer_step(task)
 
     def _arguments(self, task: TileTask, start: tuple[np.ndarray, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The work unit's arguments for ``task`` from ``start``: (args, keyword args) of ``render_tile``."""

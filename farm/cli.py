@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from farm import signals
-from farm.errors import FarmError, Interrupted, first_line
+from farm.errors import FarmError, Interrupted, SpecError, first_line
 from farm.names import is_utf8
-from farm.options import command_line, group_options, job_options, job_spec, with_groups
+from farm.options import command_line, group_options, job_options, job_spec, shape_options, with_groups
 
 if TYPE_CHECKING:
     from farm.monitor import JobSummary
+    from farm.optimize_spec import OptimizeSpec
     from farm.spec import JobSpec
     from farm.store import FrameStore
 
@@ -37,6 +38,7 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     from farm.spec import parse_frame_list
     from farm.status import spp_text
     job.check_params(spec)
+    _refuse_optimization(spec.store)
     redo_frames = parse_frame_list(redo) if redo else ()
     done = job.finished(spec, redo_frames, replace)
     if done is not None:  # said before Ray starts, and the last run's notes (its rate) are kept
@@ -83,6 +85,81 @@ def _render(spec, address, no_progress, redo=None, replace=False):
                               exit_code=signals.exit_code()) from None
         finally:
             ray_start.close()  # every worker gone before another driver may take the store
+            store.lease.release()
+    click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
+
+
+def _refuse_optimization(url: str) -> None:
+    """A render into an optimization's store is refused (its frames are views, not a render)."""
+    from farm.checkpoint import is_optimization
+    from farm.store import FrameStore, StoreError
+    if FrameStore.exists(url) and is_optimization(FrameStore.open(url, "r")):
+        raise StoreError(f"{url}: holds an optimization (`farm optimize`): `farm resume {url}` goes on with it, "
+                         f"--replace renders another job there")
+
+
+def _optimize(spec: JobSpec, opt: OptimizeSpec, address: str | None, no_progress: bool, replace: bool = False) -> None:
+    """Run the optimization ``opt`` of ``spec`` as the store's one driver (``farm.descent``): the
+    parameters and targets checked before Ray starts, the lease held from before the first write."""
+    import dataclasses
+
+    from farm import descent, faults, job, registry, session
+    from farm.targets import load_targets
+    job.check_params(spec)
+    if spec.groups.shape_only() != spec.groups:
+        raise SpecError("groups.task_timeout and groups.host_failures are not applied by farm optimize: a group "
+                        "that loses a member is rebuilt and its tasks sent elsewhere, no task is timed out")
+    local = address is None
+    if local:
+        job.check_local(spec.groups)
+    faults.check_environment(local)
+    keys, initial, film = descent.check_parameters(spec, opt)  # by name, in a child process, before Ray
+    targets = load_targets(opt, spec, film)
+    spec = dataclasses.replace(spec, tile=spec.tile or descent.GRADIENT_TILE)
+    if not replace and descent.finished(spec, opt, keys, targets):  # said before Ray starts
+        click.echo(f"{spec.store}: done already ({opt.iterations} iterations); nothing to run "
+                   f"(`farm export {spec.store} --out DIR`)", err=True)
+        return
+    with session.starting_ray(address, spec.groups) as ray_start:
+        try:
+            planned, store, optimization = descent.prepare(spec, opt, keys, initial, targets, replace, local)
+        except FarmError as e:
+            _fail(str(e), e.exit_code)
+        except OSError as e:
+            fault = faults.named(e, spec.store)
+            if fault is None:
+                raise
+            _fail(str(fault), fault.exit_code)
+        assert store.lease is not None
+        if optimization.done() >= opt.iterations:
+            store.lease.release()
+            click.echo(f"{store.url}: done already ({opt.iterations} iterations); nothing to run "
+                       f"(`farm export {store.url} --out DIR`)", err=True)
+            return
+
+        def say(line: str) -> None:
+            click.echo(line, err=True)
+            store.log(line)
+        if store.lease.took_over:
+            say(store.lease.took_over)
+        signals.on_stop(lambda: _stopped_late(store))
+        registry.record(store.url)
+        try:
+            say(f"optimizing {len(keys)} parameter(s) on {planned.n_frames} frame(s) x {planned.spp} spp at "
+                f"{store.width}x{store.height}: iterations {optimization.done() + 1}-{opt.iterations} -> {store.url}")
+            ray_start.wait()
+            signals.take()  # back from Ray's core worker, which took SIGTERM when it started
+            shapes = job.group_shapes(planned, local)
+            if not local:
+                import ray
+                job.check_fits(shapes, [node["Resources"] for node in ray.nodes() if node["Alive"]])
+            descent.run(planned, store, optimization, targets, shapes, log=say)
+            store.log("done")
+        except KeyboardInterrupt:
+            raise Interrupted(f"{signals.how()}; `farm resume {store.url}` goes on from here",
+                              exit_code=signals.exit_code()) from None
+        finally:
+            ray_start.close()
             store.lease.release()
     click.echo(f"done: {store.url} (farm export {store.url} --out DIR)", err=True)
 
@@ -141,6 +218,25 @@ def render(source, redo, replace, address, no_progress, **options):
 
 
 @cli.command()
+@click.argument("source", type=click.Path(dir_okay=False))
+@click.option("--replace", is_flag=True, help="Replace the content of a store of another job with this job.")
+@shape_options
+@click.option("--address", default=None,
+              help="Ray cluster to join (e.g. auto or ray://head:10001); default: an embedded local Ray.")
+@click.option("--no-progress", is_flag=True, help="Lines, no bar (always so: it has no progress bar yet; a line an iteration, a second apart at least).")
+def optimize(source, replace, address, no_progress, **options):
+    """Fit scene parameters to target images: SOURCE is a job .toml with an [optimize] table.
+
+    Every iteration renders every frame with gradients over the worker groups, sums them in a
+    fixed order and takes one optimizer step, checkpointed in the store: `farm resume STORE` goes
+    on to the same bits, `farm status STORE` shows the loss, `farm export STORE --out DIR` writes
+    the parameters, the scene with them and the renders."""
+    from farm.optimize_spec import read_job
+    spec, opt = read_job(source)
+    _optimize(with_groups(spec, options), opt, address, no_progress, replace)
+
+
+@cli.command()
 @click.argument("store")
 @_redo_option
 @click.option("--wait", "wait_lease", is_flag=True,
@@ -151,11 +247,18 @@ def resume(store, redo, wait_lease, address, no_progress, **options):
 
     A driver that died on this machine is taken over at once; one elsewhere, once its lease
     lapses (--wait waits for that)."""
+    from farm.checkpoint import open_optimization
     from farm.job import open_store
     from farm.lease import wait_free
     spec, fs = open_store(store)
+    optimization = open_optimization(fs)
+    if optimization is not None and redo:
+        raise SpecError(f"{store}: --redo is for renders; an optimization goes on from its last checkpoint")
     if wait_lease:
         wait_free(fs.group, store, say=lambda m: click.echo(m, err=True))
+    if optimization is not None:
+        _optimize(with_groups(spec, options), optimization.spec, address, no_progress)
+        return
     _render(with_groups(spec, options), address, no_progress, redo)
 
 
@@ -172,7 +275,15 @@ def resume(store, redo, wait_lease, address, no_progress, **options):
 def status(store, as_json, watch, verify):
     """Show STORE's job: frames, samples done, the last run's state and phase, rate and ETA (from
     its steady state), and the driver that holds it."""
+    from farm.checkpoint import open_optimization
+    from farm.job import open_store
     from farm.status import show
+    spec, fs = open_store(store)
+    optimization = open_optimization(fs)
+    if optimization is not None:  # (an optimization's status is small: --watch and --verify add nothing yet)
+        from farm.optimization_view import show as show_optimization
+        show_optimization(store, spec, fs, optimization, as_json)
+        return
     show(store, as_json=as_json, watch=watch, verify=verify)
 
 
@@ -193,7 +304,19 @@ def export(store, fmt, frames, out, partial, denoise, name):
     from farm.export import export_frames, filter_warning
     from farm.job import open_store
     from farm.spec import parse_frames
+    from farm.checkpoint import open_optimization
     spec, fs = open_store(store)
+    optimization = open_optimization(fs)
+    if optimization is not None:
+        from farm.optimization_view import export as export_optimization
+        given = [flag for flag, value in (("--frames", frames), ("--partial", partial), ("--denoise", denoise)) if value]
+        if given:
+            raise SpecError(f"{given[0]} is for a render's store; {store} holds an optimization (its export is "
+                            f"every frame's render of its last iteration)")
+        paths = export_optimization(spec, fs, optimization, fmt, out, name)
+        click.echo(f"wrote parameters.json, the scene and {len(paths) - 2} render(s) of iteration "
+                   f"{optimization.done()} to {out}", err=True)
+        return
     written = export_frames(spec, fs, parse_frames(frames) if frames else None, fmt, out, partial=partial,
                             denoised=denoise, name=name)
     warning = filter_warning(fs) if denoise else None
@@ -378,15 +501,40 @@ def list_jobs(root):
     jobs, seen = [], set()
     for store in monitor.find_stores(root):
         path = os.path.join(root, store)
+        line = _optimization_line(path)
+        if line is not None:
+            click.echo(line)
+            seen.add(os.path.realpath(path))
+            continue
         jobs.append((path, monitor.summarize(root, store)))
         seen.add(os.path.realpath(path))
     for url in registry.recorded():
         local = "://" not in url
         if local and (os.path.realpath(url) in seen or not os.path.isdir(url)):
             continue  # listed above, or removed since
+        line = _optimization_line(url)
+        if line is not None:
+            click.echo(line.replace(url, _shown_path(url) if local else url))
+            continue
         jobs.append((_shown_path(url) if local else url, monitor.summarize_url(url)))
     for path, j in jobs:
         click.echo(_job_line(path, j))
+
+
+def _optimization_line(path: str) -> str | None:
+    """``farm list``'s line of an optimization's store at ``path`` (iterations done), else None."""
+    from farm.checkpoint import open_optimization
+    from farm.job import open_store
+    from farm.optimization_view import summary
+    try:
+        spec, fs = open_store(path)
+        optimization = open_optimization(fs)
+        if optimization is None:
+            return None
+        s = summary(path, spec, fs, optimization)
+    except Exception:  # not a store that reads: the render jobs' listing says so
+        return None
+    return f"{s['state']:<11} {f'{s['iteration']}/{s['iterations']}':>11} {'iters':>9}  {path}"
 
 
 def _shown_path(path: str) -> str:

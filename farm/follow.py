@@ -41,16 +41,24 @@ class Ending:
 
 def store_ending(store: str) -> Ending | None:
     """How the job of the local store at ``store`` ended, or None while a driver renders it."""
+    from farm.checkpoint import open_optimization
     spec, fs = open_store(store)
-    summary = summary_of(store, spec, fs)
+    optimization = open_optimization(fs)
+    if optimization is None:
+        summary = summary_of(store, spec, fs)
+        state, error = summary.state, summary.error
+    else:  # an optimization (farm optimize): done at its last iteration, else as its notes say
+        notes = fs.progress() or {}
+        done = optimization.done() >= optimization.spec.iterations
+        state, error = ("done" if done else str(notes.get("state", ""))), notes.get("error")
     driver, now = holder(fs.group), time.time()
     running = driver is False or (driver is not None and driver.live(now) and not driver.gone())
-    if summary.state == "done":
+    if state == "done":
         return Ending("done")
     if running:
         return None
-    if summary.state in EXIT_CODES:
-        return Ending(summary.state, summary.error)
+    if state in EXIT_CODES:
+        return Ending(state, str(error) if error else None)
     if driver and not driver.released:
         why = "is gone" if driver.gone() else f"stopped renewing its lease {now - driver.renewed:.0f} s ago"
         return Ending("failed", f"its driver, {driver.who()}, {why}; `farm resume {store}` goes on")

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from cluster.group import GroupShape
 
-__all__ = ["prepare", "finished", "check_params", "check_local", "check_fits", "open_store", "group_shapes",
+__all__ = ["prepare", "finished", "bind", "check_params", "check_local", "check_fits", "open_store", "group_shapes",
            "frame_status"]
 
 # Members (JAX processes) and CPU devices a core of this machine takes in a local job.
@@ -101,6 +101,13 @@ def finished(spec: JobSpec, redo: Collection[int] = (),
     records, damaged = store.verified_records()
     todo = plan(spec, records, store.tiles_y, store.tiles_x, store.tile_pixels, Shot(spec, store).tile_spp(records))
     return (spec, store) if not damaged and not todo.frames else None
+
+
+def bind(spec: JobSpec) -> tuple[JobSpec, FrameStore]:
+    """(planned spec, its store): the store of ``spec`` checked to be this job's as ``prepare``
+    checks it, read without writing; a StoreError or SpecError says what differs."""
+    spec, _, store = _bind(spec, {spec.frames: _scene_digest(spec).hash})
+    return spec, store
 
 
 def _with_files(bound: tuple[JobSpec, FrameStore], scene: SceneDigest) -> tuple[JobSpec, FrameStore]:

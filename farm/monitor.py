@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from farm.spec import JobSpec
 
 __all__ = ["JobSummary", "FrameProgress", "find_stores", "store_path", "summarize", "summarize_url", "summary_of",
-           "preview", "STALE_S", "NO_SAMPLES", "VERIFY_TILES"]
+           "preview", "optimization", "optimization_image", "STALE_S", "NO_SAMPLES", "VERIFY_TILES"]
 
 STALE_S = 120.0  # seconds without progress notes after which a running job is called stalled
 # Tiles with samples up to which `farm status` checks a store's data by default (a few seconds);
@@ -302,6 +302,35 @@ def preview(root: str, store: str, frame: int, max_size: int | None = None,
     if cache is not None:
         cache[key] = png
     return png, tag
+
+
+def optimization(root: str, store: str) -> dict[str, Any] | None:
+    """The ``farm status --json`` object of ``store`` under ``root`` where it holds an
+    optimization (``farm optimize``), else None; a LookupError if there is no such store."""
+    from farm.checkpoint import open_optimization
+    from farm.optimization_view import summary
+    try:
+        spec, fs = _open(root, store)
+        opt = open_optimization(fs)
+    except StoreError:  # a damaged store: the render jobs' summary says so
+        return None
+    return None if opt is None else summary(store, spec, fs, opt)
+
+
+def optimization_image(root: str, store: str, kind: str, frame: int, max_size: int | None = None) -> bytes:
+    """PNG bytes of frame number ``frame``'s ``kind`` (``render``: the last iteration's, or
+    ``target``) of the optimization ``store`` under ``root``, tone-mapped as ``farm export`` makes
+    PNGs; a LookupError where there is no such store, optimization, frame or render yet."""
+    from farm.checkpoint import open_optimization
+    spec, fs = _open(root, store)
+    opt = open_optimization(fs)
+    f = frame - spec.frames[0]
+    if opt is None or not 0 <= f < spec.n_frames or kind not in ("render", "target"):
+        raise LookupError(f"{store} has no {kind} of frame {frame}")
+    image = opt.target(f) if kind == "target" else opt.render(f)
+    if image is None:
+        raise LookupError(f"{store} has no render yet")
+    return _png(fs, image, np.ones((fs.tiles_y, fs.tiles_x), bool), max_size)
 
 
 def _digest(records: np.ndarray) -> str:

@@ -19,7 +19,7 @@ from farm.errors import FarmError, SpecError
 from farm.spec import GroupsSpec, JobSpec, parse_frames, parse_res, scene_info
 from tracer.shared import ACCELERATOR_TILE, DEFAULT_TILE, FILTERS, ISAS, MAX_FRAME, MAX_SPP, PLATFORMS
 
-__all__ = ["Option", "JOB_OPTIONS", "GROUP_OPTIONS", "job_options", "group_options", "job_spec", "with_groups",
+__all__ = ["Option", "JOB_OPTIONS", "GROUP_OPTIONS", "SHAPE_OPTIONS", "job_options", "group_options", "shape_options", "job_spec", "with_groups",
            "command_line"]
 
 
@@ -107,6 +107,10 @@ def _decorator(options: Sequence[Option]) -> Callable[[Callable], Callable]:
 
 job_options = _decorator(JOB_OPTIONS)
 group_options = _decorator(GROUP_OPTIONS)
+# The groups' shape without how failures are handled (``farm optimize``: no task timeout or host
+# leaving out there).
+SHAPE_OPTIONS = GROUP_OPTIONS[:5]
+shape_options = _decorator(SHAPE_OPTIONS)
 
 
 def _given(options: Iterable[Option], values: Mapping[str, Any]) -> dict[str, Any]:

@@ -44,7 +44,7 @@ class Preflight:
         self.scene, self.env = spec.scene, env
         self._stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe no one reads while it compiles
         self._child = subprocess.Popen([sys.executable, "-m", "cluster.preflight"], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=_child_env())
+                                       stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=child_env())
         self._send({"scene": scene, "env": env})
 
     def _send(self, message: dict[str, Any] | None) -> None:
@@ -107,7 +107,7 @@ class Preflight:
         self.close()
 
 
-def _child_env():
+def child_env():
     """This process's environment, on the CPU, importing the same packages as this process would."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(importlib.util.find_spec("tracer").origin))

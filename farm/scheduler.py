@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from farm.spec import JobSpec
     from farm.store import FrameStore
 
-__all__ = ["run_job", "JobFailed", "NoHostLeft", "Cancelled", "SceneChangedError", "Dispatch"]
+__all__ = ["run_job", "start_groups", "JobFailed", "NoHostLeft", "Cancelled", "SceneChangedError", "Dispatch"]
 
 
 class JobFailed(FarmError):
@@ -446,29 +446,8 @@ class _JobRun:
                              f"`farm resume {self.store.url}` goes on from here")
 
     def start_groups(self):
-        """Form the groups side by side: each waits on its own members (processes, JAX,
-        ``jax.distributed``), so a job of many groups starts as fast as one."""
-        def start(group):
-            try:
-                group.start()
-                return None
-            except GroupError as e:
-                return str(e)
-
-        candidates = [self.make_group(shape, name=f"group-{i}", init_timeout_s=self.init_timeout_s)
-                      for i, shape in enumerate(self.shapes)]
-        if len(candidates) == 1:
-            outcomes = [start(candidates[0])]
-        else:
-            with ThreadPoolExecutor(len(candidates)) as pool:
-                outcomes = list(pool.map(start, candidates))
-        groups = [g for g, error in zip(candidates, outcomes) if error is None]
-        errors = [error for error in outcomes if error is not None]
-        if not groups:
-            raise JobFailed(f"no worker group could start: {errors[0]}")
-        for message in errors:
-            self.log(f"going on without a group: {message}")
-        return groups
+        """The run's groups, formed side by side (``start_groups``)."""
+        return start_groups(self.shapes, self.make_group, self.init_timeout_s, self.log)
 
     def rebuild(self, group, groups):
         """Rebuild a failed group, or drop it; returns whether it is back."""
@@ -482,6 +461,33 @@ class _JobRun:
         group.teardown()
         groups.remove(group)
         return False
+
+
+def start_groups(shapes: Sequence[GroupShape], make_group: Callable[..., WorkerGroup], init_timeout_s: float,
+                 log: Callable[[str], object]) -> list[WorkerGroup]:
+    """Form a group of each of ``shapes`` side by side: each waits on its own members (processes,
+    JAX, ``jax.distributed``), so a job of many groups starts as fast as one. Those that cannot
+    form are said to ``log`` and left out; none formed is a ``JobFailed``."""
+    def start(group):
+        try:
+            group.start()
+            return None
+        except GroupError as e:
+            return str(e)
+
+    candidates = [make_group(shape, name=f"group-{i}", init_timeout_s=init_timeout_s) for i, shape in enumerate(shapes)]
+    if len(candidates) == 1:
+        outcomes = [start(candidates[0])]
+    else:
+        with ThreadPoolExecutor(len(candidates)) as pool:
+            outcomes = list(pool.map(start, candidates))
+    groups = [g for g, error in zip(candidates, outcomes) if error is None]
+    errors = [error for error in outcomes if error is not None]
+    if not groups:
+        raise JobFailed(f"no worker group could start: {errors[0]}")
+    for message in errors:
+        log(f"going on without a group: {message}")
+    return groups
 
 
 def _hosts(group: WorkerGroup) -> tuple[Host, ...]:

@@ -354,6 +354,8 @@ class JobSpec:
         known = {"scene", "frames", "spp", "resolution", "store", "seed", "tile", "pass_size", "accel", "groups",
                  "params", "noise", "min_spp", "aovs", "rfilter"}
         unknown = sorted(set(doc) - known)
+        if "optimize" in unknown:
+            raise SpecError("an [optimize] table is an inverse-rendering job: run it with `farm optimize`")
         if unknown:
             raise SpecError(f"unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
         for key in ("scene", "store", "spp"):

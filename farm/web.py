@@ -7,6 +7,12 @@ Routes (``<store>``: a store's path relative to the folder, as ``GET /api/jobs``
     GET /api/jobs                               JSON: one object per job (``farm.monitor.JobSummary``)
     GET /api/jobs/<store>                       JSON: the job, with ``per_frame`` (as ``farm status --json``)
     GET /api/jobs/<store>/frames/<frame>.png    the frame from the samples done so far (``?max=N``: a thumbnail)
+    GET /api/jobs/<store>/renders/<frame>.png   an optimization's: the frame's render of its last iteration
+    GET /api/jobs/<store>/targets/<frame>.png   an optimization's: the frame's target (``?max=N`` both)
+
+An optimization's store (``farm optimize``) is listed with its iteration and loss; its page shows
+the loss curve, the parameters and each frame's render beside its target, and its JSON is
+``farm status --json``'s.
 
 Every store is read through ``farm.monitor``, which opens stores read-only and answers only for
 the stores it finds under the folder: any other name, however encoded, is a 404 (nothing outside
@@ -26,8 +32,6 @@ from farm.errors import FarmError
 
 if TYPE_CHECKING:
     from flask.json.provider import DefaultJSONProvider
-
-    from farm.monitor import JobSummary
 
 __all__ = ["make_app", "serve"]
 
@@ -93,6 +97,49 @@ up to {% endif %}{{ j.spp }} spp</td></tr>
 {% endif %}</body></html>"""
 
 
+_OPTIMIZATIONS = """{% if optimizations %}<h2>Optimizations</h2>
+<table><tr><th>store</th><th>state</th><th class="num">iteration</th><th class="num">loss</th></tr>
+{% for o in optimizations %}<tr><td><a href="{{ url_for('job_page', store=o.store) }}">{{ o.store }}</a></td>
+<td class="{{ o.state }}">{{ o.state }}</td><td class="num">{{ o.iteration }}/{{ o.iterations }}</td>
+<td class="num">{{ loss(o.loss) }}</td></tr>{% endfor %}</table>{% endif %}"""
+
+_OPTIMIZATION = """<!doctype html><html><head><meta charset="utf-8"><title>farm: {{ o.store }}</title>
+{% if refresh %}<meta http-equiv="refresh" content="{{ refresh }}">{% endif %}""" + _STYLE + """</head><body>
+<p><a href="{{ url_for('job_list') }}">all jobs</a></p>
+<h1>{{ o.store }} <span class="{{ o.state }}">{{ o.state }}</span></h1>
+<table>
+<tr><th>iteration</th><td>{{ o.iteration }} of {{ o.iterations }}</td></tr>
+<tr><th>loss</th><td>{{ loss(o.loss) }} ({{ o.loss_kind }}; {{ o.optimizer }} at {{ o.learning_rate }})</td></tr>
+<tr><th>rate</th><td>{{ "-" if not o.iterations_per_s else "%.3g iterations/s" | format(o.iterations_per_s) }}</td></tr>
+{% if o.error %}<tr><th>last error</th><td class="error">{{ o.error }}</td></tr>{% endif %}
+{% for key, values in o.parameters.items() %}<tr><th>{{ key }}</th><td>{{ shown(values) }}</td></tr>{% endfor %}
+</table>
+{% if curve %}<p><svg width="{{ curve.width }}" height="{{ curve.height }}" role="img" aria-label="loss by iteration">
+<rect width="100%" height="100%" fill="#f6f6f6"/>
+<polyline fill="none" stroke="#05a" stroke-width="1.5" points="{{ curve.points }}"/>
+<text x="4" y="12" font-size="11">{{ loss(curve.high) }}</text><text x="4" y="{{ curve.height - 4 }}" font-size="11">{{ loss(curve.low) }}</text>
+</svg><br>loss by iteration (log scale)</p>{% endif %}
+<div class="grid">{% for frame in frames %}
+{% if o.iteration %}<figure><img alt="render of frame {{ frame }}" src="{{ url_for('optimization_png', store=o.store, kind='renders', frame=frame, max=thumb) }}">
+<figcaption>frame {{ frame }}: iteration {{ o.iteration }}</figcaption></figure>{% endif %}
+<figure><img alt="target of frame {{ frame }}" src="{{ url_for('optimization_png', store=o.store, kind='targets', frame=frame, max=thumb) }}">
+<figcaption>frame {{ frame }}: target</figcaption></figure>{% endfor %}</div>
+</body></html>"""
+
+
+def _curve(losses: list[float], width: int = 480, height: int = 160) -> dict[str, Any] | None:
+    """An SVG polyline of ``losses`` by iteration, log-scaled (None below two positive values)."""
+    values = [v for v in losses if v > 0 and math.isfinite(v)]
+    if len(values) < 2 or len(values) != len(losses):
+        return None
+    low, high = math.log(min(values)), math.log(max(values))
+    span = (high - low) or 1.0
+    step = (width - 8) / (len(values) - 1)
+    points = " ".join(f"{4 + i * step:.1f},{4 + (height - 8) * (high - math.log(v)) / span:.1f}"
+                      for i, v in enumerate(values))
+    return {"points": points, "width": width, "height": height, "low": min(values), "high": max(values)}
+
+
 def _clock(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "-"
@@ -109,12 +156,15 @@ def _helpers() -> dict[str, Any]:
         "ago": lambda t: "none yet" if t is None else f"{max(0, time.time() - t):.0f} s ago",
         "basename": lambda p: os.path.basename(p or ""),
         "noise": lambda n: "-" if n is None else f"{n:.4f}",
+        "loss": lambda v: "-" if v is None else f"{v:.5g}",
+        "shown": lambda values: ", ".join(f"{v:.5g}" for v in values[:6]) + (", ..." if len(values) > 6 else ""),
         "thumb": 240,
     }
 
 
-def _refresh(jobs: Iterable[JobSummary]) -> int | None:
-    waits = [_REFRESH_S[j.state] for j in jobs if j.state in _REFRESH_S]
+def _refresh(states: Iterable[str]) -> int | None:
+    """Seconds after which a page of jobs in ``states`` reloads itself (None: it does not)."""
+    waits = [_REFRESH_S[state] for state in states if state in _REFRESH_S]
     return min(waits) if waits else None
 
 
@@ -131,24 +181,64 @@ def make_app(root: str) -> Flask:
         except LookupError:
             abort(404)
 
+    def optimization(store):
+        try:
+            return monitor.optimization(root, store)
+        except LookupError:
+            abort(404)
+
+    def split():
+        """(render jobs' summaries, optimizations' objects) of the stores under the root."""
+        jobs, optimizations = [], []
+        for s in monitor.find_stores(root):
+            o = monitor.optimization(root, s)
+            (jobs if o is None else optimizations).append(monitor.summarize(root, s) if o is None else o)
+        return jobs, optimizations
+
     @app.get("/")
     def job_list():
-        jobs = [monitor.summarize(root, s) for s in monitor.find_stores(root)]
-        return render_template_string(_LIST, jobs=jobs, root=os.path.abspath(root), refresh=_refresh(jobs),
+        jobs, optimizations = split()
+        refresh = _refresh([*(j.state for j in jobs), *(o["state"] for o in optimizations)])
+        page = _LIST.replace("{% if not jobs %}<p>No frame stores here.</p>",
+                             "{% if not jobs and not optimizations %}<p>No frame stores here.</p>{% elif not jobs %}")
+        return render_template_string(page.replace("</body>", _OPTIMIZATIONS + "</body>"), jobs=jobs,
+                                      optimizations=optimizations, root=os.path.abspath(root), refresh=refresh,
                                       **_helpers())
 
     @app.get("/jobs/<path:store>")
     def job_page(store):
+        o = optimization(store)
+        if o is not None:
+            frames = range(o["frames"][0], o["frames"][1] + 1)
+            return render_template_string(_OPTIMIZATION, o=o, curve=_curve(o["losses"]), frames=frames,
+                                          refresh=_refresh([o["state"]]), **_helpers())
         j = summary(store)
-        return render_template_string(_JOB, j=j, refresh=_refresh([j]), **_helpers())
+        return render_template_string(_JOB, j=j, refresh=_refresh([j.state]), **_helpers())
 
     @app.get("/api/jobs")
     def api_jobs():
-        return jsonify([monitor.summarize(root, s).to_json() for s in monitor.find_stores(root)])
+        jobs, optimizations = split()
+        return jsonify([j.to_json() for j in jobs] + optimizations)
 
     @app.get("/api/jobs/<path:store>")
     def api_job(store):
-        return jsonify(summary(store).to_json(frames=True))
+        o = optimization(store)
+        return jsonify(o if o is not None else summary(store).to_json(frames=True))
+
+    @app.get("/api/jobs/<path:store>/<any(renders, targets):kind>/<int:frame>.png")
+    def optimization_png(store, kind, frame):
+        size = request.args.get("max", type=int)
+        if size is not None and not 8 <= size <= 4096:
+            abort(400, "max: 8 to 4096 pixels")
+        try:
+            png = monitor.optimization_image(root, store, kind[:-1], frame, size)
+        except LookupError:
+            abort(404)
+        except FarmError as e:
+            abort(409, str(e))
+        response = app.response_class(png, mimetype="image/png")
+        response.headers["Cache-Control"] = "no-cache"  # the render changes every iteration
+        return response
 
     @app.get("/api/jobs/<path:store>/frames/<int:frame>.png")
     def frame_png(store, frame):

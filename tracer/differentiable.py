@@ -26,7 +26,7 @@ from tracer.shared import MAX_FRAME, MAX_SEED, MAX_SPP
 if TYPE_CHECKING:
     from tracer.scene import Scene
 
-__all__ = ["render_differentiable", "image"]
+__all__ = ["render_differentiable", "image", "tile_image", "tile_loss", "tile_loss_and_grad"]
 
 
 def _whole(name: str, value: object, high: int) -> int:
@@ -74,12 +74,23 @@ def image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: ja
     """``render_differentiable`` without its checks: the crop window's image from its samples and
     those of the filter's margin around it. seed, frame: int32 scalars; ``spp`` static."""
     film = scene.film
+    return tile_image(scene, params, seed, frame, jnp.int32(film.crop_y), jnp.int32(film.crop_x), spp=spp,
+                      tile_h=film.crop_height, tile_w=film.crop_width)
+
+
+def tile_image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: jax.Array, tile_y: jax.Array,
+               tile_x: jax.Array, *, spp: int, tile_h: int, tile_w: int) -> jax.Array:
+    """The (tile_h, tile_w, 3) window of the film whose top-left pixel is (tile_y, tile_x) (int32,
+    traced: one program serves every tile of a size); pixels past the film are zero. A pixel's
+    samples are addressed by the pixel, so a tile is that window of the whole image (the farm's
+    gradient tasks, ``cluster.gradient``)."""
+    film = scene.film
     m = film.margin
-    h, w = film.crop_height, film.crop_width
+    h, w = tile_h, tile_w
     gh, gw = h + 2 * m, w + 2 * m
     s, gy, gx = (a.ravel() for a in jnp.meshgrid(jnp.arange(spp, dtype=jnp.int32), jnp.arange(gh, dtype=jnp.int32),
                                                   jnp.arange(gw, dtype=jnp.int32), indexing="ij"))
-    py, px = film.crop_y - m + gy, film.crop_x - m + gx
+    py, px = tile_y - m + gy, tile_x - m + gx
     valid = (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width)
     keys = rng.sample_keys(scene.settings.sampler, seed, frame, (py * film.width + px).astype(jnp.uint32),
                            s.astype(jnp.uint32))
@@ -96,3 +107,20 @@ def image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: ja
 
 
 _jitted_image = jax.jit(image, static_argnames=("spp",))
+
+
+def tile_loss(scene: Scene, params: dict[str, jax.Array], target: jax.Array, mask: jax.Array, seed: jax.Array,
+              frame: jax.Array, tile_y: jax.Array, tile_x: jax.Array, *, spp: int, tile_h: int, tile_w: int,
+              loss: str) -> tuple[jax.Array, jax.Array]:
+    """(the loss summed over the tile's pixels where ``mask`` (tile_h, tile_w) and channels, the
+    tile's image): ``l2`` the squared difference from ``target`` (tile_h, tile_w, 3), ``l1`` its
+    absolute value. Its gradient in ``params`` is path replay's (``tile_image``); a mean over a
+    whole image is the tiles' sums added, divided by the pixels x channels."""
+    image_ = tile_image(scene, params, seed, frame, tile_y, tile_x, spp=spp, tile_h=tile_h, tile_w=tile_w)
+    d = image_ - target
+    per_value = d * d if loss == "l2" else jnp.abs(d)
+    return jnp.sum(jnp.where(mask[..., None], per_value, 0.0)), image_
+
+
+tile_loss_and_grad = jax.jit(jax.value_and_grad(tile_loss, argnums=1, has_aux=True),
+                             static_argnames=("spp", "tile_h", "tile_w", "loss"))

@@ -28,7 +28,7 @@ from tracer.kinds import TextureKind
 if TYPE_CHECKING:
     from tracer.scene import Scene
 
-__all__ = ["Target", "Slot", "ParameterError", "parameters", "substitute", "differentiable_keys"]
+__all__ = ["Target", "Slot", "ParameterError", "parameters", "substitute", "differentiable_keys", "valid_range"]
 
 
 class Target(NamedTuple):
@@ -72,6 +72,26 @@ class ParameterError(ValueError):
 def differentiable_keys(scene: Scene) -> tuple[str, ...]:
     """The keys ``parameters`` returns, in the scene's order."""
     return tuple(s.key for s in scene.parameter_slots if not s.refused)
+
+
+# The least roughness an optimizer may step to: GGX at alpha 0 is a Dirac lobe, whose derivative is not defined.
+MIN_ALPHA = 1e-3
+_ROUGHNESS_FIELDS = ("alpha_u", "alpha_v")
+
+
+def valid_range(scene: Scene, key: str) -> tuple[float, float]:
+    """(low, high) that an optimizer clamps ``key``'s values to: reflectances and transmittances
+    in [0, 1], roughness in [``MIN_ALPHA``, inf), emission, indices of refraction and an
+    environment map's values in [0, inf). ``key`` must be a key of ``parameters``."""
+    slot = next(s for s in scene.parameter_slots if s.key == key and not s.refused)
+    fields = {t.field for t in slot.targets if t.leaf == MATERIAL_TEXTURE}
+    fields |= {f for t in slot.targets for f, _ in t.readers}
+    leaves = {t.leaf for t in slot.targets}
+    if fields & set(_ROUGHNESS_FIELDS):
+        return MIN_ALPHA, float("inf")
+    if leaves & {MATERIAL_ETA, MATERIAL_K, EMITTER_RADIANCE, ENV_RGB, ENV_SCALE}:
+        return 0.0, float("inf")
+    return 0.0, 1.0
 
 
 def _read(scene: Scene, slot: Slot) -> jax.Array:

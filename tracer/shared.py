@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULT_TILE", "ACCELERATOR_TILE", "TRACE_SAMPLES", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE",
+__all__ = ["OPTIMIZERS", "LOSSES", "DEFAULT_TILE", "ACCELERATOR_TILE", "TRACE_SAMPLES", "DEFAULT_PASS_SIZE", "PLATFORMS", "MAX_FILM_SIZE",
            "MAX_SPP", "MAX_FRAME", "MAX_SEED", "MAX_PASS_SIZE", "FILTERS", "ISAS", "PORTABLE_ISA", "pass_samples",
            "fitting_tile", "default_tile", "resolve", "AOV_SUFFIXES", "AOV_TYPES", "MOMENT_TYPES", "aov_channel_names",
            "aov_channel_count", "find_aov"]
@@ -40,6 +40,8 @@ MAX_SEED = 2**31 - 1     # the largest seed (int32 too)
 MAX_PASS_SIZE = 1024     # samples per pixel in one pass (a static shape of the compiled program)
 # Mitsuba's reconstruction filters (``rfilter`` plugins) that a job may name (tracer.filters).
 FILTERS = ("box", "tent", "gaussian", "mitchell", "catmullrom", "lanczos")
+OPTIMIZERS = ("adam", "sgd")  # inverse rendering's optimizers (optax's; tracer.optimizer)
+LOSSES = ("l2", "l1")  # inverse rendering's losses: the mean over pixels and channels (tracer.differentiable)
 ISAS = ("AVX", "AVX2", "AVX512")  # XLA's names for a CPU job's instruction-set level, lowest first
 PORTABLE_ISA = "AVX2"  # a cluster job's level: every x86-64 CPU since 2013-2015 (tracer.runtime.xla_flags)
 

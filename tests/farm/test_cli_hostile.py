@@ -34,6 +34,15 @@ def places(tmp_path_factory):
             "spp.toml": f'scene = "{ORBIT}"\nstore = "s.zarr"\nspp = "many"\n'.encode(),
             "groups.toml": f'scene = "{ORBIT}"\nstore = "s.zarr"\nspp = 4\n[groups]\ncount = [2]\n'.encode(),
             "garbage.toml": b"\x00\x01\x02 = = [[",
+            "opt_none.toml": f'scene = "{ORBIT}"\nstore = "s.zarr"\nspp = 4\n'.encode(),
+            "opt.toml": f'scene = "{ORBIT}"\nstore = "s.zarr"\nspp = 4\n[optimize]\ntargets = "t_{{frame}}.npy"\n'
+                        f'parameters = ["a.value"]\niterations = 2\n'.encode(),
+            "opt_iter.toml": f'scene = "{ORBIT}"\nstore = "s.zarr"\nspp = 4\n[optimize]\ntargets = "t_{{frame}}.npy"\n'
+                             f'parameters = ["a.value"]\niterations = "many"\n'.encode(),
+            "opt_targets.toml": f'scene = "{ORBIT}"\nstore = "s.zarr"\nspp = 4\n[optimize]\ntargets = "t.npy"\n'
+                                f'parameters = ["a.value"]\niterations = 2\n'.encode(),
+            "opt_keys.toml": f'scene = "{ORBIT}"\nstore = "s.zarr"\nspp = 4\n[optimize]\ntargets = "t_{{frame}}.npy"\n'
+                             f'parameters = 5\niterations = 2\nrate = 1\n'.encode(),
             "dir.toml/": None}
     for name, text in jobs.items():
         if text is None:
@@ -86,6 +95,15 @@ CASES = [
     (["render", "{root}/groups.toml"], 2, "groups.toml: groups.count must be a whole number >= 1, got [2]"),
     (["render", "{root}/garbage.toml"], 2, "garbage.toml: not valid TOML"),
     (["render", "{root}/dir.toml"], 2, "is a directory"),
+    # optimize: job files refused before the scene is loaded
+    (["optimize", "{root}/missing.toml"], 2, "job file not found"),
+    (["optimize", "{root}/opt_none.toml"], 2, "an [optimize] table is required"),
+    (["render", "{root}/opt.toml", *O], 2, "an [optimize] table is an inverse-rendering job: run it with `farm optimize`"),
+    (["optimize", "{root}/opt_iter.toml"], 2, "optimize.iterations must be a whole number from 1 to 100000, got 'many'"),
+    (["optimize", "{root}/opt_targets.toml"], 2, "optimize.targets must name {{frame}}"),
+    (["optimize", "{root}/opt_keys.toml"], 2, "unknown key 'optimize.rate'"),
+    (["optimize", "{root}/garbage.toml"], 2, "not valid TOML"),
+    (["optimize", "{root}/opt.toml", "--task-timeout", "5"], 2, "No such option '--task-timeout'"),
     (["render", "{root}/missing.toml"], 2, "job file not found"),
     # render: where the store goes
     (["render", ORBIT, "--out", ""], 2, "store must be a path (a non-empty string), got ''"),
