@@ -45,14 +45,16 @@ class Member:
         self.mesh: Mesh | None = None
         self._scene_key: SceneRef | None = None
         self._scene: tuple[Scene, Scene] | None = None
+        self._whole = 0  # work units loaded compiled (cluster.compiled)
 
     def where(self) -> tuple[str, str, int]:
         """(node id, node IP, pid) of this member."""
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
 
     def compile_stats(self) -> dict[str, float] | None:
-        """This member's XLA programs so far (``cluster.bootstrap.compile_stats``)."""
-        return bootstrap.compile_stats()
+        """This member's XLA programs so far (``cluster.bootstrap.compile_stats``), and ``whole``:
+        work units it loaded compiled, without tracing them (``cluster.compiled``)."""
+        return dict(bootstrap.compile_stats(), whole=self._whole)
 
     def reserve_port(self, port: int | None = None) -> str:
         """Rank 0: the coordinator address the group will meet at."""
@@ -151,11 +153,18 @@ class Member:
 
     def compile(self, task: TileTask) -> None:
         """Compile (not run) the work unit of ``task``'s shape, leaving it in the persistent
-        compilation cache for the members that will render (``cluster.preflight``)."""
+        compilation cache and whole beside it for the members that will render (``cluster.preflight``)."""
+        args, kwargs = self._arguments(task, _zeros(task))
+        self._program(args, kwargs)
+
+    def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The work unit's program for these arguments, loaded compiled where this host has it
+        (``cluster.compiled``; not for scenes whose rays a Python callback answers)."""
+        from cluster import compiled
         from tracer.rendering import render_tile
 
-        args, kwargs = self._arguments(task, _zeros(task))
-        render_tile.compile(*args, **kwargs)
+        if args[0].geometry.accel in compiled.SHARED_ACCELS:
+            self._whole += compiled.program(render_tile, bootstrap.cache_dir(), args, kwargs) == "loaded"
 
     def _work(self, task: TileTask, start: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         """The work unit: (value, weight) of the task's passes added to ``start``, host numpy on
@@ -165,6 +174,7 @@ class Member:
         from tracer.rendering import render_tile
 
         args, kwargs = self._arguments(task, start)
+        self._program(args, kwargs)
         value, weight = render_tile(*args, **kwargs)
         if self.size > 1 and not value.is_fully_replicated:
             from jax.experimental import multihost_utils

@@ -538,7 +538,8 @@ def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_
             progress.close()
     if runner.compiles:
         c = runner.compiles
+        whole = f"; {c['whole']} work unit(s) loaded compiled, untraced" if c.get("whole") else ""
         log(f"XLA: {c['programs']} program(s), {c['compiled']} compiled and {c['cache_hits']} loaded from "
-            f"the compilation cache, in {c['seconds']:.1f} s")
+            f"the compilation cache, in {c['seconds']:.1f} s{whole}")
     return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest,
                                             "compile": runner.compiles, "failures": runner.failures.summary()})

@@ -73,11 +73,41 @@ class KeptPrograms:
                 self._jitted.popitem(last=False)
         return jitted
 
-    def compile(self, *args: Any, **kwargs: Any) -> None:
+    def compile(self, *args: Any, **kwargs: Any) -> jax.stages.Compiled:
         """Compile the program of these arguments without running it: the program a call with
         them runs, so JAX's persistent compilation cache (where on) then holds it for any process
-        that calls with arguments of the same structure, shardings and flags."""
-        self._program(args, kwargs).lower(*args, **kwargs).compile()
+        that calls with arguments of the same structure, shardings and flags. The compiled
+        program serves this structure's later calls (``adopt``)."""
+        program = self._program(args, kwargs)
+        if isinstance(program, _Adopted):
+            return program.compiled
+        compiled = program.lower(*args, **kwargs).compile()
+        self.adopt(compiled, args, kwargs)
+        return compiled
+
+    def signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """What picks this structure's program, as text: the arguments' tree (its static fields
+        included), each leaf's shape, dtype and sharding, and the static arguments."""
+        tree, avals, statics = self._key(args, kwargs)
+        leaves = jax.tree.leaves((args, {k: v for k, v in kwargs.items() if k not in self._static}))
+        shardings = tuple(repr(getattr(x, "sharding", None)) for x in leaves)
+        return repr((self._fn.__module__, self._fn.__qualname__, tree, avals, shardings, statics))
+
+    def has_program(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether a program for this structure is compiled or adopted in this process."""
+        with self._lock:
+            program = self._jitted.get(self._key(args, kwargs))
+        return isinstance(program, _Adopted)
+
+    def adopt(self, compiled: jax.stages.Compiled, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Serve this structure's calls with ``compiled`` (a program compiled for it here or in
+        another process: ``cluster.compiled``) instead of tracing the function."""
+        key = self._key(args, kwargs)
+        with self._lock:
+            self._jitted.pop(key, None)
+            self._jitted[key] = _Adopted(compiled, self._static)
+            while len(self._jitted) > self._keep:
+                self._jitted.popitem(last=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = self._program(args, kwargs)(*args, **kwargs)
@@ -90,6 +120,17 @@ class KeptPrograms:
                                      name="kept-programs-hold").start()
             self._in_flight.put((out, held))
         return out
+
+
+class _Adopted:
+    """A compiled program in ``KeptPrograms``' place of a jitted function: called with the
+    function's arguments less the static ones (compiled in)."""
+
+    def __init__(self, compiled: jax.stages.Compiled, static: tuple[str, ...]) -> None:
+        self.compiled, self._static = compiled, static
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled(*args, **{k: v for k, v in kwargs.items() if k not in self._static})
 
 
 def _release_when_ready(in_flight: queue.SimpleQueue[tuple[Any, list[object]]]) -> None:

@@ -1,0 +1,86 @@
+"""A host's compiled work units on disk (cluster.compiled): a process loads the program another
+compiled and runs it without tracing, to the same bits; anything that decides the program changes
+its key; an entry that does not load is compiled again and replaced."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+from cluster import compiled
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# One member's process: render a tile of orbit.xml, print how many times it traced the work unit
+# and how many programs it loaded whole, and save the tile's value.
+MEMBER = """
+import sys, numpy as np
+from cluster.member import Member
+from cluster.task import SceneRef, TileTask
+from tracer.rendering import render_tile
+member = Member(0, 1, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAXFARM_XLA_CACHE": sys.argv[1]})
+member.initialize(None, 60, 20)
+ref = SceneRef(path=sys.argv[3], params=(("height", "24"), ("width", "24")))
+task = TileTask(scene=ref, frame=1, seed=3, spp=8, tile_y=0, tile_x=0, tile_h=24, tile_w=24, first_pass=0,
+                n_passes=2, pass_size=4, chunk_passes=2, job_samples=24 * 24 * 8)
+np.save(sys.argv[2], member.render(task).value)
+print("traced", render_tile.programs_made, "whole", member.compile_stats()["whole"])
+"""
+
+
+def _member(cache, out, scene=ROOT / "examples" / "orbit.xml"):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    result = subprocess.run([sys.executable, "-c", MEMBER, str(cache), str(out), str(scene)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.split()[-4:], np.load(out)
+
+
+def test_a_program_compiled_once_is_loaded_untraced_to_the_same_bits(tmp_path):
+    cache = tmp_path / "cache"
+    first, value = _member(cache, tmp_path / "a.npy")
+    assert first == ["traced", "1", "whole", "0"]
+    entries = list((cache / compiled.FOLDER).glob("*.program"))
+    assert len(entries) == 1
+    second, again = _member(cache, tmp_path / "b.npy")
+    assert second == ["traced", "0", "whole", "1"]  # loaded whole: no trace, no lowering
+    np.testing.assert_array_equal(again, value)
+    # An entry that does not load is removed, the program traced and compiled, and saved again.
+    entries[0].write_bytes(b"not a program")
+    third, once_more = _member(cache, tmp_path / "c.npy")
+    assert third == ["traced", "1", "whole", "0"]
+    np.testing.assert_array_equal(once_more, value)
+    assert entries[0].stat().st_size > 1000 and not entries[0].read_bytes().startswith(b"not a program")
+
+
+def test_what_decides_the_program_decides_its_key(monkeypatch):
+    import jax
+    from jax.sharding import Mesh
+
+    import tracer
+    from tracer.rendering import RAY_AXIS, WorkItem, WorkShape, render_tile
+
+    scene = tracer.load_scene(str(ROOT / "examples" / "cbox.xml"), res=16)
+    mesh = Mesh(np.array(jax.devices()[:2]), (RAY_AXIS,))
+    item = WorkItem.of(0, 1, 0, 0, 0, 1, 4)
+    z = (np.zeros((16, 16, 3), np.float32), np.zeros((16, 16), np.float32))
+
+    def key(shape=WorkShape(16, 16, 4), scene=scene, mesh=mesh, start=z):
+        return compiled.key(render_tile, (scene, item, *start), dict(shape=shape, mesh=mesh))
+
+    base = key()
+    assert base == key() and len(base) == 64
+    other_frame_values = tracer.load_scene(str(ROOT / "examples" / "cbox.xml"), res=16)
+    assert key(scene=other_frame_values) == base  # values are arguments: every frame shares it
+    keys = {key(shape=WorkShape(16, 16, 8)),  # the pass size
+            key(scene=tracer.load_scene(str(ROOT / "examples" / "orbit.xml"), width=16, height=16)),  # the structure
+            key(mesh=Mesh(np.array(jax.devices()[:1]), (RAY_AXIS,))),  # the devices it runs on
+            key(start=(z[0][:8], z[1][:8]))}  # a shape
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_fast_math=false")
+    keys.add(key())
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(compiled, "_code", ["another version of the tracer"])
+    keys.add(key())
+    assert base not in keys and len(keys) == 6
