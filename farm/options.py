@@ -79,6 +79,8 @@ JOB_OPTIONS = (
     Option("--out", "store", "The job's Zarr store: a path (on a cluster, one every node sees), or a URL zarr "
            "accepts."),
 )
+PRIORITY = Option("--priority", "priority", "The job's priority in its cluster's queue, -1000 to 1000 (default 0): "
+                  "higher gets groups first (a local render has no queue).", type=int)
 GROUP_OPTIONS = (
     Option("--groups", "count", "Worker groups to render on.", type=int),
     Option("--hosts-per-group", "hosts", "Hosts (members) per worker group.", type=int),
@@ -94,6 +96,7 @@ GROUP_OPTIONS = (
            "task, which compiles, at least 600 s).", type=float, metavar="SECONDS"),
     Option("--host-failures", "host_failures", "Failed tasks after which a host is left out of the run "
            "(default 3).", type=int),
+    PRIORITY,
 )
 
 
