@@ -19,7 +19,7 @@ from farm.errors import FarmError, SpecError
 from farm.spec import GroupsSpec, JobSpec, parse_frames, parse_res, scene_info
 from tracer.shared import ACCELERATOR_TILE, DEFAULT_TILE, FILTERS, ISAS, MAX_FRAME, MAX_SPP, PLATFORMS
 
-__all__ = ["Option", "JOB_OPTIONS", "GROUP_OPTIONS", "job_options", "group_options", "job_spec", "with_groups",
+__all__ = ["Option", "JOB_OPTIONS", "GROUP_OPTIONS", "PRIORITY", "job_options", "group_options", "job_spec", "with_groups",
            "command_line"]
 
 

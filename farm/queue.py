@@ -23,6 +23,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["Entry", "Grant", "share", "free", "FarmQueue", "NAME", "NAMESPACE", "queue_actor", "find_queue", "listed"]
 
@@ -153,7 +154,7 @@ class FarmQueue:
         return os.getpid()
 
 
-def queue_actor():
+def queue_actor() -> Any:
     """The cluster's queue (Ray must be initialized): the running one, else started now.
     Detached (it outlives the driver that started it), restarted by Ray when it dies, and
     holding no CPU (it takes nothing from the groups)."""
@@ -162,7 +163,7 @@ def queue_actor():
     return actor.options(name=NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote()
 
 
-def find_queue():
+def find_queue() -> Any:
     """The cluster's queue, or None where no farm job has started one."""
     import ray
     try:
