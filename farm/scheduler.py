@@ -170,6 +170,7 @@ class _JobRun:
         self.failures = Failures(spec.groups.host_failures)
         progress.failures = self.failures  # in the run's notes (farm status, farm serve)
         self.slowest = 0.0  # seconds of the slowest task that counted
+        self.by_host: collections.Counter[Host] = collections.Counter()  # tasks that counted, per host they ran on
         self.fenced = 0     # dispatches given up on: a result of theirs, answered or written, never counts
         # group -> when its last answer came (its next task's clock starts then); None: none yet, since it formed
         self.answered: dict[WorkerGroup, float | None] = {}
@@ -266,6 +267,8 @@ class _JobRun:
                 if progress.note() and store.cancel_requested():
                     raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
             progress.phase("finishing")
+            if self.by_host and self.seat is not None:  # (in the log: where a cluster's job ran)
+                self.log(f"tasks by host: {', '.join(f'{h.name}: {n}' for h, n in self.by_host.most_common())}")
             self.compiles = _sum_stats(group.compile_stats() for group in groups)
             self.teardown(groups)
             progress.finish()
@@ -409,6 +412,7 @@ class _JobRun:
                 self.folds.drop(d.slot)
             return  # fenced: this dispatch was given up on
         del self.live[d.task.key]
+        self.by_host.update(d.hosts)
         self.slowest = max(self.slowest, now - d.started)
         self.clock.add(now - began)
         if d.slot is not None:
