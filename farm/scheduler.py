@@ -554,6 +554,9 @@ class _JobRun:
                     self.spare.append((group.name, group.shape))
         if not groups and not self.spare:
             raise JobFailed(f"no worker group could start: {errors[0]}")
+        if self.seat is not None:  # (in the log: where a cluster's job renders)
+            self.log(f"{len(groups)} of {len(self.shapes)} group(s) formed: "
+                     f"{', '.join(f'{g.name} on {_names(_hosts(g))}' for g in groups)}")
         return groups
 
     def rebuild(self, group, groups):

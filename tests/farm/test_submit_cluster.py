@@ -48,6 +48,27 @@ def _up(url, timeout=120):
     raise AssertionError(f"the dashboard at {url} did not come up")
 
 
+def _nodes_up(url, home, n, timeout=180):
+    """Wait until the dashboard at ``url`` counts ``n`` live nodes (a node's start is slow on a
+    loaded machine), asking with the token Ray made in ``home``."""
+    import json
+    import urllib.request
+    token = (home / ".ray" / "auth_token").read_text().strip()
+    request = urllib.request.Request(url + "/nodes?view=summary", headers={"Authorization": f"Bearer {token}"})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                summary = json.load(answer)["data"]["summary"]
+            alive = sum(1 for node in summary if node.get("raylet", {}).get("state") == "ALIVE")
+        except (OSError, KeyError, ValueError) as e:
+            alive = f"not known ({e})"
+        if isinstance(alive, int) and alive >= n:
+            return
+        assert time.monotonic() < deadline, f"{n} nodes did not come up: {alive} alive"
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """(dashboard URL, env with the cluster's HOME, the second node's ``ray start`` process): a head
@@ -65,10 +86,12 @@ def cluster(tmp_path_factory):
     try:
         url = f"http://127.0.0.1:{dash}"
         _up(url)
+        # A node joining a cluster of token authentication must be told so (the head turned it on itself,
+        # having found the token), else the GCS refuses it.
         procs.append(subprocess.Popen([RAY, "start", "--block", f"--address=127.0.0.1:{port}", "--num-cpus=2"],
-                                      env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                      env=dict(env, RAY_AUTH_MODE="token"), start_new_session=True, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
-        time.sleep(5)
+        _nodes_up(url, home, 2)
         yield url, env, procs[1]
     finally:
         for proc in reversed(procs):
@@ -127,12 +150,12 @@ def test_a_node_killed_mid_job_and_the_job_ends_in_the_bits_of_a_local_render(cl
     submitted = farm_cli("submit", ORBIT, *LONG, "--out", str(store), "--address", url, env=env, timeout=120)
     assert submitted.returncode == 0, submitted.stderr
     deadline = time.monotonic() + 400
-    while True:  # a few tiles stored: the groups render
+    while True:  # a fifth of the tiles stored: both groups render (one a node), the job far from done
         try:
             done, total = tiles_done(store)
         except Exception:  # not made yet
             done, total = 0, 1
-        if done >= 4:
+        if done >= 24:
             break
         assert time.monotonic() < deadline, "the job rendered nothing"
         time.sleep(0.2)
