@@ -6,6 +6,7 @@ node is killed (its raylet and every process under it, SIGKILL) in the middle of
 still ends in a local render's bits. Minutes on 2 cores: marked ``cluster``, which the default
 run skips (``pytest -m cluster`` runs it)."""
 import os
+import re
 import shutil
 import signal
 import socket
@@ -172,8 +173,12 @@ def test_a_node_killed_mid_job_and_the_job_ends_in_the_bits_of_a_local_render(cl
     print(f"node killed at {done}/{total} tiles -> job done: {time.monotonic() - t0:.1f} s")
     assert waited.returncode == 0 and waited.stderr == f"{store}: done\n", waited.stderr
     logs = farm_cli("logs", str(store), "--address", url, env=env, timeout=120).stdout
-    assert "rebuilding it and sending its tasks elsewhere" in logs, logs  # its group on the lost node failed
-    print(f"tasks by host: {_tasks_by_host(logs)}")
+    formed = re.findall(r"group-\d+ on (node \w+)", next(ln for ln in logs.splitlines() if "group(s) formed:" in ln))
+    failed = re.findall(r"group-\d+ on (node \w+) at [^:]*: task .* failed: .*; rebuilding it", logs)
+    assert len(set(formed)) == 2 and failed and set(failed) < set(formed), logs  # the killed node's group failed
+    where = _tasks_by_host(logs)
+    print(f"groups formed on {formed}; failed on {sorted(set(failed))}; tasks by host: {where}")
+    assert sum(where.values()) == 128, logs
     local = tmp_path / "local.zarr"
     result = farm_cli("render", ORBIT, *LONG, "--out", str(local), "--cpu-isa", "AVX2", "--no-progress", timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
