@@ -1,7 +1,7 @@
 """The web monitor in a real browser (issue 35, item 5, in part): Debian's ``chromium``, headless,
 loads ``farm serve``'s job list and a job's page (the server a real ``farm serve`` process, the
 store a real one that fills while it is watched: tasks folded into it between two looks); the
-pages load with no console message, the job's thumbnails change as samples arrive (two
+pages load with no console message, the job's page shows its priority, its pause and its log's tail, the job's thumbnails change as samples arrive (two
 screenshots, the same page). That the console is heard at all is checked on a page that logs
 an error. (Chromium's log carries what the page's scripts say, not the network's errors, which
 only DevTools shows: that the thumbnails load is seen in the screenshots.) Skipped, saying so, where no chromium is installed (``apt-get install
@@ -17,6 +17,7 @@ from PIL import Image
 from farm import job
 from farm.folding import Folds
 from farm.planner import plan
+from farm.spec import GroupsSpec
 from tests.farm.test_serve import served
 from tests.helpers.farm_cases import orbit_spec
 
@@ -45,8 +46,10 @@ def _fold(spec, fs, tasks, value):
 
 def test_the_monitor_in_a_browser_shows_the_jobs_and_thumbnails_that_change_as_samples_arrive(tmp_path):
     root = tmp_path / "jobs"
-    spec, fs = job.prepare(orbit_spec(root / "orbit.zarr", frames=(0, 1)))
+    spec, fs = job.prepare(orbit_spec(root / "orbit.zarr", frames=(0, 1), groups=GroupsSpec(priority=7)))
     _fold(spec, fs, 1, 0.25)
+    fs.log("rendering...")
+    fs.set_paused(True)
     with served(root) as (_, port):
         base = f"http://127.0.0.1:{port}"
         listing, console = _browse(base + "/", tmp_path, "--dump-dom")
@@ -54,6 +57,8 @@ def test_the_monitor_in_a_browser_shows_the_jobs_and_thumbnails_that_change_as_s
         assert console == [], console
         page, console = _browse(base + "/jobs/orbit.zarr", tmp_path, "--dump-dom")
         assert page.count('src="/api/jobs/orbit.zarr/frames/') == 2 and "frame 1" in page, page
+        assert '<td class="priority">7 in a shared cluster' in page and "paused" in page, page
+        assert "rendering..." in page.split('<pre class="log">', 1)[1], page  # the log's tail
         assert console == [], console
         shots = []
         for step in range(2):
