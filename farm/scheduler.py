@@ -534,8 +534,10 @@ class _JobRun:
                 n = min(grant.share, self.seat.room(grant.free))
                 named, self.spare = named[:n], named[n:]
                 if not named:
-                    self.log(f"waiting in the cluster's queue: its groups are held by jobs of higher or equal "
-                             f"priority{' (the job is paused)' if self.seat.was_paused else ''}")
+                    why = ("the job is paused" if self.seat.was_paused else
+                           "jobs of higher or equal priority hold the groups" if grant.share == 0 else
+                           "the jobs holding its groups let them go at their task boundaries")
+                    self.log(f"waiting in the cluster's queue: {why}")
                     return []
         candidates = [self.make_group(shape, name=name, init_timeout_s=self.init_timeout_s) for name, shape in named]
         if len(candidates) == 1:
@@ -561,13 +563,13 @@ class _JobRun:
 
     def rebuild(self, group, groups):
         """Rebuild a failed group, or drop it; returns whether it is back (one let go is not)."""
-        self.answered[group] = None
-        if group in self.draining:
+        self.answered[group] = None  # its next task compiles (or loads) the program again
+        if group in self.draining:  # (let go anyway: formed again when the queue says so)
             self.draining.discard(group)
             group.teardown()
             groups.remove(group)
             self.spare.append((group.name, group.shape))
-            return False  # its next task compiles (or loads) the program again
+            return False
         if group.rebuilds < self.max_rebuilds:
             try:
                 group.rebuild()
