@@ -28,7 +28,7 @@ from typing import Any
 __all__ = ["Entry", "Grant", "share", "free", "FarmQueue", "NAME", "NAMESPACE", "queue_actor", "find_queue", "listed"]
 
 NAME, NAMESPACE = "jaxfarm-queue", "jaxfarm"
-STALE_S = 30.0    # a job whose driver has not reported for this long leaves the queue
+STALE_S = 10.0    # a job whose driver has not reported for this long leaves the queue (back, it keeps its place)
 RECOVER_S = 3.0   # after a restart, seconds the queue lets every job keep what it holds
 CAPACITY_S = 2.0  # seconds the cluster's resources (ray.nodes) are taken as they were
 
@@ -184,6 +184,7 @@ def listed(address: str) -> list[dict[str, object]] | None:
     if address.startswith(("http://", "https://")):
         raise FarmError(f"{address} is a dashboard's address: `farm queue` joins the cluster itself, so give its Ray "
                         f"address (auto on one of its nodes, HOST:6379, or ray://HOST:10001)")
+    _check_answers(address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     token_mode()
     try:
@@ -197,3 +198,19 @@ def listed(address: str) -> list[dict[str, object]] | None:
         raise FarmError(f"the farm's queue on the cluster at {address} did not answer: {first_line(e)}") from None
     finally:
         ray.shutdown()
+
+
+def _check_answers(address: str) -> None:
+    """Refuse a HOST:PORT (or ``ray://HOST:PORT``) where nothing listens, in one line: Ray would
+    retry for minutes, printing as it goes."""
+    import socket
+
+    from farm.errors import FarmError
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # (auto, or a form Ray itself explains)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise FarmError(f"cannot join the Ray cluster at {address}: nothing answers there "
+                        f"({e.strerror or type(e).__name__})") from None

@@ -53,9 +53,9 @@ class Seat:
         try:
             self.actor = queue_actor()
             self.grant = ray.get(self.actor.report.remote(self.entry(0)), timeout=JOIN_S)
-        except (ray.exceptions.RayError, ValueError) as e:
+        except Exception as e:  # whatever it is, the queue never stops a job
             self.log(f"the farm's queue did not answer ({type(e).__name__}); rendering on every group of the job")
-            self.away = True
+            self.actor, self.away = None, True
         self.sent = time.monotonic()
         return self.grant
 
@@ -76,7 +76,11 @@ class Seat:
                 self.away, self.grant = True, None
             self.pending = None
         if self.pending is None and time.monotonic() - self.sent >= REPORT_S:
-            self.pending, self.sent = self.actor.report.remote(self.entry(held)), time.monotonic()
+            self.sent = time.monotonic()
+            try:
+                self.pending = self.actor.report.remote(self.entry(held))
+            except Exception:  # (not sent: the next turn tries again)
+                self.pending = None
         return None if self.away else self.grant
 
     def room(self, free: Mapping[str, float]) -> int:

@@ -128,6 +128,7 @@ CASES = [
      "groups.priority must be a whole number from -1000 to 1000, got 5000"),
     (["render", ORBIT, "--out", "{root}/s.zarr", "--priority", "-1001"], 2, "groups.priority must be"),
     (["queue", "--address", "http://127.0.0.1:8265"], 1, "is a dashboard's address: `farm queue` joins the cluster"),
+    (["queue", "--address", "127.0.0.1:1"], 1, "cannot join the Ray cluster at 127.0.0.1:1: nothing answers there"),
     (["frobnicate"], 2, "No such command 'frobnicate'"),
     # Names the OS gives that are not UTF-8 (Python holds their bytes as lone surrogates).
     (["render", ORBIT, "--out", "{root}/bad\udcffname.zarr"], 2, "is not valid UTF-8"),
