@@ -203,6 +203,8 @@ def test_a_paused_job_keeps_its_place_and_the_queue_killed_comes_back_to_the_sam
     assert listed.returncode == 0, listed.stderr
     row = next(r for r in json.loads(listed.stdout) if r["store"] == b.fs.url)
     assert (row["paused"], row["held"], row["share"], row["priority"]) == (True, 0, 0, 0), row
+    text = farm_cli("queue", "--address", cluster.address, timeout=120)
+    assert text.returncode == 0 and f"     0  paused     0/2 group(s), share 0  {b.fs.url}" in text.stdout, text
     _until(lambda: a.ended is not None, "the job of higher priority's end", seconds=300)
     assert len(_mine(commits, b)) == held_back  # paused: nothing rendered meanwhile
     code, _, err = farm_main("unpause", b.fs.url)
