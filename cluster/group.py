@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes"]
 
 _names = itertools.count()
+NODE_WAIT_S = 10.0  # how long a group waits for room on its shape's node before going elsewhere
 
 
 class GroupError(Exception):
@@ -66,6 +67,9 @@ class GroupShape:
     strategy: str = "STRICT_SPREAD"
     # CPU: the arithmetic's instruction-set level (None: the host's; tracer.runtime.xla_flags)
     cpu_isa: str | None = None
+    # One-host groups: the Ray node id the group is placed on where that node is alive and has room
+    # (discover_shapes: one group a node); else, and when rebuilt, wherever it fits
+    node: str | None = None
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
@@ -101,11 +105,12 @@ def discover_shapes(nodes: Iterable[Mapping[str, Any]] | None = None) -> list[Gr
     holding all its GPUs; without GPUs, one single-host CPU group per node with CPUs. TPU slices
     are not guessed: name their topology in the job's [groups]."""
     nodes = [n for n in (ray.nodes() if nodes is None else nodes) if n.get("Alive", True)]
-    gpu = [int(n["Resources"]["GPU"]) for n in nodes if n["Resources"].get("GPU", 0) >= 1]
+    gpu = [n for n in nodes if n["Resources"].get("GPU", 0) >= 1]
     if gpu:
-        return [GroupShape(hosts=1, platform="gpu", gpus_per_host=g, strategy="SPREAD") for g in gpu]
+        return [GroupShape(hosts=1, platform="gpu", gpus_per_host=int(n["Resources"]["GPU"]), strategy="SPREAD",
+                           node=n.get("NodeID")) for n in gpu]
     cpu = [n for n in nodes if n["Resources"].get("CPU", 0) >= 1]
-    return [GroupShape(hosts=1, platform="cpu", strategy="SPREAD") for _ in cpu] or [GroupShape()]
+    return [GroupShape(hosts=1, platform="cpu", strategy="SPREAD", node=n.get("NodeID")) for n in cpu] or [GroupShape()]
 
 
 class WorkerGroup:
@@ -182,6 +187,8 @@ class WorkerGroup:
                 raise GroupError(f"a {self.shape.tpu_version} {self.shape.tpu_topology} slice has "
                                  f"{self._slice.num_hosts} hosts, the group shape says {self.shape.hosts}")
             self._pg = self._slice.placement_group
+        elif self._placed_on_its_node(deadline):
+            return self._pg
         else:
             # Ray labels every node with its id: a selector keeps the members off the nodes to avoid.
             avoid = ([{NODE_ID_LABEL_KEY: f"!in({','.join(sorted(self.avoid))})"}] * self.shape.hosts
@@ -195,6 +202,23 @@ class WorkerGroup:
                              f"({self.shape.strategy}) within {self.init_timeout_s} s; it has "
                              f"{ray.available_resources()}") from None
         return self._pg
+
+    def _placed_on_its_node(self, deadline):
+        """Place a one-host group on its shape's node (each group of a job on a node of its own,
+        which Ray's SPREAD does not promise for groups formed at once), where that node is alive,
+        not avoided, and has room within ``NODE_WAIT_S``; else, and when rebuilt, leave it to Ray."""
+        node = self.shape.node
+        if node is None or self.shape.hosts != 1 or self.generation > 0 or node in self.avoid or \
+                not any(n.get("NodeID") == node and n.get("Alive") for n in ray.nodes()):
+            return False
+        self._pg = placement_group([self.shape.bundle()], bundle_label_selector=[{NODE_ID_LABEL_KEY: node}])
+        try:
+            ray.get(self._pg.ready(), timeout=max(0.1, min(NODE_WAIT_S, deadline - time.monotonic())))
+            return True
+        except ray.exceptions.GetTimeoutError:
+            remove_placement_group(self._pg)
+            self._pg = None
+            return False
 
     def _get(self, refs, deadline, what):
         try:

@@ -90,6 +90,7 @@ class Hosts:
                                                                                       stall_s)
                        for _ in range(processes)]
         self.per_process = per_process
+        self.users = [0] * processes  # groups on each process now (a group formed again takes the least used)
         self._next = itertools.count()
         self.spares: list[Any] = []  # processes of rebuilt groups (Ray actor handles)
         self.places: dict[Any, tuple[str, str, int]] = {}  # process (actor handle) -> its (node id, IP, pid)
@@ -115,9 +116,16 @@ class SimulatedGroup(WorkerGroup):
         super().__init__(shape, **kwargs)
         self.hosts, self.index = hosts, index
 
+    lent: int | None = None  # the index of the pool's process it holds
+
     def _start_once(self, port):
         if self.generation == 0:
-            member = self.hosts.actors[self.index // self.hosts.per_process]
+            users = self.hosts.users
+            first = self.index // self.hosts.per_process
+            self.lent = first if first < len(users) and users[first] < self.hosts.per_process else \
+                users.index(min(users))
+            users[self.lent] += 1
+            member = self.hosts.actors[self.lent]
         else:  # rebuilt: a process of its own, without the fault
             member = _Actor.options(num_cpus=0).remote(self.hosts.latency_s)
             self.hosts.spares.append(member)
@@ -127,3 +135,6 @@ class SimulatedGroup(WorkerGroup):
 
     def teardown(self) -> None:
         self.members = []  # the processes are the pool's (``Hosts.shutdown``)
+        if self.lent is not None:
+            self.hosts.users[self.lent] -= 1
+            self.lent = None

@@ -6,6 +6,7 @@ with where it was raised), 130 interrupted. No command prints a traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -19,7 +20,7 @@ import click
 from farm import signals
 from farm.errors import FarmError, Interrupted, SpecError, first_line
 from farm.names import is_utf8
-from farm.options import command_line, group_options, job_options, job_spec, shape_options, with_groups
+from farm.options import PRIORITY, command_line, group_options, job_options, job_spec, shape_options, with_groups
 
 if TYPE_CHECKING:
     from farm.monitor import JobSummary
@@ -336,7 +337,8 @@ def export(store, fmt, frames, out, partial, denoise, name):
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("--address", required=True, help="Ray dashboard address of the cluster, e.g. http://head:8265.")
 @job_options
-def submit(source, address, **options):
+@PRIORITY.decorate
+def submit(source, address, priority, **options):
     """Submit SOURCE to a Ray cluster through the Jobs API; prints the job id and returns.
 
     Paths are made absolute (the cluster's nodes must see them). A store whose last job ended is
@@ -348,12 +350,15 @@ def submit(source, address, **options):
     if not os.path.isfile(source):
         raise FarmError(f"{'job' if source.endswith('.toml') else 'scene'} file not found: {source}")
     spec = job_spec(source, options)
+    if priority is not None:  # (refused here, by the job's own rule, rather than on the cluster)
+        dataclasses.replace(spec.groups, priority=priority)
     store = jobs.store_key(spec.store)
     if not os.path.isfile(spec.scene):
         raise FarmError(f"scene file not found: {spec.scene}")
     if "://" not in store and not os.path.isdir(os.path.dirname(store)):
         raise FarmError(f"store folder not found: {os.path.dirname(store)} (for {store})")
-    args = ["farm", "render", source, *command_line({**options, "out": store}), "--address", "auto", "--no-progress"]
+    args = ["farm", "render", source, *command_line({**options, "out": store}), "--address", "auto", "--no-progress",
+            *(["--priority", str(priority)] if priority is not None else [])]
     client = jobs.client(address)
     sid, running = jobs.submit(client, address, store, " ".join(shlex.quote(a) for a in args))
     if running is not None:
@@ -449,6 +454,63 @@ def cancel(store, address):
     else:
         click.echo(f"nothing to cancel: no driver is rendering {store} ({idle}); the store is left as it is "
                    f"(`farm resume {store}` goes on)", err=True)
+
+
+@cli.command(name="queue")
+@click.option("--address", default="auto", show_default=True,
+              help="The cluster's Ray address: auto (on one of its nodes), HOST:6379 or ray://HOST:10001 (not its "
+                   "dashboard's).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON array: each job's store, priority, paused, wants, held, share, queued_at (Unix time).")
+def queue(address, as_json):
+    """List the jobs sharing the cluster, highest priority and first queued first: priority,
+    state, the groups each holds of those it wants, its share, its store."""
+    import json
+
+    from farm.queue import listed
+    rows = listed(address) or []
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    if not rows:
+        click.echo(f"no farm job is queued on the cluster at {address}", err=True)
+    for row in rows:
+        state = "paused" if row["paused"] else "rendering" if row["held"] else "waiting"
+        click.echo(f"{row['priority']:>6}  {state:<9}  {row['held']}/{row['wants']} group(s), share "
+                   f"{row['share']}  {row['store']}")
+
+
+@cli.command()
+@click.argument("store")
+def pause(store):
+    """Hold STORE's job in its cluster's queue with no groups: its driver lets them go at their
+    task boundaries and the job keeps its place (a local render, which has no queue, goes on)."""
+    _set_paused(store, True)
+    click.echo(f"paused: {store} keeps its place in its cluster's queue; its driver lets its groups go at their "
+               f"task boundaries (`farm unpause {store}` gives them back)", err=True)
+
+
+@cli.command()
+@click.argument("store")
+def unpause(store):
+    """Let STORE's paused job have its share of groups again."""
+    if not _set_paused(store, False):
+        click.echo(f"{store} is not paused", err=True)
+        return
+    click.echo(f"unpaused: {store} gets its share of groups again", err=True)
+
+
+def _set_paused(store: str, paused: bool) -> bool:
+    """Set or clear STORE's pause; returns whether it was paused before."""
+    from farm.faults import named
+    from farm.job import open_store
+    fs = open_store(store, mode="r+")[1]
+    was = fs.paused()
+    try:
+        fs.set_paused(paused)
+    except OSError as e:  # a full or read-only store, named
+        raise named(e, store) or e from None
+    return was
 
 
 def _no_driver(fs: FrameStore) -> str | None:

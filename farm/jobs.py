@@ -39,7 +39,7 @@ def store_key(store: str) -> str:
     return store if "://" in store else os.path.abspath(store)
 
 
-def _token_mode() -> None:
+def token_mode() -> None:
     """Token authentication for this process's Jobs API calls where Ray's CLI would use it."""
     from ray._private.authentication import authentication_token_setup as setup
     quiet = logging.getLogger(setup.__name__)
@@ -55,7 +55,7 @@ def client(address: str) -> JobSubmissionClient:
     """A Jobs API client of the cluster whose dashboard is at ``address``, with the token Ray's
     CLI would send; a FarmError where it cannot be reached."""
     from ray.job_submission import JobSubmissionClient
-    _token_mode()
+    token_mode()
     with _said(address, "cannot reach the Ray cluster"):
         return JobSubmissionClient(address)
 

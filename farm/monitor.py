@@ -173,6 +173,28 @@ def _open(root: str, store: str) -> tuple[JobSpec, FrameStore]:
     return open_store(path, mode="r")
 
 
+@dataclasses.dataclass(frozen=True)
+class JobNotes:
+    """What a job's page shows beside its summary: its place in a shared cluster's queue (the
+    priority it was last run with, whether ``farm pause`` holds it) and the tail of its log."""
+
+    priority: int
+    paused: bool
+    log_tail: tuple[str, ...]
+
+
+LOG_TAIL = 20  # log lines a job's page shows
+
+
+def job_notes(root: str, store: str) -> JobNotes | None:
+    """The ``JobNotes`` of ``store`` under ``root``; None where the store does not read."""
+    try:
+        spec, fs = _open(root, store)
+        return JobNotes(spec.groups.priority, fs.paused(), tuple(fs.logs()[-LOG_TAIL:]))
+    except Exception:  # (a damaged store's page says why from its summary)
+        return None
+
+
 # -- a job's summary -------------------------------------------------------------------------
 
 def summarize(root: str, store: str, now: float | None = None) -> JobSummary:

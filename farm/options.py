@@ -19,7 +19,7 @@ from farm.errors import FarmError, SpecError
 from farm.spec import GroupsSpec, JobSpec, parse_frames, parse_res, scene_info
 from tracer.shared import ACCELERATOR_TILE, DEFAULT_TILE, FILTERS, ISAS, MAX_FRAME, MAX_SPP, PLATFORMS
 
-__all__ = ["Option", "JOB_OPTIONS", "GROUP_OPTIONS", "SHAPE_OPTIONS", "job_options", "group_options", "shape_options", "job_spec", "with_groups",
+__all__ = ["Option", "JOB_OPTIONS", "GROUP_OPTIONS", "SHAPE_OPTIONS", "PRIORITY", "job_options", "group_options", "shape_options", "job_spec", "with_groups",
            "command_line"]
 
 
@@ -79,6 +79,8 @@ JOB_OPTIONS = (
     Option("--out", "store", "The job's Zarr store: a path (on a cluster, one every node sees), or a URL zarr "
            "accepts."),
 )
+PRIORITY = Option("--priority", "priority", "The job's priority in its cluster's queue, -1000 to 1000 (default 0): "
+                  "higher gets groups first (a local render has no queue).", type=int)
 GROUP_OPTIONS = (
     Option("--groups", "count", "Worker groups to render on.", type=int),
     Option("--hosts-per-group", "hosts", "Hosts (members) per worker group.", type=int),
@@ -94,6 +96,7 @@ GROUP_OPTIONS = (
            "task, which compiles, at least 600 s).", type=float, metavar="SECONDS"),
     Option("--host-failures", "host_failures", "Failed tasks after which a host is left out of the run "
            "(default 3).", type=int),
+    PRIORITY,
 )
 
 

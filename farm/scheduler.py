@@ -15,6 +15,11 @@ failure counts against the task and the group's hosts (``farm.failures.Failures`
 ``[groups] host_failures`` is left out (its groups re-formed elsewhere, or dropped), and with
 every host left out the job stops (``NoHostLeft``). A task that fails ``max_attempts`` times
 fails the job with its own error.
+
+On a shared cluster the job has a seat in the farm's queue (``farm.seat``): its share of groups
+may change while it runs. A group above the share is let go at its task boundaries (it gets no
+new task, and is torn down once its tasks in flight have come back); one below is formed in the
+background as the queue says the resources are free. With no group the job waits its turn.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import collections
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +51,7 @@ from tracer.io.reads import SceneChanged
 
 if TYPE_CHECKING:
     from farm.results import Slot
+    from farm.seat import Seat
     from farm.spec import JobSpec
     from farm.store import FrameStore
 
@@ -151,14 +157,20 @@ class _JobRun:
     def __init__(self, spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_attempts: int,
                  max_rebuilds: int, progress: RunProgress, log: Callable[[str], object], init_timeout_s: float,
                  task_timeout_s: float | None, make_group: Callable[..., WorkerGroup] = WorkerGroup,
-                 ready: Callable[[], object] | None = None):
+                 ready: Callable[[], object] | None = None, seat: Seat | None = None):
         self.spec, self.store, self.shapes, self.make_group = spec, store, shapes, make_group
+        self.seat = seat  # the job's place in its cluster's queue (None: a job of its own, every group)
+        self.spare: list[tuple[str, GroupShape]] = []  # (name, shape) of groups the share leaves unformed
+        self.forming: dict[Future, WorkerGroup] = {}   # groups forming in the background (with a seat)
+        self.draining: set[WorkerGroup] = set()        # groups let go: no new task, torn down once idle
+        self.former: ThreadPoolExecutor | None = None
         self.ready = ready  # waited for before the first dispatch
         self.init_timeout_s = init_timeout_s
         self.clock = TaskClock(task_timeout_s if task_timeout_s is not None else spec.groups.task_timeout)
         self.failures = Failures(spec.groups.host_failures)
         progress.failures = self.failures  # in the run's notes (farm status, farm serve)
         self.slowest = 0.0  # seconds of the slowest task that counted
+        self.by_host: collections.Counter[Host] = collections.Counter()  # tasks that counted, per host they ran on
         self.fenced = 0     # dispatches given up on: a result of theirs, answered or written, never counts
         # group -> when its last answer came (its next task's clock starts then); None: none yet, since it formed
         self.answered: dict[WorkerGroup, float | None] = {}
@@ -236,12 +248,16 @@ class _JobRun:
             if self.ready is not None:
                 self.ready()
             while self.queue or self.inflight or self.parked:
+                if self.seat is not None:
+                    self.follow_share(groups)
                 self.dispatch(groups)
                 if not self.inflight:
-                    raise JobFailed("no worker group is left to render on")
-                ready, rest = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
-                if ready and rest:  # every answer that is in: their commits go in one batch
-                    ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+                    self.wait_for_groups()
+                    ready = []
+                else:
+                    ready, rest = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
+                    if ready and rest:  # every answer that is in: their commits go in one batch
+                        ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
                 for ref in ready:
                     d = self.inflight.pop(ref, None)
                     if d is not None:  # (None: let go with its group, which failed meanwhile)
@@ -251,6 +267,8 @@ class _JobRun:
                 if progress.note() and store.cancel_requested():
                     raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
             progress.phase("finishing")
+            if self.by_host and self.seat is not None:  # (in the log: where a cluster's job ran)
+                self.log(f"tasks by host: {', '.join(f'{h.name}: {n}' for h, n in self.by_host.most_common())}")
             self.compiles = _sum_stats(group.compile_stats() for group in groups)
             self.teardown(groups)
             progress.finish()
@@ -268,6 +286,65 @@ class _JobRun:
         for group in groups:
             group.teardown()
         groups.clear()
+        if self.former is not None:  # groups still forming: torn down once formed
+            for future, group in self.forming.items():
+                future.result()
+                group.teardown()
+            self.forming.clear()
+            self.former.shutdown()
+            self.former = None
+        if self.seat is not None:
+            self.seat.leave()
+
+    # -- the job's share of a shared cluster (farm.seat) ---------------------------------------
+
+    def follow_share(self, groups):
+        """Bring the job's groups to its share in the queue: those formed since join ``groups``,
+        those above it are let go (``draining``), those below it formed where resources are free."""
+        for future in [f for f in self.forming if f.done()]:
+            group, error = self.forming.pop(future), future.result()
+            if error is None:
+                groups.append(group)
+                self.answered[group] = None
+            else:  # (tried again when the share and the resources say so)
+                self.log(f"{group.name} could not form: {error}")
+                self.spare.append((group.name, group.shape))
+        for group in [g for g in self.draining if self.load[g] == 0]:
+            self.draining.discard(group)
+            group.teardown()
+            groups.remove(group)
+            self.spare.append((group.name, group.shape))
+        self.seat.wants = len(groups) + len(self.forming) + len(self.spare)
+        grant = self.seat.poll(len(groups) + len(self.forming))
+        if grant is None:  # not heard yet, or the queue is away: keep what is held
+            return
+        active = [g for g in groups if g not in self.draining]
+        over = len(active) + len(self.forming) - grant.share
+        for group in active[len(active) - min(over, len(active)):] if over > 0 else ():
+            self.draining.add(group)
+            why = "the job is paused" if self.seat.was_paused else "a job of higher or equal priority needs it"
+            self.log(f"queue: letting {group.name} go at its task boundary ({why}; the job's share is "
+                     f"{grant.share} group(s))")
+        while over < 0 and self.draining:  # let go, then wanted again: kept
+            self.draining.pop()
+            over += 1
+        for name, shape in self.spare[:min(-over, self.seat.room(grant.free))] if over < 0 else ():
+            self.spare.remove((name, shape))
+            self.form(name, shape)
+
+    def form(self, name, shape):
+        """Form the group ``name`` of ``shape`` in the background (``follow_share`` takes it in)."""
+        if self.former is None:
+            self.former = ThreadPoolExecutor(max(1, len(self.shapes)), thread_name_prefix="form")
+        group = self.make_group(shape, name=name, init_timeout_s=self.init_timeout_s)
+        self.forming[self.former.submit(_start_group, group)] = group
+        self.log(f"queue: forming {name} (the job's share grew)")
+
+    def wait_for_groups(self):
+        """Nothing in flight: with a seat, wait for groups the queue will give; else the job failed."""
+        if self.seat is None or not (self.spare or self.forming or self.draining):
+            raise JobFailed("no worker group is left to render on")
+        time.sleep(0.2)
 
     def dispatch(self, groups):
         """Fill every group up to ``_DEPTH`` dispatches: the next task is already queued in the
@@ -275,7 +352,7 @@ class _JobRun:
         # A retry goes to a group on a host it has not failed on, where there is one.
         where = {g: _hosts(g) for g in groups} if self.failures.hosts_of else None
         for group in groups:
-            while self.load[group] < _DEPTH:
+            while self.load[group] < _DEPTH and group not in self.draining:
                 task = self.next_task(group, where)
                 if task is None:
                     break
@@ -335,6 +412,7 @@ class _JobRun:
                 self.folds.drop(d.slot)
             return  # fenced: this dispatch was given up on
         del self.live[d.task.key]
+        self.by_host.update(d.hosts)
         self.slowest = max(self.slowest, now - d.started)
         self.clock.add(now - began)
         if d.slot is not None:
@@ -446,12 +524,48 @@ class _JobRun:
                              f"`farm resume {self.store.url}` goes on from here")
 
     def start_groups(self):
-        """The run's groups, formed side by side (``start_groups``)."""
-        return start_groups(self.shapes, self.make_group, self.init_timeout_s, self.log)
+        """Form the groups side by side: each waits on its own members (processes, JAX,
+        ``jax.distributed``), so a job of many groups starts as fast as one. With a seat, only
+        its share of them (maybe none: the job waits its turn); the others wait in ``spare``."""
+        named = [(f"group-{i}", shape) for i, shape in enumerate(self.shapes)]
+        if self.seat is not None:
+            grant = self.seat.join()
+            if grant is not None:
+                n = min(grant.share, self.seat.room(grant.free))
+                named, self.spare = named[:n], named[n:]
+                if not named:
+                    why = ("the job is paused" if self.seat.was_paused else
+                           "jobs of higher or equal priority hold the groups" if grant.share == 0 else
+                           "the jobs holding its groups let them go at their task boundaries")
+                    self.log(f"waiting in the cluster's queue: {why}")
+                    return []
+        candidates = [self.make_group(shape, name=name, init_timeout_s=self.init_timeout_s) for name, shape in named]
+        outcomes = _start_all(candidates)
+        groups = [g for g, error in zip(candidates, outcomes) if error is None]
+        errors = [error for error in outcomes if error is not None]
+        if not groups and self.seat is None:
+            raise JobFailed(f"no worker group could start: {errors[0]}")
+        for group, error in zip(candidates, outcomes):
+            if error is not None:
+                self.log(f"going on without a group: {error}")
+                if self.seat is not None:  # (formed later, when the queue says so)
+                    self.spare.append((group.name, group.shape))
+        if not groups and not self.spare:
+            raise JobFailed(f"no worker group could start: {errors[0]}")
+        if self.seat is not None:  # (in the log: where a cluster's job renders)
+            self.log(f"{len(groups)} of {len(self.shapes)} group(s) formed: "
+                     f"{', '.join(f'{g.name} on {_names(_hosts(g))}' for g in groups)}")
+        return groups
 
     def rebuild(self, group, groups):
-        """Rebuild a failed group, or drop it; returns whether it is back."""
+        """Rebuild a failed group, or drop it; returns whether it is back (one let go is not)."""
         self.answered[group] = None  # its next task compiles (or loads) the program again
+        if group in self.draining:  # (let go anyway: formed again when the queue says so)
+            self.draining.discard(group)
+            group.teardown()
+            groups.remove(group)
+            self.spare.append((group.name, group.shape))
+            return False
         if group.rebuilds < self.max_rebuilds:
             try:
                 group.rebuild()
@@ -465,22 +579,10 @@ class _JobRun:
 
 def start_groups(shapes: Sequence[GroupShape], make_group: Callable[..., WorkerGroup], init_timeout_s: float,
                  log: Callable[[str], object]) -> list[WorkerGroup]:
-    """Form a group of each of ``shapes`` side by side: each waits on its own members (processes,
-    JAX, ``jax.distributed``), so a job of many groups starts as fast as one. Those that cannot
-    form are said to ``log`` and left out; none formed is a ``JobFailed``."""
-    def start(group):
-        try:
-            group.start()
-            return None
-        except GroupError as e:
-            return str(e)
-
+    """Form a group of each of ``shapes`` side by side, outside any queue (``farm optimize``'s):
+    those that cannot form are said to ``log`` and left out; none formed is a ``JobFailed``."""
     candidates = [make_group(shape, name=f"group-{i}", init_timeout_s=init_timeout_s) for i, shape in enumerate(shapes)]
-    if len(candidates) == 1:
-        outcomes = [start(candidates[0])]
-    else:
-        with ThreadPoolExecutor(len(candidates)) as pool:
-            outcomes = list(pool.map(start, candidates))
+    outcomes = _start_all(candidates)
     groups = [g for g, error in zip(candidates, outcomes) if error is None]
     errors = [error for error in outcomes if error is not None]
     if not groups:
@@ -488,6 +590,25 @@ def start_groups(shapes: Sequence[GroupShape], make_group: Callable[..., WorkerG
     for message in errors:
         log(f"going on without a group: {message}")
     return groups
+
+
+def _start_all(candidates: Sequence[WorkerGroup]) -> list[str | None]:
+    """Start the groups side by side: each waits on its own members (processes, JAX,
+    ``jax.distributed``), so a job of many groups starts as fast as one. For each, None or why it
+    could not start."""
+    if len(candidates) == 1:
+        return [_start_group(candidates[0])]
+    with ThreadPoolExecutor(len(candidates)) as pool:
+        return list(pool.map(_start_group, candidates))
+
+
+def _start_group(group: WorkerGroup) -> str | None:
+    """Start ``group``; None, or why it could not start."""
+    try:
+        group.start()
+        return None
+    except GroupError as e:
+        return str(e)
 
 
 def _hosts(group: WorkerGroup) -> tuple[Host, ...]:
@@ -517,20 +638,22 @@ def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_
             max_rebuilds: int = 3, show_progress: bool = True, log: Callable[[str], object] = print,
             init_timeout_s: float = 60, task_timeout_s: float | None = None,
             make_group: Callable[..., WorkerGroup] = WorkerGroup, progress: RunProgress | None = None,
-            ready: Callable[[], object] | None = None) -> Plan:
+            ready: Callable[[], object] | None = None, seat: Seat | None = None) -> Plan:
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
     ``task_timeout_s`` (default: the job's ``groups.task_timeout``, else ``farm.failures``'s
     default) is when a running task is given up on, its group rebuilt and the task sent elsewhere. ``make_group(shape, name=, init_timeout_s=)`` makes a group (``WorkerGroup``; the
     simulated groups of ``cluster.simulated`` for benchmarks and fault tests). ``ready()`` is waited for once the
-    groups have formed, before the first task goes out (the driver's compilation ahead of them). Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
+    groups have formed, before the first task goes out (the driver's compilation ahead of them).
+    ``seat``: the job's place in a shared cluster's queue (``farm.seat``; joined and left here),
+    which decides how many of the groups it holds at a time. Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
     the groups' XLA programs, how many came from the persistent compilation cache).
     """
     own = progress is None
     progress = RunProgress(store, show_progress) if progress is None else progress
     runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
-                     task_timeout_s, make_group, ready)
+                     task_timeout_s, make_group, ready, seat)
     try:
         plan = runner.run()
     finally:

@@ -18,6 +18,9 @@ start-up to its first dispatched task took 0.61x the time it took before, measur
 on that machine (README, Figures; ``scripts/bench_vs_mitsuba.py`` shows the start-up's steps). Ray decides that a node is minimal by whether ``ray.dashboard.optional_deps`` imports in
 the process that starts it; the driver hides that module while ``ray.init`` runs, and only then.
 Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
+
+On a cluster (``address``) the job takes a seat in the cluster's queue (``farm.seat``), which
+decides how many of its groups it holds; an embedded Ray is the job's own, and has no queue.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from farm import faults, signals
 from farm.job import check_fits, group_shapes
+from farm.seat import Seat
 
 if TYPE_CHECKING:
     from farm.planner import Plan
@@ -179,10 +183,12 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
             start.wait()
             signals.take()  # back from Ray's core worker, which took SIGTERM when it started
             shapes = group_shapes(spec, address is None)
+            seat = None
             if address is not None:  # (a local Ray is started for the job's groups: farm.job.check_local)
                 import ray as ray_api
                 check_fits(shapes, [node["Resources"] for node in ray_api.nodes() if node["Alive"]])
-            return run_job(spec, store, shapes, log=log, progress=progress, ready=ready)
+                seat = Seat(store.url, spec.groups.priority, shapes, store.paused, log)  # a shared cluster's queue
+            return run_job(spec, store, shapes, log=log, progress=progress, ready=ready, seat=seat)
     except BaseException as e:
         # A full or read-only store is named (the run's uncommitted data is gone by now, which frees space).
         fault = faults.named(e, store.url)

@@ -30,6 +30,7 @@ Job file (paths relative to the file)::
     task_timeout = 300            # optional: seconds a task may run before it is sent elsewhere
                                   # (default: 5x the run's median task time, at least 60 s: farm.failures)
     host_failures = 3             # optional: failed tasks after which a host is left out of the run
+    priority = 0                  # optional: the job's priority in a shared cluster's queue (farm.queue)
     [params.angle]                # a keyframed $angle
     keys = [[0, 0.0], [23, 345.0]]
     interpolation = "linear"      # linear, step, smooth
@@ -40,7 +41,7 @@ Limits (each refused by name, before a store exists): spp 1 to 2^30 (``MAX_SPP``
 0 to 2^31 - 1 (``MAX_FRAME``: the traced program takes both as int32), at most 100,000 frames a
 job (``MAX_FRAMES``); noise above 0 and at most 1e6, min_spp 1 to the spp (and only with noise);
 tile 8 to 4096 pixels; pass_size 1 to 1024; seed 0 to 2^31 - 1; groups.task_timeout above 0 and
-at most a week (seconds), groups.host_failures 1 to 10^6; film width and height 1 to 16384
+at most a week (seconds), groups.host_failures 1 to 10^6, groups.priority -1000 to 1000; film width and height 1 to 16384
 (``MAX_FILM_SIZE``); a job file at most 1 MiB of UTF-8 TOML. A value of the wrong type
 (``scene = 5``, ``params = 5``) is a ``SpecError`` naming the field.
 """
@@ -74,6 +75,7 @@ MIN_TILE, MAX_TILE = 8, 4096
 MAX_GROUPS = {"count": 1024, "hosts": 1024, "devices_per_host": 1024}
 MAX_TASK_TIMEOUT = 7 * 24 * 3600  # seconds: groups.task_timeout at most (a week)
 MAX_HOST_FAILURES = 1_000_000     # groups.host_failures at most
+MAX_PRIORITY = 1000               # groups.priority from -MAX_PRIORITY to MAX_PRIORITY
 MAX_JOB_FILE = 1 << 20   # bytes
 MAX_NOISE = 1e6          # a noise target past any image's (it is a relative error)
 
@@ -158,6 +160,7 @@ class GroupsSpec:
     cpu_isa: str | None = None  # CPU: the instruction-set level of the job's arithmetic (tracer.runtime.xla_flags.ISAS)
     task_timeout: float | None = None  # seconds a task may run before it is sent elsewhere (None: farm.failures')
     host_failures: int = 3  # failed tasks after which a host is left out of the run (farm.failures)
+    priority: int = 0  # in a shared cluster's queue: higher gets groups first (farm.queue)
 
     def __post_init__(self) -> None:
         if self.cpu_isa is not None and self.cpu_isa not in ISAS:
@@ -185,10 +188,11 @@ class GroupsSpec:
             raise SpecError(f"groups.task_timeout must be a number of seconds above 0 and at most "
                             f"{MAX_TASK_TIMEOUT}, got {shown(t)}")
         _check_count("groups.host_failures", self.host_failures, 1, MAX_HOST_FAILURES)
+        _check_count("groups.priority", self.priority, -MAX_PRIORITY, MAX_PRIORITY)
 
     def shape_only(self) -> "GroupsSpec":
-        """These groups with what is not their shape (how failures are handled) at its defaults."""
-        return dataclasses.replace(self, task_timeout=None, host_failures=3)
+        """These groups with what is not their shape (how failures are handled, the priority) at its defaults."""
+        return dataclasses.replace(self, task_timeout=None, host_failures=3, priority=0)
 
 
 @dataclasses.dataclass(frozen=True)

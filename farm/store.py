@@ -20,6 +20,7 @@ Layout (one Zarr group; F frames, H x W pixels, TY x TX tiles; the reduction tre
                          status`; attributes["basis"]: the job it was computed for
     progress/zarr.json   attributes["progress"]: state, samples done, rate, ETA (for `farm status`)
     cancel/zarr.json     present once `farm cancel` asked the running driver to stop
+    pause/zarr.json      present while `farm pause` holds the job's place in its cluster's queue
     lease/               the driver's lease, one document per epoch (``farm.lease``)
 
 The store is bounded: folded chunks are dropped, so a finished frame holds 14 float32 values a
@@ -260,7 +261,7 @@ class FrameStore:
         group = cls._new_group(url) if over is None else over
         if over is not None:  # not a store from here until its attributes are written: --replace again
             group.attrs.put({_INCOMPLETE: FORMAT})
-            for name in ("state", "tail", "records", _SUMMARY, "sums", "progress", "cancel"):  # (sums: format 1)
+            for name in ("state", "tail", "records", _SUMMARY, "sums", "progress", "cancel", "pause"):  # (sums: format 1)
                 if _has(group, name):
                     del group[name]
         width, height = film
@@ -658,6 +659,20 @@ class FrameStore:
     def cancel_requested(self) -> bool:
         try:
             return _has(zarr.open_group(self.url, mode="r"), "cancel")
+        except Exception:
+            return False
+
+    def set_paused(self, paused: bool) -> None:
+        """Hold the job's place in its cluster's queue with no groups (``farm pause``), or not."""
+        if paused and not _has(self.group, "pause"):
+            self.group.create_group("pause")
+        elif not paused and _has(self.group, "pause"):
+            del self.group["pause"]
+
+    def paused(self) -> bool:
+        """Whether ``farm pause`` holds the job (read afresh: another process sets it)."""
+        try:
+            return _has(zarr.open_group(self.url, mode="r"), "pause")
         except Exception:
             return False
 

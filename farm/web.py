@@ -3,7 +3,8 @@
 Routes (``<store>``: a store's path relative to the folder, as ``GET /api/jobs`` lists it)::
 
     GET /                                       the jobs, refreshing itself while one runs
-    GET /jobs/<store>                           a job: its frames as thumbnails with progress, refreshing itself
+    GET /jobs/<store>                           a job: its frames as thumbnails with progress, its priority and
+                                                the tail of its log, refreshing itself
     GET /api/jobs                               JSON: one object per job (``farm.monitor.JobSummary``)
     GET /api/jobs/<store>                       JSON: the job, with ``per_frame`` (as ``farm status --json``)
     GET /api/jobs/<store>/frames/<frame>.png    the frame from the samples done so far (``?max=N``: a thumbnail)
@@ -86,6 +87,8 @@ up to {% endif %}{{ j.spp }} spp</td></tr>
 <ul class="retries">{% for t in j.failures.retried %}<li>{{ t.task }}: {{ t.retries }}x; {{ t.reasons | join("; ") }}</li>{% endfor %}</ul></td></tr>{% endif %}
 {% for h in j.failures.left_out %}<tr><th>left out</th><td class="error">{{ h.host }}, after {{ h.failures }} failed task(s)
 (last: {{ h.reason }})</td></tr>{% endfor %}
+{% if notes %}<tr><th>priority</th><td class="priority">{{ notes.priority }} in a shared cluster's queue{% if notes.paused %},
+<span class="error">paused</span> (`farm unpause`){% endif %}</td></tr>{% endif %}
 </table>
 <p><progress max="{{ j.samples_total }}" value="{{ j.samples_done }}"></progress></p>
 <div class="grid">{% for f in j.per_frame %}<figure>
@@ -94,6 +97,7 @@ up to {% endif %}{{ j.spp }} spp</td></tr>
 <figcaption>frame {{ f.frame }}: <span class="{{ f.state }}">{{ f.state }}</span><br>
 {{ "%.1f" | format(f.spp) }}/{{ j.spp }} spp, noise {{ noise(f.noise) }}{% if f.eta_s is not none %}, ETA {{ clock(f.eta_s) }}{% endif %}
 <progress max="1" value="{{ f.done }}"></progress></figcaption></figure>{% endfor %}</div>
+{% if notes and notes.log_tail %}<h2>Log</h2><pre class="log">{{ notes.log_tail | join("\n") }}</pre>{% endif %}
 {% endif %}</body></html>"""
 
 
@@ -213,7 +217,8 @@ def make_app(root: str) -> Flask:
             return render_template_string(_OPTIMIZATION, o=o, curve=_curve(o["losses"]), frames=frames,
                                           refresh=_refresh([o["state"]]), **_helpers())
         j = summary(store)
-        return render_template_string(_JOB, j=j, refresh=_refresh([j.state]), **_helpers())
+        return render_template_string(_JOB, j=j, notes=monitor.job_notes(root, store), refresh=_refresh([j.state]),
+                                      **_helpers())
 
     @app.get("/api/jobs")
     def api_jobs():

@@ -140,6 +140,13 @@ CASES = [
      "cannot reach the Ray cluster at http://127.0.0.1:1"),
     (["cancel", "{root}/other.zarr", "--address", "http://127.0.0.1:1"], 1,
      "cannot reach the Ray cluster at http://127.0.0.1:1"),
+    # the queue: pause and unpause are a store's, the queue a cluster's (its Ray address, not its dashboard)
+    *[([command, "{root}/nowhere.zarr"], 3, "no frame store here") for command in ("pause", "unpause")],
+    (["submit", ORBIT, "--address", "http://127.0.0.1:1", "--out", "{root}/s.zarr", "--priority", "5000"], 2,
+     "groups.priority must be a whole number from -1000 to 1000, got 5000"),
+    (["render", ORBIT, "--out", "{root}/s.zarr", "--priority", "-1001"], 2, "groups.priority must be"),
+    (["queue", "--address", "http://127.0.0.1:8265"], 1, "is a dashboard's address: `farm queue` joins the cluster"),
+    (["queue", "--address", "127.0.0.1:1"], 1, "cannot join the Ray cluster at 127.0.0.1:1: nothing answers there"),
     (["frobnicate"], 2, "No such command 'frobnicate'"),
     # Names the OS gives that are not UTF-8 (Python holds their bytes as lone surrogates).
     (["render", ORBIT, "--out", "{root}/bad\udcffname.zarr"], 2, "is not valid UTF-8"),

@@ -33,7 +33,7 @@ def test_render_and_submit_take_the_job_options_and_render_and_resume_the_group_
     job, groups = {o.flag for o in JOB_OPTIONS}, {o.flag for o in GROUP_OPTIONS}
     assert job <= _flags("render") and job <= _flags("submit")
     assert groups <= _flags("render") and groups <= _flags("resume")
-    assert not groups & _flags("submit")  # a submitted job's groups are the cluster's nodes
+    assert groups & _flags("submit") == {"--priority"}  # a submitted job's groups are the cluster's nodes
 
 
 ARGS = ["--frames", "2-5", "--spp", "12", "--res", "40x30", "--set", "spp=3", "--set", "x=0:1,4:2", "--seed", "9",
