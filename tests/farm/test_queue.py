@@ -12,7 +12,6 @@ import signal
 import threading
 import time
 
-import numpy as np
 import pytest
 import ray
 
@@ -24,9 +23,8 @@ from farm.results import Commits
 from farm.scheduler import run_job
 from farm.seat import Seat
 from farm.spec import GroupsSpec
-from farm.store import FrameStore
 from tests.helpers import clusters
-from tests.helpers.farm_cases import farm_cli, farm_main, orbit_spec
+from tests.helpers.farm_cases import assert_same_contents, farm_cli, farm_main, orbit_spec, store_contents
 from tests.helpers.hang_guard import hang_guard
 
 LATENCY_S = 0.2  # a stub task's render time
@@ -100,17 +98,6 @@ def _finish(*drivers):
         assert d.error is None, (d.error, d.log)
 
 
-def _contents(url):
-    fs = FrameStore.open(url, mode="r")
-    records, damaged = fs.verified_records()
-    assert damaged == []
-    return records, [np.concatenate([v, w[..., None]], -1) for v, w in (fs.frame_sums(f, records[f]) for f in range(2))]
-
-
-def _assert_same(got, want):
-    np.testing.assert_array_equal(got[0], want[0])
-    for a, b in zip(got[1], want[1]):
-        np.testing.assert_array_equal(a, b)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +106,7 @@ def uninterrupted(cluster, tmp_path_factory):
     d = _Driver(tmp_path_factory.mktemp("whole") / "s.zarr", latency_s=0.0, seat=False)
     d.start()
     _finish(d)
-    return _contents(d.fs.url)
+    return store_contents(d.fs.url)
 
 
 def _mine(commits, driver):
@@ -145,7 +132,7 @@ def test_a_job_of_higher_priority_takes_the_groups_and_ends_first(cluster, tmp_p
     assert sequence[first:last].count(low.fs.url) <= 4, sequence
     for d in (low, high):
         assert len(_mine(commits, d)) == len(set(_mine(commits, d)))  # each task committed once
-    _assert_same(_contents(low.fs.url), uninterrupted)
+    assert_same_contents(store_contents(low.fs.url), uninterrupted)
 
 
 def test_jobs_of_equal_priority_hold_a_group_each_and_alternate(cluster, tmp_path, commits):
@@ -212,4 +199,4 @@ def test_a_paused_job_keeps_its_place_and_the_queue_killed_comes_back_to_the_sam
     _finish(a, b)
     for d in (a, b):
         assert len(_mine(commits, d)) == len(set(_mine(commits, d))) == 40  # each task committed once
-        _assert_same(_contents(d.fs.url), uninterrupted)
+        assert_same_contents(store_contents(d.fs.url), uninterrupted)

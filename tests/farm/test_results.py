@@ -23,7 +23,7 @@ from farm.results import Commits, shared_root
 from farm.scheduler import run_job
 from farm.store import FrameStore
 from farm.tree import STATE_CHANNELS, fold
-from tests.helpers.farm_cases import ROOT, format_2, orbit_spec
+from tests.helpers.farm_cases import ROOT, assert_same_contents, format_2, orbit_spec, store_contents
 from tests.helpers.hang_guard import hang_guard
 
 SPP = 96  # one complete chunk (64 samples) and a tail of 32 a tile: both kinds of commit
@@ -41,18 +41,6 @@ def _render(store, spp=SPP, groups=2, task_timeout_s=None, **faults):
     return messages, done.stats
 
 
-def _contents(store):
-    """(records, every frame's sums) of the store at ``store``: what must match bit for bit."""
-    fs = FrameStore.open(str(store), mode="r")
-    records, damaged = fs.verified_records()
-    assert damaged == []
-    return records, [np.concatenate([v, w[..., None]], -1) for v, w in (fs.frame_sums(f, records[f]) for f in range(2))]
-
-
-def _assert_same(got, want):
-    np.testing.assert_array_equal(got[0], want[0])
-    for a, b in zip(got[1], want[1]):
-        np.testing.assert_array_equal(a, b)
 
 
 def _orphans(store):
@@ -64,7 +52,7 @@ def _orphans(store):
 def uninterrupted(local_ray, tmp_path_factory):
     store = tmp_path_factory.mktemp("whole") / "s.zarr"
     _render(store)
-    return _contents(store)
+    return store_contents(store)
 
 
 def test_a_worker_killed_after_writing_is_never_committed(local_ray, tmp_path, uninterrupted):
@@ -72,7 +60,7 @@ def test_a_worker_killed_after_writing_is_never_committed(local_ray, tmp_path, u
     with hang_guard(120):
         messages, _ = _render(store, after_write="exit")
     assert any("rebuilding it" in m for m in messages), messages  # both first results were lost
-    _assert_same(_contents(store), uninterrupted)
+    assert_same_contents(store_contents(store), uninterrupted)
     assert _orphans(str(store)) == []  # what the killed members wrote was deleted
 
 
@@ -99,7 +87,7 @@ def test_a_member_past_the_task_timeout_never_gets_its_result_committed(local_ra
     assert stats["failures"].count == 2 and all("timed out" in t.reasons[0] for t in stats["failures"].retried)
     assert stats["fenced"] >= 2  # the timed-out dispatches, and those queued behind them
     assert len(committed) == len(set(committed))  # each task committed once
-    _assert_same(_contents(store), uninterrupted)
+    assert_same_contents(store_contents(store), uninterrupted)
     if fault == "hangs after writing":
         assert _orphans(str(store)) == []  # the hung members' writes were deleted
 
@@ -131,7 +119,7 @@ def test_the_driver_killed_between_write_and_commit_then_resumed(local_ray, tmp_
         hosts.shutdown()
         fs.lease.release()
     assert not any(os.path.exists(p) for p in orphans)
-    _assert_same(_contents(store), uninterrupted)
+    assert_same_contents(store_contents(store), uninterrupted)
 
 
 def test_a_fenced_drivers_worker_write_is_never_committed(tmp_path):

@@ -148,3 +148,20 @@ def format_2(store):
         store.group.create_array(name, shape=array.shape, chunks=chunks, dtype=array.dtype, fill_value=0,
                                  dimension_names=array.metadata.dimension_names)
     store.group.attrs["farm"] = dict(store.meta, format="jaxfarm-frames/2")
+
+
+def store_contents(url, frames=2):
+    """(records, each frame's sums with the weight as a last channel) of the store at ``url``,
+    verified undamaged: what two renders of a job must match bit for bit."""
+    from farm.store import FrameStore
+    fs = FrameStore.open(str(url), mode="r")
+    records, damaged = fs.verified_records()
+    assert damaged == []
+    return records, [np.concatenate([v, w[..., None]], -1) for v, w in (fs.frame_sums(f, records[f]) for f in range(frames))]
+
+
+def assert_same_contents(got, want):
+    """``store_contents`` of two stores, equal bit for bit."""
+    np.testing.assert_array_equal(got[0], want[0])
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_array_equal(a, b)
