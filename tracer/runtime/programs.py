@@ -68,10 +68,16 @@ class KeptPrograms:
                 # A fresh partial per structure: JAX's own caches are keyed weakly by the function,
                 # so they let go of its programs when the jitted wrapper goes.
                 jitted = jax.jit(functools.partial(self._traced), static_argnames=self._static)
-            self._jitted[key] = jitted
-            while len(self._jitted) > self._keep:
-                self._jitted.popitem(last=False)
+            self._keep_latest(key, jitted)
         return jitted
+
+    def _keep_latest(self, key: tuple[Any, ...], program: Any) -> None:
+        """``program`` for ``key``, now the latest used; the least recently used past ``keep``
+        dropped (their programs freed). Under ``_lock``."""
+        self._jitted.pop(key, None)
+        self._jitted[key] = program
+        while len(self._jitted) > self._keep:
+            self._jitted.popitem(last=False)
 
     def compile(self, *args: Any, **kwargs: Any) -> jax.stages.Compiled:
         """Compile the program of these arguments without running it: the program a call with
@@ -104,10 +110,7 @@ class KeptPrograms:
         another process: ``cluster.compiled``) instead of tracing the function."""
         key = self._key(args, kwargs)
         with self._lock:
-            self._jitted.pop(key, None)
-            self._jitted[key] = _Adopted(compiled, self._static)
-            while len(self._jitted) > self._keep:
-                self._jitted.popitem(last=False)
+            self._keep_latest(key, _Adopted(compiled, self._static))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = self._program(args, kwargs)(*args, **kwargs)
