@@ -36,9 +36,10 @@ from tracer.sampling import power_heuristic
 from tracer.shapes import geometry
 
 if TYPE_CHECKING:
-    from tracer.scene import Scene
+    from tracer.scene import Scene, Shapes
 
-__all__ = ["VolumeState", "start", "step", "CHANNEL_DIM", "MAX_CROSSINGS"]
+__all__ = ["VolumeState", "start", "step", "beyond", "light_sample", "CHANNEL_DIM", "MAX_CROSSINGS", "SHADOW_DIMS",
+           "PHASE_CHOICE_DIMS", "MAX_COLLISIONS"]
 
 # The dimension of a path's colour channel: one number per path, outside the per-bounce blocks.
 CHANNEL_DIM = 0xC0FFEE
@@ -145,7 +146,7 @@ def _collide(scene, keys, state, p, collide, x, u):
     wi = -p.direction
     radiance = p.radiance
     sample_emitters = media.pick(md, state.medium, md.sample_emitters)
-    ds, em_weight, nee = _light_sample(scene, x, alive & sample_emitters, u)
+    ds, em_weight, nee = light_sample(scene, x, alive & sample_emitters, u)
     seen = _light_transmittance(scene, keys, state.step, x, jnp.zeros_like(x), ds, state.medium, nee)
     phase = media.phase_eval(md, state.medium, wi, ds.d, x)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, phase))
@@ -173,10 +174,10 @@ def _surface(scene, keys, state, p, surface, here, u):
     mat, frame = path.material_and_frame(scene, surface)
     wi = vm.to_local(frame, -p.direction)
     si, at = surface.si, tx.texture_point(surface.si.uv, surface.si.attributes)
-    beyond = lambda d: _beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)
+    beyond = lambda d: beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)
 
     more = hit if settings.max_depth < 0 else hit & (p.depth + 1 < settings.max_depth)
-    ds, em_weight, nee = _light_sample(scene, si.p, more & bsdfs.has_nondelta_lobe(scene.materials, mat), u)
+    ds, em_weight, nee = light_sample(scene, si.p, more & bsdfs.has_nondelta_lobe(scene.materials, mat), u)
     seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, beyond(ds.d), nee)
     wo = vm.to_local(frame, ds.d)
     value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, wo, surface.tangents)
@@ -199,7 +200,7 @@ def _surface(scene, keys, state, p, surface, here, u):
     return VolumeState(path=new, medium=medium, channel=state.channel, step=state.step + 1)
 
 
-def _beyond(shapes, shape, ng, d, medium):
+def beyond(shapes: Shapes, shape: jax.Array, ng: jax.Array, d: jax.Array, medium: jax.Array) -> jax.Array:
     """The medium a ray along d is in after crossing the surface of ``shape`` (geometric normal
     ng): the shape's exterior or interior where it bounds media (Mitsuba's ``target_medium``),
     else ``medium``, unchanged."""
@@ -208,7 +209,8 @@ def _beyond(shapes, shape, ng, d, medium):
     return jnp.where(transition, crossed_to, medium)
 
 
-def _light_sample(scene, x, wanted, u):
+def light_sample(scene: Scene, x: jax.Array, wanted: jax.Array,
+                 u: jax.Array) -> tuple[emitters.DirectionSample, jax.Array, jax.Array]:
     """(DirectionSample, emitter weight (3, N), (N,) where it counts) of a light sample from points
     x for lanes ``wanted`` (what arrives: ``_light_transmittance``)."""
     ds, em_weight = emitters.sample_direction(scene.emitters, scene.textures, x, u[Dims.EMITTER_SELECT],
@@ -249,7 +251,7 @@ def _light_transmittance(scene, keys, step, x, n, ds, medium, active):
                                           tx.texture_point(si.uv, si.attributes), cos_d)
         passes = jnp.any(through > 0, axis=0)
         seen = jnp.where(crossed, seen * through, seen)
-        medium = jnp.where(crossed & passes, _beyond(shapes, shape, ng, d, medium), medium)
+        medium = jnp.where(crossed & passes, beyond(shapes, shape, ng, d, medium), medium)
         o = jnp.where(crossed, geometry.spawn_ray(si.p, ng, d), o)
         remaining = jnp.where(crossed, remaining - hit.t, remaining)
         return o, remaining, medium, seen, crossed & passes & jnp.any(seen != 0, axis=0), crossings + 1
