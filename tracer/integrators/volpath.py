@@ -174,11 +174,11 @@ def _surface(scene, keys, state, p, surface, here, u):
     mat, frame = path.material_and_frame(scene, surface)
     wi = vm.to_local(frame, -p.direction)
     si, at = surface.si, tx.texture_point(surface.si.uv, surface.si.attributes)
-    beyond = lambda d: beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)
+    past = lambda d: beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)
 
     more = hit if settings.max_depth < 0 else hit & (p.depth + 1 < settings.max_depth)
     ds, em_weight, nee = light_sample(scene, si.p, more & bsdfs.has_nondelta_lobe(scene.materials, mat), u)
-    seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, beyond(ds.d), nee)
+    seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, past(ds.d), nee)
     wo = vm.to_local(frame, ds.d)
     value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, wo, surface.tangents)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
@@ -196,7 +196,7 @@ def _surface(scene, keys, state, p, surface, here, u):
         eta=p.eta * jnp.where(hit, bs.eta, 1.0), active=hit & jnp.any(weight != 0, axis=0),
         prev_p=jnp.where(real, si.p, p.prev_p), prev_bsdf_pdf=jnp.where(real, bs.pdf, p.prev_bsdf_pdf),
         prev_bsdf_delta=jnp.where(real, bs.is_delta, p.prev_bsdf_delta))
-    medium = jnp.where(hit, beyond(direction), state.medium)
+    medium = jnp.where(hit, past(direction), state.medium)
     return VolumeState(path=new, medium=medium, channel=state.channel, step=state.step + 1)
 
 
