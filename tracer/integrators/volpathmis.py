@@ -59,6 +59,7 @@ class MisState:
     medium: jnp.ndarray        # (N,) int32 the medium the ray travels in, -1 for vacuum
     channel: jnp.ndarray       # (N,) int32 the colour channel free flights are sampled with
     step: jnp.ndarray          # (N,) int32 events so far: the block of random numbers the next one draws
+    along: volpath.Along       # how far the ray got through null collisions, and its hit
 
     @property
     def active(self) -> jax.Array:
@@ -98,7 +99,7 @@ def start(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction: jax.
     base = volpath.start(scene, keys, origin, direction, t_max, active)
     ones = jnp.ones((3, 3, *t_max.shape), jnp.float32)
     return MisState(path=base.path, p_over_f=ones, p_over_f_nee=ones, last_null=jnp.zeros_like(active),
-                    medium=base.medium, channel=base.channel, step=base.step)
+                    medium=base.medium, channel=base.channel, step=base.step, along=base.along)
 
 
 def _flight_ratio(combined, t, collided):
@@ -126,19 +127,12 @@ def step(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
         active = active & (p.depth < settings.max_depth)
     active = active & jnp.any(mis_weight(pof) != 0, axis=0)
 
-    # A tentative collision in the ray's medium; the ray looks for a surface no farther.
+    # A tentative collision in the ray's medium, or the surface its ray hits first.
     in_medium = active & (state.medium >= 0)
-    combined = media.majorant(md, state.medium)
-    mint, maxt = media.extent(md, state.medium, p.origin, p.direction)
-    flight = jnp.where(in_medium, media.free_flight(combined, state.channel, u_free, mint, maxt), jnp.inf)
-    probe = dataclasses.replace(p, active=active, t_max=jnp.minimum(p.t_max, flight))
-    surface = path.find_surfaces(scene, probe)
-    collide = in_medium & ~surface.si.valid & jnp.isfinite(flight)
-    hit_t = surface.si.t
-    assert hit_t is not None  # (a closest hit's surface carries its distance)
+    met = volpath.meet(scene, p, state.medium, state.channel, state.along, u_free, active)
+    surface, combined, collide, flight = met.surface, met.combined, met.collide, met.flight
     spectral = in_medium & media.pick(md, state.medium, md.spectral)
-    travelled = jnp.where(collide, flight, jnp.where(surface.si.valid, hit_t, jnp.inf)) - mint
-    tr = _flight_ratio(combined, travelled, collide)
+    tr = _flight_ratio(combined, met.travelled, collide)
     pof = update_weights(pof, tr, spectral)
     nee = update_weights(state.p_over_f_nee, tr, spectral)
 
@@ -165,8 +159,8 @@ def step(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
     medium_state = _scatter(scene, keys, state, scatter, x, u)
     surface_state = _surface(scene, keys, state, surface, active & ~collide, u)
     # A null collision: the ray goes on from there.
-    passed = dataclasses.replace(state, path=dataclasses.replace(p, origin=x, t_max=jnp.full_like(p.t_max, jnp.inf)),
-                                 last_null=null, step=state.step + 1)
+    passed = dataclasses.replace(state, last_null=null, step=state.step + 1,
+                                 along=volpath.Along(t_start=flight, known=met.whole, hit=met.hit))
     out = jax.tree.map(lambda a, b: jnp.where(real, a, b), medium_state, surface_state)
     return jax.tree.map(lambda a, b: jnp.where(null, a, b), passed, out)
 
@@ -196,7 +190,7 @@ def _scatter(scene, keys, state, here, x, u):
     new = dataclasses.replace(p, origin=x, direction=wo, t_max=jnp.full_like(p.t_max, jnp.inf), radiance=radiance,
                               active=here, prev_p=x, prev_bsdf_delta=~sample_emitters)
     return dataclasses.replace(state, path=new, p_over_f=pof, p_over_f_nee=nee, last_null=jnp.zeros_like(here),
-                               step=state.step + 1)
+                               step=state.step + 1, along=volpath.fresh_along(scene, p.t_max))
 
 
 def _surface(scene, keys, state, surface, here, u):
@@ -235,7 +229,8 @@ def _surface(scene, keys, state, surface, here, u):
         eta=p.eta * jnp.where(hit, bs.eta, 1.0), active=hit, prev_p=jnp.where(real, si.p, p.prev_p),
         prev_bsdf_delta=jnp.where(real, bs.is_delta, p.prev_bsdf_delta))
     return dataclasses.replace(state, path=new, p_over_f=pof, p_over_f_nee=nee, medium=jnp.where(hit, beyond(direction),
-                               state.medium), last_null=jnp.zeros_like(hit), step=state.step + 1)
+                               state.medium), last_null=jnp.zeros_like(hit), step=state.step + 1,
+                               along=volpath.fresh_along(scene, p.t_max))
 
 
 def _emission(scene, state, surface, here):
