@@ -26,7 +26,7 @@ from tracer import camera as cameras
 from tracer import film as films
 from tracer import rng
 from tracer.integrators import aov
-from tracer.integrators import volpath
+from tracer.integrators import volpath, volpathmis
 from tracer.integrators.direct import trace_direct
 from tracer.integrators.path import DEFAULT_POOL, DRAIN_PHASES, drain_phases, pool_size, trace_paths
 from tracer.pytree import pytree_dataclass
@@ -181,9 +181,10 @@ def _render_passes(scene: Scene, frame: jax.Array, seed: jax.Array, tile_y: jax.
         # Each device's path loop ends when its own paths do.
         if scene.settings.integrator == "direct":
             radiance = trace_direct(scene, keys, origin, direction, t_max, valid)
-        elif scene.settings.integrator == "volpath":
+        elif scene.settings.integrator in ("volpath", "volpathmis"):
+            module = volpath if scene.settings.integrator == "volpath" else volpathmis
             radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool, phases=phases,
-                                   start=volpath.start, step=volpath.step)
+                                   start=module.start, step=module.step)
         else:
             radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool, phases=phases)
         if scene.settings.aovs:  # Mitsuba's aov integrator: its AOVs after the RGB, splatted alike

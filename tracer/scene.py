@@ -43,7 +43,8 @@ class Shapes:
 class Settings:
     """Integrator and sampler settings that shape the compiled program."""
 
-    # 'path', 'volpath' (scenes with media) or 'direct' (tracer.integrators.path, .volpath, .direct)
+    # 'path', 'volpath' or 'volpathmis' (scenes with media) or 'direct' (tracer.integrators.path,
+    # .volpath, .volpathmis, .direct)
     integrator: str = static(default="path")
     max_depth: int = static(default=8)      # longest path, in segments; -1 for unbounded
     rr_depth: int = static(default=5)       # depth from which Russian roulette applies

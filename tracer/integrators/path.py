@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tracer.scene import Scene
 
 __all__ = ["PathState", "Surface", "Vertex", "locate", "shade", "trace_paths", "pool_size", "DEFAULT_POOL", "drain_phases",
-           "DRAIN_PHASES", "fresh_paths", "bounce_uniforms", "find_surfaces", "add_emission",
+           "DRAIN_PHASES", "fresh_paths", "bounce_uniforms", "find_surfaces", "surface_at", "add_emission",
            "material_and_frame", "add_next_event", "oriented_normals"]
 
 # Each stage's results pass an optimization barrier: XLA's CPU fusion otherwise inlines a stage
@@ -192,6 +192,12 @@ def find_surfaces(scene: Scene, state: PathState, skip_hidden_emitters: bool = T
     origin = state.origin
     if scene.settings.hide_emitters and skip_hidden_emitters:
         origin, hit = _skip_emitters(scene, state.origin, d, state.t_max, hit, state.active & (state.depth == 0))
+    return surface_at(scene, state, origin, hit)
+
+
+def surface_at(scene: Scene, state: PathState, origin: jax.Array, hit: geometry.Hit) -> Surface:
+    """The ``Surface`` of closest hits ``hit`` of rays from ``origin`` along the paths' directions."""
+    d = state.direction
     si = _stage(geometry.surface_interaction(scene.geometry, origin, d, hit))
     shape, ng, ns = oriented_normals(scene, si)
     # Mitsuba's shading frame: its tangent along dp/du (what orients anisotropic BSDFs).

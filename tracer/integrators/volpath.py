@@ -34,11 +34,13 @@ from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
 from tracer.sampling import power_heuristic
 from tracer.shapes import geometry
+from tracer.shapes import intersect as isect
 
 if TYPE_CHECKING:
-    from tracer.scene import Scene
+    from tracer.scene import Scene, Shapes
 
-__all__ = ["VolumeState", "start", "step", "CHANNEL_DIM", "MAX_CROSSINGS"]
+__all__ = ["VolumeState", "Along", "Meeting", "fresh_along", "meet", "start", "step", "beyond", "light_sample", "CHANNEL_DIM", "MAX_CROSSINGS", "SHADOW_DIMS",
+           "PHASE_CHOICE_DIMS", "MAX_COLLISIONS"]
 
 # The dimension of a path's colour channel: one number per path, outside the per-bounce blocks.
 CHANNEL_DIM = 0xC0FFEE
@@ -54,6 +56,71 @@ PHASE_CHOICE_DIMS = 0x40000000
 
 
 @pytree_dataclass
+class Along:
+    """How far a path's ray has got: null collisions go on along the same ray (its origin and
+    t_max unchanged), so the closest hit found once is kept until the path leaves the ray (as
+    Mitsuba keeps ``si`` across them) instead of intersecting the scene at every collision."""
+
+    t_start: jnp.ndarray  # (N,) the distance along the ray already travelled (0 for a new ray)
+    known: jnp.ndarray    # (N,) bool: ``hit`` is the ray's closest hit
+    hit: geometry.Hit
+
+
+def fresh_along(scene: Scene, like: jax.Array) -> Along:
+    """New rays (N,) = ``like``'s shape: nothing travelled, no hit known."""
+    hit = isect.miss(like)
+    if scene.geometry.n_instances:
+        hit = dataclasses.replace(hit, instance=jnp.full_like(like, -1, jnp.int32))
+    return Along(t_start=jnp.zeros_like(like), known=jnp.zeros_like(like, bool), hit=hit)
+
+
+@pytree_dataclass
+class Meeting:
+    """Where an event's ray meets its medium (a tentative collision) or a surface."""
+
+    surface: path.Surface
+    hit: geometry.Hit        # the ray's hit: its closest one where ``whole``, else one before the flight
+    whole: jnp.ndarray       # (N,) bool: ``hit`` was sought along the whole ray (worth keeping)
+    combined: jnp.ndarray    # (3, N) the majorant free flights are sampled with
+    mint: jnp.ndarray        # (N,) where the flight started (the medium's box, or the last null collision)
+    flight: jnp.ndarray      # (N,) the tentative collision's distance along the ray, inf for none
+    collide: jnp.ndarray     # (N,) bool: it comes before any surface
+    travelled: jnp.ndarray   # (N,) from mint to the collision or the surface (inf: escaped)
+
+
+def meet(scene: Scene, p: path.PathState, medium: jax.Array, channel: jax.Array, along: Along, u_free: jax.Array,
+         active: jax.Array) -> Meeting:
+    """A tentative collision in the medium of lanes ``active`` (free flight from where the ray
+    got, with ``u_free``), and the surface their rays hit: the kept hit where it is known, else
+    one sought up to the flight in a homogeneous medium (every collision there is real: the ray
+    ends) and along the whole ray elsewhere (a heterogeneous medium's null collisions keep it)."""
+    md = scene.media
+    in_medium = active & (medium >= 0)
+    combined = media.majorant(md, medium)
+    mint, maxt = media.extent(md, medium, p.origin, p.direction)
+    mint = jnp.maximum(mint, along.t_start)
+    flight = jnp.where(in_medium, media.free_flight(combined, channel, u_free, mint, maxt), jnp.inf)
+    whole = ~in_medium
+    if MediumKind.HETEROGENEOUS in md.kinds_present:
+        whole = whole | (media.pick(md, medium, md.kind) == MediumKind.HETEROGENEOUS)
+    probe = dataclasses.replace(p, active=active, t_max=jnp.where(whole, p.t_max, jnp.minimum(p.t_max, flight)))
+    if scene.settings.hide_emitters:  # (camera rays skip emitters: found afresh every time, never kept)
+        hit, surface = along.hit, path.find_surfaces(scene, probe)
+        whole = jnp.zeros_like(whole)
+    else:
+        fresh = geometry.closest_hit(scene.geometry, p.origin, p.direction,
+                                     jnp.where(active & ~along.known, probe.t_max, 0.0))
+        hit = jax.tree.map(lambda a, b: jnp.where(along.known, a, b), along.hit, fresh)
+        surface = path.surface_at(scene, probe, p.origin, hit)
+    hit_t = surface.si.t
+    assert hit_t is not None  # (a closest hit's surface carries its distance)
+    collide = in_medium & jnp.isfinite(flight) & ~(surface.si.valid & (hit_t < flight))
+    travelled = jnp.where(collide, flight, jnp.where(surface.si.valid, hit_t, jnp.inf)) - mint
+    return Meeting(surface=surface, hit=hit, whole=whole, combined=combined, mint=mint, flight=flight,
+                   collide=collide, travelled=travelled)
+
+
+@pytree_dataclass
 class VolumeState:
     """A pool of volumetric paths: ``path``'s state (``prev_p``, ``prev_bsdf_pdf``: the last real
     scatter and its direction pdf; ``prev_bsdf_delta``: emission there counts in full, Mitsuba's
@@ -63,6 +130,7 @@ class VolumeState:
     medium: jnp.ndarray   # (N,) int32 the medium the ray travels in, -1 for vacuum
     channel: jnp.ndarray  # (N,) int32 the colour channel free flights are sampled with
     step: jnp.ndarray     # (N,) int32 events so far: the block of random numbers the next one draws
+    along: Along          # how far the ray got through null collisions, and its hit
 
     @property
     def active(self) -> jax.Array:
@@ -79,7 +147,8 @@ def start(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction: jax.
     u = rng.draw(keys, CHANNEL_DIM, 1)[0]
     return VolumeState(path=path.fresh_paths(origin, direction, t_max, active),
                        medium=jnp.full_like(t_max, scene.media.sensor, jnp.int32),
-                       channel=jnp.minimum((u * 3.0).astype(jnp.int32), 2), step=jnp.zeros_like(t_max, jnp.int32))
+                       channel=jnp.minimum((u * 3.0).astype(jnp.int32), 2), step=jnp.zeros_like(t_max, jnp.int32),
+                       along=fresh_along(scene, t_max))
 
 
 def step(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
@@ -98,14 +167,10 @@ def step(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
     if settings.max_depth >= 0:
         active = active & (p.depth < settings.max_depth)
 
-    # A (tentative) collision in the ray's medium; the ray looks for a surface no farther.
+    # A (tentative) collision in the ray's medium, or the surface its ray hits first.
     in_medium = active & (state.medium >= 0)
-    combined = media.majorant(md, state.medium)
-    mint, maxt = media.extent(md, state.medium, p.origin, p.direction)
-    flight = jnp.where(in_medium, media.free_flight(combined, state.channel, u_free, mint, maxt), jnp.inf)
-    probe = dataclasses.replace(p, active=active, t_max=jnp.minimum(p.t_max, flight))
-    surface = path.find_surfaces(scene, probe)
-    collide = in_medium & ~surface.si.valid & jnp.isfinite(flight)
+    met = meet(scene, p, state.medium, state.channel, state.along, u_free, active)
+    surface, combined, collide, flight = met.surface, met.combined, met.collide, met.flight
     x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
     sigma_t, albedo = media.coefficients(md, state.medium, x)
     sigma_s, sigma_n = sigma_t * albedo, combined - sigma_t
@@ -115,9 +180,7 @@ def step(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
     # Weights as Mitsuba's volpath: with spectral extinction, transmittance over the channel's pdf,
     # then sigma_s over the chance of a real collision or sigma_n over that of a null one; else
     # the albedo at a real collision.
-    hit_t = surface.si.t
-    assert hit_t is not None  # (a closest hit's surface carries its distance)
-    travelled = jnp.where(collide, flight, jnp.where(surface.si.valid, hit_t, jnp.inf)) - mint
+    travelled = met.travelled
     spectral = media.pick(md, state.medium, md.spectral)
     real_chance = jnp.mean(sigma_t / jnp.where(combined > 0, combined, 1.0), axis=0)
     weight = media.flight_weight(combined, state.channel, travelled, collide)
@@ -130,8 +193,8 @@ def step(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
     medium_state = _collide(scene, keys, state, p, real, x, u)
     surface_state = _surface(scene, keys, state, p, surface, active & ~collide, u)
     # A null collision: the ray goes on from there, nothing else changes.
-    passed = VolumeState(path=dataclasses.replace(p, origin=x, t_max=jnp.full_like(p.t_max, jnp.inf)),
-                         medium=state.medium, channel=state.channel, step=state.step + 1)
+    passed = VolumeState(path=p, medium=state.medium, channel=state.channel, step=state.step + 1,
+                         along=Along(t_start=flight, known=met.whole, hit=met.hit))
     out = jax.tree.map(lambda a, b: jnp.where(real, a, b), medium_state, surface_state)
     return jax.tree.map(lambda a, b: jnp.where(null, a, b), passed, out)
 
@@ -145,7 +208,7 @@ def _collide(scene, keys, state, p, collide, x, u):
     wi = -p.direction
     radiance = p.radiance
     sample_emitters = media.pick(md, state.medium, md.sample_emitters)
-    ds, em_weight, nee = _light_sample(scene, x, alive & sample_emitters, u)
+    ds, em_weight, nee = light_sample(scene, x, alive & sample_emitters, u)
     seen = _light_transmittance(scene, keys, state.step, x, jnp.zeros_like(x), ds, state.medium, nee)
     phase = media.phase_eval(md, state.medium, wi, ds.d, x)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, phase))
@@ -160,7 +223,8 @@ def _collide(scene, keys, state, p, collide, x, u):
     new = path.PathState(depth=depth, origin=x, direction=wo, t_max=jnp.full_like(p.t_max, jnp.inf),
                          throughput=p.throughput, radiance=radiance, eta=p.eta, active=alive, prev_p=x,
                          prev_bsdf_pdf=phase_pdf, prev_bsdf_delta=chain)
-    return VolumeState(path=new, medium=state.medium, channel=state.channel, step=state.step + 1)
+    return VolumeState(path=new, medium=state.medium, channel=state.channel, step=state.step + 1,
+                       along=fresh_along(scene, p.t_max))
 
 
 def _surface(scene, keys, state, p, surface, here, u):
@@ -173,11 +237,11 @@ def _surface(scene, keys, state, p, surface, here, u):
     mat, frame = path.material_and_frame(scene, surface)
     wi = vm.to_local(frame, -p.direction)
     si, at = surface.si, tx.texture_point(surface.si.uv, surface.si.attributes)
-    beyond = lambda d: _beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)
+    past = lambda d: beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)
 
     more = hit if settings.max_depth < 0 else hit & (p.depth + 1 < settings.max_depth)
-    ds, em_weight, nee = _light_sample(scene, si.p, more & bsdfs.has_nondelta_lobe(scene.materials, mat), u)
-    seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, beyond(ds.d), nee)
+    ds, em_weight, nee = light_sample(scene, si.p, more & bsdfs.has_nondelta_lobe(scene.materials, mat), u)
+    seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, past(ds.d), nee)
     wo = vm.to_local(frame, ds.d)
     value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, wo, surface.tangents)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
@@ -195,11 +259,12 @@ def _surface(scene, keys, state, p, surface, here, u):
         eta=p.eta * jnp.where(hit, bs.eta, 1.0), active=hit & jnp.any(weight != 0, axis=0),
         prev_p=jnp.where(real, si.p, p.prev_p), prev_bsdf_pdf=jnp.where(real, bs.pdf, p.prev_bsdf_pdf),
         prev_bsdf_delta=jnp.where(real, bs.is_delta, p.prev_bsdf_delta))
-    medium = jnp.where(hit, beyond(direction), state.medium)
-    return VolumeState(path=new, medium=medium, channel=state.channel, step=state.step + 1)
+    medium = jnp.where(hit, past(direction), state.medium)
+    return VolumeState(path=new, medium=medium, channel=state.channel, step=state.step + 1,
+                       along=fresh_along(scene, p.t_max))
 
 
-def _beyond(shapes, shape, ng, d, medium):
+def beyond(shapes: Shapes, shape: jax.Array, ng: jax.Array, d: jax.Array, medium: jax.Array) -> jax.Array:
     """The medium a ray along d is in after crossing the surface of ``shape`` (geometric normal
     ng): the shape's exterior or interior where it bounds media (Mitsuba's ``target_medium``),
     else ``medium``, unchanged."""
@@ -208,7 +273,8 @@ def _beyond(shapes, shape, ng, d, medium):
     return jnp.where(transition, crossed_to, medium)
 
 
-def _light_sample(scene, x, wanted, u):
+def light_sample(scene: Scene, x: jax.Array, wanted: jax.Array,
+                 u: jax.Array) -> tuple[emitters.DirectionSample, jax.Array, jax.Array]:
     """(DirectionSample, emitter weight (3, N), (N,) where it counts) of a light sample from points
     x for lanes ``wanted`` (what arrives: ``_light_transmittance``)."""
     ds, em_weight = emitters.sample_direction(scene.emitters, scene.textures, x, u[Dims.EMITTER_SELECT],
@@ -249,7 +315,7 @@ def _light_transmittance(scene, keys, step, x, n, ds, medium, active):
                                           tx.texture_point(si.uv, si.attributes), cos_d)
         passes = jnp.any(through > 0, axis=0)
         seen = jnp.where(crossed, seen * through, seen)
-        medium = jnp.where(crossed & passes, _beyond(shapes, shape, ng, d, medium), medium)
+        medium = jnp.where(crossed & passes, beyond(shapes, shape, ng, d, medium), medium)
         o = jnp.where(crossed, geometry.spawn_ray(si.p, ng, d), o)
         remaining = jnp.where(crossed, remaining - hit.t, remaining)
         return o, remaining, medium, seen, crossed & passes & jnp.any(seen != 0, axis=0), crossings + 1

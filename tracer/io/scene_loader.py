@@ -243,6 +243,8 @@ class _SceneBuilder:
             return self._integrator_settings(node.children_of("integrator")[0])
         if node.type in VOLPATH_LIKE:
             self.volpath = node  # rendered as volpath if the scene has media, else as path (_volpath)
+            if node.type == "volpathmis":
+                node.get_bool("use_spectral_mis", True)  # read (checked) here, used by _volpath
         elif node.type in PATH_LIKE:
             warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'path' (without "
                                       "participating media its image is the same in expectation)"), stacklevel=2)
@@ -261,15 +263,18 @@ class _SceneBuilder:
         return settings
 
     def _volpath(self, settings, media):
-        """Settings of a volpath or volpathmis integrator: 'volpath' where the scene has media
-        (volpathmis's image is the same in expectation), else 'path' (the same image too)."""
+        """Settings of a volpath or volpathmis integrator where the scene has media (volpathmis
+        with ``use_spectral_mis`` off: 'volpath', the same single-channel estimator), else 'path'
+        (the same image in expectation)."""
         node = self.volpath
         if node is None:
             return settings
         if media.count:
+            if node.type == "volpathmis" and node.get_bool("use_spectral_mis", True):
+                return dataclasses.replace(settings, integrator="volpathmis")
             if node.type != "volpath":
-                warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'volpath' (its "
-                                          "image is the same in expectation)"), stacklevel=3)
+                warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' without spectral MIS is rendered "
+                                          "with 'volpath' (its image is the same in expectation)"), stacklevel=3)
             return dataclasses.replace(settings, integrator="volpath")
         warnings.warn(SceneNotice(f"{node.source}: integrator '{node.type}' is rendered with 'path' (without "
                                   "participating media its image is the same in expectation)"), stacklevel=3)
