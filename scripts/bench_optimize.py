@@ -62,9 +62,9 @@ loss = "l2"
     return path
 
 
-def farm_run(folder, targets, shape, args):
+def farm_run(folder, targets, shape, args, index):
     groups, devices = (int(n) for n in shape.split("x"))
-    store = os.path.join(folder, f"g{groups}x{devices}.zarr")
+    store = os.path.join(folder, f"{index}-g{groups}x{devices}.zarr")  # (a shape again: a store of its own)
     job = job_file(folder, targets, store, args)
     t0 = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "farm.cli", "optimize", job, "--groups", str(groups),
@@ -156,7 +156,7 @@ def main():
         make_targets(targets, spp=256, res=args.res)
         print(f"examples/inverse.xml at {args.res}x{args.res}, 2 views, {args.spp} spp, tiles of {args.tile}, "
               f"{args.iterations} iterations of adam (0.05), {len(KEYS)} parameters")
-        runs = [farm_run(folder, targets, shape, args) for shape in args.shapes.split(",")]
+        runs = [farm_run(folder, targets, shape, args, i) for i, shape in enumerate(args.shapes.split(","))]
         base = runs[0]
         for r in runs:
             rate = r["rate"] or float("nan")
