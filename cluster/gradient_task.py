@@ -2,7 +2,7 @@
 optimizer step.
 
 Plain data (no JAX), as ``cluster.task``: the farm builds these on the driver (``farm.descent``)
-and Ray ships them to the group's first member (``cluster.gradient``). Parameters travel as
+and Ray ships them to the group's members (``cluster.gradient``: a step to the first alone). Parameters travel as
 (key, float32 array) pairs in the job's key order, so that every member sees one order.
 """
 import dataclasses
@@ -43,7 +43,8 @@ class GradientTask:
 
 class TileGradient(NamedTuple):
     """A gradient task's answer: the loss summed over the tile's pixels and channels, d(that)/d(params)
-    in the task's key order, the tile's image, and the seconds the member took."""
+    in the task's key order (float64: the tile's bands added, ``cluster.gradient``), the tile's
+    image, and the seconds the member took."""
 
     loss: float
     grads: Params

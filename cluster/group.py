@@ -256,10 +256,10 @@ class WorkerGroup:
     # -- work --------------------------------------------------------------------------------
 
     def submit(self, task: TileTask | GradientTask | StepTask) -> list[ray.ObjectRef]:
-        """Start ``task`` on every member (a gradient task or an optimizer step: on the first
-        member alone, ``cluster.gradient``); returns a handle for ``result``/``ready_ref``."""
+        """Start ``task`` on every member (an optimizer step: on the first member alone,
+        ``cluster.gradient``); returns a handle for ``result``/``ready_ref``."""
         if isinstance(task, GradientTask):
-            return [self.members[0].gradient.remote(task)]
+            return [m.gradient.remote(task) for m in self.members]
         if isinstance(task, StepTask):
             return [self.members[0].step.remote(task)]
         return [m.render.remote(task) for m in self.members]

@@ -46,6 +46,7 @@ class Member:
         self._scene_key: SceneRef | None = None
         self._scene: tuple[Scene, Scene] | None = None
         self._whole = 0  # work units loaded compiled (cluster.compiled)
+        self._scene_copies: list[Scene] | None = None  # the loaded scene on each local device (gradients)
 
     def where(self) -> tuple[str, str, int]:
         """(node id, node IP, pid) of this member."""
@@ -90,7 +91,7 @@ class Member:
         if ref != self._scene_key:
             if self._scene is not None:
                 self._scene[0].close()  # the previous frame's Embree scene goes first
-                self._scene, self._scene_key = None, None  # (a load that fails leaves none)
+                self._scene, self._scene_key, self._scene_copies = None, None, None  # (a failed load leaves none)
             with reads.recording() as read:
                 try:
                     scene = tracer.load_scene(ref.path, resolution=ref.resolution, accel=ref.accel,
@@ -105,7 +106,7 @@ class Member:
                 raise
             # The replicated copy names the host engine's scene by handle; the original owns it.
             self._scene = (scene, self._replicate(scene))
-            self._scene_key = ref
+            self._scene_key, self._scene_copies = ref, None
         assert self._scene is not None  # (loaded above, or by an earlier call)
         return self._scene[1]
 
@@ -127,13 +128,20 @@ class Member:
             return TileWritten(task.out.write(*out), time.perf_counter() - t0)
         return TileSums(*out, time.perf_counter() - t0)
 
-    def gradient(self, task: GradientTask) -> TileGradient:
-        """A tile's loss and gradient (``cluster.gradient``), on this member's first device."""
+    def gradient(self, task: GradientTask) -> TileGradient | None:
+        """A tile's loss and gradient (``cluster.gradient``) on every device of the group: rank 0
+        returns it, others None."""
+        import jax
+
         from cluster.gradient import tile_gradient
 
-        self._load(task.scene)
-        assert self._scene is not None
-        return tile_gradient(self._scene[0], task)  # the scene as loaded: local arrays, not the group's
+        scene = self._load(task.scene)
+        if self._scene_copies is None:  # the replicated scene's copy on each local device
+            shards = [{s.device: s.data for s in a.addressable_shards} for a in jax.tree.leaves(scene)]
+            treedef = jax.tree.structure(scene)
+            self._scene_copies = [jax.tree.unflatten(treedef, [s[d] for s in shards]) for d in jax.local_devices()]
+        answer = tile_gradient(self._scene_copies, task, jax.process_index(), jax.process_count())
+        return answer if self.rank == 0 else None
 
     def step(self, task: StepTask) -> Stepped:
         """One optimizer step (``cluster.gradient``), on this member's first device."""

@@ -1,17 +1,17 @@
-"""`farm optimize` of the inverse-rendering example on 1, 2 and 4 worker groups, and gradient
-samples/s against Mitsuba 3's `prb` in the same run.
+"""`farm optimize` of the inverse-rendering example on 1, 2 and 4 worker groups and on groups of 1
+and 2 devices, and gradient samples/s against Mitsuba 3's `prb` in the same run.
 
-    python scripts/bench_optimize.py [--res 48] [--spp 8] [--tile 24] [--iterations 60] [--groups 1,2,4]
-                                     [--variant llvm_ad_rgb]
+    python scripts/bench_optimize.py [--res 48] [--spp 8] [--tile 24] [--iterations 60]
+                                     [--shapes 1x1,1x2,2x1,4x1] [--variant llvm_ad_rgb]
 
 In one run:
 
 1. targets of ``examples/inverse.xml`` rendered from its known truth (``scripts/make_inverse_targets.py``);
 2. ``farm optimize`` of the example's job (its two views, its three parameters) from the scene's
-   values, once per group count, each in a fresh process and store: wall time, iterations/s in the
-   steady state (the store's notes: from the end of the first iteration, which compiles, to the
-   last), the final loss and the parameters' mean absolute error against the truth, and whether
-   every group count ended in the same bits (it must);
+   values, once per shape (``GxD``: G groups of D devices, one host each), each in a fresh process
+   and store: wall time, iterations/s in the steady state (the store's notes: from the end of the
+   first iteration, which compiles, to the last), the final loss and the parameters' mean absolute
+   error against the truth, and whether every shape ended in the same bits as the first (it must);
 3. gradient samples/s of one view, whole, at the job's spp: ``jax.value_and_grad`` of the L2 loss
    through ``tracer.differentiable`` (one process, the defaults of ``tracer.render``) against
    Mitsuba's ``prb`` (``mi.render`` with the same parameters enabled, ``dr.backward``), after a
@@ -62,22 +62,24 @@ loss = "l2"
     return path
 
 
-def farm_run(folder, targets, groups, args):
-    store = os.path.join(folder, f"g{groups}.zarr")
+def farm_run(folder, targets, shape, args, index):
+    groups, devices = (int(n) for n in shape.split("x"))
+    store = os.path.join(folder, f"{index}-g{groups}x{devices}.zarr")  # (a shape again: a store of its own)
     job = job_file(folder, targets, store, args)
     t0 = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "farm.cli", "optimize", job, "--groups", str(groups)], cwd=ROOT,
-                         capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "farm.cli", "optimize", job, "--groups", str(groups),
+                          "--devices-per-host", str(devices)], cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - t0
     if run.returncode != 0:
-        raise SystemExit(f"farm optimize --groups {groups} failed: {run.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(f"farm optimize {shape} failed: {run.stderr.strip().splitlines()[-1:]}")
     status = json.loads(subprocess.run([sys.executable, "-m", "farm.cli", "status", store, "--json"], cwd=ROOT,
                                        capture_output=True, text=True, check=True).stdout)
     import zarr
     params = np.asarray(zarr.open_group(store, mode="r")["optimize/params"][...])
     error = np.mean([np.abs(np.asarray(status["parameters"][k]) - np.asarray(TRUTH[k])).mean() for k in KEYS])
     start = np.mean([np.abs(params[0][i * 3:i * 3 + 3] - np.asarray(TRUTH[k])).mean() for i, k in enumerate(KEYS)])
-    return {"groups": groups, "wall_s": wall, "rate": status["iterations_per_s"], "loss": status["loss"],
+    return {"shape": f"{groups} group(s) of {devices} device(s)", "wall_s": wall, "rate": status["iterations_per_s"],
+            "loss": status["loss"],
             "first_loss": status["losses"][0], "error": float(error), "start_error": float(start),
             "bits": params.tobytes()}
 
@@ -145,7 +147,7 @@ def main():
     parser.add_argument("--spp", type=int, default=8)
     parser.add_argument("--tile", type=int, default=24)
     parser.add_argument("--iterations", type=int, default=60)
-    parser.add_argument("--groups", default="1,2,4")
+    parser.add_argument("--shapes", default="1x1,1x2,2x1,4x1", help="GxD: G groups of D devices, the first the base")
     parser.add_argument("--repeats", type=int, default=10, help="gradient calls timed, each side")
     parser.add_argument("--variant", default="llvm_ad_rgb")
     args = parser.parse_args()
@@ -154,14 +156,14 @@ def main():
         make_targets(targets, spp=256, res=args.res)
         print(f"examples/inverse.xml at {args.res}x{args.res}, 2 views, {args.spp} spp, tiles of {args.tile}, "
               f"{args.iterations} iterations of adam (0.05), {len(KEYS)} parameters")
-        runs = [farm_run(folder, targets, int(g), args) for g in args.groups.split(",")]
+        runs = [farm_run(folder, targets, shape, args, i) for i, shape in enumerate(args.shapes.split(","))]
         base = runs[0]
         for r in runs:
             rate = r["rate"] or float("nan")
-            print(f"  {r['groups']} group(s): {r['wall_s']:.1f} s wall, {rate:.2f} iterations/s "
-                  f"({rate / (base['rate'] or float('nan')):.2f}x of 1 group), loss {r['first_loss']:.4g} -> "
+            print(f"  {r['shape']}: {r['wall_s']:.1f} s wall, {rate:.2f} iterations/s "
+                  f"({rate / (base['rate'] or float('nan')):.2f}x of the first), loss {r['first_loss']:.4g} -> "
                   f"{r['loss']:.4g}, parameter error {r['start_error']:.4f} -> {r['error']:.4f}, "
-                  f"same bits as 1 group: {r['bits'] == base['bits']}")
+                  f"same bits as the first: {r['bits'] == base['bits']}")
         from tracer.io.images import load_image
         target = load_image(os.path.join(targets, "frame_0000.exr"))
     ours_rate = ours(target, args, args.repeats)

@@ -1,4 +1,4 @@
-"""Worker groups on a real local Ray: jax.distributed over gloo, bit-identical tiles, lost members."""
+"""Worker groups on a real local Ray: jax.distributed over gloo, bit-identical tiles and gradients, lost members."""
 import os
 import pathlib
 import signal
@@ -8,16 +8,27 @@ import time
 import numpy as np
 import pytest
 
+from cluster.gradient_task import GradientTask
 from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
 from cluster.task import SceneRef, TileTask
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CBOX = SceneRef(path=str(ROOT / "examples" / "cbox.xml"), params=(("res", 48),))
+INVERSE = SceneRef(path=str(ROOT / "examples" / "inverse.xml"), params=(("res", 16),))
 
 
 def tile(n_passes=2, first_pass=1, frame=3, y=8, x=16, spp=40):
     return TileTask(scene=CBOX, frame=frame, seed=7, spp=spp, tile_y=y, tile_x=x, tile_h=24, tile_w=32,
                     first_pass=first_pass, n_passes=n_passes, pass_size=8)
+
+
+def gradient():
+    """A gradient task of the bottom edge tile (7 of its 8 rows in the film)."""
+    target = np.random.default_rng(0).uniform(0, 0.5, (7, 8, 3)).astype(np.float32)
+    params = (("left.reflectance.value", np.array([0.5, 0.4, 0.3], np.float32)),
+              ("lamp.emitter.radiance.value", np.array([8.0, 8.0, 8.0], np.float32)))
+    return GradientTask(scene=INVERSE, frame=0, seed=3, spp=4, tile_y=9, tile_x=8, tile_h=8, tile_w=8, rows=7,
+                        cols=8, params=params, target=target, loss="l2")
 
 
 def test_two_hosts_of_two_devices_render_the_bits_of_one_host(local_ray):
@@ -36,6 +47,11 @@ def test_two_hosts_of_two_devices_render_the_bits_of_one_host(local_ray):
             assert np.all(w1 > 0) and v1.mean() > 0
             np.testing.assert_array_equal(v4, v1)
             np.testing.assert_array_equal(w4, w1)
+        # A gradient task's 8 bands: one device's after another on 2 devices, on 4 over two hosts.
+        g2, g4 = one.result(one.submit(gradient())), two.result(two.submit(gradient()))
+        assert g2.loss > 0 and all(np.abs(g).max() > 0 for _, g in g2.grads) and g2.image.shape == (7, 8, 3)
+        assert g4.loss == g2.loss and g4.image.tobytes() == g2.image.tobytes()
+        assert [g.tobytes() for _, g in g4.grads] == [g.tobytes() for _, g in g2.grads]
         # Continuing from an accumulator is the same as rendering the passes at once.
         a = one.result(one.submit(tile(n_passes=1, first_pass=0)))
         b = one.result(one.submit(TileTask(**{**tile(n_passes=2, first_pass=1).__dict__, "start": a[:2]})))

@@ -1,7 +1,7 @@
 """`farm optimize`: an inverse-rendering job run by the real command line on an embedded local Ray
-into a real store, split over one group and over two groups of two devices, one of them killed
-(kill -9 of the driver's process group) mid-optimization and resumed at once: every checkpoint the
-same bits. Status, export, and the refusals of bad input before anything runs."""
+into a real store, on one group of one device and on two groups of two devices, one of them killed
+(kill -9 of the driver's process group) mid-optimization and resumed at once on one group of three
+devices (a tile's 8 bands spread unevenly): every checkpoint the same bits. Status, export, and the refusals of bad input before anything runs."""
 import json
 import os
 import signal
@@ -59,11 +59,11 @@ def _done(store):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, targets):
-    """One group, start to end."""
+    """One group of one device, start to end."""
     folder = tmp_path_factory.mktemp("one")
     store = folder / "one.zarr"
     job = write_job(folder / "job.toml", store, targets, iterations=ITERATIONS)
-    result = farm_cli("optimize", job, "--groups", "1")
+    result = farm_cli("optimize", job, "--groups", "1", "--devices-per-host", "1")
     assert result.returncode == 0, result.stderr[-2000:]
     return store
 
@@ -88,7 +88,7 @@ def test_two_groups_killed_and_resumed_end_in_the_bits_of_one_group(tmp_path, ta
     dead = holder(FrameStore.open(str(store), mode="r").group)
     assert dead.live(time.time()) and dead.gone()  # it died holding the store (a 600 s lease)
     with hang_guard(300):
-        resumed = farm_cli("resume", str(store), "--groups", "2", "--devices-per-host", "2")
+        resumed = farm_cli("resume", str(store), "--groups", "1", "--devices-per-host", "3")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "took the store over" in resumed.stderr
     assert f"iterations {done + 1}-{ITERATIONS}" in resumed.stderr
