@@ -90,10 +90,14 @@ def tile_gradient(scenes: Sequence[Scene], task: GradientTask, process: int, pro
                 spp=task.spp, tile_h=rows, tile_w=task.tile_w, loss=task.loss)
         return out
 
-    # A thread a device: a device's first band compiles the job's program for it (JAX keys an
-    # executable by its device), the devices' side by side.
-    with ThreadPoolExecutor(local) as pool:
-        answers = {b: a for part in pool.map(run, range(local)) for b, a in part.items()}
+    # JAX keys an executable by its device: each device's first band compiles the job's program
+    # for it. The first device's goes first, alone: on GPUs the persistent compilation cache keys
+    # a program without its device, so the other devices load that one instead of compiling it
+    # again (on CPUs they compile it, side by side). A call returns once dispatched.
+    answers = run(0)
+    if local > 1:
+        with ThreadPoolExecutor(local - 1) as pool:
+            answers.update({b: a for part in pool.map(run, range(1, local)) for b, a in part.items()})
     packed = _pack(jax.device_get(answers), task, count, rows)
     if processes > 1:
         from jax.experimental import multihost_utils
