@@ -462,21 +462,36 @@ def cancel(store, address):
                    "dashboard's).")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON array: each job's store, priority, paused, wants, held, share, queued_at (Unix time).")
-def queue(address, as_json):
+@click.option("--watch", is_flag=True,
+              help="List it again every 2 s, on one connection to the cluster (Ctrl-C stops); with --json, one "
+                   "array a line.")
+def queue(address, as_json, watch):
     """List the jobs sharing the cluster, highest priority and first queued first: priority,
     state, the groups each holds of those it wants, its share, its store."""
+    from farm.queue import listed, watched
+    if not watch:
+        _show_queue(address, listed(address) or [], as_json)
+        return
+    try:
+        for rows in watched(address):
+            _show_queue(address, rows or [], as_json)
+            if not as_json:
+                click.echo()
+    except KeyboardInterrupt:  # how a watch is stopped: not an error
+        pass
+
+
+def _show_queue(address: str, rows: list[dict], as_json: bool) -> None:
     import json
 
-    from farm.queue import listed
-    rows = listed(address) or []
+    from farm.queue import state
     if as_json:
-        click.echo(json.dumps(rows))
+        click.echo(json.dumps(rows))  # (a line each: flushed, so a watcher reads it as it comes)
         return
     if not rows:
         click.echo(f"no farm job is queued on the cluster at {address}", err=True)
     for row in rows:
-        state = "paused" if row["paused"] else "rendering" if row["held"] else "waiting"
-        click.echo(f"{row['priority']:>6}  {state:<9}  {row['held']}/{row['wants']} group(s), share "
+        click.echo(f"{row['priority']:>6}  {state(row):<9}  {row['held']}/{row['wants']} group(s), share "
                    f"{row['share']}  {row['store']}")
 
 
@@ -537,7 +552,10 @@ def _no_driver(fs: FrameStore) -> str | None:
               help="Address to listen on (0.0.0.0: every interface; the monitor has no login).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8600, show_default=True,
               help="Port to listen on (0: any free port).")
-def serve(root, host, port):
+@click.option("--address", default=None,
+              help="Also show the queue of this cluster (its Ray address: auto on one of its nodes, HOST:6379 or "
+                   "ray://HOST:10001), as `farm queue` lists it; without it no cluster is asked.")
+def serve(root, host, port, address):
     """Serve a read-only web monitor of the frame stores under ROOT (default: here) until Ctrl-C."""
     from farm.monitor import find_stores
     from farm.web import serve as run_server
@@ -547,7 +565,7 @@ def serve(root, host, port):
         raise FarmError(f"{root} is a store itself; serve the folder that holds it")
     click.echo(f"{len(find_stores(root))} store(s) under {root}", err=True)
     try:
-        run_server(root, host, port, log=lambda m: click.echo(m, err=True))
+        run_server(root, host, port, log=lambda m: click.echo(m, err=True), address=address)
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
 

@@ -19,18 +19,21 @@ A local ``farm render`` (an embedded Ray) has no queue.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Entry", "Grant", "share", "free", "FarmQueue", "NAME", "NAMESPACE", "queue_actor", "find_queue", "listed"]
+__all__ = ["Entry", "Grant", "share", "free", "FarmQueue", "NAME", "NAMESPACE", "queue_actor", "find_queue", "listed",
+           "watched", "state"]
 
 NAME, NAMESPACE = "jaxfarm-queue", "jaxfarm"
 STALE_S = 10.0    # a job whose driver has not reported for this long leaves the queue (back, it keeps its place)
 RECOVER_S = 3.0   # after a restart, seconds the queue lets every job keep what it holds
 CAPACITY_S = 2.0  # seconds the cluster's resources (ray.nodes) are taken as they were
+WATCH_S = 2.0     # seconds between two looks of `farm queue --watch`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +178,29 @@ def find_queue() -> Any:
 def listed(address: str) -> list[dict[str, object]] | None:
     """The queue of the cluster at ``address`` (its Ray address: ``auto``, HOST:PORT or
     ``ray://HOST:10001``) as ``FarmQueue.rows`` lists it; None where no farm job has started one."""
+    with _joined(address):
+        return _rows(address)
+
+
+def watched(address: str, interval: float = WATCH_S) -> Iterator[list[dict[str, object]] | None]:
+    """``listed(address)`` every ``interval`` seconds, on one connection to the cluster (one Ray
+    driver however long it is watched, not one a look)."""
+    with _joined(address):
+        while True:
+            yield _rows(address)
+            time.sleep(interval)
+
+
+def state(row: Mapping[str, object]) -> str:
+    """A row's job as ``farm queue`` and the monitor name it: paused, rendering (it holds a
+    group) or waiting."""
+    return "paused" if row["paused"] else "rendering" if row["held"] else "waiting"
+
+
+@contextlib.contextmanager
+def _joined(address: str) -> Iterator[None]:
+    """This process's Ray joined to the running cluster at ``address`` (never one started: an
+    address where no cluster runs is a FarmError)."""
     import logging
 
     import ray
@@ -192,12 +218,21 @@ def listed(address: str) -> list[dict[str, object]] | None:
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise FarmError(f"cannot join the Ray cluster at {address}: {first_line(e)}") from None
     try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _rows(address: str) -> list[dict[str, object]] | None:
+    """The queue's rows (Ray joined to its cluster), found by name: a queue is never started here."""
+    import ray
+
+    from farm.errors import FarmError, first_line
+    try:
         actor = find_queue()
         return None if actor is None else ray.get(actor.rows.remote(), timeout=60)
     except ray.exceptions.RayError as e:
         raise FarmError(f"the farm's queue on the cluster at {address} did not answer: {first_line(e)}") from None
-    finally:
-        ray.shutdown()
 
 
 def _check_answers(address: str) -> None:

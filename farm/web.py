@@ -10,6 +10,11 @@ Routes (``<store>``: a store's path relative to the folder, as ``GET /api/jobs``
     GET /api/jobs/<store>/frames/<frame>.png    the frame from the samples done so far (``?max=N``: a thumbnail)
     GET /api/jobs/<store>/renders/<frame>.png   an optimization's: the frame's render of its last iteration
     GET /api/jobs/<store>/targets/<frame>.png   an optimization's: the frame's target (``?max=N`` both)
+    GET /api/queue                              JSON: the shared cluster's queue (``farm.queue_view.QueueView``)
+
+Given a cluster's Ray address (``farm serve --address``), the job list also shows that cluster's
+queue as ``farm queue`` lists it, read by a ``farm queue --watch`` child (``farm.queue_view``):
+a queue that cannot be read is one line on the page, never an error of the page's.
 
 An optimization's store (``farm optimize``) is listed with its iteration and loss; its page shows
 the loss curve, the parameters and each frame's render beside its target, and its JSON is
@@ -30,6 +35,7 @@ from flask import Flask, abort, jsonify, render_template_string, request, url_fo
 
 from farm import monitor
 from farm.errors import FarmError
+from farm.queue_view import QueueView, QueueWatch
 
 if TYPE_CHECKING:
     from flask.json.provider import DefaultJSONProvider
@@ -37,12 +43,13 @@ if TYPE_CHECKING:
 __all__ = ["make_app", "serve"]
 
 _REFRESH_S = {"running": 2, "new": 3, "stalled": 10}  # how often a page reloads while its jobs are in these states
+_QUEUE_REFRESH_S = 5  # how often the job list reloads while it shows a cluster's queue (which changes unseen)
 _PREVIEWS = 512  # cached preview images (a frame whose records did not change is not read again)
 
 _STYLE = """<style>
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222} table{border-collapse:collapse}
 td,th{padding:.25em .8em;text-align:left;border-bottom:1px solid #ddd} .num{text-align:right}
-.damaged,.failed,.stalled{color:#b00} .done{color:#070} .running{color:#05a} .error{color:#b00}
+.damaged,.failed,.stalled,.paused{color:#b00} .done{color:#070} .running,.rendering{color:#05a} .error{color:#b00}
 .grid{display:flex;flex-wrap:wrap;gap:.8em} figure{margin:0;width:{{ thumb }}px}
 figure img{width:{{ thumb }}px;image-rendering:pixelated;background:#888} figcaption{font-size:12px}
 progress{width:100%}
@@ -65,6 +72,17 @@ _LIST = """<!doctype html><html><head><meta charset="utf-8"><title>farm: jobs</t
 <span class="error">{{ j.failures.left_out | length }} host(s) left out</span>{% endif %}</td>{% endif %}
 </tr>{% endfor %}</table>{% endif %}
 </body></html>"""
+
+_QUEUE = """{% if queue %}<h2>Queue of the cluster at {{ queue.address }}</h2>
+{% if queue.error %}<p class="error queue">The queue cannot be read: {{ queue.error }}</p>
+{% elif queue.seen_at is none %}<p class="queue">The queue has not answered yet.</p>
+{% elif not queue.rows %}<p class="queue">No shared queue: no farm job is queued on this cluster.</p>
+{% else %}<table class="queue"><tr><th class="num">#</th><th class="num">priority</th><th>state</th>
+<th class="num">groups held</th><th class="num">share</th><th>store</th></tr>
+{% for r in queue.rows %}<tr><td class="num">{{ loop.index }}</td><td class="num">{{ r.priority }}</td>
+<td class="{{ r.state }}">{{ r.state }}</td><td class="num">{{ r.held }}/{{ r.wants }}</td><td class="num">{{ r.share }}</td>
+<td>{% if r.store in served %}<a href="{{ url_for('job_page', store=served[r.store]) }}">{{ r.store }}</a>{% else %}{{ r.store }}{% endif %}</td></tr>
+{% endfor %}</table><p>as of {{ ago(queue.seen_at) }}</p>{% endif %}{% endif %}"""
 
 _JOB = """<!doctype html><html><head><meta charset="utf-8"><title>farm: {{ j.store }}</title>
 {% if refresh %}<meta http-equiv="refresh" content="{{ refresh }}">{% endif %}""" + _STYLE + """</head><body>
@@ -172,8 +190,17 @@ def _refresh(states: Iterable[str]) -> int | None:
     return min(waits) if waits else None
 
 
-def make_app(root: str) -> Flask:
-    """The Flask application serving the stores under the folder ``root``."""
+def _served(root: str, rows: Iterable[dict[str, object]], stores: Iterable[str]) -> dict[str, str]:
+    """{store as the queue names it: its name under ``root``} for the queue's stores that are
+    among ``stores`` (local paths; a URL is never one of ours)."""
+    here = {os.path.join(os.path.realpath(root), s.replace("/", os.sep)): s for s in stores}
+    named = (str(r["store"]) for r in rows)
+    return {n: here[os.path.realpath(n)] for n in named if os.path.isabs(n) and os.path.realpath(n) in here}
+
+
+def make_app(root: str, queue: QueueWatch | None = None) -> Flask:
+    """The Flask application serving the stores under the folder ``root`` (and the cluster's
+    queue that ``queue`` watches, where there is one)."""
     app = Flask(__name__, static_folder=None)  # no static route: nothing but what monitor answers
     cast("DefaultJSONProvider", app.json).sort_keys = False  # (Flask's default provider)
     app.url_map.merge_slashes = False  # '//x' names no store: a 404, not a redirect to '/x'
@@ -205,9 +232,13 @@ def make_app(root: str) -> Flask:
         refresh = _refresh([*(j.state for j in jobs), *(o["state"] for o in optimizations)])
         page = _LIST.replace("{% if not jobs %}<p>No frame stores here.</p>",
                              "{% if not jobs and not optimizations %}<p>No frame stores here.</p>{% elif not jobs %}")
-        return render_template_string(page.replace("</body>", _OPTIMIZATIONS + "</body>"), jobs=jobs,
+        seen = None if queue is None else queue.view()
+        served = {} if seen is None else _served(root, seen.rows, [j.store for j in jobs])
+        if seen is not None:
+            refresh = min(refresh or _QUEUE_REFRESH_S, _QUEUE_REFRESH_S)
+        return render_template_string(page.replace("</body>", _OPTIMIZATIONS + _QUEUE + "</body>"), jobs=jobs,
                                       optimizations=optimizations, root=os.path.abspath(root), refresh=refresh,
-                                      **_helpers())
+                                      queue=seen, served=served, **_helpers())
 
     @app.get("/jobs/<path:store>")
     def job_page(store):
@@ -224,6 +255,10 @@ def make_app(root: str) -> Flask:
     def api_jobs():
         jobs, optimizations = split()
         return jsonify([j.to_json() for j in jobs] + optimizations)
+
+    @app.get("/api/queue")
+    def api_queue():
+        return jsonify((queue.view() if queue is not None else QueueView(None)).to_json())
 
     @app.get("/api/jobs/<path:store>")
     def api_job(store):
@@ -273,20 +308,25 @@ def make_app(root: str) -> Flask:
 
 
 def serve(root: str, host: str = "127.0.0.1", port: int = 8600, log: Callable[[str], object] = print,
-          ready: Callable[[Any], object] | None = None) -> None:
+          ready: Callable[[Any], object] | None = None, address: str | None = None) -> None:
     """Serve the stores under ``root`` on ``host``:``port`` until interrupted (port 0: a free
-    one). ``ready(server)`` is called once it listens (its port: ``server.effective_port``)."""
+    one), and the queue of the cluster at the Ray ``address`` where one is given. ``ready(server)``
+    is called once it listens (its port: ``server.effective_port``)."""
     import waitress
     if not os.path.isdir(root):
         raise FarmError(f"{root}: not a folder")
+    queue = None if address is None else QueueWatch(address)
     try:
-        server = waitress.create_server(make_app(root), host=host, port=port, threads=8)
+        server = waitress.create_server(make_app(root, queue), host=host, port=port, threads=8)
     except OSError as e:  # the port is taken, the host is not this machine's
         raise FarmError(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
-    log(f"serving the jobs under {root} at http://{host}:{server.effective_port}/ (Ctrl-C stops)")
+    watching = "" if address is None else f", and the queue of the cluster at {address}"
+    log(f"serving the jobs under {root}{watching} at http://{host}:{server.effective_port}/ (Ctrl-C stops)")
     if ready is not None:
         ready(server)
     try:
         server.run()
     finally:
         server.close()
+        if queue is not None:
+            queue.close()

@@ -24,6 +24,7 @@ from farm.scheduler import run_job
 from farm.seat import Seat
 from farm.spec import GroupsSpec
 from tests.helpers import clusters
+from tests.farm.test_serve import get, get_json, served
 from tests.helpers.farm_cases import assert_same_contents, farm_cli, farm_main, orbit_spec, store_contents
 from tests.helpers.hang_guard import hang_guard
 
@@ -200,3 +201,42 @@ def test_a_paused_job_keeps_its_place_and_the_queue_killed_comes_back_to_the_sam
     for d in (a, b):
         assert len(_mine(commits, d)) == len(set(_mine(commits, d))) == 40  # each task committed once
         assert_same_contents(store_contents(d.fs.url), uninterrupted)
+
+
+def test_the_monitor_shows_the_queue_in_order_and_never_starts_one(cluster, tmp_path):
+    """``farm serve --address``: the job list shows the queue as ``farm queue`` lists it; where
+    no job has started a queue it says so in one line and starts none."""
+    root = tmp_path / "jobs"
+    ours = job.prepare(orbit_spec(root / "ours.zarr"))[1].url  # a queued store the monitor serves
+    stale = farm_queue.find_queue()
+    if stale is not None:  # (left by the tests above: detached)
+        ray.kill(stale, no_restart=True)
+        _until(lambda: farm_queue.find_queue() is None, "the queue gone")
+    with served(root, "--address", cluster.address) as (_, port):
+        view = get_json(port, "/api/queue")  # the first look waits for `farm queue`'s first answer
+        assert (view["address"], view["rows"], view["error"]) == (cluster.address, [], None), view
+        page = get(port, "/")[2].decode()
+        assert "No shared queue: no farm job is queued on this cluster." in page, page
+        assert farm_queue.find_queue() is None  # the monitor looked, and started none
+
+        cpu = {"CPU": 1.0}
+        entries = [Entry(ours, 0, 1.0, cpu, 2, held=0), Entry("/elsewhere/high.zarr", 5, 2.0, cpu, 2, held=2),
+                   Entry("/elsewhere/held.zarr", 9, 3.0, cpu, 2, paused=True)]
+        queue = farm_queue.queue_actor()  # as a driver starts it
+        rows = []
+
+        def listed():  # the drivers' reports go on (a job unheard for 10 s leaves the queue)
+            ray.get([queue.report.remote(e) for e in entries])
+            rows[:] = get_json(port, "/api/queue")["rows"]
+            return len(rows) == 3
+
+        _until(listed, "the queue in the monitor", seconds=60)
+        assert [(r["store"], r["priority"], r["state"], r["held"], r["wants"], r["share"]) for r in rows] == [
+            ("/elsewhere/held.zarr", 9, "paused", 0, 2, 0), ("/elsewhere/high.zarr", 5, "rendering", 2, 2, 2),
+            (ours, 0, "waiting", 0, 2, 0)]
+        page = get(port, "/")[2].decode()
+        table = page.split('<table class="queue">', 1)[1]
+        assert table.index("/elsewhere/held.zarr") < table.index("/elsewhere/high.zarr") < table.index(ours), table
+        assert f'<a href="/jobs/ours.zarr">{ours}</a>' in table, table  # a store it serves: its page
+        for state in ("paused", "rendering", "waiting"):
+            assert f'<td class="{state}">{state}</td>' in table, table

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,8 @@ from PIL import Image
 from farm import job, monitor
 from farm.scheduler import run_job
 from farm.folding import Folds
+from farm.queue_view import QueueWatch
+from farm.web import make_app
 from farm.planner import plan
 from tests.helpers.farm_cases import ROOT, ctrl_c_heard, farm_main, filled_store, orbit_spec
 from tests.helpers.hang_guard import hang_guard
@@ -265,3 +268,32 @@ def test_list_shows_a_line_per_job(base, monkeypatch, tmp_path):
     assert re.match(rf"^done +3/3 +8 spp +{re.escape(str(jobs_root / 'a' / 'done.zarr'))}$", lines[0])
     assert re.match(r"^damaged +- +- +.*bad\.zarr +\(.*zarr\.json", lines[1])
     assert re.match(rf"^incomplete +0/3 +8 spp +{re.escape(str(elsewhere))}$", lines[-1])
+
+
+def test_without_an_address_the_monitor_asks_no_cluster_and_says_nothing_of_a_queue(base):
+    base, port = base
+    status, _, page = get(port, "/")
+    assert status == 200 and b"queue" not in page.lower(), page
+    assert b'http-equiv="refresh"' not in page  # (no job runs: nothing changes unseen)
+    assert get_json(port, "/api/queue") == {"address": None, "rows": [], "error": None, "seen_at": None}
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_on_the_page(tmp_path):
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    watch = QueueWatch(address)
+    try:
+        web = make_app(str(tmp_path), watch).test_client()
+        page = web.get("/")
+        assert page.status_code == 200
+        assert '<meta http-equiv="refresh" content="5">' in page.get_data(as_text=True)  # the queue changes unseen
+        lines = [line for line in page.get_data(as_text=True).splitlines() if "queue" in line.lower()]
+        assert lines == [f"<h2>Queue of the cluster at {address}</h2>",
+                         f'<p class="error queue">The queue cannot be read: cannot join the Ray cluster at {address}: '
+                         f'nothing answers there (Connection refused)</p>'], lines
+        view = web.get("/api/queue").get_json()
+        assert (view["address"], view["rows"], view["seen_at"]) == (address, [], None)
+        assert view["error"].startswith(f"cannot join the Ray cluster at {address}"), view
+    finally:
+        watch.close()
