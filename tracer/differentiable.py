@@ -74,14 +74,15 @@ def image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: ja
     """``render_differentiable`` without its checks: the crop window's image from its samples and
     those of the filter's margin around it. seed, frame: int32 scalars; ``spp`` static."""
     film = scene.film
-    return tile_image(scene, params, seed, frame, jnp.int32(film.crop_y), jnp.int32(film.crop_x), spp=spp,
+    return tile_image(scene, params, seed, frame, jnp.int32(0), jnp.int32(0), spp=spp,
                       tile_h=film.crop_height, tile_w=film.crop_width)
 
 
 def tile_image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, frame: jax.Array, tile_y: jax.Array,
                tile_x: jax.Array, *, spp: int, tile_h: int, tile_w: int) -> jax.Array:
-    """The (tile_h, tile_w, 3) window of the film whose top-left pixel is (tile_y, tile_x) (int32,
-    traced: one program serves every tile of a size); pixels past the film are zero. A pixel's
+    """The (tile_h, tile_w, 3) window of the image whose top-left pixel is (tile_y, tile_x) (int32,
+    traced: one program serves every tile of a size) in the film's crop window, as
+    ``tracer.rendering.render_tile`` places its tiles; pixels past the film are zero. A pixel's
     samples are addressed by the pixel, so a tile is that window of the whole image (the farm's
     gradient tasks, ``cluster.gradient``)."""
     film = scene.film
@@ -90,7 +91,7 @@ def tile_image(scene: Scene, params: dict[str, jax.Array], seed: jax.Array, fram
     gh, gw = h + 2 * m, w + 2 * m
     s, gy, gx = (a.ravel() for a in jnp.meshgrid(jnp.arange(spp, dtype=jnp.int32), jnp.arange(gh, dtype=jnp.int32),
                                                   jnp.arange(gw, dtype=jnp.int32), indexing="ij"))
-    py, px = tile_y - m + gy, tile_x - m + gx
+    py, px = film.crop_y + tile_y - m + gy, film.crop_x + tile_x - m + gx
     valid = (py >= 0) & (py < film.height) & (px >= 0) & (px < film.width)
     keys = rng.sample_keys(scene.settings.sampler, seed, frame, (py * film.width + px).astype(jnp.uint32),
                            s.astype(jnp.uint32))

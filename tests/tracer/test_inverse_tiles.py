@@ -1,13 +1,15 @@
 """The pieces of the farm's inverse rendering in one process: a view's loss and gradient are the
 sums of its tiles' (``tracer.differentiable.tile_loss``), and an optimizer step resumed from its
 state's bytes is the bits of one never stopped (``tracer.optimizer``)."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import tracer
 from tracer import optimizer
-from tracer.differentiable import image, tile_loss_and_grad
+from tracer.differentiable import image, tile_image, tile_loss_and_grad
 from tests.helpers.optimize_cases import KEYS, SCENE
 
 SIZE, TILE, SPP = 12, 8, 4  # tiles of 8 on a 12x12 film: the edge tiles are cut (padding out of the loss)
@@ -43,6 +45,23 @@ def test_tiles_add_up_to_the_whole_image():
     for k in params:
         np.testing.assert_allclose(grads[k], np.asarray(want_grad[k]), rtol=1e-4, atol=1e-6)
         assert np.abs(grads[k]).max() > 0
+
+
+def test_a_tile_of_a_cropped_film_is_that_window_of_the_whole_film():
+    """A gradient task's tile (like a render task's) is placed in the film's crop window, not the
+    whole film: a cropped film's tile (0, 0) is the whole film's tile at the crop's offset."""
+    scene = tracer.load_scene(SCENE, accel="jax", res=str(SIZE))
+    params = {k: v for k, v in tracer.parameters(scene).items() if k in KEYS}
+    film = scene.film
+    cropped = dataclasses.replace(scene, film=dataclasses.replace(film, crop_x=5, crop_y=3, crop_width=TILE,
+                                                                    crop_height=TILE))
+    at = jax.jit(tile_image, static_argnames=("spp", "tile_h", "tile_w"))
+    seed, frame = jnp.int32(3), jnp.int32(0)
+    window = at(cropped, params, seed, frame, jnp.int32(0), jnp.int32(0), spp=SPP, tile_h=TILE, tile_w=TILE)
+    whole = at(scene, params, seed, frame, jnp.int32(3), jnp.int32(5), spp=SPP, tile_h=TILE, tile_w=TILE)
+    corner = at(scene, params, seed, frame, jnp.int32(0), jnp.int32(0), spp=SPP, tile_h=TILE, tile_w=TILE)
+    np.testing.assert_allclose(np.asarray(window), np.asarray(whole), rtol=1e-5, atol=1e-7)
+    assert np.abs(np.asarray(window) - np.asarray(corner)).max() > 1e-3  # (the film's own corner is elsewhere)
 
 
 def test_a_step_resumed_from_its_state_bytes_is_the_same_bits():
