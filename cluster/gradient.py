@@ -91,13 +91,15 @@ def tile_gradient(scenes: Sequence[Scene], task: GradientTask, process: int, pro
         return out
 
     # JAX keys an executable by its device: each device's first band compiles the job's program
-    # for it. The first device's goes first, alone: on GPUs the persistent compilation cache keys
-    # a program without its device, so the other devices load that one instead of compiling it
-    # again (on CPUs they compile it, side by side). A call returns once dispatched.
-    answers = run(0)
-    if local > 1:
-        with ThreadPoolExecutor(local - 1) as pool:
-            answers.update({b: a for part in pool.map(run, range(1, local)) for b, a in part.items()})
+    # for it. On GPUs the persistent compilation cache keys a program without its device, so the
+    # first device's goes first, alone, and the others load it instead of compiling it again; on
+    # CPUs (whose executables are bound to their device) they all compile, side by side. A call
+    # returns once dispatched.
+    first = 1 if jax.tree.leaves(scenes[0])[0].devices().pop().platform == "gpu" else 0
+    answers = {b: a for j in range(first) for b, a in run(j).items()}
+    if local > first:
+        with ThreadPoolExecutor(local - first) as pool:
+            answers.update({b: a for part in pool.map(run, range(first, local)) for b, a in part.items()})
     packed = _pack(jax.device_get(answers), task, count, rows)
     if processes > 1:
         from jax.experimental import multihost_utils

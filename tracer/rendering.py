@@ -46,6 +46,7 @@ __all__ = ["local_mesh", "WorkShape", "WorkItem", "plan_work", "render_tile", "r
            "DEFAULT_PASS_SIZE", "DEFAULT_TILE"]
 
 RAY_AXIS = "rays"
+LANE_BLOCK = 64  # rays a device traces come in whole blocks of this many (_render_passes)
 
 
 def local_mesh() -> Mesh:
@@ -152,7 +153,11 @@ def _render_passes(scene: Scene, frame: jax.Array, seed: jax.Array, tile_y: jax.
     shape = (passes * pass_size, gh, gw)
     n = passes * pass_size * gh * gw
     n_dev = mesh.devices.size
-    per_device = -(-n // n_dev)
+    # A device's rays, rounded up to whole blocks of LANE_BLOCK: XLA's CPU code computes an
+    # array's last partial vector in a remainder loop, whose rounding can differ from the vector
+    # loop's (measured: 22 camera rays a pass an ulp apart between 2 and 3 devices on a 17-row
+    # tile). In whole blocks, every ray is a vector loop's on any device count.
+    per_device = -(-n // (n_dev * LANE_BLOCK)) * LANE_BLOCK
 
     # Everything runs inside shard_map, nothing is left to XLA's partitioner (which may split a
     # reduction differently for different device counts). Device i traces the rays

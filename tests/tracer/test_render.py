@@ -128,11 +128,13 @@ DEVICES_SCRIPT = textwrap.dedent("""
         scene = tracer.load_scene(path, **params)
         scene = dataclasses.replace(scene, settings=dataclasses.replace(scene.settings, sampler=sampler))
         out = []
-        for n in (2, 3, 4):  # (a process has at least 2: tracer.runtime.cpu.MIN_CPU_DEVICES)
+        # (a process has at least 2: tracer.runtime.cpu.MIN_CPU_DEVICES; 4 devices over two hosts
+        # against 2 on one: tests/cluster/test_group.py)
+        for n in (2, 3):
             mesh = Mesh(np.array(jax.devices()[:n]), ("rays",))
-            # 18 rows: the devices' bands of output rows (9, 6, 5 rows) do not divide it evenly.
-            z = (jnp.zeros((18, 20, 3), jnp.float32), jnp.zeros((18, 20), jnp.float32))
-            v, w = render_tile(scene, WorkItem.of(0, 3, 0, 0, 0, 2, 8), *z, shape=WorkShape(18, 20, 4), mesh=mesh)
+            # 17 rows: neither 2 nor 3 devices' bands of output rows divide the tile evenly.
+            z = (jnp.zeros((17, 20, 3), jnp.float32), jnp.zeros((17, 20), jnp.float32))
+            v, w = render_tile(scene, WorkItem.of(0, 3, 0, 0, 0, 2, 8), *z, shape=WorkShape(17, 20, 4), mesh=mesh)
             out.append(np.asarray(v))
         assert out[0].mean() > 0
         print(path, sampler, "same" if all(np.array_equal(out[0], o) for o in out) else "different")
@@ -140,10 +142,10 @@ DEVICES_SCRIPT = textwrap.dedent("""
 
 
 def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
-    """A 256-lane pool that regenerates paths (and drains in one or three phases: over 256, then
-    128 and 64 lanes; two phases are the first two of three) renders the same bits as one pool
-    holding every path of the batch (every BSDF kind, glass included). With the sobol sampler,
-    whose keys are two words (pixel and sample index) carried with each lane."""
+    """A 256-lane pool that regenerates paths and drains in phases (two of three: over 256, then
+    128 lanes) renders the same bits as one pool holding every path of the batch (every BSDF
+    kind, glass included). With the sobol sampler, whose keys are two words (pixel and sample
+    index) carried with each lane."""
     import dataclasses
 
     import jax
@@ -155,8 +157,7 @@ def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
     assert integrator.drain_phases(samples) == 1
     images = []
     never = (1 << 62,) * 2
-    for pool, min_phase, least, phase_samples in ((1 << 30, 1 << 30, 2, never), (256, 32, 1, never),
-                                                  (256, 32, 2, (0, samples))):
+    for pool, min_phase, least, phase_samples in ((1 << 30, 1 << 30, 2, never), (256, 32, 2, (0, samples))):
         monkeypatch.setattr(integrator, "_MIN_PHASE", min_phase)
         monkeypatch.setattr(integrator, "DRAIN_PHASES", least)  # tracer.render's least
         monkeypatch.setattr(integrator, "PHASE_SAMPLES", phase_samples)
@@ -169,12 +170,12 @@ def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
         np.testing.assert_array_equal(images[0], image)
 
 
-def test_two_three_and_four_devices_render_the_same_bits():
+def test_two_and_three_devices_render_the_same_bits():
     # With the deterministic CPU flags (tracer.runtime.xla_flags): a scene with every BSDF kind (the
     # brute-force intersection of spheres and quads), and the orbit (Embree, spheres, an
     # environment), whose FMA-contracted arithmetic differed between device counts (a one-device
     # program is not partitioned: not used).
-    env = dict(os.environ, XLA_FLAGS=with_flags(devices=4), JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=with_flags(devices=3), JAX_PLATFORMS="cpu")
     result = subprocess.run([sys.executable, "-c", DEVICES_SCRIPT], env=env, capture_output=True, text=True,
                             timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert result.returncode == 0, result.stderr[-2000:]
