@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Entry", "Grant", "share", "free", "FarmQueue", "NAME", "NAMESPACE", "queue_actor", "find_queue", "listed",
+__all__ = ["Entry", "Grant", "share", "free", "room", "FarmQueue", "NAME", "NAMESPACE", "queue_actor", "find_queue", "listed",
            "watched", "state"]
 
 NAME, NAMESPACE = "jaxfarm-queue", "jaxfarm"
@@ -43,19 +43,21 @@ class Entry:
     store: str
     priority: int
     queued_at: float            # Unix time the driver first queued it: the order among equals
-    cost: Mapping[str, float]   # Ray resources of one of its groups (all hosts)
+    cost: Mapping[str, float]   # Ray resources of one host of one of its groups
     wants: int                  # groups it would render on
     held: int = 0               # groups it holds (formed, forming or letting go)
     paused: bool = False
+    hosts: int = 1              # hosts a group spans, each costing ``cost`` on its node
+    spread: bool = True         # each host of a group on a node of its own (Ray's STRICT_SPREAD)
 
 
 @dataclasses.dataclass(frozen=True)
 class Grant:
-    """The queue's answer: ``share`` groups for the job, ``free`` of the cluster's resources not
-    held by any job (a driver forms a group only where it fits in them)."""
+    """The queue's answer: ``share`` groups for the job, ``free``: each live node's resources not
+    held by any job (a driver forms a group only where it fits in them, ``room``)."""
 
     share: int
-    free: Mapping[str, float]
+    free: Sequence[Mapping[str, float]]
 
 
 def _fits(cost: Mapping[str, float], left: Mapping[str, float]) -> bool:
@@ -67,43 +69,64 @@ def _take(left: dict[str, float], cost: Mapping[str, float]) -> None:
         left[r] = left.get(r, 0.0) - v
 
 
-def share(entries: Sequence[Entry], capacity: Mapping[str, float]) -> dict[str, int]:
-    """{store: groups} for ``entries`` on a cluster of ``capacity`` (Ray resources).
+def _place(e: Entry, nodes: list[dict[str, float]]) -> bool:
+    """Take one group of ``e`` from ``nodes`` (each node's resources left), host by host on the
+    first node it fits (a node of its own each where the group spreads); False, taking nothing,
+    where it does not fit. Resources are counted node by node: 16 CPUs free as 4 on each of four
+    nodes hold no group of one 8-CPU host. (Ray's own placement may choose other nodes: this is
+    the queue's estimate.)"""
+    trial, used = [dict(node) for node in nodes], set()
+    for _ in range(e.hosts):
+        at = next((i for i, node in enumerate(trial) if not (e.spread and i in used) and _fits(e.cost, node)), None)
+        if at is None:
+            return False
+        _take(trial[at], e.cost)
+        used.add(at)
+    nodes[:] = trial
+    return True
+
+
+def share(entries: Sequence[Entry], capacity: Sequence[Mapping[str, float]]) -> dict[str, int]:
+    """{store: groups} for ``entries`` on a cluster whose live nodes have ``capacity`` (Ray
+    resources, a mapping a node).
 
     Priorities from the highest down; within one, a group to each job in turn (the first queued
     first) while its group fits in what is left and it wants more; what a priority cannot use
     goes to the next. A paused job gets none."""
-    left, out = dict(capacity), {e.store: 0 for e in entries}
+    left, out = [dict(n) for n in capacity], {e.store: 0 for e in entries}
     for level in sorted({e.priority for e in entries}, reverse=True):
         turn = sorted((e for e in entries if e.priority == level and not e.paused), key=lambda e: e.queued_at)
         while turn:
             for e in list(turn):
-                if out[e.store] >= e.wants or not _fits(e.cost, left):
+                if out[e.store] >= e.wants or not _place(e, left):
                     turn.remove(e)
                     continue
-                _take(left, e.cost)
                 out[e.store] += 1
     return out
 
 
-def free(entries: Sequence[Entry], capacity: Mapping[str, float]) -> dict[str, float]:
-    """The resources of ``capacity`` that no entry's groups hold."""
-    left = dict(capacity)
+def free(entries: Sequence[Entry], capacity: Sequence[Mapping[str, float]]) -> list[dict[str, float]]:
+    """Each node's resources of ``capacity`` that no entry's groups hold (as ``_place`` puts them)."""
+    left = [dict(n) for n in capacity]
     for e in entries:
         for _ in range(e.held):
-            _take(left, e.cost)
+            _place(e, left)
     return left
 
 
-def cluster_capacity() -> dict[str, float]:
-    """CPUs and GPUs of the cluster's live nodes (what groups are made of)."""
+def room(e: Entry, free: Sequence[Mapping[str, float]]) -> int:
+    """How many more groups of ``e`` (at most its ``wants``) fit in the nodes' ``free`` resources."""
+    left, n = [dict(node) for node in free], 0
+    while n < e.wants and _place(e, left):
+        n += 1
+    return n
+
+
+def cluster_capacity() -> list[dict[str, float]]:
+    """CPUs and GPUs of each of the cluster's live nodes (what groups are made of)."""
     import ray
-    total: dict[str, float] = {}
-    for node in ray.nodes():
-        if node.get("Alive"):
-            for r in ("CPU", "GPU"):
-                total[r] = total.get(r, 0.0) + node.get("Resources", {}).get(r, 0.0)
-    return total
+    return [{r: node.get("Resources", {}).get(r, 0.0) for r in ("CPU", "GPU")}
+            for node in ray.nodes() if node.get("Alive")]
 
 
 class FarmQueue:
@@ -115,10 +138,10 @@ class FarmQueue:
         self.heard: dict[str, float] = {}  # store -> time.monotonic() of its last report
         restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self.recover_until = time.monotonic() + (RECOVER_S if restarted else 0.0)
-        self.capacity: dict[str, float] = {}
+        self.capacity: list[dict[str, float]] = []
         self.capacity_at = -1e9
 
-    def _capacity(self) -> dict[str, float]:
+    def _capacity(self) -> list[dict[str, float]]:
         now = time.monotonic()
         if now - self.capacity_at > CAPACITY_S:
             self.capacity, self.capacity_at = cluster_capacity(), now

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from farm.queue import Entry, Grant, queue_actor
+from farm.queue import Entry, Grant, queue_actor, room
 
 if TYPE_CHECKING:
     from cluster.group import GroupShape
@@ -22,10 +22,6 @@ REPORT_S = 1.0     # seconds between a driver's reports
 JOIN_S = 60.0      # how long the first answer may take (the queue's actor may be starting)
 
 
-def _cost(shape: GroupShape) -> dict[str, float]:
-    return {r: v * shape.hosts for r, v in shape.bundle().items()}
-
-
 class Seat:
     """The job of ``store`` in the queue: ``priority``, groups of ``shapes`` (their first's cost
     stands for all), paused while ``paused()`` says so (the store's flag)."""
@@ -33,7 +29,9 @@ class Seat:
     def __init__(self, store: str, priority: int, shapes: Sequence[GroupShape], paused: Callable[[], bool],
                  log: Callable[[str], object] = print):
         self.store, self.priority, self.paused, self.log = store, priority, paused, log
-        self.cost, self.wants = _cost(shapes[0]), len(shapes)
+        first = shapes[0]
+        self.cost, self.hosts, self.spread = first.bundle(), first.hosts, first.strategy == "STRICT_SPREAD"
+        self.wants = len(shapes)
         self.queued_at = time.time()
         self.actor: Any = None
         self.pending: Any = None     # the ObjectRef of the report sent last, not yet answered
@@ -44,7 +42,11 @@ class Seat:
 
     def entry(self, held: int) -> Entry:
         self.was_paused = self.paused()
-        return Entry(self.store, self.priority, self.queued_at, self.cost, self.wants, held, self.was_paused)
+        return self._entry(held, self.was_paused)
+
+    def _entry(self, held: int, paused: bool) -> Entry:
+        return Entry(self.store, self.priority, self.queued_at, self.cost, self.wants, held, paused, self.hosts,
+                     self.spread)
 
     def join(self) -> Grant | None:
         """Queue the job (starting the cluster's queue if it is not running); its first grant,
@@ -83,9 +85,9 @@ class Seat:
                 self.pending = None
         return None if self.away else self.grant
 
-    def room(self, free: Mapping[str, float]) -> int:
-        """How many of the job's groups fit in ``free`` resources."""
-        return min((int(free.get(r, 0.0) // v) for r, v in self.cost.items() if v > 0), default=self.wants)
+    def room(self, free: Sequence[Mapping[str, float]]) -> int:
+        """How many of the job's groups fit in ``free`` resources (a mapping a node)."""
+        return room(self._entry(0, False), free)
 
     def leave(self) -> None:
         """Out of the queue (the job ended, or its driver stops): its groups go to others at once."""

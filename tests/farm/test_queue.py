@@ -18,7 +18,7 @@ import ray
 from cluster.group import GroupShape
 from cluster.simulated import Hosts
 from farm import job, queue as farm_queue
-from farm.queue import Entry, share
+from farm.queue import Entry, free, room, share
 from farm.results import Commits
 from farm.scheduler import run_job
 from farm.seat import Seat
@@ -35,13 +35,30 @@ SHAPES = [GroupShape()] * 2  # two groups of one CPU each: the cluster holds two
 def test_shares_go_by_priority_then_in_turn():
     cpu = {"CPU": 1.0}
     low, high = Entry("low", 0, 1.0, cpu, 2), Entry("high", 5, 2.0, cpu, 2)
-    assert share([low, high], {"CPU": 2.0}) == {"low": 0, "high": 2}
-    assert share([low, high], {"CPU": 3.0}) == {"low": 1, "high": 2}  # what a priority cannot use goes down
+    assert share([low, high], [{"CPU": 2.0}]) == {"low": 0, "high": 2}
+    assert share([low, high], [{"CPU": 2.0}, {"CPU": 1.0}]) == {"low": 1, "high": 2}  # what a priority cannot use goes down
     a, b = Entry("a", 0, 1.0, cpu, 3), Entry("b", 0, 2.0, cpu, 3)
-    assert share([b, a], {"CPU": 3.0}) == {"a": 2, "b": 1}  # in turn, the first queued first
+    assert share([b, a], [{"CPU": 3.0}]) == {"a": 2, "b": 1}  # in turn, the first queued first
     paused = Entry("high", 5, 2.0, cpu, 2, paused=True)
-    assert share([low, paused], {"CPU": 2.0}) == {"low": 2, "high": 0}
-    assert share([Entry("gpu", 0, 1.0, {"CPU": 1.0, "GPU": 4.0}, 2)], {"CPU": 8.0, "GPU": 4.0}) == {"gpu": 1}
+    assert share([low, paused], [{"CPU": 2.0}]) == {"low": 2, "high": 0}
+    assert share([Entry("gpu", 0, 1.0, {"CPU": 1.0, "GPU": 4.0}, 2)], [{"CPU": 8.0, "GPU": 4.0}]) == {"gpu": 1}
+
+
+def test_groups_are_counted_node_by_node():
+    """16 CPUs free as 4 on each of four nodes hold no group of one 8-CPU host; a group spread over
+    2 hosts takes two nodes (STRICT_SPREAD), one packed may take one."""
+    big = Entry("big", 0, 1.0, {"CPU": 8.0}, 2)
+    assert share([big], [{"CPU": 4.0}] * 4) == {"big": 0}
+    assert share([big], [{"CPU": 4.0}] * 3 + [{"CPU": 16.0}]) == {"big": 2}
+    spread = Entry("spread", 0, 1.0, {"CPU": 2.0}, 3, hosts=2)
+    assert share([spread], [{"CPU": 4.0}, {"CPU": 2.0}]) == {"spread": 1}  # node 0's second half: no second node
+    assert share([spread], [{"CPU": 4.0}, {"CPU": 4.0}]) == {"spread": 2}
+    packed = Entry("packed", 0, 1.0, {"CPU": 2.0}, 3, hosts=2, spread=False)
+    assert share([packed], [{"CPU": 4.0}, {"CPU": 2.0}]) == {"packed": 1}  # 3 hosts' worth: one group of 2
+    # What is free is counted where the held groups sit; a job's room is what fits there.
+    left = free([Entry("held", 9, 0.0, {"CPU": 2.0}, 1, held=1, hosts=2)], [{"CPU": 4.0}, {"CPU": 4.0}])
+    assert left == [{"CPU": 2.0}, {"CPU": 2.0}]
+    assert room(big, left) == 0 and room(Entry("small", 0, 1.0, {"CPU": 2.0}, 5), left) == 2
 
 
 @pytest.fixture(scope="module")
