@@ -116,6 +116,8 @@ def free(entries: Sequence[Entry], capacity: Sequence[Mapping[str, float]]) -> l
 
 def room(e: Entry, free: Sequence[Mapping[str, float]]) -> int:
     """How many more groups of ``e`` (at most its ``wants``) fit in the nodes' ``free`` resources."""
+    if isinstance(free, Mapping):  # (a queue actor of an earlier version, still running: the cluster's sums)
+        free = [free]
     left, n = [dict(node) for node in free], 0
     while n < e.wants and _place(e, left):
         n += 1
