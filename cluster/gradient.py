@@ -95,11 +95,12 @@ def tile_gradient(scenes: Sequence[Scene], task: GradientTask, process: int, pro
     # first device's goes first, alone, and the others load it instead of compiling it again; on
     # CPUs (whose executables are bound to their device) they all compile, side by side. A call
     # returns once dispatched.
-    first = 1 if jax.tree.leaves(scenes[0])[0].devices().pop().platform == "gpu" else 0
-    answers = {b: a for j in range(first) for b, a in run(j).items()}
-    if local > first:
-        with ThreadPoolExecutor(local - first) as pool:
-            answers.update({b: a for part in pool.map(run, range(first, local)) for b, a in part.items()})
+    alone = jax.tree.leaves(scenes[0])[0].devices().pop().platform == "gpu"
+    answers = run(0) if alone else {}
+    rest = range(1 if alone else 0, local)
+    if rest:
+        with ThreadPoolExecutor(len(rest)) as pool:
+            answers.update({b: a for part in pool.map(run, rest) for b, a in part.items()})
     packed = _pack(jax.device_get(answers), task, count, rows)
     if processes > 1:
         from jax.experimental import multihost_utils
