@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from tracer.runtime.programs import KeptPrograms
 
-__all__ = ["FOLDER", "KEEP", "SHARED_ACCELS", "key", "load", "save", "program"]
+__all__ = ["FOLDER", "KEEP", "SHARED_ACCELS", "code_digest", "key", "load", "save", "program"]
 
 FOLDER = "jaxfarm-programs"  # under JAX's cache folder
 KEEP = 32                    # programs kept (each some MB: orbit.xml's work unit 2.5 MB)
@@ -45,7 +45,7 @@ _SUFFIX = ".program"
 _code: list[str] = []        # the tracer's code digest, once a process
 
 
-def _code_digest() -> str:
+def code_digest() -> str:
     """sha256 over every file of the tracer package (its Python and its native extension)."""
     if not _code:
         import tracer
@@ -69,7 +69,7 @@ def key(kept: KeptPrograms, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         return None
     environment = sorted((k, v) for k, v in os.environ.items() if k == "XLA_FLAGS" or k.startswith(("JAX_", "XLA_")))
     devices = [(d.id, d.platform, d.device_kind, d.process_index) for d in jax.devices()]
-    parts = (_code_digest(), sys.version, jax.__version__, jaxlib.__version__, np.__version__,
+    parts = (code_digest(), sys.version, jax.__version__, jaxlib.__version__, np.__version__,
              sorted((k, repr(v)) for k, v in jax.config.values.items()), environment, devices,
              kept.signature(args, kwargs))
     return hashlib.sha256(repr(parts).encode()).hexdigest()

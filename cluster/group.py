@@ -177,6 +177,16 @@ class WorkerGroup:
                 for m in self.members]
         self.info = self._get(refs, deadline, f"initializing jax.distributed at {coordinator}" if n > 1 else "starting JAX")
         self.where = self._get([m.where.remote() for m in self.members], deadline, "locating members")
+        renderers = {str(i.get("renderer")) for i in self.info}
+        if len(renderers) > 1:  # (their tiles would not be one renderer's bits)
+            said = "; ".join(f"{i.get('renderer')} on {ip or 'a host'}" for i, (_, ip, _) in zip(self.info, self.where))
+            raise GroupError(f"{self.name}: its hosts render with different software ({said}): install the same "
+                             f"tracer, jax and jaxlib on every host")
+
+    @property
+    def renderer(self) -> str | None:
+        """What renders this group's samples (``cluster.renderer.describe``); None before it started."""
+        return str(self.info[0]["renderer"]) if self.info and "renderer" in self.info[0] else None
 
     def _place(self, deadline):
         if self.shape.platform == "tpu":

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
-from cluster import bootstrap
+from cluster import bootstrap, renderer
 from cluster.gradient_task import GradientTask, Stepped, StepTask, TileGradient
 from cluster.task import SceneRef, TileSums, TileTask, TileWritten
 
@@ -72,7 +72,8 @@ class Member:
         bootstrap.join_group(coordinator, self.size, self.rank, timeout_s, heartbeat_s)
         self.mesh = Mesh(np.array(jax.devices()), (RAY_AXIS,))
         return dict(rank=self.rank, process_index=jax.process_index(), global_devices=jax.device_count(),
-                    local_devices=jax.local_device_count(), platform=jax.default_backend())
+                    local_devices=jax.local_device_count(), platform=jax.default_backend(),
+                    renderer=renderer.describe())
 
     def _replicate(self, tree):
         """Host values (the same on every member) as global arrays replicated over the mesh."""

@@ -84,6 +84,7 @@ class JobSummary:
     damaged_frames: tuple[int, ...] = ()  # the frame numbers of those
     per_frame: tuple[FrameProgress, ...] = ()  # FrameProgress per frame
     cpu_isa: str | None = None        # a CPU job's arithmetic: its instruction-set level (tracer.runtime.xla_flags)
+    renderers: tuple[str, ...] = ()   # the software that rendered its samples (FrameStore.renderers), first to last
     failures: Retries = Retries()     # the last run's retries, per task with their reasons, and hosts left out
     verified: bool = False            # samples counted where the data passes its CRC (else: as recorded)
 
@@ -263,7 +264,8 @@ def _summary(name: str, spec: JobSpec, fs: FrameStore, now: float, verify: bool 
         eta_s=eta if running else None, updated=updated,
         damaged_tasks=len(bad), damaged_frames=tuple(sorted({spec.frames[0] + int(key[0]) for key in bad})),
         per_frame=_frames(spec.frames[0], table, eta if running else None, running),
-        cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None, failures=read_notes(notes),
+        cpu_isa=spec.groups.cpu_isa if spec.groups.platform == "cpu" else None, renderers=tuple(fs.renderers),
+        failures=read_notes(notes),
         verified=bool(verify))
 
 

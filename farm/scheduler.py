@@ -186,6 +186,7 @@ class _JobRun:
         self.folds: Commits | Folds | None = None  # Commits (workers write), or Folds (results come back)
         self.folded: set[int] = set()  # frame indexes whose records changed since the summary was written
         self.compiles: dict[str, float] | None = None  # the groups' XLA programs (cluster.bootstrap.compile_stats), summed
+        self.renderers: set[str] = set()  # the groups' software, noted in the store (note_renderer)
 
     # -- checking what the store has ---------------------------------------------------------
 
@@ -356,12 +357,23 @@ class _JobRun:
                 task = self.next_task(group, where)
                 if task is None:
                     break
+                self.note_renderer(group)
                 tile = self.tile_task(task)
                 d = Dispatch(task, group, group.submit(tile), group.generation, time.monotonic(), _hosts(group),
                              tile.out)
                 self.live[task.key] = d
                 self.inflight[group.ready_ref(d.handle)] = d
                 self.load[group] += 1
+
+    def note_renderer(self, group):
+        """Before a group's first task: the store notes its software (said once where it differs
+        from what rendered the store's samples so far)."""
+        renderer = getattr(group, "renderer", None)  # (cluster.simulated's groups have none)
+        if renderer is not None and renderer not in self.renderers:
+            self.renderers.add(renderer)
+            warning = self.store.note_renderer(renderer)
+            if warning:
+                self.log(f"warning: {warning}")
 
     def next_task(self, group, where=None):
         """The first queued task within its tile's window that may go to ``group`` (``where``:

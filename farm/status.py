@@ -78,6 +78,11 @@ def _lines(store, spec, fs, s):
              + ("" if s.verified else " (as the driver recorded them; --verify checks every tile's data)")]
     if s.cpu_isa:
         lines.append(f"workers: CPU, {s.cpu_isa} arithmetic (every run of the job; --cpu-isa to change)")
+    if len(s.renderers) > 1:
+        lines.append(f"rendered by {len(s.renderers)} versions of the software (the images agree with one render "
+                     f"in expectation, not to the bit): {' | '.join(s.renderers)}")
+    elif s.renderers:
+        lines.append(f"renderer: {s.renderers[0]}")
     if s.damaged_tasks:
         frames = s.damaged_frames
         shown = ", ".join(map(str, frames[:10])) + (", ..." if len(frames) > 10 else "")

@@ -28,7 +28,8 @@ pixel (3.5 times its float32 RGBA image; 2 K more with K AOV channels) at any sp
 per chunk. The AOVs (``attributes["farm"]["aovs"]``, [name, type] pairs as ``tracer.io.aovs``
 parses them; absent for none) fold and add up exactly as the RGB sums do (``farm.tree``).
 ``attributes["farm"]["rfilter"]`` names the film's reconstruction filter (absent in stores made
-before it was recorded).
+before it was recorded); ``attributes["farm"]["renderers"]`` the software that rendered its
+samples (``cluster.renderer``; more than one where a run of other software resumed it).
 
 Writes: only the driver writes, and a record never points at data that is not there. Every
 Zarr chunk is written whole and at once (a local store writes a file and renames it; an object
@@ -359,6 +360,33 @@ class FrameStore:
         meta = dict(self.meta, spec=spec_json, identity=identity)
         self.group.attrs["farm"] = meta
         self.meta = meta
+
+    @property
+    def renderers(self) -> list[str]:
+        """What rendered the store's samples (``cluster.renderer.describe``), first to last; empty for
+        a store made before stores noted it, or with nothing rendered yet."""
+        noted = self.meta.get("renderers", [])
+        return [str(r) for r in noted] if isinstance(noted, list) else []
+
+    def note_renderer(self, renderer: str) -> str | None:
+        """Note that ``renderer`` is about to add samples (the driver alone calls this, before its
+        first task on a group of that renderer). Returns a one-line warning where the store's
+        samples so far came from other software: the sums then mix the two's bits (the same
+        image in expectation, not the bits of one render)."""
+        earlier = self.renderers
+        if renderer in earlier:
+            return None
+        rendered = bool(np.asarray(self.records[...]).any())
+        self._check_lease()
+        noted = [*earlier, renderer] if rendered else [renderer]
+        meta = dict(self.meta, renderers=noted)
+        self.group.attrs["farm"] = meta
+        self.meta = meta
+        if not rendered:
+            return None
+        before = "; ".join(earlier) if earlier else "a farm that did not note its software"
+        return (f"{self.url}: its samples so far were rendered by {before}; these are rendered by {renderer}: "
+                f"the images agree with one render in expectation, not to the bit")
 
     def tile_box(self, ty: int, tx: int) -> tuple[int, int, int, int]:
         y0, x0 = ty * self.tile, tx * self.tile

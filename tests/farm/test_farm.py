@@ -42,17 +42,31 @@ def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
         assert got.shape == (30, 40, 3) and got.mean() > 0.01
         np.testing.assert_array_equal(got, want)
     assert np.abs(images[0] - images[2]).mean() > 0.01  # the camera moved
+    # The store notes what rendered it: the members' tracer, jax and jaxlib, and the arithmetic.
+    import jax
+    import jaxlib
+    (renderer,) = store.renderers
+    assert f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, cpu {spec.groups.cpu_isa}" in renderer
     # Nothing left: a second run renders nothing.
     assert run_job(spec, store, job.group_shapes(spec, local=True), show_progress=False).todo == []
+    # Samples of other software: a refine is told, once, and the status names both.
+    other = "tracer 0123456789ab, jax 0.1, jaxlib 0.1, cpu AVX2"
+    store.group.attrs["farm"] = dict(store.meta, renderers=[other])
     # More samples, twice: 20 spp continue the stored tail (its passes were whole); 70 spp
     # complete chunk 0 (folded) and start a tail whose last pass is cut. Each time the result
     # is the bits of a job rendered at that spp from the start.
     for spp, chunks, continues in ((20, {0}, True), (70, {0, 1}, True)):
         more, store = job.prepare(dataclasses.replace(orbit_spec(tmp_path / "a.zarr"), spp=spp))
-        plan = run_job(more, store, job.group_shapes(more, local=True), show_progress=False)
+        said = []
+        plan = run_job(more, store, job.group_shapes(more, local=True), show_progress=False, log=said.append)
         assert {t.chunk for t in plan.todo} == chunks and any(t.continues for t in plan.todo) == continues
+        warned = [line for line in said if "not to the bit" in line]
+        assert len(warned) == (spp == 20) and (spp != 20 or other in warned[0] and renderer in warned[0])
         for got, want in zip(exported(store.url, tmp_path, f"more{spp}"), reference(more)):
             np.testing.assert_array_equal(got, want)
+    assert FrameStore.open(store.url, "r").renderers == [other, renderer]
+    code, out, _ = farm_main("status", store.url)
+    assert code == 0 and f"rendered by 2 versions of the software" in out and other in out and renderer in out
     assert store.all_records()["folded"].tolist() == np.ones((3, 2, 3), int).tolist()  # one chunk folded
 
 
