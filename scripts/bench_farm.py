@@ -4,8 +4,10 @@
 
 Both sides render the same frames with the same reduction tree (tile, pass and chunk sizes), each
 in a fresh process: the farm on its embedded local Ray with one worker group (Ray start-up, the
-store, the scheduler and the group's start-up included), the loop as ``tracer.load_scene`` then
-``tracer.render`` per frame. Printed: wall time of each, their ratio (the farm's overhead), and
+store, the scheduler and the group's start-up included), twice: cold (a compilation cache of the
+run's own, empty) and warm (a second job, another store, on that cache); the loop as
+``tracer.load_scene`` then ``tracer.render`` per frame (its compile included: ``tracer.render``
+keeps no persistent cache). Printed: wall time of each, the ratios (the farm's overhead), and
 the time to the first finished frame (for the farm: until every task of some frame is recorded
 in the store). The final images are compared bit for bit.
 """
@@ -62,23 +64,30 @@ def main():
     store = tmp / "job.zarr"
     last = args.frames - 1
     farm_cmd = [sys.executable, "-m", "farm.cli", "render", args.scene, "--frames", f"0-{last}", "--spp",
-                str(args.spp), "--res", args.res, "--set", f"angle=0:0,{last}:{15 * last}", "--out", str(store),
-                "--no-progress"]
+                str(args.spp), "--res", args.res, "--set", f"angle=0:0,{last}:{15 * last}", "--out"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     print(f"{os.cpu_count()} cores; {args.frames} frames of {args.scene} at {args.res}, {args.spp} spp", flush=True)
 
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(farm_cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    first_frame = None
-    while proc.poll() is None:
-        if first_frame is None and FrameStore.exists(str(store)):
-            records = FrameStore.open(str(store), mode="r").all_records()
-            if np.any(np.all(records["folded"].reshape(records.shape[0], -1) > 0, axis=1)):
-                first_frame = time.perf_counter() - t0
-        time.sleep(0.5)  # polling the store costs the farm CPU time: not too often
-    farm_s = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"farm failed: {proc.stderr.read()[-2000:]}")
+    def run_farm(store):
+        """(wall seconds, seconds to the first finished frame) of ``farm render`` into ``store``."""
+        t0 = time.perf_counter()
+        cmd = [*farm_cmd[:farm_cmd.index("--out") + 1], str(store), "--no-progress"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        first_frame = None
+        while proc.poll() is None:
+            if first_frame is None and FrameStore.exists(str(store)):
+                records = FrameStore.open(str(store), mode="r").all_records()
+                if np.any(np.all(records["folded"].reshape(records.shape[0], -1) > 0, axis=1)):
+                    first_frame = time.perf_counter() - t0
+            time.sleep(0.5)  # polling the store costs the farm CPU time: not too often
+        if proc.returncode != 0:
+            raise SystemExit(f"farm failed: {proc.stderr.read()[-2000:]}")
+        return time.perf_counter() - t0, first_frame
+
+    # Cold: a compilation cache of the run's own, empty; warm: a second job (another store) on it.
+    env["JAXFARM_XLA_CACHE"] = str(tmp / "xla-cache")
+    farm_s, first_frame = run_farm(store)
+    warm_s, warm_first = run_farm(tmp / "warm.zarr")
     spec, fs = open_store(str(store))
     farm_images = [np.load(path) for _, path, _ in export_frames(spec, fs, None, "npy", str(tmp / "farm"))]
 
@@ -94,9 +103,11 @@ def main():
     loop_images = [np.load(tmp / "loop" / f"frame_{f:04d}.npy") for f in range(args.frames)]
     same = all(np.array_equal(a, b) for a, b in zip(farm_images, loop_images))
 
-    print(f"{'':28s}{'farm':>10s}{'tracer loop':>13s}{'ratio':>8s}")
-    print(f"{'wall time, s':28s}{farm_s:10.1f}{loop['total_s']:13.1f}{farm_s / loop['total_s']:8.2f}")
-    print(f"{'time to first frame, s':28s}{first_frame or float('nan'):10.1f}{loop['first_s']:13.1f}")
+    print(f"{'':28s}{'farm cold':>10s}{'farm warm':>10s}{'tracer loop':>13s}{'cold/loop':>10s}{'warm/loop':>10s}")
+    print(f"{'wall time, s':28s}{farm_s:10.1f}{warm_s:10.1f}{loop['total_s']:13.1f}{farm_s / loop['total_s']:10.2f}"
+          f"{warm_s / loop['total_s']:10.2f}")
+    print(f"{'time to first frame, s':28s}{first_frame or float('nan'):10.1f}{warm_first or float('nan'):10.1f}"
+          f"{loop['first_s']:13.1f}")
     print(f"images bit-identical: {same}")
 
 
