@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self, cast
 
 import ray
@@ -30,7 +30,7 @@ from tracer.shared import PLATFORMS
 if TYPE_CHECKING:
     from ray.util.tpu import SlicePlacementGroup
 
-__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes"]
+__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes", "check_one_renderer"]
 
 _names = itertools.count()
 NODE_WAIT_S = 10.0  # how long a group waits for room on its shape's node before going elsewhere
@@ -113,6 +113,18 @@ def discover_shapes(nodes: Iterable[Mapping[str, Any]] | None = None) -> list[Gr
     return [GroupShape(hosts=1, platform="cpu", strategy="SPREAD", node=n.get("NodeID")) for n in cpu] or [GroupShape()]
 
 
+def check_one_renderer(name: str, info: Sequence[Mapping[str, Any]],
+                       where: Sequence[tuple[str | None, str | None, int | None]]) -> None:
+    """Refuse (GroupError) a group whose members' ``initialize`` answers (``info``; ``where``: their
+    (node, IP, pid)) name different renderers (``cluster.renderer``): their tiles would not be one
+    renderer's bits."""
+    renderers = {str(i.get("renderer")) for i in info}
+    if len(renderers) > 1:
+        said = "; ".join(f"{i.get('renderer')} on {ip or 'a host'}" for i, (_, ip, _) in zip(info, where))
+        raise GroupError(f"{name}: its hosts render with different software ({said}): install the same tracer, "
+                         f"jax and jaxlib on every host")
+
+
 class WorkerGroup:
     """A started group: ``submit(task)`` renders one ``cluster.task.TileTask`` on all members.
 
@@ -177,11 +189,7 @@ class WorkerGroup:
                 for m in self.members]
         self.info = self._get(refs, deadline, f"initializing jax.distributed at {coordinator}" if n > 1 else "starting JAX")
         self.where = self._get([m.where.remote() for m in self.members], deadline, "locating members")
-        renderers = {str(i.get("renderer")) for i in self.info}
-        if len(renderers) > 1:  # (their tiles would not be one renderer's bits)
-            said = "; ".join(f"{i.get('renderer')} on {ip or 'a host'}" for i, (_, ip, _) in zip(self.info, self.where))
-            raise GroupError(f"{self.name}: its hosts render with different software ({said}): install the same "
-                             f"tracer, jax and jaxlib on every host")
+        check_one_renderer(self.name, self.info, self.where)
 
     @property
     def renderer(self) -> str | None:

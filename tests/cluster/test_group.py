@@ -125,3 +125,17 @@ def test_default_groups_from_the_cluster():
     cpu_nodes = [{"Alive": True, "Resources": {"CPU": 2}}, {"Alive": True, "Resources": {"CPU": 2}},
                  {"Alive": True, "Resources": {"CPU": 0}}]
     assert [s.platform for s in discover_shapes(cpu_nodes)] == ["cpu", "cpu"]
+
+
+def test_a_group_whose_hosts_run_other_software_is_refused_naming_them():
+    from cluster.group import check_one_renderer
+
+    where = [("n1", "10.0.0.1", 11), ("n2", "10.0.0.2", 12)]
+    same = [{"renderer": "tracer aaa, jax 0.9, jaxlib 0.9, cpu AVX2"}] * 2
+    check_one_renderer("g", same, where)  # one renderer: nothing said
+    other = [same[0], {"renderer": "tracer aaa, jax 0.8, jaxlib 0.8, cpu AVX2"}]
+    with pytest.raises(GroupError) as raised:
+        check_one_renderer("g", other, where)
+    said = str(raised.value)
+    assert "\n" not in said and said.startswith("g: its hosts render with different software")
+    assert "jax 0.8, jaxlib 0.8, cpu AVX2 on 10.0.0.2" in said and "jax 0.9, jaxlib 0.9, cpu AVX2 on 10.0.0.1" in said
