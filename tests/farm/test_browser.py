@@ -93,7 +93,10 @@ def test_a_live_render_in_the_browser_its_thumbnail_changing_as_samples_arrive(t
     # The render starts first: Ray's start (most of this test's time) goes on while the server starts.
     render = subprocess.Popen([sys.executable, "-m", "farm.cli", "render", ORBIT, "--frames", "0-1", "--spp", "32",
                                "--res", "40x30", "--tile", "16", "--out", str(root / "orbit.zarr"), "--no-progress"],
-                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                              # (held stopped for each look, which may take long on a loaded machine:
+                              # past a 30 s lease the driver stops, having lost its store)
+                              env=dict(os.environ, FARM_LEASE_S="600"))
     looks = []
     try:
         with served(root) as (_, port):
