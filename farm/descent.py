@@ -303,6 +303,10 @@ def run(spec: JobSpec, store: FrameStore, opt: Optimization, targets: Sequence[n
     try:
         notes.write("running", "forming groups")
         groups = start_groups(shapes, WorkerGroup, init_timeout_s, log)
+        for renderer in dict.fromkeys(g.renderer for g in groups if g.renderer is not None):
+            warning = store.note_renderer(renderer, rendered=at.iteration > 0)
+            if warning:
+                log(f"warning: {warning}")
         notes.write("running", "compiling")
         while at.iteration < opt.spec.iterations:
             at, loss = _iterate(spec, store, opt, targets, at, groups, log, stop)

@@ -368,15 +368,17 @@ class FrameStore:
         noted = self.meta.get("renderers", [])
         return [str(r) for r in noted] if isinstance(noted, list) else []
 
-    def note_renderer(self, renderer: str) -> str | None:
+    def note_renderer(self, renderer: str, rendered: bool | None = None) -> str | None:
         """Note that ``renderer`` is about to add samples (the driver alone calls this, before its
         first task on a group of that renderer). Returns a one-line warning where the store's
         samples so far came from other software: the sums then mix the two's bits (the same
-        image in expectation, not the bits of one render)."""
+        image in expectation, not the bits of one render). ``rendered``: whether the store holds
+        work already (default: whether a tile's record says so; an optimization's iterations)."""
         earlier = self.renderers
         if renderer in earlier:
             return None
-        rendered = bool(np.asarray(self.records[...]).any())
+        if rendered is None:
+            rendered = bool(np.asarray(self.records[...]).any())
         self._check_lease()
         noted = [*earlier, renderer] if rendered else [renderer]
         meta = dict(self.meta, renderers=noted)
@@ -385,8 +387,8 @@ class FrameStore:
         if not rendered:
             return None
         before = "; ".join(earlier) if earlier else "a farm that did not note its software"
-        return (f"{self.url}: its samples so far were rendered by {before}; these are rendered by {renderer}: "
-                f"the images agree with one render in expectation, not to the bit")
+        return (f"{self.url}: its work so far was done by {before}; from here on by {renderer}: the results "
+                f"agree with one run's in expectation, not to the bit")
 
     def tile_box(self, ty: int, tx: int) -> tuple[int, int, int, int]:
         y0, x0 = ty * self.tile, tx * self.tile

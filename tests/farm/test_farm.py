@@ -60,7 +60,7 @@ def test_job_renders_the_bits_of_the_tracer_and_refines(local_ray, tmp_path):
         said = []
         plan = run_job(more, store, job.group_shapes(more, local=True), show_progress=False, log=said.append)
         assert {t.chunk for t in plan.todo} == chunks and any(t.continues for t in plan.todo) == continues
-        warned = [line for line in said if "not to the bit" in line]
+        warned = [line for line in said if "not to the bit" in line]  # (said once)
         assert len(warned) == (spp == 20) and (spp != 20 or other in warned[0] and renderer in warned[0])
         for got, want in zip(exported(store.url, tmp_path, f"more{spp}"), reference(more)):
             np.testing.assert_array_equal(got, want)

@@ -92,6 +92,8 @@ def test_two_groups_killed_and_resumed_end_in_the_bits_of_one_group(tmp_path, ta
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "took the store over" in resumed.stderr
     assert f"iterations {done + 1}-{ITERATIONS}" in resumed.stderr
+    # The same software resumed it: one renderer noted, nothing said of it.
+    assert len(FrameStore.open(str(store), mode="r").renderers) == 1 and "not to the bit" not in resumed.stderr
     (p1, s1, l1, r1), (p2, s2, l2, r2) = _checkpoints(uninterrupted), _checkpoints(store)
     assert r1[0] == r2[0] == ITERATIONS
     assert p1.tobytes() == p2.tobytes() and s1.tobytes() == s2.tobytes() and l1.tobytes() == l2.tobytes()
