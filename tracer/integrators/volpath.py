@@ -152,6 +152,70 @@ def start(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction: jax.
 
 
 def step(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
+    """One event of every path: roulette, then a medium collision or a surface (null collisions in
+    a heterogeneous medium along a ray whose hit is known first, in a loop of their own)."""
+    if MediumKind.HETEROGENEOUS in scene.media.kinds_present and not scene.settings.hide_emitters:
+        state = _skip_nulls(scene, keys, state)
+    return _event(scene, keys, state)
+
+
+def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
+    """``state`` after the null collisions its paths meet next, each as ``_event`` makes it (the
+    same random numbers, roulette and weights), in a loop that does nothing else: a dense
+    heterogeneous medium under a loose majorant takes many null collisions a real one, which
+    ``_event`` would each pay for with the whole event (the surface's shading, light samples and
+    their ratio tracking, all computed and dropped). Paths whose ray's hit is not yet known (a
+    new ray: ``_event`` finds it) and paths whose next event is not a null collision stop."""
+    md, settings = scene.media, scene.settings
+
+    def null_collision(s: VolumeState) -> tuple[jax.Array, VolumeState]:
+        p = s.path
+        u = path.bounce_uniforms(keys, s.step)
+        u_free = rng.draw(keys, Dims.bounce(s.step, Dims.SPARE), 1)[0]
+        beta_max = vm.max_component(p.throughput)
+        active = p.active & (beta_max > 0)
+        q = jnp.minimum(beta_max * p.eta * p.eta, 0.95)
+        roulette = p.depth > settings.rr_depth
+        active = active & ((u[Dims.ROULETTE] < q) | ~roulette)
+        throughput = jnp.where(roulette & active, p.throughput / jnp.where(q > 0, q, 1.0), p.throughput)
+        if settings.max_depth >= 0:
+            active = active & (p.depth < settings.max_depth)
+        tracked = (active & s.along.known & (s.medium >= 0)
+                   & (media.pick(md, s.medium, md.kind) == MediumKind.HETEROGENEOUS))
+        combined = media.majorant(md, s.medium)
+        mint, maxt = media.extent(md, s.medium, p.origin, p.direction)
+        mint = jnp.maximum(mint, s.along.t_start)
+        flight = jnp.where(tracked, media.free_flight(combined, s.channel, u_free, mint, maxt), jnp.inf)
+        hit = s.along.hit
+        collide = tracked & jnp.isfinite(flight) & ~((hit.prim >= 0) & (hit.t < flight))
+        x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
+        sigma_t, _ = media.coefficients(md, s.medium, x)
+        sigma_n = combined - sigma_t
+        null_chance = jnp.mean(sigma_n / jnp.where(combined > 0, combined, 1.0), axis=0)
+        null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)
+        weight = media.flight_weight(combined, s.channel, flight - mint, collide)
+        weight = weight * sigma_n / jnp.where(null_chance > 0, null_chance, 1.0)
+        spectral = media.pick(md, s.medium, md.spectral)
+        p = dataclasses.replace(p, throughput=jnp.where(spectral, throughput * weight, throughput))
+        passed = VolumeState(path=p, medium=s.medium, channel=s.channel, step=s.step + 1,
+                             along=dataclasses.replace(s.along, t_start=flight))
+        return null, jax.tree.map(lambda a, b: jnp.where(null, a, b), passed, s)
+
+    def more(carry):
+        going, _ = carry
+        return jnp.any(going)
+
+    def body(carry):
+        going, s = carry
+        null, after = null_collision(s)
+        null = going & null
+        return null, jax.tree.map(lambda a, b: jnp.where(null, a, b), after, s)
+
+    _, state = jax.lax.while_loop(more, body, (jnp.ones_like(state.path.active), state))
+    return state
+
+
+def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
     """One event of every path: roulette, then a medium collision or a surface."""
     settings, md, p = scene.settings, scene.media, state.path
     u = path.bounce_uniforms(keys, state.step)
