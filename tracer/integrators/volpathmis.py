@@ -113,6 +113,73 @@ def _flight_ratio(combined, t, collided):
 
 
 def step(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
+    """One event of every path: roulette, then a medium collision or a surface (null collisions in
+    a heterogeneous medium along a ray whose hit is known first, in a loop of their own, as
+    ``volpath.step``'s)."""
+    if MediumKind.HETEROGENEOUS in scene.media.kinds_present and not scene.settings.hide_emitters:
+        state = _skip_nulls(scene, keys, state)
+    return _event(scene, keys, state)
+
+
+def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
+    """``state`` after the null collisions its paths meet next, each as ``_event`` makes it (the
+    same random numbers, roulette and MIS ratios), in a loop that does nothing else (see
+    ``volpath._skip_nulls``). Paths whose ray's hit is not yet known, and paths whose next event
+    is not a null collision, stop."""
+    md, settings = scene.media, scene.settings
+
+    def null_collision(s: MisState) -> tuple[jax.Array, MisState]:
+        p = s.path
+        u = path.bounce_uniforms(keys, s.step)
+        u_free = rng.draw(keys, Dims.bounce(s.step, Dims.SPARE), 1)[0]
+        q = jnp.minimum(vm.max_component(mis_weight(s.p_over_f)) * p.eta * p.eta, 0.95)
+        roulette = p.active & ~s.last_null & (p.depth > settings.rr_depth)
+        active = p.active & ~(roulette & (u[Dims.ROULETTE] >= q))
+        pof = update_weights(s.p_over_f, ratios(q, jnp.ones_like(q)), roulette)
+        if settings.max_depth >= 0:
+            active = active & (p.depth < settings.max_depth)
+        active = active & jnp.any(mis_weight(pof) != 0, axis=0)
+        tracked = (active & s.along.known & (s.medium >= 0)
+                   & (media.pick(md, s.medium, md.kind) == MediumKind.HETEROGENEOUS))
+        combined = media.majorant(md, s.medium)
+        mint, maxt = media.extent(md, s.medium, p.origin, p.direction)
+        mint = jnp.maximum(mint, s.along.t_start)
+        flight = jnp.where(tracked, media.free_flight(combined, s.channel, u_free, mint, maxt), jnp.inf)
+        hit = s.along.hit
+        collide = tracked & jnp.isfinite(flight) & ~((hit.prim >= 0) & (hit.t < flight))
+        spectral = tracked & media.pick(md, s.medium, md.spectral)
+        tr = _flight_ratio(combined, flight - mint, collide)
+        pof = update_weights(pof, tr, spectral)
+        nee = update_weights(s.p_over_f_nee, tr, spectral)
+        x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
+        sigma_t, _ = media.coefficients(md, s.medium, x)
+        sigma_n = combined - sigma_t
+        null_chance = jnp.mean(_safe_div(sigma_n, combined), axis=0)
+        null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)
+        plain = ~spectral
+        pof = update_weights(pof, ratios(null_chance, sigma_n), null & spectral)
+        nee = update_weights(nee, ratios(jnp.ones_like(null_chance), sigma_n), null & spectral)
+        pof = update_weights(pof, ratios(sigma_n, sigma_n), null & plain)
+        nee = update_weights(nee, ratios(jnp.ones_like(null_chance), null_chance), null & plain)
+        passed = dataclasses.replace(s, p_over_f=pof, p_over_f_nee=nee, last_null=null, step=s.step + 1,
+                                     along=dataclasses.replace(s.along, t_start=flight))
+        return null, jax.tree.map(lambda a, b: jnp.where(null, a, b), passed, s)
+
+    def more(carry):
+        going, _ = carry
+        return jnp.any(going)
+
+    def body(carry):
+        going, s = carry
+        null, after = null_collision(s)
+        null = going & null
+        return null, jax.tree.map(lambda a, b: jnp.where(null, a, b), after, s)
+
+    _, state = jax.lax.while_loop(more, body, (jnp.ones_like(state.path.active), state))
+    return state
+
+
+def _event(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
     """One event of every path: roulette, then a medium collision or a surface."""
     settings, md, p = scene.settings, scene.media, state.path
     u = path.bounce_uniforms(keys, state.step)
