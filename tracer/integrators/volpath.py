@@ -254,8 +254,12 @@ def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeStat
     throughput = jnp.where(in_medium, throughput * jnp.where(spectral, weight, plain), throughput)
     p = dataclasses.replace(p, active=active, throughput=throughput)
 
-    medium_state = _collide(scene, keys, state, p, real, x, u)
-    surface_state = _surface(scene, keys, state, p, surface, active & ~collide, u)
+    # One light sample an event, from the collision or the surface (one ratio-tracked
+    # transmittance, not one for each kind of event, every lane tracked by both).
+    here = active & ~collide
+    light = _event_light(scene, keys, state, p, real, x, surface, here, u)
+    medium_state = _collide(scene, keys, state, p, real, x, u, light)
+    surface_state = _surface(scene, keys, state, p, surface, here, u, light)
     # A null collision: the ray goes on from there, nothing else changes.
     passed = VolumeState(path=p, medium=state.medium, channel=state.channel, step=state.step + 1,
                          along=Along(t_start=flight, known=met.whole, hit=met.hit))
@@ -263,17 +267,55 @@ def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeStat
     return jax.tree.map(lambda a, b: jnp.where(null, a, b), passed, out)
 
 
-def _collide(scene, keys, state, p, collide, x, u):
+@pytree_dataclass
+class _Light:
+    """An event's light sample (``_event_light``): from its collision or its surface."""
+
+    ds: emitters.DirectionSample
+    em_weight: jnp.ndarray  # (3, N)
+    nee: jnp.ndarray        # (N,) bool: it counts
+    seen: jnp.ndarray       # (3, N) the fraction that arrives (``_light_transmittance``)
+
+
+def _collision_alive(settings, p, collide):
+    """Lanes whose real collision is a vertex under max_depth."""
+    return collide if settings.max_depth < 0 else collide & (p.depth + 1 < settings.max_depth)
+
+
+def _surface_more(settings, p, hit):
+    """Lanes whose surface hit is a vertex under max_depth."""
+    return hit if settings.max_depth < 0 else hit & (p.depth + 1 < settings.max_depth)
+
+
+def _event_light(scene, keys, state, p, real, x, surface, here, u):
+    """The light sample of each lane's event: from its real collision at x (lanes ``real``, where
+    the medium samples emitters), else from its surface hit (lanes ``here`` that hit a surface
+    with a non-delta lobe), seen through media and null surfaces (the medium beyond the surface
+    in the light's direction)."""
+    settings, md = scene.settings, scene.media
+    sample_emitters = media.pick(md, state.medium, md.sample_emitters)
+    mat, _ = path.material_and_frame(scene, surface)
+    at_surface = _surface_more(settings, p, here & surface.valid) & bsdfs.has_nondelta_lobe(scene.materials, mat)
+    want = jnp.where(real, _collision_alive(settings, p, real) & sample_emitters, at_surface)
+    from_x = vm.select(real, x, surface.si.p)
+    normal = vm.select(real, jnp.zeros_like(x), surface.ng)
+    ds, em_weight, nee = light_sample(scene, from_x, want, u)
+    medium = jnp.where(real, state.medium, beyond(scene.shapes, surface.shape, surface.ng, ds.d, state.medium))
+    seen = _light_transmittance(scene, keys, state.step, from_x, normal, ds, medium, nee)
+    return _Light(ds=ds, em_weight=em_weight, nee=nee, seen=seen)
+
+
+def _collide(scene, keys, state, p, collide, x, u, light):
     """A real collision at x: a light sample weighted by the phase function, then the next
     direction from it."""
     settings, md = scene.settings, scene.media
     depth = p.depth + 1
-    alive = collide if settings.max_depth < 0 else collide & (depth < settings.max_depth)
+    alive = _collision_alive(settings, p, collide)
     wi = -p.direction
     radiance = p.radiance
     sample_emitters = media.pick(md, state.medium, md.sample_emitters)
-    ds, em_weight, nee = light_sample(scene, x, alive & sample_emitters, u)
-    seen = _light_transmittance(scene, keys, state.step, x, jnp.zeros_like(x), ds, state.medium, nee)
+    ds, em_weight, seen = light.ds, light.em_weight, light.seen
+    nee = light.nee & collide
     phase = media.phase_eval(md, state.medium, wi, ds.d, x)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, phase))
     radiance = radiance + jnp.where(nee, p.throughput * phase * em_weight * seen * mis, 0.0)
@@ -291,10 +333,9 @@ def _collide(scene, keys, state, p, collide, x, u):
                        along=fresh_along(scene, p.t_max))
 
 
-def _surface(scene, keys, state, p, surface, here, u):
+def _surface(scene, keys, state, p, surface, here, u, light):
     """The surface event of lanes ``here`` (a hit, or an escape): emission, a light sample through
     media and null surfaces, a BSDF sample; crossing into the shape's other medium."""
-    settings = scene.settings
     looking = dataclasses.replace(p, active=here)
     radiance = path.add_emission(scene, looking, surface, p.radiance)
     hit = here & surface.valid
@@ -303,9 +344,8 @@ def _surface(scene, keys, state, p, surface, here, u):
     si, at = surface.si, tx.texture_point(surface.si.uv, surface.si.attributes)
     past = lambda d: beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)
 
-    more = hit if settings.max_depth < 0 else hit & (p.depth + 1 < settings.max_depth)
-    ds, em_weight, nee = light_sample(scene, si.p, more & bsdfs.has_nondelta_lobe(scene.materials, mat), u)
-    seen = _light_transmittance(scene, keys, state.step, si.p, surface.ng, ds, past(ds.d), nee)
+    ds, em_weight, seen = light.ds, light.em_weight, light.seen
+    nee = light.nee & here
     wo = vm.to_local(frame, ds.d)
     value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, wo, surface.tangents)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
