@@ -19,7 +19,8 @@ estimate Mitsuba draws), ratio tracking in a heterogeneous one; any other surfac
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,7 @@ from tracer.shapes import intersect as isect
 if TYPE_CHECKING:
     from tracer.scene import Scene, Shapes
 
-__all__ = ["VolumeState", "Along", "Meeting", "fresh_along", "meet", "start", "step", "beyond", "light_sample", "CHANNEL_DIM", "MAX_CROSSINGS", "SHADOW_DIMS",
+__all__ = ["VolumeState", "while_null", "flight_to_known_hit", "Along", "Meeting", "fresh_along", "meet", "start", "step", "beyond", "light_sample", "CHANNEL_DIM", "MAX_CROSSINGS", "SHADOW_DIMS",
            "PHASE_CHOICE_DIMS", "MAX_COLLISIONS"]
 
 # The dimension of a path's colour channel: one number per path, outside the per-bounce blocks.
@@ -172,22 +173,8 @@ def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> Volum
         p = s.path
         u = path.bounce_uniforms(keys, s.step)
         u_free = rng.draw(keys, Dims.bounce(s.step, Dims.SPARE), 1)[0]
-        beta_max = vm.max_component(p.throughput)
-        active = p.active & (beta_max > 0)
-        q = jnp.minimum(beta_max * p.eta * p.eta, 0.95)
-        roulette = p.depth > settings.rr_depth
-        active = active & ((u[Dims.ROULETTE] < q) | ~roulette)
-        throughput = jnp.where(roulette & active, p.throughput / jnp.where(q > 0, q, 1.0), p.throughput)
-        if settings.max_depth >= 0:
-            active = active & (p.depth < settings.max_depth)
-        tracked = (active & s.along.known & (s.medium >= 0)
-                   & (media.pick(md, s.medium, md.kind) == MediumKind.HETEROGENEOUS))
-        combined = media.majorant(md, s.medium)
-        mint, maxt = media.extent(md, s.medium, p.origin, p.direction)
-        mint = jnp.maximum(mint, s.along.t_start)
-        flight = jnp.where(tracked, media.free_flight(combined, s.channel, u_free, mint, maxt), jnp.inf)
-        hit = s.along.hit
-        collide = tracked & jnp.isfinite(flight) & ~((hit.prim >= 0) & (hit.t < flight))
+        active, throughput = _roulette(settings, p, u)
+        combined, mint, flight, collide = flight_to_known_hit(scene, s, active, u_free)
         x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
         sigma_t, _ = media.coefficients(md, s.medium, x)
         sigma_n = combined - sigma_t
@@ -199,8 +186,18 @@ def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> Volum
         p = dataclasses.replace(p, throughput=jnp.where(spectral, throughput * weight, throughput))
         passed = VolumeState(path=p, medium=s.medium, channel=s.channel, step=s.step + 1,
                              along=dataclasses.replace(s.along, t_start=flight))
-        return null, jax.tree.map(lambda a, b: jnp.where(null, a, b), passed, s)
+        return null, passed
 
+    return while_null(null_collision, state, state.path.active)
+
+
+S = TypeVar("S")  # a pool's state (VolumeState, volpathmis.MisState)
+
+
+def while_null(null_collision: Callable[[S], tuple[jax.Array, S]], state: S, lanes: jax.Array) -> S:
+    """``state`` after ``null_collision`` (state -> ((N,) bool: the lane's next event is a null
+    collision, the state after it)) was applied to each lane as long as its next event is one;
+    ``lanes``: any (N,) array of the pool (its shape)."""
     def more(carry):
         going, _ = carry
         return jnp.any(going)
@@ -211,17 +208,12 @@ def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> Volum
         null = going & null
         return null, jax.tree.map(lambda a, b: jnp.where(null, a, b), after, s)
 
-    _, state = jax.lax.while_loop(more, body, (jnp.ones_like(state.path.active), state))
-    return state
+    return jax.lax.while_loop(more, body, (jnp.ones_like(lanes, bool), state))[1]
 
 
-def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
-    """One event of every path: roulette, then a medium collision or a surface."""
-    settings, md, p = scene.settings, scene.media, state.path
-    u = path.bounce_uniforms(keys, state.step)
-    u_free = rng.draw(keys, Dims.bounce(state.step, Dims.SPARE), 1)[0]
-
-    # Russian roulette first, as Mitsuba's volpath: from depth > rr_depth.
+def _roulette(settings, p: path.PathState, u: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(active, throughput) after Russian roulette as Mitsuba's volpath (from depth > rr_depth) and
+    max_depth, at the start of every event."""
     beta_max = vm.max_component(p.throughput)
     active = p.active & (beta_max > 0)
     q = jnp.minimum(beta_max * p.eta * p.eta, 0.95)
@@ -230,6 +222,34 @@ def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeStat
     throughput = jnp.where(roulette & active, p.throughput / jnp.where(q > 0, q, 1.0), p.throughput)
     if settings.max_depth >= 0:
         active = active & (p.depth < settings.max_depth)
+    return active, throughput
+
+
+def flight_to_known_hit(scene: Scene, s: Any, active: jax.Array,
+                        u_free: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(majorant (3, N), flight start, tentative collision distance, whether it comes before the
+    kept hit) of lanes ``active`` in a heterogeneous medium whose ray's hit is known (``s``: a
+    state with ``path``, ``medium``, ``channel`` and ``along``), as ``meet`` samples it; other
+    lanes fly no further (inf, no collision)."""
+    md, p = scene.media, s.path
+    tracked = (active & s.along.known & (s.medium >= 0)
+               & (media.pick(md, s.medium, md.kind) == MediumKind.HETEROGENEOUS))
+    combined = media.majorant(md, s.medium)
+    mint, maxt = media.extent(md, s.medium, p.origin, p.direction)
+    mint = jnp.maximum(mint, s.along.t_start)
+    flight = jnp.where(tracked, media.free_flight(combined, s.channel, u_free, mint, maxt), jnp.inf)
+    hit = s.along.hit
+    collide = tracked & jnp.isfinite(flight) & ~((hit.prim >= 0) & (hit.t < flight))
+    return combined, mint, flight, collide
+
+
+def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
+    """One event of every path: roulette, then a medium collision or a surface."""
+    settings, md, p = scene.settings, scene.media, state.path
+    u = path.bounce_uniforms(keys, state.step)
+    u_free = rng.draw(keys, Dims.bounce(state.step, Dims.SPARE), 1)[0]
+
+    active, throughput = _roulette(settings, p, u)
 
     # A (tentative) collision in the ray's medium, or the surface its ray hits first.
     in_medium = active & (state.medium >= 0)

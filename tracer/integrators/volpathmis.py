@@ -132,22 +132,9 @@ def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState
         p = s.path
         u = path.bounce_uniforms(keys, s.step)
         u_free = rng.draw(keys, Dims.bounce(s.step, Dims.SPARE), 1)[0]
-        q = jnp.minimum(vm.max_component(mis_weight(s.p_over_f)) * p.eta * p.eta, 0.95)
-        roulette = p.active & ~s.last_null & (p.depth > settings.rr_depth)
-        active = p.active & ~(roulette & (u[Dims.ROULETTE] >= q))
-        pof = update_weights(s.p_over_f, ratios(q, jnp.ones_like(q)), roulette)
-        if settings.max_depth >= 0:
-            active = active & (p.depth < settings.max_depth)
-        active = active & jnp.any(mis_weight(pof) != 0, axis=0)
-        tracked = (active & s.along.known & (s.medium >= 0)
-                   & (media.pick(md, s.medium, md.kind) == MediumKind.HETEROGENEOUS))
-        combined = media.majorant(md, s.medium)
-        mint, maxt = media.extent(md, s.medium, p.origin, p.direction)
-        mint = jnp.maximum(mint, s.along.t_start)
-        flight = jnp.where(tracked, media.free_flight(combined, s.channel, u_free, mint, maxt), jnp.inf)
-        hit = s.along.hit
-        collide = tracked & jnp.isfinite(flight) & ~((hit.prim >= 0) & (hit.t < flight))
-        spectral = tracked & media.pick(md, s.medium, md.spectral)
+        active, pof = _roulette(settings, s, u)
+        combined, mint, flight, collide = volpath.flight_to_known_hit(scene, s, active, u_free)
+        spectral = collide & media.pick(md, s.medium, md.spectral)
         tr = _flight_ratio(combined, flight - mint, collide)
         pof = update_weights(pof, tr, spectral)
         nee = update_weights(s.p_over_f_nee, tr, spectral)
@@ -163,20 +150,22 @@ def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState
         nee = update_weights(nee, ratios(jnp.ones_like(null_chance), null_chance), null & plain)
         passed = dataclasses.replace(s, p_over_f=pof, p_over_f_nee=nee, last_null=null, step=s.step + 1,
                                      along=dataclasses.replace(s.along, t_start=flight))
-        return null, jax.tree.map(lambda a, b: jnp.where(null, a, b), passed, s)
+        return null, passed
 
-    def more(carry):
-        going, _ = carry
-        return jnp.any(going)
+    return volpath.while_null(null_collision, state, state.path.active)
 
-    def body(carry):
-        going, s = carry
-        null, after = null_collision(s)
-        null = going & null
-        return null, jax.tree.map(lambda a, b: jnp.where(null, a, b), after, s)
 
-    _, state = jax.lax.while_loop(more, body, (jnp.ones_like(state.path.active), state))
-    return state
+def _roulette(settings, state: MisState, u: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(active, p_over_f) after roulette on the MIS throughput (not right after a null collision),
+    max_depth, and paths with nothing left, at the start of every event."""
+    p = state.path
+    q = jnp.minimum(vm.max_component(mis_weight(state.p_over_f)) * p.eta * p.eta, 0.95)
+    roulette = p.active & ~state.last_null & (p.depth > settings.rr_depth)
+    active = p.active & ~(roulette & (u[Dims.ROULETTE] >= q))
+    pof = update_weights(state.p_over_f, ratios(q, jnp.ones_like(q)), roulette)
+    if settings.max_depth >= 0:
+        active = active & (p.depth < settings.max_depth)
+    return active & jnp.any(mis_weight(pof) != 0, axis=0), pof
 
 
 def _event(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
@@ -185,14 +174,7 @@ def _event(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
     u = path.bounce_uniforms(keys, state.step)
     u_free = rng.draw(keys, Dims.bounce(state.step, Dims.SPARE), 1)[0]
 
-    # Roulette on the MIS throughput, not right after a null collision; max_depth; nothing left.
-    q = jnp.minimum(vm.max_component(mis_weight(state.p_over_f)) * p.eta * p.eta, 0.95)
-    roulette = p.active & ~state.last_null & (p.depth > settings.rr_depth)
-    active = p.active & ~(roulette & (u[Dims.ROULETTE] >= q))
-    pof = update_weights(state.p_over_f, ratios(q, jnp.ones_like(q)), roulette)
-    if settings.max_depth >= 0:
-        active = active & (p.depth < settings.max_depth)
-    active = active & jnp.any(mis_weight(pof) != 0, axis=0)
+    active, pof = _roulette(settings, state, u)
 
     # A tentative collision in the ray's medium, or the surface its ray hits first.
     in_medium = active & (state.medium >= 0)
