@@ -186,7 +186,6 @@ class _JobRun:
         self.folds: Commits | Folds | None = None  # Commits (workers write), or Folds (results come back)
         self.folded: set[int] = set()  # frame indexes whose records changed since the summary was written
         self.compiles: dict[str, float] | None = None  # the groups' XLA programs (cluster.bootstrap.compile_stats), summed
-        self.renderers: set[str] = set()  # the groups' software, noted in the store (note_renderer)
 
     # -- checking what the store has ---------------------------------------------------------
 
@@ -366,14 +365,12 @@ class _JobRun:
                 self.load[group] += 1
 
     def note_renderer(self, group):
-        """Before a group's first task: the store notes its software (said once where it differs
-        from what rendered the store's samples so far)."""
+        """Before a group's task: the store notes its software, the first time it is seen (said
+        once where it differs from what rendered the store's samples so far)."""
         renderer = getattr(group, "renderer", None)  # (cluster.simulated's groups have none)
-        if renderer is not None and renderer not in self.renderers:
-            self.renderers.add(renderer)
-            warning = self.store.note_renderer(renderer)
-            if warning:
-                self.log(f"warning: {warning}")
+        warning = None if renderer is None else self.store.note_renderer(renderer)  # (noted: nothing read)
+        if warning:
+            self.log(f"warning: {warning}")
 
     def next_task(self, group, where=None):
         """The first queued task within its tile's window that may go to ``group`` (``where``:

@@ -357,7 +357,11 @@ class FrameStore:
         if n_frames > self.n_frames:
             for array in (self.state, self.tail, self.records):
                 array.resize((n_frames, *array.shape[1:]))
-        meta = dict(self.meta, spec=spec_json, identity=identity)
+        self._put_meta(spec=spec_json, identity=identity)
+
+    def _put_meta(self, **fields: Any) -> None:
+        """Write the store's attributes with ``fields`` changed (the caller checked the lease)."""
+        meta = dict(self.meta, **fields)
         self.group.attrs["farm"] = meta
         self.meta = meta
 
@@ -369,8 +373,8 @@ class FrameStore:
         return [str(r) for r in noted] if isinstance(noted, list) else []
 
     def note_renderer(self, renderer: str, rendered: bool | None = None) -> str | None:
-        """Note that ``renderer`` is about to add samples (the driver alone calls this, before its
-        first task on a group of that renderer). Returns a one-line warning where the store's
+        """Note that ``renderer`` is about to add samples (the driver alone calls this, before the
+        tasks it sends; one noted already is answered from memory). Returns a one-line warning where the store's
         samples so far came from other software: the sums then mix the two's bits (the same
         image in expectation, not the bits of one render). ``rendered``: whether the store holds
         work already (default: whether a tile's record says so; an optimization's iterations)."""
@@ -380,10 +384,7 @@ class FrameStore:
         if rendered is None:
             rendered = bool(np.asarray(self.records[...]).any())
         self._check_lease()
-        noted = [*earlier, renderer] if rendered else [renderer]
-        meta = dict(self.meta, renderers=noted)
-        self.group.attrs["farm"] = meta
-        self.meta = meta
+        self._put_meta(renderers=[*earlier, renderer] if rendered else [renderer])
         if not rendered:
             return None
         before = "; ".join(earlier) if earlier else "a farm that did not note its software"
