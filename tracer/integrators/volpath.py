@@ -40,7 +40,7 @@ from tracer.shapes import intersect as isect
 if TYPE_CHECKING:
     from tracer.scene import Scene, Shapes
 
-__all__ = ["VolumeState", "while_null", "flight_to_known_hit", "Along", "Meeting", "fresh_along", "meet", "start", "step", "beyond", "light_sample", "CHANNEL_DIM", "MAX_CROSSINGS", "SHADOW_DIMS",
+__all__ = ["VolumeState", "while_null", "flight_to_known_hit", "event_uniforms", "Collision", "collision", "Along", "Meeting", "fresh_along", "meet", "start", "step", "beyond", "light_sample", "CHANNEL_DIM", "MAX_CROSSINGS", "SHADOW_DIMS",
            "PHASE_CHOICE_DIMS", "MAX_COLLISIONS"]
 
 # The dimension of a path's colour channel: one number per path, outside the per-bounce blocks.
@@ -171,15 +171,11 @@ def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> Volum
 
     def null_collision(s: VolumeState) -> tuple[jax.Array, VolumeState]:
         p = s.path
-        u = path.bounce_uniforms(keys, s.step)
-        u_free = rng.draw(keys, Dims.bounce(s.step, Dims.SPARE), 1)[0]
+        u, u_free = event_uniforms(keys, s.step)
         active, throughput = _roulette(settings, p, u)
         combined, mint, flight, collide = flight_to_known_hit(scene, s, active, u_free)
-        x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
-        sigma_t, _ = media.coefficients(md, s.medium, x)
-        sigma_n = combined - sigma_t
-        null_chance = jnp.mean(sigma_n / jnp.where(combined > 0, combined, 1.0), axis=0)
-        null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)
+        c = collision(md, s.medium, p, combined, flight, collide, u)
+        null, sigma_n, null_chance = c.null, c.sigma_n, c.null_chance
         weight = media.flight_weight(combined, s.channel, flight - mint, collide)
         weight = weight * sigma_n / jnp.where(null_chance > 0, null_chance, 1.0)
         spectral = media.pick(md, s.medium, md.spectral)
@@ -189,6 +185,36 @@ def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> Volum
         return null, passed
 
     return while_null(null_collision, state, state.path.active)
+
+
+def event_uniforms(keys: rng.SampleKeys, step: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(the event's per-bounce numbers (Dims.SPARE, N), its free flight's number (N,)) of event
+    ``step`` (N,): what an event and a null collision in its place draw alike."""
+    return path.bounce_uniforms(keys, step), rng.draw(keys, Dims.bounce(step, Dims.SPARE), 1)[0]
+
+
+@pytree_dataclass
+class Collision:
+    """A tentative collision's point and its medium there (``collision``)."""
+
+    x: jnp.ndarray            # (3, N) the point (the ray's origin where there is none)
+    sigma_t: jnp.ndarray      # (3, N) extinction there
+    sigma_s: jnp.ndarray      # (3, N) scattering there
+    sigma_n: jnp.ndarray      # (3, N) the majorant's null part there
+    null_chance: jnp.ndarray  # (N,) the chance it is a null collision
+    null: jnp.ndarray         # (N,) bool: it is one (a heterogeneous medium's missing density)
+
+
+def collision(md: media.Media, medium: jax.Array, p: path.PathState, combined: jax.Array, flight: jax.Array,
+              collide: jax.Array, u: jax.Array) -> Collision:
+    """The tentative collision at ``flight`` of lanes ``collide`` under the majorant ``combined``,
+    null or real as ``u[Dims.BSDF_COMPONENT]`` draws it against the null part's share."""
+    x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
+    sigma_t, albedo = media.coefficients(md, medium, x)
+    sigma_s, sigma_n = sigma_t * albedo, combined - sigma_t
+    null_chance = jnp.mean(sigma_n / jnp.where(combined > 0, combined, 1.0), axis=0)
+    null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)
+    return Collision(x=x, sigma_t=sigma_t, sigma_s=sigma_s, sigma_n=sigma_n, null_chance=null_chance, null=null)
 
 
 S = TypeVar("S")  # a pool's state (VolumeState, volpathmis.MisState)
@@ -246,8 +272,7 @@ def flight_to_known_hit(scene: Scene, s: Any, active: jax.Array,
 def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeState:
     """One event of every path: roulette, then a medium collision or a surface."""
     settings, md, p = scene.settings, scene.media, state.path
-    u = path.bounce_uniforms(keys, state.step)
-    u_free = rng.draw(keys, Dims.bounce(state.step, Dims.SPARE), 1)[0]
+    u, u_free = event_uniforms(keys, state.step)
 
     active, throughput = _roulette(settings, p, u)
 
@@ -255,11 +280,8 @@ def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeStat
     in_medium = active & (state.medium >= 0)
     met = meet(scene, p, state.medium, state.channel, state.along, u_free, active)
     surface, combined, collide, flight = met.surface, met.combined, met.collide, met.flight
-    x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
-    sigma_t, albedo = media.coefficients(md, state.medium, x)
-    sigma_s, sigma_n = sigma_t * albedo, combined - sigma_t
-    null_chance = jnp.mean(sigma_n / jnp.where(combined > 0, combined, 1.0), axis=0)
-    null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)  # a heterogeneous medium's missing density
+    c = collision(md, state.medium, p, combined, flight, collide, u)
+    x, sigma_t, sigma_s, sigma_n, null_chance, null = c.x, c.sigma_t, c.sigma_s, c.sigma_n, c.null_chance, c.null
     real = collide & ~null
     # Weights as Mitsuba's volpath: with spectral extinction, transmittance over the channel's pdf,
     # then sigma_s over the chance of a real collision or sigma_n over that of a null one; else
@@ -277,9 +299,10 @@ def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeStat
     # One light sample an event, from the collision or the surface (one ratio-tracked
     # transmittance, not one for each kind of event, every lane tracked by both).
     here = active & ~collide
-    light = _event_light(scene, keys, state, p, real, x, surface, here, u)
+    mat, frame = path.material_and_frame(scene, surface)
+    light = _event_light(scene, keys, state, p, real, x, surface, mat, here, u)
     medium_state = _collide(scene, keys, state, p, real, x, u, light)
-    surface_state = _surface(scene, keys, state, p, surface, here, u, light)
+    surface_state = _surface(scene, keys, state, p, surface, mat, frame, here, u, light)
     # A null collision: the ray goes on from there, nothing else changes.
     passed = VolumeState(path=p, medium=state.medium, channel=state.channel, step=state.step + 1,
                          along=Along(t_start=flight, known=met.whole, hit=met.hit))
@@ -297,26 +320,20 @@ class _Light:
     seen: jnp.ndarray       # (3, N) the fraction that arrives (``_light_transmittance``)
 
 
-def _collision_alive(settings, p, collide):
-    """Lanes whose real collision is a vertex under max_depth."""
-    return collide if settings.max_depth < 0 else collide & (p.depth + 1 < settings.max_depth)
+def _under_max_depth(settings, p, lanes):
+    """Lanes whose event (a real collision, a surface hit) is a vertex under max_depth."""
+    return lanes if settings.max_depth < 0 else lanes & (p.depth + 1 < settings.max_depth)
 
 
-def _surface_more(settings, p, hit):
-    """Lanes whose surface hit is a vertex under max_depth."""
-    return hit if settings.max_depth < 0 else hit & (p.depth + 1 < settings.max_depth)
-
-
-def _event_light(scene, keys, state, p, real, x, surface, here, u):
+def _event_light(scene, keys, state, p, real, x, surface, mat, here, u):
     """The light sample of each lane's event: from its real collision at x (lanes ``real``, where
     the medium samples emitters), else from its surface hit (lanes ``here`` that hit a surface
     with a non-delta lobe), seen through media and null surfaces (the medium beyond the surface
     in the light's direction)."""
     settings, md = scene.settings, scene.media
     sample_emitters = media.pick(md, state.medium, md.sample_emitters)
-    mat, _ = path.material_and_frame(scene, surface)
-    at_surface = _surface_more(settings, p, here & surface.valid) & bsdfs.has_nondelta_lobe(scene.materials, mat)
-    want = jnp.where(real, _collision_alive(settings, p, real) & sample_emitters, at_surface)
+    at_surface = _under_max_depth(settings, p, here & surface.valid) & bsdfs.has_nondelta_lobe(scene.materials, mat)
+    want = jnp.where(real, _under_max_depth(settings, p, real) & sample_emitters, at_surface)
     from_x = vm.select(real, x, surface.si.p)
     normal = vm.select(real, jnp.zeros_like(x), surface.ng)
     ds, em_weight, nee = light_sample(scene, from_x, want, u)
@@ -330,7 +347,7 @@ def _collide(scene, keys, state, p, collide, x, u, light):
     direction from it."""
     settings, md = scene.settings, scene.media
     depth = p.depth + 1
-    alive = _collision_alive(settings, p, collide)
+    alive = _under_max_depth(settings, p, collide)
     wi = -p.direction
     radiance = p.radiance
     sample_emitters = media.pick(md, state.medium, md.sample_emitters)
@@ -353,13 +370,13 @@ def _collide(scene, keys, state, p, collide, x, u, light):
                        along=fresh_along(scene, p.t_max))
 
 
-def _surface(scene, keys, state, p, surface, here, u, light):
-    """The surface event of lanes ``here`` (a hit, or an escape): emission, a light sample through
-    media and null surfaces, a BSDF sample; crossing into the shape's other medium."""
+def _surface(scene, keys, state, p, surface, mat, frame, here, u, light):
+    """The surface event of lanes ``here`` (a hit, or an escape; ``mat``, ``frame``: its material
+    and shading frame): emission, a light sample through media and null surfaces, a BSDF sample;
+    crossing into the shape's other medium."""
     looking = dataclasses.replace(p, active=here)
     radiance = path.add_emission(scene, looking, surface, p.radiance)
     hit = here & surface.valid
-    mat, frame = path.material_and_frame(scene, surface)
     wi = vm.to_local(frame, -p.direction)
     si, at = surface.si, tx.texture_point(surface.si.uv, surface.si.attributes)
     past = lambda d: beyond(scene.shapes, surface.shape, surface.ng, d, state.medium)

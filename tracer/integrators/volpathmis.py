@@ -130,19 +130,15 @@ def _skip_nulls(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState
 
     def null_collision(s: MisState) -> tuple[jax.Array, MisState]:
         p = s.path
-        u = path.bounce_uniforms(keys, s.step)
-        u_free = rng.draw(keys, Dims.bounce(s.step, Dims.SPARE), 1)[0]
+        u, u_free = volpath.event_uniforms(keys, s.step)
         active, pof = _roulette(settings, s, u)
         combined, mint, flight, collide = volpath.flight_to_known_hit(scene, s, active, u_free)
         spectral = collide & media.pick(md, s.medium, md.spectral)
         tr = _flight_ratio(combined, flight - mint, collide)
         pof = update_weights(pof, tr, spectral)
         nee = update_weights(s.p_over_f_nee, tr, spectral)
-        x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
-        sigma_t, _ = media.coefficients(md, s.medium, x)
-        sigma_n = combined - sigma_t
-        null_chance = jnp.mean(_safe_div(sigma_n, combined), axis=0)
-        null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)
+        c = volpath.collision(md, s.medium, p, combined, flight, collide, u)
+        sigma_n, null_chance, null = c.sigma_n, c.null_chance, c.null
         plain = ~spectral
         pof = update_weights(pof, ratios(null_chance, sigma_n), null & spectral)
         nee = update_weights(nee, ratios(jnp.ones_like(null_chance), sigma_n), null & spectral)
@@ -171,8 +167,7 @@ def _roulette(settings, state: MisState, u: jax.Array) -> tuple[jax.Array, jax.A
 def _event(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
     """One event of every path: roulette, then a medium collision or a surface."""
     settings, md, p = scene.settings, scene.media, state.path
-    u = path.bounce_uniforms(keys, state.step)
-    u_free = rng.draw(keys, Dims.bounce(state.step, Dims.SPARE), 1)[0]
+    u, u_free = volpath.event_uniforms(keys, state.step)
 
     active, pof = _roulette(settings, state, u)
 
@@ -185,11 +180,8 @@ def _event(scene: Scene, keys: rng.SampleKeys, state: MisState) -> MisState:
     pof = update_weights(pof, tr, spectral)
     nee = update_weights(state.p_over_f_nee, tr, spectral)
 
-    x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
-    sigma_t, albedo = media.coefficients(md, state.medium, x)
-    sigma_s, sigma_n = sigma_t * albedo, combined - sigma_t
-    null_chance = jnp.mean(_safe_div(sigma_n, combined), axis=0)
-    null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)  # a heterogeneous medium's missing density
+    c = volpath.collision(md, state.medium, p, combined, flight, collide, u)
+    x, sigma_t, sigma_s, sigma_n, null_chance, null = c.x, c.sigma_t, c.sigma_s, c.sigma_n, c.null_chance, c.null
     real = collide & ~null
     plain = ~spectral
     pof = update_weights(pof, ratios(null_chance, sigma_n), null & spectral)
