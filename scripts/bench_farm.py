@@ -71,7 +71,7 @@ def main():
     def run_farm(store):
         """(wall seconds, seconds to the first finished frame) of ``farm render`` into ``store``."""
         t0 = time.perf_counter()
-        cmd = [*farm_cmd[:farm_cmd.index("--out") + 1], str(store), "--no-progress"]
+        cmd = [*farm_cmd, str(store), "--no-progress"]  # (farm_cmd ends with --out)
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         first_frame = None
         while proc.poll() is None:
