@@ -13,9 +13,10 @@ __all__ = ["SurfaceKind", "EmitterKind", "TextureKind", "BitmapFilter", "WrapMod
 class SurfaceKind:
     """What a primitive, or the shape an area emitter is attached to, is."""
 
-    MESH, SPHERE, DISK, CYLINDER, RECTANGLE, LINEAR_CURVE, BSPLINE_CURVE = range(7)
+    MESH, SPHERE, DISK, CYLINDER, RECTANGLE, LINEAR_CURVE, BSPLINE_CURVE, SDF_VOXEL = range(8)
     CURVES = (LINEAR_CURVE, BSPLINE_CURVE)  # a segment of Mitsuba's curve shapes (tracer.shapes.curves)
-    ANALYTIC = (SPHERE, DISK, CYLINDER, *CURVES)  # intersected as themselves, not as triangles
+    # SDF_VOXEL: a voxel of an ``sdfgrid`` that the surface crosses (tracer.shapes.sdfgrid)
+    ANALYTIC = (SPHERE, DISK, CYLINDER, *CURVES, SDF_VOXEL)  # intersected as themselves, not as triangles
     # RECTANGLE: intersected as its two triangles, but an area light on it is sampled through its
     # square parametrisation, as Mitsuba's ``Rectangle::sample_position``.
 

@@ -15,6 +15,7 @@ from tracer.errors import SceneError, SceneNotice
 from tracer.io import aovs as aov_names
 from tracer.io import curves as curve_files
 from tracer.io import meshes, overrides, parameter_names, ply, serialized, shape_order, shapegroups
+from tracer.io import vol as vol_files
 from tracer.io.bsdfs import MaterialTableBuilder
 from tracer.io.checks import check_extent, checked_to_world
 from tracer.io.emitters import EmitterTableBuilder
@@ -28,7 +29,7 @@ from tracer.integrators import aov
 from tracer.kinds import BsdfKind, SurfaceKind
 from tracer.runtime import process
 from tracer.scene import Scene, Settings, Shapes
-from tracer.shapes import curves, geometry
+from tracer.shapes import curves, geometry, sdfgrid
 from tracer.table_rows import column
 
 __all__ = ["load_scene"]
@@ -84,7 +85,8 @@ def _corners(to_world):
 
 
 def _box_points(shape):
-    """World-space points whose box is an analytic shape's (a curve segment's own bounds)."""
+    """World-space points whose box is an analytic shape's (a curve segment's own bounds; not an
+    SDF voxel's: its sdfgrid's box is in ``_SceneBuilder.sdf_boxes``)."""
     if shape.kind in SurfaceKind.CURVES:
         cols = lambda m: np.asarray(m, np.float64)[:3, :, None]
         lo, hi = curves.bounds(np.array([shape.kind]), cols(shape.to_world), cols(shape.local))
@@ -131,6 +133,8 @@ class _SceneBuilder:
                               PluginNode.synthetic("bsdf", "diffuse", reflectance=0.0))
         self.meshes: list[geometry.MeshShape] = []
         self.analytic: list[geometry.AnalyticShape] = []
+        self.sdf_grids: list[geometry.SdfGrid] = []
+        self.sdf_boxes: list[tuple[int, np.ndarray]] = []  # (group, the 8 corners of an sdfgrid's box)
         self.shape_rows: list[ShapeRow] = []
         self.group_ids: dict[int, int] = {}  # id(shapegroup node) -> its index
         self.instances: list[geometry.Instance] = []
@@ -178,7 +182,7 @@ class _SceneBuilder:
             raise SceneError(f"{root.source}: the scene has no shapes")
         geo = geometry.build_geometry(self.meshes, self.analytic, accel=self.accel,
                                       attributes=self.textures.table.attribute_names, instances=self.instances,
-                                      robust=robust)
+                                      robust=robust, sdf_grids=self.sdf_grids)
         lo, hi = self._bounds()
         emitters = self.emitters.build(lo, hi)
         rows = self.shape_rows
@@ -216,7 +220,8 @@ class _SceneBuilder:
         group's shapes in its object space."""
         cube = np.array([[x, y, z, 1.0] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
         points = [m.positions for m in self.meshes if m.group == group]
-        points += [_box_points(a) for a in self.analytic if a.group == group]
+        points += [_box_points(a) for a in self.analytic if a.group == group and a.kind != SurfaceKind.SDF_VOXEL]
+        points += [corners for g, corners in self.sdf_boxes if g == group]
         for instance in self.instances if group < 0 else ():
             lo, hi = self._bounds(instance.group)
             box = np.concatenate([np.where(cube[:, :3] > 0, hi, lo), cube[:, 3:]], axis=1)
@@ -381,6 +386,8 @@ class _SceneBuilder:
             self.analytic.append(geometry.AnalyticShape(*analytic, index, group))
         elif node.type in CURVE_TYPES:
             self._curve(node, to_world, index, group)
+        elif node.type == "sdfgrid":
+            self._sdfgrid(node, to_world, index, group)
         else:
             raise SceneError(f"{node.source}: unsupported shape type '{node.type}'")
 
@@ -401,6 +408,8 @@ class _SceneBuilder:
             if node.type in CURVE_TYPES:
                 raise SceneError(f"{em.source}: a '{node.type}' cannot carry an area emitter (Mitsuba cannot "
                                  "sample points on curves)")
+            if node.type == "sdfgrid":
+                raise SceneError(f"{em.source}: an 'sdfgrid' cannot carry an area emitter (as in Mitsuba)")
             emitter = self.emitter_rows[id(em)] = self.emitters.add_area(em, index, triangles=triangles, analytic=analytic,
                                              flip_normals=flip_normals, normals=vertex_normals,
                                              uvs=vertex_uvs, add_texture=self.textures.add)
@@ -437,6 +446,34 @@ class _SceneBuilder:
         check_extent(node, node.describe(), data.radii[:, None])
         for m, local in pack(points, data.radii, data.starts):
             self.analytic.append(geometry.AnalyticShape(kind, m, index, group, local))
+
+    def _sdfgrid(self, node, to_world, index, group):
+        """An ``sdfgrid``: one analytic primitive per voxel its surface crosses (tracer.shapes.sdfgrid),
+        its grid (a one-channel ``.vol`` file) over the unit cube that ``to_world`` places."""
+        normals = node.get_string("normals", "smooth")
+        if normals not in ("smooth", "analytic"):
+            raise SceneError(f"{node.source}: sdfgrid normals '{normals}': expected 'analytic' or 'smooth'")
+        if not node.has("filename"):
+            raise SceneError(f"{node.source}: an sdfgrid needs a 'filename' (its grid, a .vol file)")
+        grid = node.load(vol_files.read, node.get_path("filename"))
+        if grid.channels != 1:
+            raise SceneError(f"{node.source}: the sdfgrid's grid has {grid.channels} channels, expected 1")
+        if grid.res.min() < 2:
+            raise SceneError(f"{node.source}: the sdfgrid's grid of {'x'.join(map(str, grid.res))} values needs at "
+                             "least 2 each way (one voxel)")
+        det = np.linalg.det(to_world[:3, :3])
+        if not np.isfinite(det) or det == 0:
+            raise SceneError(f"{node.source}: the sdfgrid's 'to_world' is singular")
+        cube = np.array([[x, y, z, 1.0] for x in (0, 1) for y in (0, 1) for z in (0, 1)])
+        corners = (cube @ to_world.T)[:, :3]
+        check_extent(node, node.describe(), corners)
+        voxels = sdfgrid.voxels(grid.data[..., 0], to_world, len(self.sdf_grids))
+        if not len(voxels.to_world):
+            raise SceneError(f"{node.source}: the sdfgrid's values never change sign: it has no surface")
+        self.sdf_grids.append(geometry.SdfGrid(grid.data[..., 0], normals == "smooth"))
+        self.sdf_boxes.append((group, corners))
+        for m, local in zip(voxels.to_world, voxels.to_local):
+            self.analytic.append(geometry.AnalyticShape(SurfaceKind.SDF_VOXEL, m, index, group, local))
 
     def _cylinder(self, node, to_world):
         """(to_world of the unit tube, flip_normals) of a ``cylinder``: p0, p1 and radius folded in

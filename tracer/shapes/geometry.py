@@ -26,7 +26,7 @@ from numpy.typing import ArrayLike as HostArrayLike
 
 from tracer.shapes import bvh as bvh_traversal
 from tracer.shapes import bvh_build
-from tracer.shapes import curves
+from tracer.shapes import curves, sdfgrid
 from tracer.shapes import instancing
 from tracer.shapes import surface_uv
 from tracer.shapes import instance_bvh as two_level
@@ -76,6 +76,8 @@ class Geometry:
     analytic_to_world: jnp.ndarray  # (3, 4, A) affine object-to-world
     analytic_to_local: jnp.ndarray  # (3, 4, A) its inverse
     analytic_shape: jnp.ndarray     # (A,) int32 shape index
+    sdf_values: jnp.ndarray         # (V,) float32 the values of every sdfgrid's grid, one after another
+    sdf_grids: jnp.ndarray          # (G, 5) int32 per sdfgrid: first value, R x, y, z, smooth normals
     bvh: bvh_traversal.BvhArrays | None  # when accel == 'bvh'
     host_handle: jnp.ndarray  # () int32 handle of an engine's scene (accel 'embree', 'warp'), else 0
     host_scene: embree.EmbreeScene | host.HostScene | None = owned()  # what the handle names (None in copies)
@@ -157,6 +159,13 @@ class AnalyticShape(NamedTuple):
     group: int = -1              # the shape group it belongs to (to_world is then to object space)
     local: np.ndarray | None = None  # (4, 4) what to_local holds: to_world's inverse when None
                                      # (a curve segment packs data in both: tracer.shapes.curves)
+
+
+class SdfGrid(NamedTuple):
+    """The grid of an ``sdfgrid`` (its voxels are ``AnalyticShape``s of kind SDF_VOXEL naming it)."""
+
+    values: np.ndarray           # (Z, Y, X) float32, each axis at least 2
+    smooth: bool                 # Mitsuba's normals="smooth" (else "analytic")
 
 
 class Instance(NamedTuple):
@@ -273,8 +282,9 @@ def _analytic_arrays(analytic):
 def analytic_bounds(kind: np.ndarray, to_world: np.ndarray,
                     to_local: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """World boxes (3, A) as Mitsuba's ``bbox()``: spheres from center and radius, disks from their
-    corners, cylinders from the circles at their two ends, curve segments (``curves.bounds``);
-    to_world, to_local (3, 4, A) float32 (to_local is needed only for curve segments)."""
+    corners, cylinders from the circles at their two ends, curve segments (``curves.bounds``), SDF
+    voxels (``sdfgrid.bounds``); to_world, to_local (3, 4, A) float32 (to_local is needed only for
+    curve segments and SDF voxels)."""
     center = to_world[:, 3]
     radius = np.sqrt(np.sum(to_world[:, 0].astype(np.float64) ** 2, axis=0))
     corners = [to_world[:, 3] + sx * to_world[:, 0] + sy * to_world[:, 1] for sx in (-1, 1) for sy in (-1, 1)]
@@ -290,6 +300,11 @@ def analytic_bounds(kind: np.ndarray, to_world: np.ndarray,
         c_lo, c_hi = curves.bounds(kind, to_world, to_local)
         is_curve = np.isin(kind, SurfaceKind.CURVES)
         lo, hi = np.where(is_curve, c_lo, lo), np.where(is_curve, c_hi, hi)
+    is_voxel = kind == SurfaceKind.SDF_VOXEL
+    if is_voxel.any():
+        assert to_local is not None, "SDF voxels need to_local"
+        lo, hi = lo.astype(np.float64), hi.astype(np.float64)
+        lo[:, is_voxel], hi[:, is_voxel] = sdfgrid.bounds(to_world[..., is_voxel], to_local[..., is_voxel])
     # Round outward so the float32 box contains the float64 one.
     return (np.nextafter(lo.astype(np.float32), -np.inf), np.nextafter(hi.astype(np.float32), np.inf))
 
@@ -361,7 +376,8 @@ def _spans(meshes, analytic, instances, n_groups):
 
 def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape], accel: str = "auto",
                    leaf_size: int = bvh_traversal.LEAF_SIZE, attributes: Sequence[str] = (),
-                   instances: Sequence[Instance] = (), robust: bool = False) -> "Geometry":
+                   instances: Sequence[Instance] = (), robust: bool = False,
+                   sdf_grids: Sequence[SdfGrid] = ()) -> "Geometry":
     """Host: the scene's geometry from meshes and analytic shapes, and instances of shape groups.
 
     Shapes of ``group`` -1 are in world space; the others in their group's object space, seen
@@ -371,7 +387,8 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     keep (what the scene's ``mesh_attribute`` textures read); ``surface_interaction`` then
     evaluates them at every hit. The Geometry owns what a host engine built: ``close()`` frees it.
     ``robust``: Embree's watertight (slower) triangle test, as Mitsuba's scene property
-    ``embree_use_robust_intersections``; off by default, as in Mitsuba.
+    ``embree_use_robust_intersections``; off by default, as in Mitsuba. ``sdf_grids``: the grids
+    that SDF voxels among the analytic shapes name (tracer.shapes.sdfgrid).
     """
     meshes = _in_group_order([MeshShape(*m) for m in meshes])
     analytic = _in_group_order([AnalyticShape(*a) for a in analytic])
@@ -388,17 +405,20 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     n_effective = n_world_tri + n_world_analytic + sum(per_group[i.group] for i in instances)
     accel = resolve_accel(accel, n_effective, n_host=n_world_tri)
     if accel in HOST_ENGINES and n_world_tri == 0:
-        accel = "brute" if not instances else "bvh"
+        accel = "brute" if not instances and n_effective < AUTO_BVH_MIN else "bvh"
     lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
     hi = np.maximum(np.maximum(tri.p[0], tri.p[1]), tri.p[2])
     a_lo, a_hi = analytic_bounds(kind, to_world, to_local)
     bvh = None
-    world = np.r_[0:n_world_tri, n_tri:n_tri + n_world_analytic]
-    if accel == "bvh" and world.size:
+    # The BVH holds the world's triangles and analytic primitives; beside a host engine (which
+    # takes the triangles), the analytic ones where brute force would be slow (an sdfgrid's voxels).
+    bvh_tri = n_world_tri if accel == "bvh" else 0
+    if (accel == "bvh" or accel in HOST_ENGINES and n_world_analytic >= AUTO_BVH_MIN) and bvh_tri + n_world_analytic:
+        world = np.r_[0:bvh_tri, n_tri:n_tri + n_world_analytic]
         prim_lo, prim_hi = np.concatenate([lo, a_lo], axis=1), np.concatenate([hi, a_hi], axis=1)
         tree = bvh_build.thread(bvh_build.build_bvh(prim_lo[:, world], prim_hi[:, world], max_leaf=leaf_size))
         world_analytic = (kind[:n_world_analytic], to_world[..., :n_world_analytic], to_local[..., :n_world_analytic])
-        bvh = bvh_traversal.make_arrays(tree, tuple(p[:, :n_world_tri] for p in tri.p), world_analytic,
+        bvh = bvh_traversal.make_arrays(tree, tuple(p[:, :bvh_tri] for p in tri.p), world_analytic,
                                         leaf_size=leaf_size)
     engine = HOST_ENGINES.get(accel)
     options = {"robust": robust} if accel == "embree" else {}
@@ -414,16 +434,27 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
                 (kind, to_world, to_local), leaf_size=leaf_size)
     j = jnp.asarray
     (p0, p1, p2), (n0, n1, n2), (uv0, uv1, uv2) = tri.p, tri.n, tri.uv
+    sdf_values, sdf_table = _sdf_tables(sdf_grids)
     return Geometry(
         v0=j(p0), e1=j(p1 - p0), e2=j(p2 - p0), v1=j(p1), v2=j(p2), n0=j(n0), n1=j(n1), n2=j(n2),
         has_normals=j(tri.has_normals), uv0=j(uv0), uv1=j(uv1), uv2=j(uv2), tri_shape=j(tri.shape),
         attr_corner=j(attr_corner), attr_face=j(attr_face), attribute_slots=slots,
         analytic_kind=j(kind), analytic_to_world=j(to_world), analytic_to_local=j(to_local),
-        analytic_shape=j(analytic_shape), bvh=bvh, host_handle=jnp.int32(host_scene.handle if host_scene else 0),
+        analytic_shape=j(analytic_shape), sdf_values=sdf_values, sdf_grids=sdf_table, bvh=bvh, host_handle=jnp.int32(host_scene.handle if host_scene else 0),
         host_scene=host_scene, n_triangles=int(n_tri), n_analytic=int(n_analytic),
         n_world_triangles=int(n_world_tri), n_world_analytic=int(n_world_analytic), groups=spans,
         n_instances=len(instances), analytic_kinds=tuple(sorted({int(k) for k in kind})), accel=accel,
         **instance_fields)
+
+
+def _sdf_tables(grids: Sequence[SdfGrid]) -> tuple[jax.Array, jax.Array]:
+    """The geometry's ``sdf_values`` and ``sdf_grids`` from the scene's grids."""
+    grids = [SdfGrid(*g) for g in grids]
+    values = [np.asarray(g.values, np.float32).ravel() for g in grids]
+    first = np.concatenate([[0], np.cumsum([v.size for v in values])])[:-1]
+    rows = [[int(f), *np.asarray(g.values).shape[::-1], int(g.smooth)] for f, g in zip(first, grids)]
+    table = np.array(rows, np.int32).reshape(-1, sdfgrid.GRID_COLUMNS)
+    return jnp.asarray(np.concatenate(values) if values else np.zeros(0, np.float32)), jnp.asarray(table)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,7 +540,9 @@ def _world_occluded(geometry, o, d, t_max):
     if geometry.accel in HOST_ENGINES:
         query = embree.occluded if geometry.accel == "embree" else host.occluded
         blocked = query(geometry.host_handle, o, d, t_max)
-        if geometry.n_world_analytic:
+        if geometry.bvh is not None:  # the world's analytic primitives, many
+            blocked = blocked | bvh_traversal.occluded(geometry.bvh, o, d, t_max)
+        elif geometry.n_world_analytic:
             blocked = blocked | isect.occluded(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
         return blocked
     return isect.occluded(tri, analytic, o, d, t_max, geometry.analytic_kinds)
@@ -538,7 +571,10 @@ def _engine_closest_hit(geometry, o, d, t_max):
     hit = isect.exact_hit(tri, no_analytic, o, d, prim, t)
     t, prim, u, v = hit.t, hit.prim, hit.u, hit.v
     if geometry.n_world_analytic:
-        q = isect.closest_hit(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
+        if geometry.bvh is not None:  # the world's analytic primitives, many
+            q = bvh_traversal.closest_hit(geometry.bvh, _no_triangles(), analytic, o, d, t_max)
+        else:
+            q = isect.closest_hit(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
         closer = q.t < hit.t
         hit = Hit(t=jnp.where(closer, q.t, t), prim=jnp.where(closer, q.prim + geometry.n_triangles, prim),
                   u=jnp.where(closer, q.u, u), v=jnp.where(closer, q.v, v))
@@ -617,6 +653,10 @@ def _analytic_surface(geo, o, d, hit):
     curve_kinds = tuple(k for k in SurfaceKind.CURVES if k in geo.analytic_kinds)
     if curve_kinds:  # one set of fields for both curve kinds, keyed by the first
         fields[curve_kinds[0]] = curves.surface(geo.analytic_kind[q], curve_kinds, p_ray, to_world, to_local, hit.u)
+    if SurfaceKind.SDF_VOXEL in geo.analytic_kinds:  # no uvs, no partials (Mitsuba's sdfgrid)
+        ng, ns = sdfgrid.surface(p_ray, to_world, to_local, geo.sdf_values, geo.sdf_grids)
+        zero = jnp.zeros_like(p_ray)
+        fields[SurfaceKind.SDF_VOXEL] = SurfacePoint(p=p_ray, ng=ng, ns=ns, uv=zero[:2], dp_du=zero, dp_dv=zero)
     kinds = sorted(fields)
     out = fields[kinds[0]]
     for kind in kinds[1:]:

@@ -24,7 +24,7 @@ from jax.typing import ArrayLike
 
 from tracer import lanes
 
-from tracer.shapes import curves
+from tracer.shapes import curves, sdfgrid
 from tracer import vecmath as vm
 from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass
@@ -202,7 +202,7 @@ def intersect_cylinder(to_local: jax.Array, o: jax.Array, d: jax.Array, t_max: A
 def intersect_analytic(kind: jax.Array, to_world: jax.Array, to_local: jax.Array, o: jax.Array, d: jax.Array,
                        t_max: ArrayLike,
                        kinds: tuple[int, ...] = SurfaceKind.ANALYTIC) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Spheres, disks, cylinders and curve segments by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
+    """Spheres, disks, cylinders, curve segments and SDF voxels by ``kind``: matrices (3, 4, ...) broadcast against rays. (t, u, v).
 
     ``kinds`` (static): the kinds that may occur; the others' tests are left out.
     """
@@ -223,6 +223,8 @@ def intersect_analytic(kind: jax.Array, to_world: jax.Array, to_local: jax.Array
         t_curve, v_local = curves.intersect(kind, to_world, to_local, o, d, t_max, kinds)
         is_curve = (kind == SurfaceKind.LINEAR_CURVE) | (kind == SurfaceKind.BSPLINE_CURVE)
         t, u = jnp.where(is_curve, t_curve, t), jnp.where(is_curve, v_local, u)
+    if SurfaceKind.SDF_VOXEL in kinds:
+        t = jnp.where(kind == SurfaceKind.SDF_VOXEL, sdfgrid.intersect(to_world, to_local, o, d, t_max), t)
     shape = jnp.broadcast_shapes(jnp.shape(kind), jnp.shape(o[0]), jnp.shape(t_max))
     return jnp.broadcast_to(t, shape), jnp.broadcast_to(u, shape), jnp.broadcast_to(v, shape)
 
