@@ -197,7 +197,7 @@ def _mod(i, n):
     return jnp.where(r < 0, r + n, jnp.where(r >= n, r - n, r))
 
 
-def _wrap(i, n, mode, present):
+def wrap_index(i: jax.Array, n: jax.Array, mode: jax.Array | int, present: tuple[int, ...]) -> jax.Array:
     """Coordinate i wrapped into [0, n) by ``mode``; ``present`` (static): the modes that occur."""
     wrapped = []
     if WrapMode.REPEAT in present:
@@ -225,7 +225,7 @@ class _Texels:
 
     def fetch(self, x, y):
         """RGB (3, N) of the texels at integer coordinates (N,), wrapped."""
-        x, y = _wrap(x, self.w, self.wrap, self.modes), _wrap(y, self.h, self.wrap, self.modes)
+        x, y = wrap_index(x, self.w, self.wrap, self.modes), wrap_index(y, self.h, self.wrap, self.modes)
         return self.texels[:, self.base + y * self.w + x]
 
     def nearest(self):

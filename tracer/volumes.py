@@ -1,6 +1,7 @@
 """Grid volumes as Mitsuba 3's ``gridvolume``: values on a voxel grid over the unit cube, placed in
 the world by ``to_world``, filtered trilinearly (or to the nearest voxel) with Mitsuba's texture
-convention (voxel centres at (i + 1/2) / res, coordinates clamped to the grid's edge).
+convention (voxel centres at (i + 1/2) / res; outside the grid, coordinates clamped to its edge,
+repeated or mirrored, as its ``wrap_mode`` says).
 
 Every grid of a scene lives in one flat array (``Volumes.data``); a volume is its offset there,
 its resolution, its channel count (1 or 3: a 1-channel grid is grey), its filter and the inverse
@@ -13,7 +14,9 @@ import jax.numpy as jnp
 
 from tracer import lanes
 from tracer import vecmath as vm
+from tracer.kinds import WrapMode
 from tracer.pytree import pytree_dataclass, static
+from tracer.textures import wrap_index
 
 __all__ = ["Volumes", "no_volumes", "eval_rgb"]
 
@@ -28,7 +31,9 @@ class Volumes:
     channels: jnp.ndarray  # (V,) int32 1 or 3
     nearest: jnp.ndarray   # (V,) bool: Mitsuba's filter_type="nearest"
     to_local: jnp.ndarray  # (3, 4, V) world -> the unit cube the grid spans
+    wrap: jnp.ndarray | None = None  # (V,) int32 WrapMode of each grid; None: all clamped
     count: int = static(default=0)
+    wraps_present: tuple[int, ...] = static(default=(WrapMode.CLAMP,))
 
 
 def no_volumes() -> Volumes:
@@ -44,16 +49,18 @@ def eval_rgb(volumes: Volumes, volume: jax.Array, p: jax.Array) -> jax.Array:
     res = lanes.take(volumes.res, v)
     channels, offset, nearest = volumes.channels[v], volumes.offset[v], volumes.nearest[v]
     # Mitsuba's (Dr.Jit's) texture lookup: position p * res - 1/2, its floor and fraction; each
-    # corner's index clamped to the grid.
+    # corner's index clamped to the grid, or wrapped.
     pos = local * res.astype(jnp.float32) - 0.5
     base = jnp.floor(pos)
     frac = pos - base
     base = base.astype(jnp.int32)
-    near = jnp.clip(jnp.floor(local * res.astype(jnp.float32)).astype(jnp.int32), 0, res - 1)
+    mode = volumes.wrap[v] if volumes.wrap is not None else WrapMode.CLAMP
+    wrap = lambda i: wrap_index(i, res, mode, volumes.wraps_present)
+    near = wrap(jnp.floor(local * res.astype(jnp.float32)).astype(jnp.int32))
     out = jnp.zeros_like(p)
     for corner in range(8):
         step = jnp.asarray([(corner >> 0) & 1, (corner >> 1) & 1, (corner >> 2) & 1], jnp.int32)[:, None]
-        index = jnp.where(nearest, near, jnp.clip(base + step, 0, res - 1))
+        index = jnp.where(nearest, near, wrap(base + step))
         weight = jnp.prod(jnp.where(step == 1, frac, 1.0 - frac), axis=0)
         weight = jnp.where(nearest, float(corner == 0), weight)
         voxel = (index[2] * res[1] + index[1]) * res[0] + index[0]

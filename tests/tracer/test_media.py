@@ -19,6 +19,7 @@ from tests.helpers.mitsuba_render import assert_matches_mitsuba
 from tracer import media, volumes
 from tracer.errors import SceneError
 from tracer.io import vol
+from tracer.io.media import WRAP_MODES as WRAPS
 
 FOG = """<scene version="3.0.0">
   <integrator type="{integrator}"><integer name="max_depth" value="16"/></integrator>
@@ -297,7 +298,10 @@ def test_the_pool_does_not_change_a_volumetric_render(tmp_path, monkeypatch):
 @pytest.mark.parametrize("medium, needle", [
     ('<medium type="gasbag" name="interior"/>', "unsupported medium 'gasbag'"),
     ('<medium type="homogeneous" name="interior"><volume type="gridvolume" name="sigma_t">'
-     '<string name="filename" value="x.vol"/></volume></medium>', "needs a heterogeneous medium"),
+     '<string name="filename" value="x.vol"/></volume></medium>', "'sigma_t' cannot be a gridvolume"),
+    ('<medium type="heterogeneous" name="interior"><volume type="gridvolume" name="sigma_t">'
+     '<string name="filename" value="x.vol"/><string name="wrap_mode" value="tile"/></volume></medium>',
+     "wrap_mode must be one of clamp, repeat, mirror, got 'tile'"),
     ('<medium type="homogeneous" name="inside"/>', "must be named 'interior' or 'exterior'"),
     ('<medium type="homogeneous" name="interior"><float name="sigma_t" value="-1"/></medium>', "sigma_t"),
     ('<medium type="homogeneous" name="interior"><rgb name="sigma_t" value="2, 1, 1"/></medium>', "[0, 1]"),
@@ -393,9 +397,23 @@ def test_a_blend_of_rayleigh_and_hg_weighted_by_a_grid_matches_mitsuba(tmp_path)
     assert_matches_mitsuba(_write(tmp_path, text), spp=64, reference_spp=2048, mean_tolerance=0.02)
 
 
-@pytest.mark.parametrize("filter_type", ["trilinear", "nearest"])
-def test_grid_volumes_evaluate_as_mitsuba(tmp_path, filter_type):
-    """Point by point, inside the grid and past its faces (clamped), through a rotated placement."""
+def test_a_homogeneous_fog_with_a_repeated_albedo_grid_matches_mitsuba(tmp_path):
+    """Mitsuba's homogeneous medium reads a volume albedo at each collision (its documentation's
+    textured subsurface scene): the fog of FOG coloured by the ramp, repeated four times a side."""
+    _grids(tmp_path)
+    grid = ('<volume type="gridvolume" name="albedo"><string name="filename" value="albedo.vol"/>'
+            '<string name="wrap_mode" value="repeat"/><transform name="to_world"><scale value="0.35"/></transform>'
+            '</volume>')
+    text = FOG.format(integrator="volpath").replace('<rgb name="albedo" value="0.8, 0.6, 0.4"/>', grid)
+    assert grid in text
+    assert_matches_mitsuba(_write(tmp_path, text), spp=64, reference_spp=2048, mean_tolerance=0.02)
+
+
+@pytest.mark.parametrize("filter_type, wrap", [("trilinear", "clamp"), ("nearest", "clamp"), ("trilinear", "repeat"),
+                                               ("nearest", "repeat"), ("trilinear", "mirror"), ("nearest", "mirror")])
+def test_grid_volumes_evaluate_as_mitsuba(tmp_path, filter_type, wrap):
+    """Point by point, inside the grid and past its faces (clamped, repeated or mirrored), through a
+    rotated placement."""
     mi, _ = bc.import_mitsuba()
     mi.set_variant("scalar_rgb")
     _grids(tmp_path)
@@ -405,11 +423,12 @@ def test_grid_volumes_evaluate_as_mitsuba(tmp_path, filter_type):
     points = rng.uniform(-1.0, 1.0, (3, 200)).astype(np.float32)
     for name in ("density.vol", "albedo.vol"):
         theirs = mi.load_dict({"type": "gridvolume", "filename": str(tmp_path / name), "filter_type": filter_type,
-                               "to_world": to_world})
+                               "wrap_mode": wrap, "to_world": to_world})
         grid = vol.read(tmp_path / name)
         table = volumes.Volumes(data=jnp.asarray(grid.data.ravel()), offset=jnp.zeros(1, jnp.int32),
                                 res=jnp.asarray(grid.res[:, None]), channels=jnp.asarray([grid.channels]),
                                 nearest=jnp.asarray([filter_type == "nearest"]),
+                                wrap=jnp.asarray([WRAPS[wrap]], jnp.int32), wraps_present=(WRAPS[wrap],),
                                 to_local=jnp.asarray(np.linalg.inv(np.array(to_world.matrix))[:3, :, None],
                                                      jnp.float32), count=1)
         ours = np.asarray(volumes.eval_rgb(table, jnp.zeros(200, jnp.int32), jnp.asarray(points)))

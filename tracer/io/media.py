@@ -4,8 +4,9 @@
 ``medium``; one row per node, however many refer to it) and returns its row. Mitsuba 3.9's
 ``homogeneous`` and ``heterogeneous`` media are read with their parameters and defaults
 (``sigma_t`` 1, ``albedo`` 0.75, ``scale`` 1, ``sample_emitters`` and ``has_spectral_extinction``
-on), their values given as a float, an ``rgb``, a ``spectrum``, a ``constvolume`` or (a
-heterogeneous medium's) a ``gridvolume`` of Mitsuba's binary ``.vol`` format (``tracer.io.vol``);
+on), their values given as a float, an ``rgb``, a ``spectrum``, a ``constvolume`` or a
+``gridvolume`` of Mitsuba's binary ``.vol`` format (``tracer.io.vol``; its ``wrap_mode`` clamp,
+repeat or mirror; a homogeneous medium's albedo only, read at each collision as Mitsuba's);
 phase functions ``isotropic`` (the default), ``hg``, ``rayleigh`` and a ``blendphase`` of two of
 those (its two in document order, as Mitsuba takes them; its ``weight`` a float, a ``constvolume``
 or a one-channel ``gridvolume``). Other media, volumes and phase functions, and a blend inside a
@@ -23,6 +24,7 @@ from tracer import media as md
 from tracer import volumes as vol
 from tracer.errors import SceneError
 from tracer.io import vol as vol_files
+from tracer.kinds import WrapMode
 from tracer.table_rows import column, stacked
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["MediumTableBuilder"]
 
 KINDS = {"homogeneous": md.MediumKind.HOMOGENEOUS, "heterogeneous": md.MediumKind.HETEROGENEOUS}
+WRAP_MODES = {"clamp": WrapMode.CLAMP, "repeat": WrapMode.REPEAT, "mirror": WrapMode.MIRROR}  # a gridvolume's
 MAX_VOXELS = 1 << 28  # every grid of a scene together: 1 GiB of float32
 _IDENTITY = np.eye(4)
 
@@ -80,6 +83,7 @@ class MediumTableBuilder:
         self.grids: list[vol_files.Grid] = []
         self.grid_to_local: list[np.ndarray] = []
         self.nearest: list[bool] = []
+        self.wraps: list[int] = []
 
     def add(self, node: PluginNode) -> int:
         """The row of medium ``node`` (read the first time it is seen)."""
@@ -116,7 +120,8 @@ class MediumTableBuilder:
                            offset=jnp.asarray(offsets), res=jnp.asarray(np.stack([g.res for g in self.grids], axis=1),
                                                                          jnp.int32),
                            channels=jnp.asarray([g.channels for g in self.grids], jnp.int32),
-                           nearest=jnp.asarray(self.nearest, bool),
+                           nearest=jnp.asarray(self.nearest, bool), wrap=jnp.asarray(self.wraps, jnp.int32),
+                           wraps_present=tuple(sorted(set(self.wraps))),
                            to_local=jnp.asarray(np.stack([m[:3, :4] for m in self.grid_to_local], axis=-1), jnp.float32),
                            count=len(self.grids))
 
@@ -157,17 +162,17 @@ class MediumTableBuilder:
             value = child.get_rgb("value", 1.0)
             child.check_unused()
             return _Volume(value, -1, float(np.max(value)), to_world)
-        if kind != md.MediumKind.HETEROGENEOUS:
-            raise SceneError(f"{child.source}: a gridvolume needs a heterogeneous medium (Mitsuba's homogeneous "
-                             "medium evaluates its volumes once, at no point)")
-        grid = child.load(vol_files.read, child.get_path("filename"))
+        if kind != md.MediumKind.HETEROGENEOUS and name != "albedo":
+            raise SceneError(f"{child.source}: a homogeneous medium's '{name}' cannot be a gridvolume (Mitsuba "
+                             "samples its flights with the value at the origin); a heterogeneous medium's can")
         filter_type = child.get_string("filter_type", "trilinear")
         if filter_type not in ("trilinear", "nearest"):
             raise SceneError(f"{child.source}: gridvolume filter_type must be 'trilinear' or 'nearest', got "
                              f"'{filter_type}'")
         wrap = child.get_string("wrap_mode", "clamp")
-        if wrap != "clamp":
-            raise SceneError(f"{child.source}: gridvolume wrap_mode '{wrap}' is not rendered yet (clamp)")
+        if wrap not in WRAP_MODES:
+            raise SceneError(f"{child.source}: gridvolume wrap_mode must be one of {', '.join(WRAP_MODES)}, got '{wrap}'")
+        grid = child.load(vol_files.read, child.get_path("filename"))
         if child.get_bool("use_grid_bbox", False):
             to_world = to_world @ grid.bbox_to_world()
         largest = child.get_float("max_value", grid.largest)
@@ -180,6 +185,7 @@ class MediumTableBuilder:
         self.grids.append(grid)
         self.grid_to_local.append(np.linalg.inv(to_world))
         self.nearest.append(filter_type == "nearest")
+        self.wraps.append(WRAP_MODES[wrap])
         return _Volume(np.ones(3), len(self.grids) - 1, largest, to_world)
 
     def _phase(self, node: PluginNode) -> _Phase:
