@@ -4,7 +4,8 @@ Arrays carry their batch of lanes on the last axis. Three things the loops need,
 
 * ``stable_partition``: the order that moves the lanes a mask selects to the front;
 * ``drain_in_phases``: a ``lax.while_loop`` that runs until its slowest lane is done, in
-  phases over fewer and fewer lanes, so that finished lanes stop costing an iteration;
+  phases over fewer and fewer lanes, so that finished lanes stop costing an iteration
+  (``drain_in_place``: the same, its lanes back in their own order at the end);
 * ``min_key`` / ``key_index`` / ``key_t``: the closest of several candidates per lane as one
   integer min over keys that hold t's bits and the candidate's index;
 * ``take``: each lane's column of a table (a material's parameters, a shape's transform).
@@ -16,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["stable_partition", "drain_in_phases", "min_key", "key_index", "key_t", "INF_KEY", "take"]
+__all__ = ["stable_partition", "drain_in_phases", "drain_in_place", "min_key", "key_index", "key_t", "INF_KEY", "take"]
 
 INF_KEY = np.int32(0x7F800000)  # the bits of float32 inf: every key of a hit is below it
 
@@ -98,6 +99,19 @@ def drain_in_phases(carry: Any, live: Callable[[Any], jax.Array], step: Callable
         if last:
             return carry, shared
         size, phase = smaller, phase + 1
+
+
+def drain_in_place(carry: T, inputs: Any, live: Callable[[T], jax.Array], step: Callable[[T, Any], T], *,
+                   shrink: int, min_phase: int) -> T:
+    """``drain_in_phases`` of ``carry`` under ``step(carry, inputs)``, ``inputs`` a pytree of
+    per-lane arrays the step reads (moved with their lanes, not returned); the carry comes back
+    in the lanes' own order. For loops whose lanes are independent (a lane's numbers its own):
+    their bits then do not depend on the phases."""
+    n = jax.tree.leaves(carry)[0].shape[-1]
+    moved = (carry, inputs, jnp.arange(n, dtype=jnp.int32))
+    out, _, index = drain_in_phases(moved, lambda c: live(c[0]), lambda c: (step(c[0], c[1]), c[1], c[2]),
+                                    shrink=shrink, min_phase=min_phase)
+    return jax.tree.map(lambda a: jnp.zeros_like(a).at[..., index].set(a, unique_indices=True), out)
 
 
 def _head(tree: T, size: int) -> T:

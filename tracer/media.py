@@ -27,7 +27,7 @@ from tracer import volumes as vol
 from tracer.constants import INV_FOUR_PI, INV_PI, TWO_PI
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["Phase", "MediumKind", "Media", "no_media", "pick", "channel_value", "majorant", "extent", "free_flight",
+__all__ = ["Phase", "MediumKind", "Media", "no_media", "pick", "channel_value", "channel_mean", "majorant", "extent", "free_flight",
            "coefficients", "transmittance", "phase_eval", "phase_sample"]
 
 
@@ -93,6 +93,13 @@ def pick(media: Media, medium: jax.Array, field: jax.Array) -> jax.Array:
 def channel_value(rgb: jax.Array, channel: jax.Array) -> jax.Array:
     """(N,) the ``channel`` (N,) component of (3, N) values (Mitsuba's ``index_spectrum``)."""
     return jnp.where(channel == 0, rgb[0], jnp.where(channel == 1, rgb[1], rgb[2]))
+
+
+def channel_mean(rgb: jax.Array) -> jax.Array:
+    """(N,) the mean of (3, ...) values over their channels, added in one order: XLA's reduction
+    of a short axis rounds by the shape of the rest (a pool's phases have several), and a lane's
+    bits must not depend on the lanes beside it."""
+    return (rgb[0] + rgb[1] + rgb[2]) / 3.0
 
 
 def _heterogeneous(media: Media, medium: jax.Array) -> jax.Array:

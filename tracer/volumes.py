@@ -61,7 +61,8 @@ def eval_rgb(volumes: Volumes, volume: jax.Array, p: jax.Array) -> jax.Array:
     for corner in range(8):
         step = jnp.asarray([(corner >> 0) & 1, (corner >> 1) & 1, (corner >> 2) & 1], jnp.int32)[:, None]
         index = jnp.where(nearest, near, wrap(base + step))
-        weight = jnp.prod(jnp.where(step == 1, frac, 1.0 - frac), axis=0)
+        w = jnp.where(step == 1, frac, 1.0 - frac)
+        weight = w[0] * w[1] * w[2]  # in one order (tracer.media.channel_mean says why)
         weight = jnp.where(nearest, float(corner == 0), weight)
         voxel = (index[2] * res[1] + index[1]) * res[0] + index[0]
         first = offset + voxel * channels

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bsdfs, emitters, media, rng
+from tracer.lanes import drain_in_place
 from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.integrators import path
@@ -49,6 +50,10 @@ CHANNEL_DIM = 0xC0FFEE
 MAX_CROSSINGS = 32
 # Tentative collisions a light sample's ratio tracking takes in one medium segment at most.
 MAX_COLLISIONS = 4096
+# A light sample's ratio tracking drains in phases (tracer.lanes.drain_in_place): a quarter of the lanes
+# each phase, down to a few hundred (each phase is another compiled copy of its small body).
+TRACK_SHRINK = 4
+TRACK_MIN_PHASE = 256
 # Where the random numbers of light samples' ratio tracking start (by step, crossing, collision),
 # apart from the per-bounce blocks.
 SHADOW_DIMS = 0x80000000
@@ -212,7 +217,7 @@ def collision(md: media.Media, medium: jax.Array, p: path.PathState, combined: j
     x = p.origin + jnp.where(collide, flight, 0.0) * p.direction
     sigma_t, albedo = media.coefficients(md, medium, x)
     sigma_s, sigma_n = sigma_t * albedo, combined - sigma_t
-    null_chance = jnp.mean(sigma_n / jnp.where(combined > 0, combined, 1.0), axis=0)
+    null_chance = media.channel_mean(sigma_n / jnp.where(combined > 0, combined, 1.0))
     null = collide & (u[Dims.BSDF_COMPONENT] < null_chance)
     return Collision(x=x, sigma_t=sigma_t, sigma_s=sigma_s, sigma_n=sigma_n, null_chance=null_chance, null=null)
 
@@ -288,7 +293,7 @@ def _event(scene: Scene, keys: rng.SampleKeys, state: VolumeState) -> VolumeStat
     # the albedo at a real collision.
     travelled = met.travelled
     spectral = media.pick(md, state.medium, md.spectral)
-    real_chance = jnp.mean(sigma_t / jnp.where(combined > 0, combined, 1.0), axis=0)
+    real_chance = media.channel_mean(sigma_t / jnp.where(combined > 0, combined, 1.0))
     weight = media.flight_weight(combined, state.channel, travelled, collide)
     weight = weight * jnp.where(real, sigma_s / jnp.where(real_chance > 0, real_chance, 1.0), 1.0)
     weight = weight * jnp.where(null, sigma_n / jnp.where(null_chance > 0, null_chance, 1.0), 1.0)
@@ -470,21 +475,24 @@ def _light_transmittance(scene, keys, step, x, n, ds, medium, active):
 def _ratio_tracking(md, keys, step, crossing, o, d, medium, segment, seen, active):
     """``seen`` times an unbiased estimate of a heterogeneous medium's transmittance along rays
     o, d (3, N) over [0, segment): tentative collisions at the majorant's rate inside the medium's
-    box, each keeping the fraction sigma_n / majorant that is not there (ratio tracking)."""
+    box, each keeping the fraction sigma_n / majorant that is not there (ratio tracking). The
+    loop drains in phases over the lanes still tracking (``tracer.lanes.drain_in_place``): a lane's
+    numbers are its own (its key, this step, crossing and collision), so the bits do not depend
+    on where it sits."""
     combined = media.majorant(md, medium)
     rate = combined[0]  # (a heterogeneous medium's majorant is the same in every channel)
     mint, maxt = media.extent(md, medium, o, d)
     end = jnp.minimum(maxt, segment)
+    n = rate.shape[0]
+    base = (np.uint32(SHADOW_DIMS) + (step.astype(jnp.uint32) * np.uint32(MAX_CROSSINGS) + jnp.uint32(crossing))
+            * np.uint32(MAX_COLLISIONS))  # this crossing's first dimension
 
-    def cond(carry):
-        _, _, live, k = carry
-        return jnp.any(live) & (k < MAX_COLLISIONS)
-
-    def body(carry):
-        t, seen, live, k = carry
-        dim = (np.uint32(SHADOW_DIMS) + (step.astype(jnp.uint32) * np.uint32(MAX_CROSSINGS) + jnp.uint32(crossing))
-               * np.uint32(MAX_COLLISIONS) + jnp.uint32(k))
-        u = rng.draw(keys, dim, 1)[0]
+    def body(c, lane):
+        t, seen, live, k = c
+        lane_keys, o, d, medium, end, base = lane
+        u = rng.draw(lane_keys, base + k.astype(jnp.uint32), 1)[0]
+        combined = media.majorant(md, medium)
+        rate = combined[0]
         t = t - jnp.log1p(-u) / jnp.where(rate > 0, rate, 1.0)
         inside = live & (t < end)
         sigma_t, _ = media.coefficients(md, medium, o + t * d)
@@ -492,5 +500,12 @@ def _ratio_tracking(md, keys, step, crossing, o, d, medium, segment, seen, activ
         return t, seen, inside & jnp.any(seen != 0, axis=0), k + 1
 
     live = active & (mint < end) & (rate > 0)
-    _, seen, live, _ = jax.lax.while_loop(cond, body, (mint, seen, live, jnp.int32(0)))
+    carry = (mint, seen, live, jnp.zeros(n, jnp.int32))
+    lane = (keys, o, d, medium, end, jnp.broadcast_to(base, (n,)))
+    _, seen, live, _ = drain_in_place(carry, lane, tracking, body, shrink=TRACK_SHRINK, min_phase=TRACK_MIN_PHASE)
     return jnp.where(live, 0.0, seen)  # still tracking after MAX_COLLISIONS: taken as blocked
+
+
+def tracking(carry: tuple[jax.Array, ...]) -> jax.Array:
+    """The lanes of a ratio-tracking loop's carry (t, estimate..., live, collisions) still tracking."""
+    return carry[-2] & (carry[-1] < MAX_COLLISIONS)

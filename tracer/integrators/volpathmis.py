@@ -85,7 +85,8 @@ def update_weights(m: jax.Array, ratio: jax.Array, active: jax.Array) -> jax.Arr
 
 def mis_weight(a: jax.Array, b: jax.Array | None = None) -> jax.Array:
     """(3, N) each channel's balance-heuristic weight, 3 / sum_j (a + b)[i, j] (0 where that sum is 0)."""
-    total = jnp.sum(a if b is None else a + b, axis=1)
+    m = a if b is None else a + b
+    total = m[:, 0] + m[:, 1] + m[:, 2]  # in one order (media.channel_mean says why)
     return jnp.where(total == 0, 0.0, 3.0 / jnp.where(total == 0, 1.0, total))
 
 
@@ -356,13 +357,14 @@ def _ratio_tracking(md, keys, step, crossing, o, d, medium, segment, nee, uni, a
     """(p_over_f_nee, p_over_f_uni) after Mitsuba's ratio tracking along rays o, d (3, N) through
     a heterogeneous medium over [0, segment): tentative collisions at the majorant's rate (the
     same in every channel, so each one's free-flight ratio is the majorant), each a null
-    collision of both strategies (the unidirectional one also takes its chance)."""
+    collision of both strategies (the unidirectional one also takes its chance). One loop over
+    the pool: phases as volpath's (``tracer.lanes.drain_in_place``) compiled 4 s longer here for
+    a tenth off the render at 64 spp."""
     combined = media.majorant(md, medium)
     rate = combined[0]
     mint, maxt = media.extent(md, medium, o, d)
     end = jnp.minimum(maxt, segment)
     spectral = media.pick(md, medium, md.spectral)
-    ones = jnp.ones_like(rate)
 
     def cond(carry):
         return jnp.any(carry[3]) & (carry[4] < MAX_COLLISIONS)
@@ -375,7 +377,7 @@ def _ratio_tracking(md, keys, step, crossing, o, d, medium, segment, nee, uni, a
         inside = live & (t < end)
         sigma_t, _ = media.coefficients(md, medium, o + t * d)
         sigma_n = combined - sigma_t
-        chance = jnp.mean(_safe_div(sigma_n, combined), axis=0)
+        chance = media.channel_mean(_safe_div(sigma_n, combined))
         nee = update_weights(nee, ratios(combined, sigma_n), inside)  # (spectral or not: c / sigma_n)
         uni = update_weights(uni, ratios(combined * chance, sigma_n), inside & spectral)
         uni = update_weights(uni, ratios(sigma_n, sigma_n), inside & ~spectral)
