@@ -117,14 +117,6 @@ def bounds(to_world: np.ndarray, to_local: np.ndarray) -> tuple[np.ndarray, np.n
 # ---------------------------------------------------------------------------------------------
 # Traced: intersection.
 
-def _affine(m: jax.Array, p: jax.Array) -> jax.Array:
-    return m[:, 0] * p[0] + m[:, 1] * p[1] + m[:, 2] * p[2] + m[:, 3]
-
-
-def _linear(m: jax.Array, v: jax.Array) -> jax.Array:
-    return m[:, 0] * v[0] + m[:, 1] * v[1] + m[:, 2] * v[2]
-
-
 def _unit_cube(o: jax.Array, d: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(hit, t_enter, t_exit) of rays (3, ...) with the unit cube (slabs; an axis the ray runs
     along counts where the origin lies inside it)."""
@@ -193,7 +185,7 @@ def corner_values(to_local: jax.Array) -> list[jax.Array]:
 def intersect(to_world: jax.Array, to_local: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:
     """t of rays o, d (3, ...) meeting the zero set of voxels (matrices (3, 4, ...) broadcast against
     the rays) at 0 < t < t_max; inf where not (Mitsuba's ``ray_intersect_preliminary``)."""
-    o_v, d_v = _affine(to_world, o), _linear(to_world, d)
+    o_v, d_v = vm.transform_point(to_world, o), vm.transform_vector(to_world, d)
     ok, t_enter, t_exit = _unit_cube(o_v, d_v)
     t_begin = jnp.maximum(t_enter, 0.0)
     ok = ok & (t_begin < t_exit)
@@ -249,10 +241,10 @@ def surface(p: jax.Array, to_world: jax.Array, to_local: jax.Array, values: jax.
     grid = tuple(grid_row[:, k] for k in range(GRID_COLUMNS))
     res = jnp.stack(grid[1:4]).astype(jnp.float32)  # R per axis
     position = jnp.stack([to_local[2, 2], to_local[0, 3], to_local[1, 3]])
-    g = _affine(to_world, p) + position  # grid coordinates: object space times R - 1
-    # Normals to world space: the transposed linear part of to_world, over R - 1 per axis
-    # (grid coordinates -> object space); only directions matter.
-    out = lambda n: vm.normalize(_transposed(to_world, n))
+    g = vm.transform_point(to_world, p) + position  # grid coordinates: object space times R - 1
+    # Normals to world space: the transposed linear part of to_world (transform_normal), over
+    # R - 1 per axis (grid coordinates -> object space); only directions matter.
+    out = lambda n: vm.normalize(vm.transform_normal(to_world, n))
     # Geometric: the difference of the function across the voxel holding p, per axis.
     cell = jnp.trunc(g).astype(jnp.int32)
     delta = jnp.stack([_face_values(values, grid, a, cell[a] + 1, g) - _face_values(values, grid, a, cell[a], g)
@@ -276,7 +268,3 @@ def surface(p: jax.Array, to_world: jax.Array, to_local: jax.Array, values: jax.
     ns = out(blend / (res - 1.0))
     return ng, vm.select(grid[4] > 0, ns, ng)
 
-
-def _transposed(m: jax.Array, n: jax.Array) -> jax.Array:
-    """The transposed linear part of m (3, 4, N) applied to n (3, N)."""
-    return jnp.stack([m[0, a] * n[0] + m[1, a] * n[1] + m[2, a] * n[2] for a in range(3)])
