@@ -502,10 +502,7 @@ def _ratio_tracking(md, keys, step, crossing, o, d, medium, segment, seen, activ
     live = active & (mint < end) & (rate > 0)
     carry = (mint, seen, live, jnp.zeros(n, jnp.int32))
     lane = (keys, o, d, medium, end, jnp.broadcast_to(base, (n,)))
+    tracking = lambda c: c[2] & (c[3] < MAX_COLLISIONS)  # live, and under the cap
     _, seen, live, _ = drain_in_place(carry, lane, tracking, body, shrink=TRACK_SHRINK, min_phase=TRACK_MIN_PHASE)
     return jnp.where(live, 0.0, seen)  # still tracking after MAX_COLLISIONS: taken as blocked
 
-
-def tracking(carry: tuple[jax.Array, ...]) -> jax.Array:
-    """The lanes of a ratio-tracking loop's carry (t, estimate..., live, collisions) still tracking."""
-    return carry[-2] & (carry[-1] < MAX_COLLISIONS)
