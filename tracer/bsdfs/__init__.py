@@ -110,8 +110,9 @@ class _Select:
             self.fields[name] = jnp.where(mine, value, self.fields[name])
 
 
-# Kinds whose code is a constant: they run with another group rather than in a window of their own.
-_CONSTANT_KINDS = (BsdfKind.BLACK, BsdfKind.NULL, BsdfKind.POLARIZER)
+# Kinds whose leaf code is a constant (a composite's root is never a leaf: its leaves are sampled):
+# they run with another group rather than in windows of their own.
+_CONSTANT_KINDS = (BsdfKind.BLACK, BsdfKind.NULL, BsdfKind.POLARIZER, BsdfKind.COMPOSITE)
 
 
 def _kind_groups(materials: Materials) -> tuple[tuple[int, ...], ...]:
