@@ -11,11 +11,12 @@ x the tangent along dp/du, and -- for bump maps -- the surface's ``perturb.Tange
   ``null``, a ``thindielectric``'s transmission, a ``mask``'s or blend's share of those), which a
   volumetric path's light samples see through.
 
-On CPUs each kind's code runs on the lanes of that kind only (``_kind_groups``: the lanes
-sorted by kind, ``tracer.lanes.by_kind``); within a group, and on GPUs and TPUs, each kind
+On CPUs each kind group's code runs on the lanes of that group only (``_kind_groups``: the lanes
+sorted by group, ``tracer.lanes.by_kind``); within a group, and on GPUs and TPUs, each kind
 present is evaluated for every lane and the results selected by kind (a ``lax.switch`` on batched
-indices would run every branch as well). Absent kinds are never traced. Textures are evaluated once per call, and the rough kinds share one microfacet
-normal sample and one evaluation of D and G. The principled kinds draw their own (Burley's
+indices would run every branch as well). Absent kinds are never traced. Textures are evaluated
+once per call and group, and the rough kinds (one group) share one microfacet normal sample and
+one evaluation of D and G. The principled kinds draw their own (Burley's
 parameters map to a GGX roughness per lobe); lobes no principled material has are not traced.
 A leaf under a ``normalmap`` or ``bumpmap`` sees its directions in a perturbed frame
 (``tracer.bsdfs.perturb``); tables without one never trace it.

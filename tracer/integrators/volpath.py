@@ -505,4 +505,3 @@ def _ratio_tracking(md, keys, step, crossing, o, d, medium, segment, seen, activ
     tracking = lambda c: c[2] & (c[3] < MAX_COLLISIONS)  # live, and under the cap
     _, seen, live, _ = drain_in_place(carry, lane, tracking, body, shrink=TRACK_SHRINK, min_phase=TRACK_MIN_PHASE)
     return jnp.where(live, 0.0, seen)  # still tracking after MAX_COLLISIONS: taken as blocked
-
