@@ -6,6 +6,8 @@ x the tangent along dp/du, and -- for bump maps -- the surface's ``perturb.Tange
 
 * ``sample(...) -> (BsdfSample, weight)``: Mitsuba's ``BSDF::sample``; weight = f cos / pdf.
 * ``eval_pdf(...) -> (value, pdf)``: f(wi, wo) |cos theta_o| and the density of ``sample``.
+* ``eval_and_sample(...)``: both for the same lanes, as a path vertex wants them (its light
+  sample's evaluation, its next direction), with the bits of the two calls.
 * ``has_nondelta_lobe(...)``: whether next-event estimation applies (a non-delta lobe exists).
 * ``null_transmission(...)``: what passes straight through (Mitsuba's ``eval_null_transmission``:
   ``null``, a ``thindielectric``'s transmission, a ``mask``'s or blend's share of those), which a
@@ -15,8 +17,8 @@ On CPUs each kind group's code runs on the lanes of that group only (``_kind_gro
 sorted by group, ``tracer.lanes.by_kind``); within a group, and on GPUs and TPUs, each kind
 present is evaluated for every lane and the results selected by kind (a ``lax.switch`` on batched
 indices would run every branch as well). Absent kinds are never traced. Textures are evaluated
-once per call and group, and the rough kinds (one group) share one microfacet normal sample and
-one evaluation of D and G. The principled kinds draw their own (Burley's
+once per call and group (``eval_and_sample``: once for a vertex's evaluation and sample), and the
+rough kinds (one group) share one microfacet normal sample and one evaluation of D and G. The principled kinds draw their own (Burley's
 parameters map to a GGX roughness per lobe); lobes no principled material has are not traced.
 A leaf under a ``normalmap`` or ``bumpmap`` sees its directions in a perturbed frame
 (``tracer.bsdfs.perturb``); tables without one never trace it.
@@ -44,7 +46,7 @@ from tracer.bsdfs.table import Materials
 from tracer.kinds import BsdfKind, Microfacet
 from tracer.pytree import pytree_dataclass
 
-__all__ = ["BsdfSample", "Materials", "sample", "eval_pdf", "has_nondelta_lobe"]
+__all__ = ["BsdfSample", "Materials", "sample", "eval_pdf", "eval_and_sample", "has_nondelta_lobe"]
 
 
 @pytree_dataclass
@@ -196,7 +198,11 @@ def _sample_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarray,
     if len(groups) > 1:
         return _by_kind_group(materials, groups, lambda m, *x: _sample_kinds(m, textures, *x), mat,
                               (mat, uv, wi, u1, u2))
-    params = _Params(materials, textures, mat, uv)
+    return _sample_params(materials, _Params(materials, textures, mat, uv), wi, u1, u2)
+
+
+def _sample_params(materials: Materials, params: _Params, wi: jnp.ndarray, u1: jnp.ndarray,
+                   u2: jnp.ndarray) -> tuple[BsdfSample, jnp.ndarray]:
     zero = jnp.zeros_like(wi[0])  # *_like: varying over shard_map's ray axis as wi is
     out = _Select(params.kind, dict(wo=vm.reflect(wi), pdf=zero, eta=zero + 1.0, delta=jnp.zeros_like(wi[0], bool),
                                     null=jnp.zeros_like(wi[0], bool), weight=jnp.zeros_like(wi)))
@@ -304,7 +310,11 @@ def _eval_pdf_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarra
     if len(groups) > 1:
         return _by_kind_group(materials, groups, lambda m, *x: _eval_pdf_kinds(m, textures, *x), mat,
                               (mat, uv, wi, wo))
-    params = _Params(materials, textures, mat, uv)
+    return _eval_pdf_params(materials, _Params(materials, textures, mat, uv), wi, wo)
+
+
+def _eval_pdf_params(materials: Materials, params: _Params, wi: jnp.ndarray,
+                     wo: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     out = _Select(params.kind, dict(value=jnp.zeros_like(wi), pdf=jnp.zeros_like(wi[0])))
     if params.has(BsdfKind.DIFFUSE):
         value, pdf = diffuse.eval_pdf(wi, wo, params.reflectance)
@@ -339,6 +349,38 @@ def _eval_pdf_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarra
         value, pdf = principledthin.eval_pdf(wi, wo, params.disney)
         out.put(BsdfKind.PRINCIPLEDTHIN, value=value, pdf=pdf)
     return out.fields["value"], out.fields["pdf"]
+
+
+def eval_and_sample(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
+                    wi: jnp.ndarray, wo: jnp.ndarray, u1: jnp.ndarray, u2: jnp.ndarray,
+                    tangents: perturb.Tangents | None = None
+                    ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], tuple[BsdfSample, jnp.ndarray]]:
+    """``(eval_pdf(..., wi, wo), sample(..., wi, u1, u2))`` of the same lanes in one pass: a light
+    sample's evaluation and the next direction's sample, as a path's vertex wants both. Each lane's
+    arithmetic is that of the two calls; on CPUs the lanes are sorted by kind group once, not twice,
+    and a group's textures and table entries are read once for both (``_kind_groups``)."""
+    if materials.layers is not None:  # a blend samples a leaf, then evaluates its siblings there
+        return (eval_pdf(materials, textures, mat, uv, wi, wo, tangents),
+                sample(materials, textures, mat, uv, wi, u1, u2, tangents))
+    if materials.perturbation is None:
+        return _eval_and_sample_kinds(materials, textures, mat, uv, wi, wo, u1, u2)
+    pf = perturb.frame(materials.perturbation, textures, mat, uv, wi, tangents)
+    wo_p = vm.to_local(pf.axes, wo)
+    (value, pdf), (bs, weight) = _eval_and_sample_kinds(materials, textures, mat, uv, vm.to_local(pf.axes, wi), wo_p,
+                                                        u1, u2)
+    sampled_wo, weight, sampled_pdf = perturb.sampled(pf, bs.wo, weight, bs.pdf)
+    return perturb.evaluated(pf, wo, wo_p, value, pdf), (dataclasses.replace(bs, wo=sampled_wo, pdf=sampled_pdf), weight)
+
+
+def _eval_and_sample_kinds(materials: Materials, textures: tx.Textures, mat: jnp.ndarray,
+                           uv: jnp.ndarray | tx.TexturePoint, wi: jnp.ndarray, wo: jnp.ndarray, u1: jnp.ndarray,
+                           u2: jnp.ndarray) -> tuple[tuple[jnp.ndarray, jnp.ndarray], tuple[BsdfSample, jnp.ndarray]]:
+    groups = _kind_groups(materials)
+    if len(groups) > 1:
+        return _by_kind_group(materials, groups, lambda m, *x: _eval_and_sample_kinds(m, textures, *x), mat,
+                              (mat, uv, wi, wo, u1, u2))
+    params = _Params(materials, textures, mat, uv)
+    return _eval_pdf_params(materials, params, wi, wo), _sample_params(materials, params, wi, u1, u2)
 
 
 def null_transmission(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,

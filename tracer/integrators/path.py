@@ -12,7 +12,7 @@ previous BSDF sample, the light sample against the BSDF's pdf, and Russian roule
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +20,6 @@ import numpy as np
 
 from tracer import bsdfs, emitters, lanes, rng
 from tracer import textures as tx
-from tracer import lanes
 from tracer import vecmath as vm
 from tracer.kinds import Perturbation
 from tracer.pytree import pytree_dataclass
@@ -167,14 +166,30 @@ def _vertex(scene, state, uniforms, surface):
 
 def shade(scene: Scene, state: PathState, vertex: Vertex, radiance: jax.Array) -> PathState:
     """The second half: add emission and a light sample to ``radiance``, sample the BSDF for the
-    next ray, roulette. Path replay differentiates this half in the scene's values."""
-    return _shaded(scene, state, vertex, add_emission(scene, state, vertex.surface, radiance))
+    next ray, roulette. Path replay differentiates this half in the scene's values: here the BSDF
+    is evaluated and sampled in two calls (the same bits as one), so that the sample, which the
+    replay does not differentiate, stays out of its adjoint (one call's window loop would carry
+    zero cotangents into the sample's code, and zero times a NaN partial there is NaN)."""
+    return _shaded(scene, state, vertex, add_emission(scene, state, vertex.surface, radiance), together=False)
 
 
-def _shaded(scene, state, v, radiance):
-    """The light sample, the BSDF sample and roulette, after the emission."""
-    radiance = add_next_event(scene, state, v.surface, v.mat, v.frame, v.wi, v.more, v.uniforms, radiance)
-    return _continue_path(scene, state, v.surface, v.mat, v.frame, v.wi, v.more, v.uniforms, radiance)
+def _shaded(scene, state, v, radiance, together=True):
+    """The light sample, the BSDF sample and roulette, after the emission. ``together``: the BSDF
+    is evaluated for the light sample and sampled for the next ray in one call (one sort by kind
+    a bounce, not two)."""
+    light = _sample_light(scene, v.surface, v.mat, v.more, v.uniforms)
+    wo = _stage(vm.to_local(v.frame, light.ds.d))
+    si = v.surface.si
+    at = tx.texture_point(si.uv, si.attributes)
+    u1, u2 = v.uniforms[Dims.BSDF_COMPONENT], v.uniforms[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2]
+    if together:
+        evaluated, sampled = _stage(bsdfs.eval_and_sample(scene.materials, scene.textures, v.mat, at, v.wi, wo, u1, u2,
+                                                          v.surface.tangents))
+    else:
+        evaluated = _stage(bsdfs.eval_pdf(scene.materials, scene.textures, v.mat, at, v.wi, wo, v.surface.tangents))
+        sampled = _stage(bsdfs.sample(scene.materials, scene.textures, v.mat, at, v.wi, u1, u2, v.surface.tangents))
+    radiance = _add_light(scene, state, v.surface, light, evaluated, radiance)
+    return _continue_path(scene, state, v.surface, v.frame, v.more, v.uniforms, radiance, sampled)
 
 
 def bounce_uniforms(keys: rng.SampleKeys, depth: jax.Array) -> jax.Array:
@@ -258,24 +273,27 @@ def material_and_frame(scene: Scene, surface: Surface) -> tuple[jax.Array, vm.Fr
     return mat, vm.Frame(s, t, vm.select(mirror, -n, n))
 
 
-def add_next_event(scene: Scene, state: PathState, surface: Surface, mat: jax.Array, frame: vm.Frame, wi: jax.Array,
-                   more: jax.Array, uniforms: jax.Array, radiance: jax.Array,
-                   shares: tuple[float, float, float] | None = None) -> jax.Array:
-    """Next-event estimation: a light sample, unless blocked, weighted by the power heuristic
-    against the BSDF's pdf (delta lights and delta-only materials: no MIS, no sample).
-    ``shares`` = (light share, BSDF share, weight): the direct integrator's sample counts, which
-    scale the two pdfs in the heuristic and the weight of a non-delta light sample."""
-    ems, tex, si = scene.emitters, scene.textures, surface.si
-    do_nee = more & bsdfs.has_nondelta_lobe(scene.materials, mat)
-    ds, em_weight = _stage(emitters.sample_direction(ems, tex, si.p, uniforms[Dims.EMITTER_SELECT],
-                                                     uniforms[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
-                                                     reuse=rng.REUSES_EMITTER_SELECT[scene.settings.sampler]))
-    do_nee = do_nee & (ds.pdf > 0)
-    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(si.p, surface.ng, ds.d, ds.dist)
+class _LightSample(NamedTuple):
+    ds: emitters.DirectionSample  # the sampled direction towards a light
+    weight: jax.Array             # (3, N) its radiance over its pdf
+    wanted: jax.Array             # (N,) bool: the vertex takes a light sample (a non-delta lobe, pdf > 0)
+
+
+def _sample_light(scene, surface, mat, more, uniforms):
+    ems, tex = scene.emitters, scene.textures
+    ds, weight = _stage(emitters.sample_direction(ems, tex, surface.si.p, uniforms[Dims.EMITTER_SELECT],
+                                                  uniforms[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
+                                                  reuse=rng.REUSES_EMITTER_SELECT[scene.settings.sampler]))
+    return _LightSample(ds, weight, more & bsdfs.has_nondelta_lobe(scene.materials, mat) & (ds.pdf > 0))
+
+
+def _add_light(scene, state, surface, light, evaluated, radiance, shares=None):
+    """``radiance`` plus the light sample's contribution, unless blocked; ``evaluated``: the
+    BSDF's (value, pdf) towards it."""
+    ds, em_weight, do_nee = light
+    bsdf_value, bsdf_pdf = evaluated
+    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(surface.si.p, surface.ng, ds.d, ds.dist)
     blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
-    wo = _stage(vm.to_local(frame, ds.d))
-    bsdf_value, bsdf_pdf = _stage(bsdfs.eval_pdf(scene.materials, tex, mat, tx.texture_point(si.uv, si.attributes),
-                                                 wi, wo, surface.tangents))
     if shares is None:
         mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
     else:  # as Mitsuba's direct.cpp, a delta light's sample is not averaged over the count
@@ -285,14 +303,26 @@ def add_next_event(scene: Scene, state: PathState, surface: Surface, mat: jax.Ar
     return radiance + jnp.where(lit, state.throughput * bsdf_value * em_weight * mis_em, 0.0)
 
 
-def _continue_path(scene, state, surface, mat, frame, wi, more, uniforms, radiance):
-    """The next ray, from a BSDF sample; Russian roulette as Mitsuba: from rr_depth on, a path
-    survives with probability min(max(throughput) eta^2, 0.95)."""
+def add_next_event(scene: Scene, state: PathState, surface: Surface, mat: jax.Array, frame: vm.Frame, wi: jax.Array,
+                   more: jax.Array, uniforms: jax.Array, radiance: jax.Array,
+                   shares: tuple[float, float, float] | None = None) -> jax.Array:
+    """Next-event estimation: a light sample, unless blocked, weighted by the power heuristic
+    against the BSDF's pdf (delta lights and delta-only materials: no MIS, no sample).
+    ``shares`` = (light share, BSDF share, weight): the direct integrator's sample counts, which
+    scale the two pdfs in the heuristic and the weight of a non-delta light sample."""
     si = surface.si
-    at = tx.texture_point(si.uv, si.attributes)  # what the textures read (uv, mesh attributes)
-    bs, bsdf_weight = _stage(bsdfs.sample(scene.materials, scene.textures, mat, at, wi,
-                                          uniforms[Dims.BSDF_COMPONENT],
-                                          uniforms[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2], surface.tangents))
+    light = _sample_light(scene, surface, mat, more, uniforms)
+    wo = _stage(vm.to_local(frame, light.ds.d))
+    evaluated = _stage(bsdfs.eval_pdf(scene.materials, scene.textures, mat, tx.texture_point(si.uv, si.attributes),
+                                      wi, wo, surface.tangents))
+    return _add_light(scene, state, surface, light, evaluated, radiance, shares)
+
+
+def _continue_path(scene, state, surface, frame, more, uniforms, radiance, sampled):
+    """The next ray, from ``sampled`` (the BSDF's sample and weight); Russian roulette as Mitsuba:
+    from rr_depth on, a path survives with probability min(max(throughput) eta^2, 0.95)."""
+    si = surface.si
+    bs, bsdf_weight = sampled
     wo_world = vm.to_world(frame, bs.wo)
     next_origin = geometry.spawn_ray(si.p, surface.ng, wo_world)
     throughput = jnp.where(more, state.throughput * bsdf_weight, 0.0)

@@ -389,12 +389,13 @@ def _surface(scene, keys, state, p, surface, mat, frame, here, u, light):
     ds, em_weight, seen = light.ds, light.em_weight, light.seen
     nee = light.nee & here
     wo = vm.to_local(frame, ds.d)
-    value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, wo, surface.tangents)
+    (value, bsdf_pdf), (bs, weight) = bsdfs.eval_and_sample(scene.materials, scene.textures, mat, at, wi, wo,
+                                                            u[Dims.BSDF_COMPONENT],
+                                                            u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2],
+                                                            surface.tangents)
     mis = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
     radiance = radiance + jnp.where(nee, p.throughput * value * em_weight * seen * mis, 0.0)
 
-    bs, weight = bsdfs.sample(scene.materials, scene.textures, mat, at, wi, u[Dims.BSDF_COMPONENT],
-                              u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2], surface.tangents)
     direction = vm.to_world(frame, bs.wo)
     passing = hit & bs.null  # a null lobe (null, a thindielectric's transmission): not a bounce
     real = hit & ~passing

@@ -250,14 +250,14 @@ def _surface(scene, keys, state, surface, here, u):
     ds, em_weight, nee_here = volpath.light_sample(scene, si.p, more & bsdfs.has_nondelta_lobe(scene.materials, mat), u)
     nee_end, uni_end, emitted = _light_mis(scene, keys, state, si.p, surface.ng, ds, em_weight, beyond(ds.d),
                                            nee_here)
-    value, bsdf_pdf = bsdfs.eval_pdf(scene.materials, scene.textures, mat, at, wi, vm.to_local(frame, ds.d),
-                                     surface.tangents)
+    (value, bsdf_pdf), (bs, weight) = bsdfs.eval_and_sample(scene.materials, scene.textures, mat, at, wi,
+                                                            vm.to_local(frame, ds.d), u[Dims.BSDF_COMPONENT],
+                                                            u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2],
+                                                            surface.tangents)
     nee_end = update_weights(nee_end, ratios(jnp.ones_like(bsdf_pdf), value), nee_here)
     uni_end = update_weights(uni_end, ratios(jnp.where(ds.is_delta, 0.0, bsdf_pdf), value), nee_here)
     radiance = radiance + jnp.where(nee_here, mis_weight(nee_end, uni_end) * emitted, 0.0)
 
-    bs, weight = bsdfs.sample(scene.materials, scene.textures, mat, at, wi, u[Dims.BSDF_COMPONENT],
-                              u[Dims.BSDF_DIRECTION:Dims.BSDF_DIRECTION + 2], surface.tangents)
     hit = hit & (bs.pdf > 0)
     direction = vm.to_world(frame, bs.wo)
     real = hit & ~bs.null  # a null lobe (null, a thindielectric's transmission): not a bounce

@@ -34,6 +34,26 @@ def test_mixed_batch_equals_homogeneous_batches():
         np.testing.assert_array_equal(np.asarray(bs.is_delta)[sel], ref["delta"])
 
 
+def test_eval_and_sample_give_the_bits_of_the_two_calls():
+    """A vertex's light-sample evaluation and BSDF sample in one call (one sort by kind on CPUs,
+    each group's textures read once) give each lane exactly what ``eval_pdf`` and ``sample`` give
+    it, over a batch that mixes every kind."""
+    rng = np.random.default_rng(2)
+    n = bc.CHUNK
+    materials, textures = bc.tables()
+    ids = jnp.asarray(rng.integers(0, len(bc.CASES), n).astype(np.int32))
+    wi, wo = bc.random_directions(rng, n), bc.random_directions(rng, n)
+    uv = rng.random((2, n)).astype(np.float32)
+    u1, u2 = rng.random(n).astype(np.float32), rng.random((2, n)).astype(np.float32)
+    (value, pdf), (bs, weight) = jax.jit(bsdfs.eval_and_sample)(materials, textures, ids, uv, wi, wo, u1, u2)
+    ref_value, ref_pdf = bc._eval_pdf(materials, textures, ids, uv, wi, wo)
+    ref_bs, ref_weight = bc._sample(materials, textures, ids, uv, wi, u1, u2)
+    assert np.any(np.asarray(pdf) > 0) and np.any(np.asarray(weight) > 0)
+    for got, want in ((value, ref_value), (pdf, ref_pdf), (weight, ref_weight), (bs.wo, ref_bs.wo),
+                      (bs.pdf, ref_bs.pdf), (bs.eta, ref_bs.eta), (bs.is_delta, ref_bs.is_delta), (bs.null, ref_bs.null)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_black_material_is_black():
     builder = MaterialTableBuilder()
     null = builder.add_black()
