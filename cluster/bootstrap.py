@@ -22,13 +22,13 @@ What a worker runs with:
   driver's preflight child (``cluster.preflight``) starts JAX here too, so that what it compiles
   ahead is what the members look up.
 """
-import contextlib
 import os
 import sys
 import types
 from collections.abc import Mapping
-from typing import Any
 
+from tracer.runtime import compilation_cache
+from tracer.runtime.compilation_cache import CACHE_ENV, cache_dir
 from tracer.runtime.xla_flags import check_host, named_isa, with_flags
 
 __all__ = ["CACHE_ENV", "cache_dir", "worker_env", "local_devices_per_member", "start_jax", "enable_compilation_cache", "join_group",
@@ -38,21 +38,8 @@ _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # a compilation
 _CACHE_HIT = "/jax/compilation_cache/cache_hits"
 _stats: dict[str, float] = {"programs": 0, "cache_hits": 0, "seconds": 0.0}
 _listening = False
-# The persistent compilation cache's folder; empty or "off" turns the cache off.
-CACHE_ENV = "JAXFARM_XLA_CACHE"
 _PLATFORM_NAMES = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}  # GroupShape's name -> JAX_PLATFORMS
 _DEVICE_COUNT = "--xla_force_host_platform_device_count"
-
-
-def cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
-    """The persistent compilation cache's folder for this process, or None when turned off:
-    ``$JAXFARM_XLA_CACHE``, else ``$XDG_CACHE_HOME/jaxfarm/xla`` (``~/.cache/jaxfarm/xla``)."""
-    environ = os.environ if environ is None else environ
-    if CACHE_ENV in environ:
-        value = environ[CACHE_ENV].strip()
-        return None if value.lower() in ("", "off", "0", "none") else os.path.expanduser(value)
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "jaxfarm", "xla")
 
 
 def worker_env(platform: str, devices_per_host: int | None = None, environ: Mapping[str, str] | None = None,
@@ -114,52 +101,10 @@ def start_jax(env: Mapping[str, str]) -> types.ModuleType:
 
 
 def enable_compilation_cache(directory: str | None) -> None:
-    """JAX's persistent compilation cache in ``directory`` (None: off), for every program: JAX's
-    defaults skip programs that compile in under a second, and small ones."""
-    import jax
-
+    """JAX's persistent compilation cache in ``directory`` (None: off), for every program
+    (``tracer.runtime.compilation_cache.enable``), this process's compilations counted."""
     _listen()
-    if directory is None:
-        return
-    os.makedirs(directory, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    _cache_folder[:] = [directory]
-    _replace_unreadable_entries()
-
-
-# JAX's cache file of a key (jax._src.lru_cache: KEY-cache, beside it KEY-atime).
-_ENTRY_SUFFIXES = ("-cache", "-atime")
-_cache_folder: list[str] = []  # the cache's folder (enable_compilation_cache's last)
-
-
-def _replace_unreadable_entries() -> None:
-    """An entry of the cache that does not read (truncated, corrupt) goes once its read fails, so
-    that the program JAX then compiles is written in its place: JAX warns and compiles, but its
-    cache never overwrites a key it has, and would compile it in every run. (JAX's cache reads
-    through ``jax._src.compilation_cache.get_executable_and_time``; where that moved, entries are
-    left as JAX leaves them: ``tests/cluster/test_bootstrap.py`` says so.)"""
-    try:
-        from jax._src import compilation_cache
-    except ImportError:
-        return
-    read = getattr(compilation_cache, "get_executable_and_time", None)
-    if read is None or getattr(read, "replaces_unreadable", False):
-        return
-
-    def get_executable_and_time(cache_key: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return read(cache_key, *args, **kwargs)
-        except Exception:
-            for folder in _cache_folder:
-                for suffix in _ENTRY_SUFFIXES:
-                    with contextlib.suppress(OSError):
-                        os.remove(os.path.join(folder, cache_key + suffix))
-            raise
-
-    get_executable_and_time.replaces_unreadable = True  # type: ignore[attr-defined]
-    compilation_cache.get_executable_and_time = get_executable_and_time
+    compilation_cache.enable(directory)
 
 
 def join_group(coordinator: str | None, size: int, rank: int, timeout_s: float, heartbeat_s: float) -> None:

@@ -6,8 +6,8 @@ Both sides render the same frames with the same reduction tree (tile, pass and c
 in a fresh process: the farm on its embedded local Ray with one worker group (Ray start-up, the
 store, the scheduler and the group's start-up included), twice: cold (a compilation cache of the
 run's own, empty) and warm (a second job, another store, on that cache); the loop as
-``tracer.load_scene`` then ``tracer.render`` per frame (its compile included: ``tracer.render``
-keeps no persistent cache). Printed: wall time of each, the ratios (the farm's overhead), and
+``tracer.load_scene`` then ``tracer.render`` per frame (its compile included: the loop runs
+without the persistent compilation cache ``tracer.render`` otherwise uses). Printed: wall time of each, the ratios (the farm's overhead), and
 the time to the first finished frame (for the farm: until every task of some frame is recorded
 in the store). The final images are compared bit for bit.
 """
@@ -96,7 +96,8 @@ def main():
     (tmp / "loop").mkdir()
     # The loop runs with the farm workers' deterministic CPU flags, so that the bits can be compared.
     from tracer.runtime.xla_flags import with_flags
-    loop_env = dict(env, XLA_FLAGS=with_flags(os.environ.get("XLA_FLAGS", ""), devices=1))
+    # Cold as the farm's first run: no persistent compilation cache (tracer.render's default one off).
+    loop_env = dict(env, XLA_FLAGS=with_flags(os.environ.get("XLA_FLAGS", ""), devices=1), JAXFARM_XLA_CACHE="off")
     out = subprocess.run([sys.executable, __file__, "--loop-worker", "--spec", str(spec_path), "--out", str(tmp / "loop")],
                          cwd=ROOT, env=loop_env, capture_output=True, text=True, check=True)
     loop = json.loads(out.stdout.strip().splitlines()[-1])

@@ -12,7 +12,9 @@ with the code ``tracer.render`` gets by default (XLA's, 512 bits wide on an AVX-
 (``tracer.runtime.xla_flags``: at least 2 devices; code of this host's instruction-set level, a local
 job's, and of AVX2, a cluster's), Mitsuba with every core. The first render of a process pays for
 compilation; it is reported apart (``compile s``: JAX's own trace, lowering and XLA compile
-durations, from ``jax.monitoring``; for Mitsuba, first call minus steady run), and the run time is
+durations, from ``jax.monitoring``; ours cold, without the persistent compilation cache that
+``tracer.render`` otherwise uses; for Mitsuba, first call minus steady run, with whatever its
+Dr.Jit kernel cache in ``~/.drjit`` holds from earlier runs), and the run time is
 the fastest of ``--repeats`` renders after it, each with a new seed. ``--res`` sets the scene's
 ``res`` default, or its ``width`` and ``height``; path depth etc. stay as the scene says (the
 Cornell box: max_depth 8).
@@ -108,6 +110,7 @@ def run_worker(engine, devices, args, isa=None):
         env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
     if engine == "ours":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["JAXFARM_XLA_CACHE"] = "off"  # a cold compile: tracer.render otherwise loads what an earlier run compiled
     print(f"running {engine}" + (f" on {devices} devices" if devices else "") + " ...",
           file=sys.stderr, flush=True)
     cmd = [sys.executable, __file__, "--worker", engine, "--scene", str(args.scene),

@@ -167,7 +167,8 @@ def test_a_corrupt_cache_entry_is_replaced_once_recompiled(tmp_path):
     again in every run (issue 37, item 6). It goes when its read fails, and the program compiled
     then takes its place."""
     from jax._src import compilation_cache
-    assert callable(compilation_cache.get_executable_and_time), "jax moved the cache's read: see bootstrap"
+    assert callable(compilation_cache.get_executable_and_time), \
+        "jax moved the cache's read: see tracer.runtime.compilation_cache"
     env = dict(os.environ, JAXFARM_XLA_CACHE=str(tmp_path))
 
     def run():

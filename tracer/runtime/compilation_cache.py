@@ -1,0 +1,100 @@
+"""JAX's persistent compilation cache: where it is, and turning it on.
+
+A work unit takes seconds to compile (8-18 s for the examples on a 2-core host), and the same
+scene compiles to the same program in every process. So, as Mitsuba's Dr.Jit keeps the kernels it
+compiled in ``~/.drjit``, the farm and ``tracer.render`` keep theirs in one folder: ``cache_dir()``,
+``$JAXFARM_XLA_CACHE`` (``off`` turns it off), else ``~/.cache/jaxfarm/xla``. JAX keys each program
+by its HLO, flags, devices and versions, so a stale entry is never used; the folder may be deleted
+at any time.
+
+* ``enable(directory)``: every program of this process cached there (a farm worker: JAX's
+  thresholds would skip programs that compile in under a second, and small ones).
+* ``use_by_default()``: ``tracer.render``'s callers. The folder only, JAX's own thresholds kept
+  (what takes a second or more to compile), and nothing where the process chose a cache folder
+  of its own or turned this one off. JAX decides whether to use a cache at its first compilation:
+  a process that compiled before calling the tracer goes without.
+"""
+import contextlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default"]
+
+# The persistent compilation cache's folder; empty or "off" turns the cache off.
+CACHE_ENV = "JAXFARM_XLA_CACHE"
+# JAX's cache file of a key (jax._src.lru_cache: KEY-cache, beside it KEY-atime).
+_ENTRY_SUFFIXES = ("-cache", "-atime")
+_cache_folder: list[str] = []  # the cache's folder (enable's last)
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """The persistent compilation cache's folder for this process, or None when turned off:
+    ``$JAXFARM_XLA_CACHE``, else ``$XDG_CACHE_HOME/jaxfarm/xla`` (``~/.cache/jaxfarm/xla``)."""
+    environ = os.environ if environ is None else environ
+    if CACHE_ENV in environ:
+        value = environ[CACHE_ENV].strip()
+        return None if value.lower() in ("", "off", "0", "none") else os.path.expanduser(value)
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jaxfarm", "xla")
+
+
+def enable(directory: str | None) -> None:
+    """JAX's persistent compilation cache in ``directory`` (None: nothing), for every program:
+    JAX's defaults skip programs that compile in under a second, and small ones."""
+    import jax
+
+    if directory is None:
+        return
+    os.makedirs(directory, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    _cache_folder[:] = [directory]
+    _replace_unreadable_entries()
+
+
+def use_by_default() -> None:
+    """``cache_dir()`` as this process's cache folder, with JAX's thresholds, unless the process
+    named a folder itself or the environment turns the cache off (see the module's docstring). A
+    folder that cannot be made leaves the process without a cache."""
+    import jax
+
+    directory = cache_dir()
+    if directory is None or jax.config.jax_compilation_cache_dir:
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:
+        return
+    jax.config.update("jax_compilation_cache_dir", directory)
+    _cache_folder[:] = [directory]
+    _replace_unreadable_entries()
+
+
+def _replace_unreadable_entries() -> None:
+    """An entry of the cache that does not read (truncated, corrupt) goes once its read fails, so
+    that the program JAX then compiles is written in its place: JAX warns and compiles, but its
+    cache never overwrites a key it has, and would compile it in every run. (JAX's cache reads
+    through ``jax._src.compilation_cache.get_executable_and_time``; where that moved, entries are
+    left as JAX leaves them: ``tests/cluster/test_bootstrap.py`` says so.)"""
+    try:
+        from jax._src import compilation_cache
+    except ImportError:
+        return
+    read = getattr(compilation_cache, "get_executable_and_time", None)
+    if read is None or getattr(read, "replaces_unreadable", False):
+        return
+
+    def get_executable_and_time(cache_key: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return read(cache_key, *args, **kwargs)
+        except Exception:
+            for folder in _cache_folder:
+                for suffix in _ENTRY_SUFFIXES:
+                    with contextlib.suppress(OSError):
+                        os.remove(os.path.join(folder, cache_key + suffix))
+            raise
+
+    get_executable_and_time.replaces_unreadable = True  # type: ignore[attr-defined]
+    compilation_cache.get_executable_and_time = get_executable_and_time
