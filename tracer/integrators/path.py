@@ -280,6 +280,7 @@ class _LightSample(NamedTuple):
 
 
 def _sample_light(scene, surface, mat, more, uniforms):
+    """The vertex's light sample (``_LightSample``), drawn whether or not it is ``wanted``."""
     ems, tex = scene.emitters, scene.textures
     ds, weight = _stage(emitters.sample_direction(ems, tex, surface.si.p, uniforms[Dims.EMITTER_SELECT],
                                                   uniforms[Dims.EMITTER_POINT:Dims.EMITTER_POINT + 2],
