@@ -1,4 +1,4 @@
-"""A host's compiled work units on disk (tracer.runtime.compiled): a process loads the program another
+"""A host's compiled work units on disk (cluster.compiled): a process loads the program another
 compiled and runs it without tracing, to the same bits; anything that decides the program changes
 its key; an entry that does not load is compiled again and replaced."""
 import os
@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from tracer.runtime import compiled
+from cluster import compiled
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -12,23 +12,20 @@ at any time.
 * ``use_by_default()``: ``tracer.render``'s callers. The folder only, JAX's own thresholds kept
   (what takes a second or more to compile), and nothing where the process chose a cache folder
   of its own or turned this one off. JAX decides whether to use a cache at its first compilation:
-  a process that compiled before calling the tracer goes without. In such a process
-  ``tracer.render`` also keeps its work units whole beside the cache (``tracer.runtime.compiled``:
-  a later process loads them without tracing); ``default_folder()`` says where.
+  a process that compiled before calling the tracer goes without.
 """
 import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default", "default_folder"]
+__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default"]
 
 # The persistent compilation cache's folder; empty or "off" turns the cache off.
 CACHE_ENV = "JAXFARM_XLA_CACHE"
 # JAX's cache file of a key (jax._src.lru_cache: KEY-cache, beside it KEY-atime).
 _ENTRY_SUFFIXES = ("-cache", "-atime")
 _cache_folder: list[str] = []  # the cache's folder (enable's last)
-_by_default: list[str] = []    # the folder use_by_default set, if it did
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
@@ -71,18 +68,8 @@ def use_by_default() -> None:
     except OSError:
         return
     jax.config.update("jax_compilation_cache_dir", directory)
-    _cache_folder[:] = _by_default[:] = [directory]
+    _cache_folder[:] = [directory]
     _replace_unreadable_entries()
-
-
-def default_folder() -> str | None:
-    """The cache folder ``use_by_default`` gave this process, while the process still uses it;
-    None where the process chose its own (a farm worker, a test session) or has none."""
-    import jax
-
-    if _by_default and jax.config.jax_compilation_cache_dir == _by_default[0]:
-        return _by_default[0]
-    return None
 
 
 def _replace_unreadable_entries() -> None:
