@@ -10,10 +10,8 @@ from tracer.runtime.process import configure
 from tracer.runtime.xla_flags import set_in_environment
 
 set_in_environment()  # before any test module imports JAX
-configure()  # a device per core (at least two), as tracer.render's callers get, before any array exists
-# `farm render` and `farm submit` note their stores for `farm list`: the tests' in a file of their own.
-os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registry-"), "stores")
-# Worker groups share one persistent compilation cache for the session, not the user's own.
+# (Before configure(), which would otherwise point tracer.render's default cache at the
+# user's ~/.cache.) Worker groups share one persistent compilation cache for the session, not the user's own.
 # JAXFARM_TEST_XLA_CACHE names a folder kept between runs (CI's cache) instead of one made for the
 # session: a run then loads what an earlier one compiled (JAX keys each program by its HLO,
 # flags and versions, so a stale entry is never used). Tests that count compilations count the
@@ -21,6 +19,9 @@ os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registr
 if os.environ.get("JAXFARM_TEST_XLA_CACHE"):
     os.environ["JAXFARM_XLA_CACHE"] = os.environ["JAXFARM_TEST_XLA_CACHE"]
 os.environ.setdefault("JAXFARM_XLA_CACHE", os.path.join(tempfile.mkdtemp(prefix="farm-xla-cache-"), "xla"))
+configure()  # a device per core (at least two), as tracer.render's callers get, before any array exists
+# `farm render` and `farm submit` note their stores for `farm list`: the tests' in a file of their own.
+os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registry-"), "stores")
 # Dr.Jit reads this when mitsuba is first imported; without it, its LLVM variant loads whichever
 # libLLVM it finds (an older one here), which aborts the process. Absent, the variant is refused.
 os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1")

@@ -18,8 +18,9 @@ sorted by group, ``tracer.lanes.by_kind``); within a group, and on GPUs and TPUs
 present is evaluated for every lane and the results selected by kind (a ``lax.switch`` on batched
 indices would run every branch as well). Absent kinds are never traced. Textures are evaluated
 once per call and group (``eval_and_sample``: once for a vertex's evaluation and sample), and the
-rough kinds (one group) share one microfacet normal sample and one evaluation of D and G. The principled kinds draw their own (Burley's
-parameters map to a GGX roughness per lobe); lobes no principled material has are not traced.
+rough kinds (one group) share one microfacet normal sample and one evaluation of D and G. The
+principled kinds draw their own (Burley's parameters map to a GGX roughness per lobe); lobes no
+principled material has are not traced.
 A leaf under a ``normalmap`` or ``bumpmap`` sees its directions in a perturbed frame
 (``tracer.bsdfs.perturb``); tables without one never trace it.
 

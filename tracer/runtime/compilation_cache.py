@@ -47,11 +47,9 @@ def enable(directory: str | None) -> None:
     if directory is None:
         return
     os.makedirs(directory, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", directory)
+    _use(directory)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    _cache_folder[:] = [directory]
-    _replace_unreadable_entries()
 
 
 def use_by_default() -> None:
@@ -67,6 +65,13 @@ def use_by_default() -> None:
         os.makedirs(directory, exist_ok=True)
     except OSError:
         return
+    _use(directory)
+
+
+def _use(directory: str) -> None:
+    """JAX's cache folder set to ``directory`` (made), its unreadable entries replaced."""
+    import jax
+
     jax.config.update("jax_compilation_cache_dir", directory)
     _cache_folder[:] = [directory]
     _replace_unreadable_entries()
