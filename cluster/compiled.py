@@ -18,6 +18,11 @@ group over several hosts compiles its program together, and traces as before. Th
 beside JAX's own cache (``cluster.bootstrap.cache_dir``), the ``KEEP`` newest programs kept;
 like JAX's cache it holds machine code this host runs, so it must be writable by this user only.
 An entry that does not load is removed and the program traced and compiled again.
+
+Only a program XLA compiled here is saved, never one JAX's cache gave: XLA's CPU executable,
+once loaded from a serialization, serializes again without some of its kernels, and the copy
+fails where it runs ("Function pad_bitcast_fusion.1 not found", jax 0.12). The members then
+trace the work unit and load it from JAX's cache, as they would without this.
 """
 from __future__ import annotations
 
@@ -43,6 +48,11 @@ KEEP = 32                    # programs kept (each some MB: orbit.xml's work uni
 SHARED_ACCELS = ("brute", "bvh", "embree")
 _SUFFIX = ".program"
 _code: list[str] = []        # the tracer's code digest, once a process
+# Part of every key: entries of earlier formats are never loaded (1: saved from JAX's cache too).
+_FORMAT = 2
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_cache_hits = [0]            # programs this process loaded from JAX's cache (counted once listening)
+_listening: list[bool] = []
 
 
 def code_digest() -> str:
@@ -69,7 +79,7 @@ def key(kept: KeptPrograms, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         return None
     environment = sorted((k, v) for k, v in os.environ.items() if k == "XLA_FLAGS" or k.startswith(("JAX_", "XLA_")))
     devices = [(d.id, d.platform, d.device_kind, d.process_index) for d in jax.devices()]
-    parts = (code_digest(), sys.version, jax.__version__, jaxlib.__version__, np.__version__,
+    parts = (_FORMAT, code_digest(), sys.version, jax.__version__, jaxlib.__version__, np.__version__,
              sorted((k, repr(v)) for k, v in jax.config.values.items()), environment, devices,
              kept.signature(args, kwargs))
     return hashlib.sha256(repr(parts).encode()).hexdigest()
@@ -126,10 +136,25 @@ def save(folder: str | None, digest: str | None, compiled: jax.stages.Compiled) 
         return
 
 
+def _count_cache_hits() -> int:
+    """Programs this process has loaded from JAX's persistent cache since this was first asked."""
+    if not _listening:
+        from jax import monitoring
+
+        def on_event(event: str, **_: str | int) -> None:
+            if event == _CACHE_HIT:
+                _cache_hits[0] += 1
+
+        monitoring.register_event_listener(on_event)
+        _listening.append(True)
+    return _cache_hits[0]
+
+
 def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """Make sure ``kept`` has its program for these arguments: in this process already, else
     loaded from ``folder``, else compiled here (from JAX's cache where it has it) and saved for
-    the host's other processes. Returns which: "kept", "loaded" or "compiled"."""
+    the host's other processes (unless JAX's cache gave it). Returns which: "kept", "loaded" or
+    "compiled"."""
     if kept.has_program(args, kwargs):
         return "kept"
     digest = key(kept, args, kwargs)
@@ -137,5 +162,8 @@ def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwarg
     if compiled is not None:
         kept.adopt(compiled, args, kwargs)
         return "loaded"
-    save(folder, digest, kept.compile(*args, **kwargs))
+    hits = _count_cache_hits()
+    made = kept.compile(*args, **kwargs)
+    if _count_cache_hits() == hits:  # (another thread's hit meanwhile only skips a save)
+        save(folder, digest, made)
     return "compiled"

@@ -1,6 +1,7 @@
 """A host's compiled work units on disk (cluster.compiled): a process loads the program another
 compiled and runs it without tracing, to the same bits; anything that decides the program changes
-its key; an entry that does not load is compiled again and replaced."""
+its key; an entry that does not load is removed and the program compiled again, and a program JAX's
+cache gave is not saved (its copy would fail where it runs)."""
 import os
 import pathlib
 import subprocess
@@ -47,12 +48,17 @@ def test_a_program_compiled_once_is_loaded_untraced_to_the_same_bits(tmp_path):
     second, again = _member(cache, tmp_path / "b.npy")
     assert second == ["traced", "0", "whole", "1"]  # loaded whole: no trace, no lowering
     np.testing.assert_array_equal(again, value)
-    # An entry that does not load is removed, the program traced and compiled, and saved again.
+    # An entry that does not load is removed and the program traced again. JAX's cache has it
+    # (the first member's): XLA's copy of an executable it loaded lacks kernels, so it is not saved,
+    # and the next member traces too (a saved copy failed there: "Function ... not found").
     entries[0].write_bytes(b"not a program")
     third, once_more = _member(cache, tmp_path / "c.npy")
     assert third == ["traced", "1", "whole", "0"]
     np.testing.assert_array_equal(once_more, value)
-    assert entries[0].stat().st_size > 1000 and not entries[0].read_bytes().startswith(b"not a program")
+    assert not entries[0].exists()
+    fourth, last = _member(cache, tmp_path / "d.npy")
+    assert fourth == ["traced", "1", "whole", "0"]
+    np.testing.assert_array_equal(last, value)
 
 
 def test_what_decides_the_program_decides_its_key(monkeypatch):
