@@ -45,7 +45,7 @@ class Member:
         self.mesh: Mesh | None = None
         self._scene_key: SceneRef | None = None
         self._scene: tuple[Scene, Scene] | None = None
-        self._whole = 0  # work units loaded compiled (cluster.compiled)
+        self._whole = 0  # work units loaded compiled (tracer.runtime.compiled)
         self._scene_copies: list[Scene] | None = None  # the loaded scene on each local device (gradients)
 
     def where(self) -> tuple[str, str, int]:
@@ -54,7 +54,7 @@ class Member:
 
     def compile_stats(self) -> dict[str, float] | None:
         """This member's XLA programs so far (``cluster.bootstrap.compile_stats``), and ``whole``:
-        work units it loaded compiled, without tracing them (``cluster.compiled``)."""
+        work units it loaded compiled, without tracing them (``tracer.runtime.compiled``)."""
         return dict(bootstrap.compile_stats(), whole=self._whole)
 
     def reserve_port(self, port: int | None = None) -> str:
@@ -168,8 +168,8 @@ class Member:
 
     def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The work unit's program for these arguments, loaded compiled where this host has it
-        (``cluster.compiled``; not for scenes whose rays a Python callback answers)."""
-        from cluster import compiled
+        (``tracer.runtime.compiled``; not for scenes whose rays a Python callback answers)."""
+        from tracer.runtime import compiled
         from tracer.rendering import render_tile
 
         if args[0].geometry.accel in compiled.SHARED_ACCELS:

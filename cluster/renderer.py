@@ -19,7 +19,7 @@ def describe() -> str:
     import jax
     import jaxlib
 
-    from cluster.compiled import code_digest
+    from tracer.runtime.compiled import code_digest
     from tracer.runtime.xla_flags import named_isa
 
     platform = jax.default_backend()

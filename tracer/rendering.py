@@ -31,7 +31,7 @@ from tracer.integrators.direct import trace_direct
 from tracer.integrators.path import DEFAULT_POOL, DRAIN_PHASES, drain_phases, pool_size, trace_paths
 from tracer.pytree import pytree_dataclass
 from tracer.rng import Dims
-from tracer.runtime import process
+from tracer.runtime import compilation_cache, compiled, process
 from tracer.runtime.programs import KeptPrograms
 from tracer.shared import (DEFAULT_PASS_SIZE, DEFAULT_TILE, MAX_FILM_SIZE, MAX_FRAME, MAX_PASS_SIZE, MAX_SEED, MAX_SPP,
                            TRACE_SAMPLES, aov_channel_count, fitting_tile, pass_samples, resolve)
@@ -312,13 +312,18 @@ def render(scene: Scene, spp: int | None = None, seed: int = 0, frame: int = 0, 
     shape = WorkShape(th, tw, pass_size, path_pool=path_pool,
                       passes_traced=trace_passes(chunk, pass_size, th, tw, film),
                       drain_phases=max(DRAIN_PHASES, drain_phases(spp * height * width)))
+    zeros = jnp.zeros((th, tw, channels), jnp.float32), jnp.zeros((th, tw), jnp.float32)
+    folder = compilation_cache.default_folder()
+    if folder is not None and scene.geometry.accel in compiled.SHARED_ACCELS:
+        # Loaded whole where an earlier process compiled it (no tracing), else compiled and kept.
+        compiled.program(render_tile, folder, (scene, WorkItem.of(frame, seed, 0, 0, 0, chunk, spp), *zeros),
+                         dict(shape=shape, mesh=mesh))
     for y in range(0, height, th):
         for x in range(0, width, tw):
             value, weight = np.zeros((th, tw, channels), np.float32), np.zeros((th, tw), np.float32)
             for first in range(0, n_passes, chunk):
                 item = WorkItem.of(frame, seed, y, x, first, min(chunk, n_passes - first), spp)
-                v, w = render_tile(scene, item, jnp.zeros((th, tw, channels), jnp.float32),
-                                   jnp.zeros((th, tw), jnp.float32), shape=shape, mesh=mesh)
+                v, w = render_tile(scene, item, *zeros, shape=shape, mesh=mesh)
                 value, weight = value + np.asarray(v), weight + np.asarray(w)
             h, w = min(th, height - y), min(tw, width - x)
             image[y:y + h, x:x + w] = resolve(value[:h, :w], weight[:h, :w])

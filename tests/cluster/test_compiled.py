@@ -1,4 +1,4 @@
-"""A host's compiled work units on disk (cluster.compiled): a process loads the program another
+"""A host's compiled work units on disk (tracer.runtime.compiled): a process loads the program another
 compiled and runs it without tracing, to the same bits; anything that decides the program changes
 its key; an entry that does not load is removed and the program compiled again, and a program JAX's
 cache gave is not saved (its copy would fail where it runs)."""
@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from cluster import compiled
+from tracer.runtime import compiled
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -12,20 +12,23 @@ at any time.
 * ``use_by_default()``: ``tracer.render``'s callers. The folder only, JAX's own thresholds kept
   (what takes a second or more to compile), and nothing where the process chose a cache folder
   of its own or turned this one off. JAX decides whether to use a cache at its first compilation:
-  a process that compiled before calling the tracer goes without.
+  a process that compiled before calling the tracer goes without. In such a process
+  ``tracer.render`` also keeps its work units whole beside the cache (``tracer.runtime.compiled``:
+  a later process loads them without tracing); ``default_folder()`` says where.
 """
 import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default"]
+__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default", "default_folder"]
 
 # The persistent compilation cache's folder; empty or "off" turns the cache off.
 CACHE_ENV = "JAXFARM_XLA_CACHE"
 # JAX's cache file of a key (jax._src.lru_cache: KEY-cache, beside it KEY-atime).
 _ENTRY_SUFFIXES = ("-cache", "-atime")
 _cache_folder: list[str] = []  # the cache's folder (enable's last)
+_by_default: list[str] = []    # the folder use_by_default set, if it did
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
@@ -48,6 +51,7 @@ def enable(directory: str | None) -> None:
         return
     os.makedirs(directory, exist_ok=True)
     _use(directory)
+    _by_default.clear()  # chosen by the process: tracer.render keeps no programs of its own there
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
@@ -66,6 +70,7 @@ def use_by_default() -> None:
     except OSError:
         return
     _use(directory)
+    _by_default[:] = [directory]
 
 
 def _use(directory: str) -> None:
@@ -75,6 +80,16 @@ def _use(directory: str) -> None:
     jax.config.update("jax_compilation_cache_dir", directory)
     _cache_folder[:] = [directory]
     _replace_unreadable_entries()
+
+
+def default_folder() -> str | None:
+    """The cache folder ``use_by_default`` gave this process, while the process still uses it;
+    None where the process chose its own (a farm worker, a test session) or has none."""
+    import jax
+
+    if _by_default and jax.config.jax_compilation_cache_dir == _by_default[0]:
+        return _by_default[0]
+    return None
 
 
 def _replace_unreadable_entries() -> None:

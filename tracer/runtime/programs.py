@@ -107,7 +107,7 @@ class KeptPrograms:
 
     def adopt(self, compiled: jax.stages.Compiled, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Serve this structure's calls with ``compiled`` (a program compiled for it here or in
-        another process: ``cluster.compiled``) instead of tracing the function."""
+        another process: ``tracer.runtime.compiled``) instead of tracing the function."""
         key = self._key(args, kwargs)
         with self._lock:
             self._keep_latest(key, _Adopted(compiled, self._static))

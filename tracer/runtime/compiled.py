@@ -13,9 +13,10 @@ the devices, and the arguments' structure (static fields included), shapes, dtyp
 The program loaded is the one XLA compiled from the same HLO, so its bits are the same.
 
 The driver's preflight saves the job's work unit as it compiles it (``cluster.preflight``), and a
-member that compiles one saves it for the host's other members. Single-process groups only: a
-group over several hosts compiles its program together, and traces as before. The folder is
-beside JAX's own cache (``cluster.bootstrap.cache_dir``), the ``KEEP`` newest programs kept;
+member that compiles one saves it for the host's other members; ``tracer.render`` saves and loads
+its own where its process uses the default cache (``tracer.runtime.compilation_cache``). Single-process
+programs only: a group over several hosts compiles its program together, and traces as before. The folder is
+beside JAX's own cache (``tracer.runtime.compilation_cache.cache_dir``), the ``KEEP`` newest programs kept;
 like JAX's cache it holds machine code this host runs, so it must be writable by this user only.
 An entry that does not load is removed and the program traced and compiled again.
 
