@@ -18,10 +18,11 @@ at any time.
 """
 import contextlib
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default", "default_folder"]
+__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default", "default_folder", "bypassed"]
 
 # The persistent compilation cache's folder; empty or "off" turns the cache off.
 CACHE_ENV = "JAXFARM_XLA_CACHE"
@@ -29,6 +30,7 @@ CACHE_ENV = "JAXFARM_XLA_CACHE"
 _ENTRY_SUFFIXES = ("-cache", "-atime")
 _cache_folder: list[str] = []  # the cache's folder (enable's last)
 _by_default: list[str] = []    # the folder use_by_default set, if it did
+_bypass = threading.local()    # .on: this thread's compilations read no entries (``bypassed``)
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
@@ -92,6 +94,19 @@ def default_folder() -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def bypassed() -> Iterator[None]:
+    """Compilations of this thread in the block read nothing from the cache: XLA compiles them
+    (and JAX writes what it has not got). For a program to be serialized, which must not be one
+    the cache gave (``tracer.runtime.compiled``). Where JAX's reader moved (see
+    ``_replace_unreadable_entries``) the cache is read as before."""
+    _bypass.on = True
+    try:
+        yield
+    finally:
+        _bypass.on = False
+
+
 def _replace_unreadable_entries() -> None:
     """An entry of the cache that does not read (truncated, corrupt) goes once its read fails, so
     that the program JAX then compiles is written in its place: JAX warns and compiles, but its
@@ -107,6 +122,8 @@ def _replace_unreadable_entries() -> None:
         return
 
     def get_executable_and_time(cache_key: str, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_bypass, "on", False):
+            return None, None
         try:
             return read(cache_key, *args, **kwargs)
         except Exception:

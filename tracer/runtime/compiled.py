@@ -22,8 +22,11 @@ An entry that does not load is removed and the program traced and compiled again
 
 Only a program XLA compiled here is saved, never one JAX's cache gave: XLA's CPU executable,
 once loaded from a serialization, serializes again without some of its kernels, and the copy
-fails where it runs ("Function pad_bitcast_fusion.1 not found", jax 0.12). The members then
-trace the work unit and load it from JAX's cache, as they would without this.
+fails where it runs ("Function pad_bitcast_fusion.1 not found", jax 0.12). So a program to be
+saved is compiled past JAX's entries (``compilation_cache.bypassed``): where JAX's cache has it
+and this folder not (pruned, or the tracer's code changed but not the program), that compile
+takes the full time once, and later processes load the program whole. Where the cache gave it
+all the same (JAX's reader moved), it is not saved, and processes trace it as without this.
 """
 from __future__ import annotations
 
@@ -153,9 +156,8 @@ def _count_cache_hits() -> int:
 
 def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """Make sure ``kept`` has its program for these arguments: in this process already, else
-    loaded from ``folder``, else compiled here (from JAX's cache where it has it) and saved for
-    the host's other processes (unless JAX's cache gave it). Returns which: "kept", "loaded" or
-    "compiled"."""
+    loaded from ``folder``, else compiled here by XLA and saved for the host's other processes.
+    Returns which: "kept", "loaded" or "compiled"."""
     if kept.has_program(args, kwargs):
         return "kept"
     digest = key(kept, args, kwargs)
@@ -163,8 +165,14 @@ def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwarg
     if compiled is not None:
         kept.adopt(compiled, args, kwargs)
         return "loaded"
+    if folder is None or digest is None:  # nothing to save: JAX's cache as for any program
+        kept.compile(*args, **kwargs)
+        return "compiled"
+    from tracer.runtime import compilation_cache
+
     hits = _count_cache_hits()
-    made = kept.compile(*args, **kwargs)
+    with compilation_cache.bypassed():
+        made = kept.compile(*args, **kwargs)
     if _count_cache_hits() == hits:  # (another thread's hit meanwhile only skips a save)
         save(folder, digest, made)
     return "compiled"
