@@ -50,6 +50,7 @@ def local_ray():
     """A real local Ray for one test module (6 logical CPUs, so that several groups fit)."""
     import ray
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_worker_niceness", "0")  # as farm.session's embedded Ray (the driver's priority)
     ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()

@@ -1,5 +1,6 @@
-"""The driver's Ray session: the embedded Ray starts in the background, minimal, and stays up
-until it is closed (``farm.session``)."""
+"""The driver's Ray session: the embedded Ray starts in the background, minimal, its workers at
+the driver's priority, and stays up until it is closed (``farm.session``)."""
+import os
 import sys
 
 import pytest
@@ -33,11 +34,14 @@ def _agent_command():
     return next(a for a in raylet.args if a.startswith("--dashboard_agent_command="))
 
 
-def test_the_embedded_ray_starts_in_the_background_minimal_and_outlives_the_thread_that_waited():
+def test_the_embedded_ray_starts_in_the_background_minimal_and_outlives_the_thread_that_waited(monkeypatch):
+    monkeypatch.delenv(session._WORKER_NICENESS, raising=False)
     with hang_guard(120), session.starting_ray() as start:
         start.wait()
         assert ray.is_initialized() and sys.modules.get(session._DASHBOARD_DEPS, sys) is not None
         assert " --minimal" in _agent_command()
         # Ray's processes die with the thread that started them: it must still be there.
         assert ray.get(ray.remote(lambda: 6 * 7).remote(), timeout=60) == 42
+        # Its workers at the driver's priority (Ray's own default, 15, yields to every other program).
+        assert ray.get(ray.remote(lambda: os.nice(0)).remote(), timeout=60) == os.nice(0)
     assert start.closed and not ray.is_initialized()
