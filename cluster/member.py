@@ -164,16 +164,19 @@ class Member:
         """Compile (not run) the work unit of ``task``'s shape, leaving it in the persistent
         compilation cache and whole beside it for the members that will render (``cluster.preflight``)."""
         args, kwargs = self._arguments(task, _zeros(task))
-        self._program(args, kwargs)
+        self._program(args, kwargs, past_cache=True)
 
-    def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any], past_cache: bool = False) -> None:
         """The work unit's program for these arguments, loaded compiled where this host has it
-        (``tracer.runtime.compiled``; not for scenes whose rays a Python callback answers)."""
+        (``tracer.runtime.compiled``; not for scenes whose rays a Python callback answers).
+        ``past_cache``: compiled by XLA even where JAX's cache has it, so that it can be kept whole
+        (the preflight's; a group's members compile side by side, and take JAX's entry)."""
         from tracer.runtime import compiled
         from tracer.rendering import render_tile
 
         if args[0].geometry.accel in compiled.SHARED_ACCELS:
-            self._whole += compiled.program(render_tile, bootstrap.cache_dir(), args, kwargs) == "loaded"
+            self._whole += compiled.program(render_tile, bootstrap.cache_dir(), args, kwargs,
+                                            past_cache=past_cache) == "loaded"
 
     def _work(self, task: TileTask, start: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         """The work unit: (value, weight) of the task's passes added to ``start``, host numpy on

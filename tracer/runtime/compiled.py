@@ -22,14 +22,17 @@ An entry that does not load is removed and the program traced and compiled again
 
 Only a program XLA compiled here is saved, never one JAX's cache gave: XLA's CPU executable,
 once loaded from a serialization, serializes again without some of its kernels, and the copy
-fails where it runs ("Function pad_bitcast_fusion.1 not found", jax 0.12). So a program to be
-saved is compiled past JAX's entries (``compilation_cache.bypassed``): where JAX's cache has it
-and this folder not (pruned, or the tracer's code changed but not the program), that compile
-takes the full time once, and later processes load the program whole. Where the cache gave it
-all the same (JAX's reader moved), it is not saved, and processes trace it as without this.
+fails where it runs ("Function pad_bitcast_fusion.1 not found", jax 0.12). So ``tracer.render``
+and the driver's preflight compile a program to be saved past JAX's entries
+(``compilation_cache.bypassed``): where JAX's cache has it and this folder not (pruned, or the
+tracer's code changed but not the program), that compile takes the full time once, and later
+processes load the program whole. A group's members, which compile side by side, take JAX's
+entry (seconds) and save nothing; so does any process where the cache gave it all the same
+(JAX's reader moved).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pathlib
@@ -154,10 +157,13 @@ def _count_cache_hits() -> int:
     return _cache_hits[0]
 
 
-def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwargs: dict[str, Any],
+            past_cache: bool = True) -> str:
     """Make sure ``kept`` has its program for these arguments: in this process already, else
     loaded from ``folder``, else compiled here by XLA and saved for the host's other processes.
-    Returns which: "kept", "loaded" or "compiled"."""
+    ``past_cache=False`` (a group's members, which compile side by side): where JAX's cache has
+    the program it is loaded from there, in seconds, and not saved. Returns which: "kept",
+    "loaded" or "compiled"."""
     if kept.has_program(args, kwargs):
         return "kept"
     digest = key(kept, args, kwargs)
@@ -171,7 +177,7 @@ def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwarg
     from tracer.runtime import compilation_cache
 
     hits = _count_cache_hits()
-    with compilation_cache.bypassed():
+    with compilation_cache.bypassed() if past_cache else contextlib.nullcontext():
         made = kept.compile(*args, **kwargs)
     if _count_cache_hits() == hits:  # (another thread's hit meanwhile only skips a save)
         save(folder, digest, made)
