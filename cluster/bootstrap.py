@@ -35,8 +35,8 @@ __all__ = ["CACHE_ENV", "cache_dir", "worker_env", "local_devices_per_member", "
            "compile_stats"]
 
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # a compilation, or a load from the cache
-_CACHE_HIT = "/jax/compilation_cache/cache_hits"
-_stats: dict[str, float] = {"programs": 0, "cache_hits": 0, "seconds": 0.0}
+_stats: dict[str, float] = {"programs": 0, "seconds": 0.0}
+_hits_before: list[int] = []  # the cache's loads counted before this process listened
 _listening = False
 _PLATFORM_NAMES = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}  # GroupShape's name -> JAX_PLATFORMS
 _DEVICE_COUNT = "--xla_force_host_platform_device_count"
@@ -124,16 +124,13 @@ def _listen() -> None:
         return
     from jax import monitoring
 
-    def on_event(event: str, **_: str | int) -> None:
-        if event == _CACHE_HIT:
-            _stats["cache_hits"] += 1
+    _hits_before[:] = [compilation_cache.cache_hits()]  # (its count of the cache's loads, from here)
 
     def on_duration(event: str, duration_secs: float, **_: str | int) -> None:
         if event == _BACKEND_COMPILE:
             _stats["programs"] += 1
             _stats["seconds"] += duration_secs
 
-    monitoring.register_event_listener(on_event)
     monitoring.register_event_duration_secs_listener(on_duration)
     _listening = True
 
@@ -141,4 +138,5 @@ def _listen() -> None:
 def compile_stats() -> dict[str, float]:
     """This process's XLA programs so far: ``programs`` made, ``cache_hits`` of them loaded from the
     persistent cache (the rest were compiled), ``seconds`` spent making them (loads included)."""
-    return dict(_stats, compiled=_stats["programs"] - _stats["cache_hits"])
+    hits = compilation_cache.cache_hits() - _hits_before[0] if _hits_before else 0
+    return dict(_stats, cache_hits=hits, compiled=_stats["programs"] - hits)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default", "default_folder", "bypassed"]
+__all__ = ["CACHE_ENV", "cache_dir", "enable", "use_by_default", "default_folder", "bypassed", "cache_hits"]
 
 # The persistent compilation cache's folder; empty or "off" turns the cache off.
 CACHE_ENV = "JAXFARM_XLA_CACHE"
@@ -31,6 +31,8 @@ _ENTRY_SUFFIXES = ("-cache", "-atime")
 _cache_folder: list[str] = []  # the cache's folder (enable's last)
 _by_default: list[str] = []    # the folder use_by_default set, if it did
 _bypass = threading.local()    # .on: this thread's compilations read no entries (``bypassed``)
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_hits: list[int] = []          # [programs loaded from the cache], once cache_hits() is first asked
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
@@ -92,6 +94,21 @@ def default_folder() -> str | None:
     if _by_default and jax.config.jax_compilation_cache_dir == _by_default[0]:
         return _by_default[0]
     return None
+
+
+def cache_hits() -> int:
+    """Programs this process has loaded from the persistent cache since this was first asked
+    (JAX's monitoring events, counted from then on)."""
+    if not _hits:
+        from jax import monitoring
+
+        def on_event(event: str, **_: str | int) -> None:
+            if event == _CACHE_HIT:
+                _hits[0] += 1
+
+        _hits.append(0)
+        monitoring.register_event_listener(on_event)
+    return _hits[0]
 
 
 @contextlib.contextmanager

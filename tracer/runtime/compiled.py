@@ -57,9 +57,6 @@ _SUFFIX = ".program"
 _code: list[str] = []        # the tracer's code digest, once a process
 # Part of every key: entries of earlier formats are never loaded (1: saved from JAX's cache too).
 _FORMAT = 2
-_CACHE_HIT = "/jax/compilation_cache/cache_hits"
-_cache_hits = [0]            # programs this process loaded from JAX's cache (counted once listening)
-_listening: list[bool] = []
 
 
 def code_digest() -> str:
@@ -143,20 +140,6 @@ def save(folder: str | None, digest: str | None, compiled: jax.stages.Compiled) 
         return
 
 
-def _count_cache_hits() -> int:
-    """Programs this process has loaded from JAX's persistent cache since this was first asked."""
-    if not _listening:
-        from jax import monitoring
-
-        def on_event(event: str, **_: str | int) -> None:
-            if event == _CACHE_HIT:
-                _cache_hits[0] += 1
-
-        monitoring.register_event_listener(on_event)
-        _listening.append(True)
-    return _cache_hits[0]
-
-
 def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwargs: dict[str, Any],
             past_cache: bool = True) -> str:
     """Make sure ``kept`` has its program for these arguments: in this process already, else
@@ -176,9 +159,9 @@ def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwarg
         return "compiled"
     from tracer.runtime import compilation_cache
 
-    hits = _count_cache_hits()
+    hits = compilation_cache.cache_hits()
     with compilation_cache.bypassed() if past_cache else contextlib.nullcontext():
         made = kept.compile(*args, **kwargs)
-    if _count_cache_hits() == hits:  # (another thread's hit meanwhile only skips a save)
+    if compilation_cache.cache_hits() == hits:  # (another thread's hit meanwhile only skips a save)
         save(folder, digest, made)
     return "compiled"
