@@ -137,9 +137,17 @@ def test_backend_choice():
     tri = fan(8)
     assert _geometry(tri, "jax").accel == "brute"
     assert geometry.resolve_accel("jax", geometry.AUTO_BVH_MIN) == "bvh"
-    assert _geometry(tri, "auto").accel == "brute"  # small: brute force wins
-    expected = "embree" if embree.available() and jax.default_backend() == "cpu" else "bvh"
+    assert _geometry(tri, "auto").accel == "brute"  # a few triangles: brute force wins
+    on_cpu = embree.available() and jax.default_backend() == "cpu"
+    expected = "embree" if on_cpu else "bvh"
     assert geometry.resolve_accel("auto", geometry.AUTO_BVH_MIN) == expected
+    # Below AUTO_BVH_MIN primitives Embree from EMBREE_MIN triangles (the Cornell box's 36), not
+    # for the analytic shapes of a scene (it holds only triangles) nor beside instances.
+    many = fan(geometry.EMBREE_MIN)
+    assert _geometry(many, "auto").accel == ("embree" if on_cpu else "brute")
+    assert _geometry(fan(geometry.EMBREE_MIN - 1), "auto").accel == "brute"
+    assert geometry.resolve_accel("auto", 100, n_host=geometry.EMBREE_MIN - 1) == "brute"
+    assert geometry.resolve_accel("auto", 100, n_host=100, instanced=True) == "brute"
     with pytest.raises(ValueError, match="unknown intersection backend 'optix'"):
         _geometry(tri, "optix")
 
@@ -241,6 +249,12 @@ def test_embree_unavailable_says_why_and_auto_falls_back_once(broken, reason, mo
         assert chosen == ["bvh"] * 3
         notices = [w for w in said if issubclass(w.category, EngineNotice)]
         assert len(notices) == 1 and reason in str(notices[0].message) and "\n" not in str(notices[0].message)
+    # A small scene, which Embree would take too, takes brute force (as fast within some 20%) without a word.
+    monkeypatch.setattr(geometry, "_fallback_said", False)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert geometry.resolve_accel("auto", 100) == "brute"
+    assert not [w for w in said if issubclass(w.category, EngineNotice)]
 
 
 @pytest.mark.skipif(not embree.available(), reason="Embree is unavailable here")

@@ -51,6 +51,12 @@ __all__ = [
 # torus, brute force / BVH Mrays/s were 6.7 / 5.5 at 64 triangles, 5.0 / 4.0 at 128, 2.7 / 4.0
 # at 256; brute force also compiles in 0.5 s against 3-5 s.
 AUTO_BVH_MIN = 192
+# From this many triangles Embree, called from XLA, beats brute force on CPUs even below
+# AUTO_BVH_MIN (2 cores, 64 spp, second render, November 29): the Cornell box's 36 triangles 5.30
+# against 4.59 s a frame at 256x256, examples/lamp.xml's 34 3.41 against 2.81 s and
+# examples/textures.xml's 20 2.13 against 1.99 s at 192x192; examples/inverse.xml's 12 1.91 against
+# 2.09 s (brute force). Embree's hit is recomputed by the same watertight test either way.
+EMBREE_MIN = 16
 
 
 @pytree_dataclass
@@ -324,25 +330,28 @@ def _say_fallback(reason: str) -> None:
         warnings.warn(EngineNotice(f"{embree.MISSING} ({reason}): using the pure-JAX BVH"), stacklevel=3)
 
 
-def resolve_accel(accel: str, n_primitives: int, n_host: int | None = None) -> str:
+def resolve_accel(accel: str, n_primitives: int, n_host: int | None = None, instanced: bool = False) -> str:
     """The structure behind ``accel``: 'auto', 'embree', 'warp', 'jax' (brute force below
     AUTO_BVH_MIN primitives, else a BVH), or one of the pure-JAX structures 'brute' and 'bvh'
     forced. Returns 'embree', 'warp', 'brute' or 'bvh'. ``n_host``: the primitives a host engine
-    would hold (the world's triangles; ``n_primitives`` counts each instance's too).
+    would hold (the world's triangles; ``n_primitives`` counts each instance's too);
+    ``instanced``: the scene has instances of shape groups.
 
-    'auto' is the pure-JAX brute force below AUTO_BVH_MIN primitives (on the Cornell box it beats
-    Embree behind a host callback, 9.7 against 5.7 Mrays/s), else Embree on CPUs where it would
-    hold AUTO_BVH_MIN primitives or more, else the pure-JAX BVH. Where Embree would serve but
-    cannot (its extension not built, its library missing), 'auto' says so once, as an
-    ``EngineNotice``, and uses the BVH."""
+    'auto' is Embree on CPUs where it would hold AUTO_BVH_MIN primitives or more, and in a scene
+    of fewer primitives without instances where it would hold EMBREE_MIN triangles or more; else
+    the pure-JAX brute force below AUTO_BVH_MIN primitives, the pure-JAX BVH from there. Where
+    Embree would serve a scene of AUTO_BVH_MIN primitives or more but cannot (its extension not
+    built, its library missing), 'auto' says so once, as an ``EngineNotice``, and uses the BVH (a
+    smaller scene takes brute force, within some 20% of Embree there, without a word)."""
     n_host = n_primitives if n_host is None else n_host
     if accel == "auto":
         small = n_primitives < AUTO_BVH_MIN
-        host_worth = n_host >= AUTO_BVH_MIN and jax.default_backend() == "cpu"
-        reason = embree.unavailable_reason() if not small and host_worth else None
-        if reason:
+        least = EMBREE_MIN if small and not instanced else AUTO_BVH_MIN
+        host_worth = n_host >= least and jax.default_backend() == "cpu"
+        reason = embree.unavailable_reason() if host_worth else None
+        if reason and not small:
             _say_fallback(reason)
-        accel = "embree" if not small and host_worth and not reason else "jax"
+        accel = "embree" if host_worth and not reason else "jax"
     if accel == "embree" and (reason := embree.unavailable_reason()):
         raise ImportError(f"{embree.MISSING}: {reason}")
     if accel == "warp" and not warp.available():
@@ -403,7 +412,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     n_world_analytic = spans[0].analytic_start if spans else n_analytic
     per_group = [s.tri_end - s.tri_start + s.analytic_end - s.analytic_start for s in spans]
     n_effective = n_world_tri + n_world_analytic + sum(per_group[i.group] for i in instances)
-    accel = resolve_accel(accel, n_effective, n_host=n_world_tri)
+    accel = resolve_accel(accel, n_effective, n_host=n_world_tri, instanced=bool(instances))
     if accel in HOST_ENGINES and n_world_tri == 0:
         accel = "brute" if not instances and n_effective < AUTO_BVH_MIN else "bvh"
     lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
