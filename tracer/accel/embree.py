@@ -16,6 +16,7 @@ import os
 import pathlib
 import threading
 import weakref
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,13 +25,15 @@ from jax.typing import ArrayLike
 
 from tracer.runtime import xla_flags
 
-__all__ = ["available", "unavailable_reason", "build", "EmbreeScene", "closest_hit", "occluded", "device_config",
+__all__ = ["available", "unavailable_reason", "build", "EmbreeScene", "closest_hit", "closest_hit_instanced",
+           "occluded", "device_config",
            "is_open",
            "MISSING"]
 
 MISSING = "the 'embree' intersection backend is unavailable"
 _HERE = pathlib.Path(__file__).resolve().parent
-_TARGETS = {"closest": "jaxfarm_embree_closest", "occluded": "jaxfarm_embree_occluded"}
+_TARGETS = {"closest": "jaxfarm_embree_closest", "closest_instanced": "jaxfarm_embree_closest_instanced",
+            "occluded": "jaxfarm_embree_occluded"}
 _EMBREE_ISA = {"AVX": "avx", "AVX2": "avx2", "AVX512": "avx512"}  # XLA's level -> Embree's name
 
 _lock = threading.Lock()
@@ -76,8 +79,10 @@ def _open() -> ctypes.CDLL | str:
     except OSError as e:
         return f"its native extension does not load: {e}"
     lib.jf_embree_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-    lib.jf_embree_new_scene.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_char_p,
-                                        ctypes.c_char_p, ctypes.c_size_t]
+    lib.jf_embree_new_scene.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                        ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+                                        ctypes.c_size_t]
     lib.jf_embree_new_scene.restype = ctypes.c_int32
     lib.jf_embree_release_scene.argtypes = [ctypes.c_int32]
     lib.jf_embree_scene_is_open.argtypes = [ctypes.c_int32]
@@ -85,7 +90,7 @@ def _open() -> ctypes.CDLL | str:
     if lib.jf_embree_open(os.fsencode(embree), error, len(error)) != 0:
         return error.value.decode(errors="replace")
     for name, target in _TARGETS.items():
-        handler = getattr(lib, "JfEmbree" + name.capitalize())
+        handler = getattr(lib, "JfEmbree" + name.title().replace("_", ""))
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform="cpu")
     return lib
 
@@ -132,19 +137,35 @@ class EmbreeScene:
         return not self._finalizer.alive
 
 
-def build(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, robust: bool = False,
-          isa: str | None = None) -> EmbreeScene:
-    """Host: an Embree scene over triangles p0, p1, p2 (3, T) on the device of ``isa``
+def build(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, robust: bool = False, isa: str | None = None,
+          groups: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = (),
+          instances: Sequence[tuple[int, np.ndarray]] = ()) -> EmbreeScene:
+    """Host: an Embree scene over world triangles p0, p1, p2 (3, T) on the device of ``isa``
     (``device_config``); ``robust``: Embree's watertight triangle test (Mitsuba's default is
-    off: mesh.xml renders 1.04-1.08x faster without it). Raises ImportError where Embree is
-    unavailable, RuntimeError where Embree refuses the scene."""
+    off: mesh.xml renders 1.04-1.08x faster without it). ``groups``: shape groups of triangles,
+    each (the id of its first triangle in the program's tables, p0, p1, p2 in object space);
+    ``instances``: (group index, to_world (3, 4)) each, answered by ``closest_hit_instanced`` as
+    instance i of the list. Raises ImportError where Embree is unavailable, RuntimeError where
+    Embree refuses the scene."""
     lib = _load()
     if isinstance(lib, str):
         raise ImportError(f"{MISSING}: {lib}")
-    vertices = np.ascontiguousarray(np.stack([p0.T, p1.T, p2.T], axis=1), np.float32)  # (T, 3, 3)
+    corners = lambda a, b, c: np.ascontiguousarray(np.stack([a.T, b.T, c.T], axis=1), np.float32)  # (T, 3, 3)
+    vertices = corners(p0, p1, p2)
+    group_vertices = np.ascontiguousarray(np.concatenate([corners(*g[1:]) for g in groups] or [np.zeros((0, 3, 3))]),
+                                          np.float32)
+    group_counts = np.array([g[1].shape[1] for g in groups] or [0], np.int64)
+    group_first = np.array([g[0] for g in groups] or [0], np.int32)
+    instance_group = np.array([g for g, _ in instances] or [0], np.int32)
+    # Each 3x4 map column after column (Embree's RTC_FORMAT_FLOAT3X4_COLUMN_MAJOR).
+    xfm = np.ascontiguousarray(np.array([np.asarray(m, np.float64)[:3, :4].T.reshape(-1) for _, m in instances]
+                                        or [np.zeros(12)], np.float32))
+    pointer = lambda a: a.ctypes.data
     error = ctypes.create_string_buffer(512)
-    handle = lib.jf_embree_new_scene(vertices.ctypes.data, vertices.shape[0], int(robust),
-                                     device_config(isa).encode(), error, len(error))
+    handle = lib.jf_embree_new_scene(pointer(vertices), vertices.shape[0], len(groups), pointer(group_vertices),
+                                     pointer(group_counts), pointer(group_first), len(instances),
+                                     pointer(instance_group), pointer(xfm), int(robust), device_config(isa).encode(),
+                                     error, len(error))
     if handle <= 0:
         raise RuntimeError(error.value.decode(errors="replace"))
     return EmbreeScene(lib, handle)
@@ -169,6 +190,19 @@ def closest_hit(handle: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike)
     t, prim = _query(_TARGETS["closest"], (jax.ShapeDtypeStruct((n,), jnp.float32),
                                            jax.ShapeDtypeStruct((n,), jnp.int32)), handle, o, d, t_max)
     return t, prim
+
+
+def closest_hit_instanced(handle: jax.Array, o: jax.Array, d: jax.Array,
+                          t_max: ArrayLike) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(t, prim, instance) of rays o, d (3, N) against the scene ``handle`` built with instances:
+    as ``closest_hit``, with the instance hit (-1 for a world triangle or a miss) and its triangle
+    as the program's tables number it."""
+    n = o.shape[1]
+    t, prim, instance = _query(_TARGETS["closest_instanced"], (jax.ShapeDtypeStruct((n,), jnp.float32),
+                                                               jax.ShapeDtypeStruct((n,), jnp.int32),
+                                                               jax.ShapeDtypeStruct((n,), jnp.int32)),
+                               handle, o, d, t_max)
+    return t, prim, instance
 
 
 def occluded(handle: jax.Array, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:

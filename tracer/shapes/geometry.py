@@ -11,9 +11,10 @@ the way Mitsuba 3 computes them (``Mesh``, ``Sphere``, ``Disk`` and ``Cylinder``
 Shape groups (Mitsuba's ``shapegroup``) keep their primitives once, in object space, after the
 world-space ones in each table; instances place them (``tracer.shapes.instancing``). The backends
 answer world primitives as before and instances in JAX: a two-level BVH (``tracer.shapes.instance_bvh``)
-or, for small scenes, brute force per instance. Embree has instancing of its own (not used
-here yet), and Warp's BVH has none: with those backends the world triangles go to the engine and
-the instances to the JAX two-level BVH.
+or, for small scenes, brute force per instance. Embree takes the instances itself, with its own
+instancing, where every shape group is of triangles alone (``host_instances``); a group with
+analytic shapes, and Warp's BVH (no instancing), leave the world triangles to the engine and the
+instances to the JAX two-level BVH.
 """
 import warnings
 from typing import Any, NamedTuple, Sequence, cast
@@ -96,6 +97,7 @@ class Geometry:
     n_world_analytic: int = static(default=0)
     groups: tuple[instancing.GroupSpan, ...] = static(default=())  # a GroupSpan per shape group
     n_instances: int = static(default=0)
+    host_instances: bool = static(default=False)  # the engine (Embree) answers the instances too
     analytic_kinds: tuple[int, ...] = static(default=())  # the kinds present: surface data is computed for those only
     # The mesh attributes kept (those textures read), as AttributeSlots: vertex ones first.
     attribute_slots: tuple["AttributeSlot", ...] = static(default=())
@@ -334,11 +336,12 @@ def resolve_accel(accel: str, n_primitives: int, n_host: int | None = None, inst
     """The structure behind ``accel``: 'auto', 'embree', 'warp', 'jax' (brute force below
     AUTO_BVH_MIN primitives, else a BVH), or one of the pure-JAX structures 'brute' and 'bvh'
     forced. Returns 'embree', 'warp', 'brute' or 'bvh'. ``n_host``: the primitives a host engine
-    would hold (the world's triangles; ``n_primitives`` counts each instance's too);
-    ``instanced``: the scene has instances of shape groups.
+    would hold (the world's triangles, and the groups' where it places the instances itself;
+    ``n_primitives`` counts each instance's); ``instanced``: the scene has instances Embree cannot
+    place (of groups with analytic shapes).
 
     'auto' is Embree on CPUs where it would hold AUTO_BVH_MIN primitives or more, and in a scene
-    of fewer primitives without instances where it would hold EMBREE_MIN triangles or more; else
+    of fewer primitives without such instances where it would hold EMBREE_MIN triangles or more; else
     the pure-JAX brute force below AUTO_BVH_MIN primitives, the pure-JAX BVH from there. Where
     Embree would serve a scene of AUTO_BVH_MIN primitives or more but cannot (its extension not
     built, its library missing), 'auto' says so once, as an ``EngineNotice``, and uses the BVH (a
@@ -412,9 +415,14 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     n_world_analytic = spans[0].analytic_start if spans else n_analytic
     per_group = [s.tri_end - s.tri_start + s.analytic_end - s.analytic_start for s in spans]
     n_effective = n_world_tri + n_world_analytic + sum(per_group[i.group] for i in instances)
-    accel = resolve_accel(accel, n_effective, n_host=n_world_tri, instanced=bool(instances))
-    if accel in HOST_ENGINES and n_world_tri == 0:
-        accel = "brute" if not instances and n_effective < AUTO_BVH_MIN else "bvh"
+    # Embree places groups of triangles alone itself (each group's triangles held once).
+    triangle_groups = bool(instances) and all(s.analytic_end == s.analytic_start for s in spans)
+    n_embree = n_world_tri + (n_tri - n_world_tri if triangle_groups else 0)
+    accel = resolve_accel(accel, n_effective, n_host=n_embree if triangle_groups else n_world_tri,
+                          instanced=bool(instances) and not triangle_groups)
+    host_instances = accel == "embree" and triangle_groups
+    if accel in HOST_ENGINES and (n_embree if host_instances else n_world_tri) == 0:
+        accel, host_instances = ("brute" if not instances and n_effective < AUTO_BVH_MIN else "bvh"), False
     lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
     hi = np.maximum(np.maximum(tri.p[0], tri.p[1]), tri.p[2])
     a_lo, a_hi = analytic_bounds(kind, to_world, to_local)
@@ -431,13 +439,16 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
                                         leaf_size=leaf_size)
     engine = HOST_ENGINES.get(accel)
     options = {"robust": robust} if accel == "embree" else {}
+    if host_instances:
+        options["groups"] = [(span.tri_start, *(p[:, span.tri_start:span.tri_end] for p in tri.p)) for span in spans]
+        options["instances"] = [(i.group, i.to_world) for i in instances]
     host_scene = engine.build(*(p[:, :n_world_tri] for p in tri.p), **options) if engine else None
     instance_fields: dict[str, Any] = {}  # arrays and the InstanceBvh
     if instances:
         m = np.stack([np.asarray(i.to_world, np.float64) for i in instances])
         cols = lambda a: jnp.asarray(np.ascontiguousarray(a[:, :3, :4].transpose(1, 2, 0), np.float32))
         instance_fields = dict(instance_to_world=cols(m), instance_to_local=cols(np.linalg.inv(m)))
-        if accel != "brute":
+        if accel != "brute" and not host_instances:
             instance_fields["instance_bvh"] = two_level.make_arrays(
                 spans, np.concatenate([lo, a_lo], axis=1), np.concatenate([hi, a_hi], axis=1), m, tri.p,
                 (kind, to_world, to_local), leaf_size=leaf_size)
@@ -452,7 +463,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
         analytic_shape=j(analytic_shape), sdf_values=sdf_values, sdf_grids=sdf_table, bvh=bvh, host_handle=jnp.int32(host_scene.handle if host_scene else 0),
         host_scene=host_scene, n_triangles=int(n_tri), n_analytic=int(n_analytic),
         n_world_triangles=int(n_world_tri), n_world_analytic=int(n_world_analytic), groups=spans,
-        n_instances=len(instances), analytic_kinds=tuple(sorted({int(k) for k in kind})), accel=accel,
+        n_instances=len(instances), host_instances=host_instances, analytic_kinds=tuple(sorted({int(k) for k in kind})), accel=accel,
         **instance_fields)
 
 
@@ -486,7 +497,7 @@ def closest_hit(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike
     if geometry.n_triangles + geometry.n_analytic == 0:
         return isect.miss(o[0])
     hit = _world_closest_hit(geometry, o, d, t_max)
-    if geometry.n_instances:
+    if geometry.n_instances and not geometry.host_instances:
         q = _instances_closest_hit(geometry, o, d, jnp.minimum(t_max, hit.t))
         closer = q.prim >= 0  # the bound makes any instance hit the closer one (q.instance is -1 elsewhere)
         hit = Hit(t=jnp.where(closer, q.t, hit.t), prim=jnp.where(closer, q.prim, hit.prim),
@@ -500,7 +511,7 @@ def occluded(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike) -
     if geometry.n_triangles + geometry.n_analytic == 0:
         return jnp.zeros_like(o[0], bool)
     blocked = _world_occluded(geometry, o, d, t_max)
-    if geometry.n_instances:
+    if geometry.n_instances and not geometry.host_instances:
         t_max = jnp.where(blocked, 0.0, t_max)  # lanes already blocked ask nothing
         to_local = cast(jax.Array, geometry.instance_to_local)  # set where there are instances
         if geometry.instance_bvh is not None:
@@ -528,7 +539,10 @@ def _world_prim(geometry, prim):
 
 
 def _world_closest_hit(geometry, o, d, t_max):
+    """The closest hit among the world's primitives (and the instances, where the engine has them)."""
     tri, analytic = _world(geometry)
+    if geometry.host_instances:
+        return _engine_closest_hit(geometry, o, d, t_max)
     if geometry.n_world_triangles + geometry.n_world_analytic == 0:
         hit = isect.miss(o[0])
     elif geometry.accel == "bvh":
@@ -542,7 +556,7 @@ def _world_closest_hit(geometry, o, d, t_max):
 
 def _world_occluded(geometry, o, d, t_max):
     tri, analytic = _world(geometry)
-    if geometry.n_world_triangles + geometry.n_world_analytic == 0:
+    if geometry.n_world_triangles + geometry.n_world_analytic == 0 and not geometry.host_instances:
         return jnp.zeros_like(o[0], bool)
     if geometry.accel == "bvh":
         return bvh_traversal.occluded(geometry.bvh, o, d, t_max)
@@ -571,13 +585,21 @@ def _no_triangles():
 
 
 def _engine_closest_hit(geometry, o, d, t_max):
-    query = embree.closest_hit if geometry.accel == "embree" else host.closest_hit
-    t, prim = query(geometry.host_handle, o, d, t_max)
-    # t and (u, v) again from the winner with our own watertight test: every backend then gives
-    # the same hit data for the same primitive (Embree's barycentrics differ in the 4th digit).
     tri, analytic = _world(geometry)
     no_analytic = tuple(a[..., :0] for a in analytic)
-    hit = isect.exact_hit(tri, no_analytic, o, d, prim, t)
+    # t and (u, v) again from the winner with our own watertight test: every backend then gives
+    # the same hit data for the same primitive (Embree's barycentrics differ in the 4th digit).
+    if geometry.host_instances:  # an instance's triangle tested in its object space, as the JAX backends do
+        t, prim, instance = embree.closest_hit_instanced(geometry.host_handle, o, d, t_max)
+        placed = instance >= 0
+        o_local, d_local = instancing.object_rays(cast(jax.Array, geometry.instance_to_local), instance, o, d)
+        hit = isect.exact_hit(geometry.triangles, no_analytic, vm.select(placed, o_local, o),
+                              vm.select(placed, d_local, d), prim, t)
+    else:
+        query = embree.closest_hit if geometry.accel == "embree" else host.closest_hit
+        t, prim = query(geometry.host_handle, o, d, t_max)
+        instance = None
+        hit = isect.exact_hit(tri, no_analytic, o, d, prim, t)
     t, prim, u, v = hit.t, hit.prim, hit.u, hit.v
     if geometry.n_world_analytic:
         if geometry.bvh is not None:  # the world's analytic primitives, many
@@ -585,9 +607,10 @@ def _engine_closest_hit(geometry, o, d, t_max):
         else:
             q = isect.closest_hit(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
         closer = q.t < hit.t
-        hit = Hit(t=jnp.where(closer, q.t, t), prim=jnp.where(closer, q.prim + geometry.n_triangles, prim),
-                  u=jnp.where(closer, q.u, u), v=jnp.where(closer, q.v, v))
-    return hit
+        t, prim = jnp.where(closer, q.t, t), jnp.where(closer, q.prim + geometry.n_triangles, prim)
+        u, v = jnp.where(closer, q.u, u), jnp.where(closer, q.v, v)
+        instance = None if instance is None else jnp.where(closer, -1, instance)
+    return Hit(t=t, prim=prim, u=u, v=v, instance=instance)
 
 
 def primitive_shape(geometry: Geometry, prim: jax.Array) -> jax.Array:

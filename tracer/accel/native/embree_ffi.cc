@@ -7,6 +7,10 @@
 // looked up in the library the embreex wheel ships (jf_embree_open), so building this needs only
 // Embree's headers (vendored under embree4/) and XLA's FFI headers (from jaxlib).
 //
+// A scene may hold instances of shape groups (Embree's own instancing, one level): each group's
+// triangles are a scene of their own, placed by each of its instances' affine transforms; a hit
+// in an instance names it, and its triangle by the group's offset in the program's tables.
+//
 // Each ray is answered on its own (rtcIntersect1 / rtcOccluded1), so a ray's answer does not
 // depend on the batch it came in or how the batch is split over threads: renders stay
 // bit-identical across device counts and hosts. Embree's arithmetic differs between its ISA paths
@@ -29,6 +33,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "embree4/rtcore.h"
 #include "xla/ffi/api/ffi.h"
@@ -47,12 +52,13 @@ struct Embree {
   decltype(&rtcNewScene) NewScene;
   decltype(&rtcSetSceneFlags) SetSceneFlags;
   decltype(&rtcCommitScene) CommitScene;
-  decltype(&rtcRetainScene) RetainScene;
   decltype(&rtcReleaseScene) ReleaseScene;
   decltype(&rtcNewGeometry) NewGeometry;
   decltype(&rtcSetNewGeometryBuffer) SetNewGeometryBuffer;
   decltype(&rtcCommitGeometry) CommitGeometry;
-  decltype(&rtcAttachGeometry) AttachGeometry;
+  decltype(&rtcAttachGeometryByID) AttachGeometryByID;
+  decltype(&rtcSetGeometryInstancedScene) SetGeometryInstancedScene;
+  decltype(&rtcSetGeometryTransform) SetGeometryTransform;
   decltype(&rtcReleaseGeometry) ReleaseGeometry;
   decltype(&rtcIntersect1) Intersect1;
   decltype(&rtcOccluded1) Occluded1;
@@ -70,20 +76,28 @@ bool Find(void* library, const char* name, F& out, std::string& missing) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scenes by handle. A query retains its scene while it runs, so closing a scene during a query
-// frees it only after the query.
+// Scenes by handle. A query holds its scene's entry while it runs, so closing a scene during a
+// query frees it only after the query.
+
+struct Entry {
+  RTCScene scene = nullptr;
+  // Of each instance (its geometry id - 1): the id, in the program's triangle tables, of its
+  // group's first triangle.
+  std::vector<int32_t> instance_first_prim;
+  ~Entry() {
+    if (scene) api.ReleaseScene(scene);
+  }
+};
 
 std::mutex scenes_lock;
-std::unordered_map<int32_t, RTCScene> scenes;
+std::unordered_map<int32_t, std::shared_ptr<const Entry>> scenes;
 int32_t next_handle = 1;
 std::map<std::string, RTCDevice> devices;  // one per ISA config, kept for the process
 
-RTCScene Acquire(int32_t handle) {
+std::shared_ptr<const Entry> Acquire(int32_t handle) {
   std::lock_guard<std::mutex> hold(scenes_lock);
   auto it = scenes.find(handle);
-  if (it == scenes.end()) return nullptr;
-  api.RetainScene(it->second);
-  return it->second;
+  return it == scenes.end() ? nullptr : it->second;
 }
 
 void Message(char* out, size_t size, const std::string& text) {
@@ -149,18 +163,41 @@ struct alignas(16) PaddedRayHit {
   unsigned int spare[16];
 };
 
-// `query(scene, n, o, d, t_max)` over the scene the program names by `handle`, retained meanwhile.
+// `query(entry, n, o, d, t_max)` over the scene the program names by `handle`, held meanwhile.
 template <typename Query>
 ffi::Error OnScene(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o, ffi::Buffer<ffi::F32> d,
                    ffi::Buffer<ffi::F32> t_max, Query query) {
   int32_t id = handle.typed_data()[0];
-  RTCScene scene = Acquire(id);
-  if (!scene)
+  std::shared_ptr<const Entry> entry = Acquire(id);
+  if (!entry)
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "intersection scene " + std::to_string(id) +
                                                             " is gone: the scene that built it was closed or freed");
-  query(scene, static_cast<int64_t>(t_max.element_count()), o.typed_data(), d.typed_data(), t_max.typed_data());
-  api.ReleaseScene(scene);
+  query(*entry, static_cast<int64_t>(t_max.element_count()), o.typed_data(), d.typed_data(), t_max.typed_data());
   return ffi::Error::Success();
+}
+
+// The closest hit of ray i into t, prim and (where `instance` is not null) the instance hit, -1
+// for a world triangle; prim is the triangle's id in the program's tables.
+void ClosestRay(const Entry& entry, int64_t n, const float* op, const float* dp, const float* tp, int64_t i,
+                float* t_out, int32_t* prim_out, int32_t* instance) {
+  t_out[i] = std::numeric_limits<float>::infinity(), prim_out[i] = -1;
+  if (instance) instance[i] = -1;
+  if (!(tp[i] > 0.0f)) return;
+  PaddedRayHit q;
+  SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
+  q.rayhit.hit.geomID = RTC_INVALID_GEOMETRY_ID;
+  q.rayhit.hit.primID = RTC_INVALID_GEOMETRY_ID;
+  q.rayhit.hit.instID[0] = RTC_INVALID_GEOMETRY_ID;  // (just after geomID whatever the build's levels)
+  api.Intersect1(entry.scene, &q.rayhit, nullptr);
+  if (q.rayhit.hit.geomID == RTC_INVALID_GEOMETRY_ID) return;
+  int32_t prim = static_cast<int32_t>(q.rayhit.hit.primID);
+  unsigned placed = q.rayhit.hit.instID[0];
+  if (placed != RTC_INVALID_GEOMETRY_ID) {
+    if (!instance || placed == 0 || placed > entry.instance_first_prim.size()) return;  // (never built so)
+    instance[i] = static_cast<int32_t>(placed - 1);
+    prim += entry.instance_first_prim[placed - 1];
+  }
+  t_out[i] = q.rayhit.ray.tfar, prim_out[i] = prim;
 }
 
 ffi::Error Closest(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
@@ -168,20 +205,24 @@ ffi::Error Closest(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buff
                    ffi::ResultBuffer<ffi::S32> prim) {
   float* t_out = t->typed_data();
   int32_t* prim_out = prim->typed_data();
-  return OnScene(handle, o, d, t_max, [&](RTCScene scene, int64_t n, const float* op, const float* dp, const float* tp) {
-    ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
-      PaddedRayHit q;
-      for (int64_t i = begin; i < end; ++i) {
-        t_out[i] = std::numeric_limits<float>::infinity(), prim_out[i] = -1;
-        if (!(tp[i] > 0.0f)) continue;
-        SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
-        q.rayhit.hit.geomID = RTC_INVALID_GEOMETRY_ID;
-        q.rayhit.hit.primID = RTC_INVALID_GEOMETRY_ID;
-        api.Intersect1(scene, &q.rayhit, nullptr);
-        if (q.rayhit.hit.geomID != RTC_INVALID_GEOMETRY_ID) {
-          t_out[i] = q.rayhit.ray.tfar, prim_out[i] = static_cast<int32_t>(q.rayhit.hit.primID);
-        }
-      }
+  return OnScene(handle, o, d, t_max, [&](const Entry& entry, int64_t n, const float* op, const float* dp,
+                                          const float* tp) {
+    ParallelFor(pool, n, [=, &entry](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) ClosestRay(entry, n, op, dp, tp, i, t_out, prim_out, nullptr);
+    });
+  });
+}
+
+ffi::Error ClosestInstanced(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
+                            ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, ffi::ResultBuffer<ffi::F32> t,
+                            ffi::ResultBuffer<ffi::S32> prim, ffi::ResultBuffer<ffi::S32> instance) {
+  float* t_out = t->typed_data();
+  int32_t* prim_out = prim->typed_data();
+  int32_t* instance_out = instance->typed_data();
+  return OnScene(handle, o, d, t_max, [&](const Entry& entry, int64_t n, const float* op, const float* dp,
+                                          const float* tp) {
+    ParallelFor(pool, n, [=, &entry](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) ClosestRay(entry, n, op, dp, tp, i, t_out, prim_out, instance_out);
     });
   });
 }
@@ -190,7 +231,9 @@ ffi::Error Occluded(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buf
                     ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max,
                     ffi::ResultBuffer<ffi::PRED> blocked) {
   bool* out = blocked->typed_data();
-  return OnScene(handle, o, d, t_max, [&](RTCScene scene, int64_t n, const float* op, const float* dp, const float* tp) {
+  return OnScene(handle, o, d, t_max, [&](const Entry& entry, int64_t n, const float* op, const float* dp,
+                                          const float* tp) {
+    RTCScene scene = entry.scene;
     ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
       PaddedRayHit q;
       for (int64_t i = begin; i < end; ++i) {
@@ -215,6 +258,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeClosest, Closest,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeClosestInstanced, ClosestInstanced,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeOccluded, Occluded,
@@ -247,12 +301,13 @@ extern "C" __attribute__((visibility("default"))) int jf_embree_open(const char*
             Find(lib, "rtcNewScene", api.NewScene, missing) &&
             Find(lib, "rtcSetSceneFlags", api.SetSceneFlags, missing) &&
             Find(lib, "rtcCommitScene", api.CommitScene, missing) &&
-            Find(lib, "rtcRetainScene", api.RetainScene, missing) &&
             Find(lib, "rtcReleaseScene", api.ReleaseScene, missing) &&
             Find(lib, "rtcNewGeometry", api.NewGeometry, missing) &&
             Find(lib, "rtcSetNewGeometryBuffer", api.SetNewGeometryBuffer, missing) &&
             Find(lib, "rtcCommitGeometry", api.CommitGeometry, missing) &&
-            Find(lib, "rtcAttachGeometry", api.AttachGeometry, missing) &&
+            Find(lib, "rtcAttachGeometryByID", api.AttachGeometryByID, missing) &&
+            Find(lib, "rtcSetGeometryInstancedScene", api.SetGeometryInstancedScene, missing) &&
+            Find(lib, "rtcSetGeometryTransform", api.SetGeometryTransform, missing) &&
             Find(lib, "rtcReleaseGeometry", api.ReleaseGeometry, missing) &&
             Find(lib, "rtcIntersect1", api.Intersect1, missing) &&
             Find(lib, "rtcOccluded1", api.Occluded1, missing);
@@ -265,11 +320,55 @@ extern "C" __attribute__((visibility("default"))) int jf_embree_open(const char*
   return 0;
 }
 
-// A scene of `count` triangles, corners at vertices[9 t + 3 c + k] (triangle t, corner c,
-// coordinate k), on the device of `config` (e.g. "isa=avx2"); robust: the watertight test.
-extern "C" __attribute__((visibility("default"))) int32_t jf_embree_new_scene(const float* vertices, int64_t count,
-                                                                             int robust, const char* config,
-                                                                             char* error, size_t error_size) {
+namespace {
+
+// A triangle mesh of `count` triangles (corners at vertices[9 t + 3 c + k]: triangle t, corner
+// c, coordinate k), committed, or null.
+RTCGeometry NewMesh(RTCDevice device, const float* vertices, int64_t count) {
+  RTCGeometry mesh = api.NewGeometry(device, RTC_GEOMETRY_TYPE_TRIANGLE);
+  auto* v = static_cast<float*>(api.SetNewGeometryBuffer(mesh, RTC_BUFFER_TYPE_VERTEX, 0, RTC_FORMAT_FLOAT3,
+                                                         3 * sizeof(float), static_cast<size_t>(3 * count)));
+  auto* index = static_cast<unsigned*>(api.SetNewGeometryBuffer(mesh, RTC_BUFFER_TYPE_INDEX, 0, RTC_FORMAT_UINT3,
+                                                                3 * sizeof(unsigned), static_cast<size_t>(count)));
+  if (!v || !index) {
+    api.ReleaseGeometry(mesh);
+    return nullptr;
+  }
+  std::memcpy(v, vertices, sizeof(float) * 9 * static_cast<size_t>(count));
+  for (int64_t i = 0; i < 3 * count; ++i) index[i] = static_cast<unsigned>(i);
+  api.CommitGeometry(mesh);
+  return mesh;
+}
+
+// A committed scene of one mesh (none where count is 0), or null.
+RTCScene NewMeshScene(RTCDevice device, const float* vertices, int64_t count, int robust) {
+  RTCScene scene = api.NewScene(device);
+  api.SetSceneFlags(scene, robust ? RTC_SCENE_FLAG_ROBUST : RTC_SCENE_FLAG_NONE);
+  if (count > 0) {
+    RTCGeometry mesh = NewMesh(device, vertices, count);
+    if (!mesh) {
+      api.ReleaseScene(scene);
+      return nullptr;
+    }
+    api.AttachGeometryByID(scene, mesh, 0);
+    api.ReleaseGeometry(mesh);
+  }
+  api.CommitScene(scene);
+  return scene;
+}
+
+}  // namespace
+
+// A scene of `count` world triangles (corners at vertices[9 t + 3 c + k]: triangle t, corner c,
+// coordinate k) and `n_instances` instances of `n_groups` shape groups: group g has
+// group_counts[g] triangles (their corners one group after another in group_vertices, in object
+// space), the first of them at id group_first_prim[g] of the program's triangle tables; instance
+// i places group instance_group[i] by the affine map instance_xfm[12 i ...] (3x4, column-major).
+// On the device of `config` (e.g. "isa=avx2"); robust: the watertight test.
+extern "C" __attribute__((visibility("default"))) int32_t jf_embree_new_scene(
+    const float* vertices, int64_t count, int64_t n_groups, const float* group_vertices, const int64_t* group_counts,
+    const int32_t* group_first_prim, int64_t n_instances, const int32_t* instance_group, const float* instance_xfm,
+    int robust, const char* config, char* error, size_t error_size) {
   if (!opened) {
     Message(error, error_size, "Embree is not loaded");
     return 0;
@@ -289,42 +388,51 @@ extern "C" __attribute__((visibility("default"))) int32_t jf_embree_new_scene(co
       device = it->second;
     }
   }
+  auto entry = std::make_shared<Entry>();
+  std::vector<RTCScene> groups;
+  auto fail = [&](const char* what) {
+    Message(error, error_size, DeviceError(device, what));
+    for (RTCScene g : groups)
+      if (g) api.ReleaseScene(g);
+    return 0;
+  };
+  for (int64_t g = 0, offset = 0; g < n_groups; offset += group_counts[g], ++g) {
+    groups.push_back(NewMeshScene(device, group_vertices + 9 * offset, group_counts[g], robust));
+    if (!groups.back()) return fail("Embree could not allocate a shape group's triangles");
+  }
   RTCScene scene = api.NewScene(device);
+  entry->scene = scene;  // released with the entry
   api.SetSceneFlags(scene, robust ? RTC_SCENE_FLAG_ROBUST : RTC_SCENE_FLAG_NONE);
-  RTCGeometry mesh = api.NewGeometry(device, RTC_GEOMETRY_TYPE_TRIANGLE);
-  auto* v = static_cast<float*>(api.SetNewGeometryBuffer(mesh, RTC_BUFFER_TYPE_VERTEX, 0, RTC_FORMAT_FLOAT3,
-                                                         3 * sizeof(float), static_cast<size_t>(3 * count)));
-  auto* index = static_cast<unsigned*>(api.SetNewGeometryBuffer(mesh, RTC_BUFFER_TYPE_INDEX, 0, RTC_FORMAT_UINT3,
-                                                                3 * sizeof(unsigned), static_cast<size_t>(count)));
-  if (!v || !index) {
-    Message(error, error_size, DeviceError(device, "Embree could not allocate the triangles"));
+  if (count > 0) {
+    RTCGeometry mesh = NewMesh(device, vertices, count);
+    if (!mesh) return fail("Embree could not allocate the triangles");
+    api.AttachGeometryByID(scene, mesh, 0);
     api.ReleaseGeometry(mesh);
-    api.ReleaseScene(scene);
-    return 0;
   }
-  std::memcpy(v, vertices, sizeof(float) * 9 * static_cast<size_t>(count));
-  for (int64_t i = 0; i < 3 * count; ++i) index[i] = static_cast<unsigned>(i);
-  api.CommitGeometry(mesh);
-  api.AttachGeometry(scene, mesh);
-  api.ReleaseGeometry(mesh);
+  for (int64_t i = 0; i < n_instances; ++i) {
+    int32_t g = instance_group[i];
+    if (g < 0 || g >= n_groups) return fail("an instance names no shape group");
+    RTCGeometry placed = api.NewGeometry(device, RTC_GEOMETRY_TYPE_INSTANCE);
+    api.SetGeometryInstancedScene(placed, groups[g]);
+    api.SetGeometryTransform(placed, 0, RTC_FORMAT_FLOAT3X4_COLUMN_MAJOR, instance_xfm + 12 * i);
+    api.CommitGeometry(placed);
+    api.AttachGeometryByID(scene, placed, static_cast<unsigned>(i + 1));
+    api.ReleaseGeometry(placed);
+    entry->instance_first_prim.push_back(group_first_prim[g]);
+  }
   api.CommitScene(scene);
-  if (api.GetDeviceError(device) != RTC_ERROR_NONE) {
-    Message(error, error_size, DeviceError(device, "Embree could not build the scene"));
-    api.ReleaseScene(scene);
-    return 0;
-  }
+  for (RTCScene g : groups) api.ReleaseScene(g);  // the instances hold them
+  groups.clear();
+  if (api.GetDeviceError(device) != RTC_ERROR_NONE) return fail("Embree could not build the scene");
   std::lock_guard<std::mutex> hold(scenes_lock);
   int32_t handle = next_handle++;
-  scenes.emplace(handle, scene);
+  scenes.emplace(handle, std::move(entry));
   return handle;
 }
 
 extern "C" __attribute__((visibility("default"))) void jf_embree_release_scene(int32_t handle) {
   std::lock_guard<std::mutex> hold(scenes_lock);
-  auto it = scenes.find(handle);
-  if (it == scenes.end()) return;
-  api.ReleaseScene(it->second);
-  scenes.erase(it);
+  scenes.erase(handle);  // the scene goes with the last query holding it
 }
 
 extern "C" __attribute__((visibility("default"))) int jf_embree_scene_is_open(int32_t handle) {
