@@ -99,21 +99,23 @@ def test_instances_answer_as_a_flattened_copy(accel):
 
 
 @pytest.mark.skipif("embree" not in BACKENDS, reason="Embree unavailable")
-def test_embree_places_groups_of_triangles_itself():
-    """Groups of triangles alone go to Embree's own instancing (no two-level BVH): the same
-    triangles and instances as the JAX two-level BVH, the same (u, v) and surfaces, t within an
-    ulp (our test on the winner either way), the same shadow answers, and the flattened copy's
-    hits. A group with an analytic shape keeps the two-level BVH."""
+@pytest.mark.parametrize("with_analytic", [False, True], ids=["triangles", "with-analytic"])
+def test_embree_places_the_instances_itself(with_analytic, monkeypatch):
+    """Embree's own instancing places the groups' triangles (no two-level BVH; a group's analytic
+    shapes are JAX's, by brute force per instance): the same primitives and instances as the
+    JAX two-level BVH, the same (u, v) on triangles (our test on the winner either way) and
+    surfaces, t within an ulp, the same shadow answers, and the flattened copy's hits. With
+    more analytic shapes in the instances than HOST_INSTANCES_ANALYTIC_MAX, the two-level BVH."""
     rng = np.random.default_rng(4)
-    (meshes, analytic, instances), (flat_meshes, _) = _scene(rng)
-    geo = geometry.build_geometry(meshes, [], accel="embree", instances=instances)
+    (meshes, analytic, instances), (flat_meshes, flat_analytic) = _scene(rng)
+    if not with_analytic:
+        analytic, flat_analytic = [], []
+    geo = geometry.build_geometry(meshes, analytic, accel="embree", instances=instances)
     assert geo.host_instances and geo.instance_bvh is None
     if jax.default_backend() == "cpu":  # 'auto' counts each group's triangles once for Embree
-        assert geometry.build_geometry(meshes, [], instances=instances).host_instances
-    mixed = geometry.build_geometry(meshes, analytic, accel="embree", instances=instances)
-    assert not mixed.host_instances and mixed.instance_bvh is not None
-    two_level = geometry.build_geometry(meshes, [], accel="bvh", instances=instances)
-    flat = geometry.build_geometry(flat_meshes, [], accel="brute")
+        assert geometry.build_geometry(meshes, analytic, instances=instances).host_instances
+    two_level = geometry.build_geometry(meshes, analytic, accel="bvh", instances=instances)
+    flat = geometry.build_geometry(flat_meshes, flat_analytic, accel="brute")
     n = 4096
     o = rng.uniform(-4, 4, (3, n)).astype(np.float32)
     centers = np.array([i.to_world[:3, 3] for i in instances] + [[0, 0, 2.5]]).T
@@ -124,18 +126,27 @@ def test_embree_places_groups_of_triangles_itself():
     same = (prim == np.asarray(ref.prim)) & (instance == np.asarray(ref.instance))
     assert same.mean() > 0.999 and np.sum(instance >= 0) > 1000 and np.sum((prim >= 0) & (instance < 0)) > 100
     found = same & (prim >= 0)
+    triangle = found & (prim < geo.n_triangles)
+    assert np.sum((prim >= geo.n_triangles) & (instance >= 0)) > (100 if with_analytic else -1)
     for field in ("u", "v"):
-        np.testing.assert_array_equal(np.asarray(getattr(hit, field))[found], np.asarray(getattr(ref, field))[found])
+        np.testing.assert_array_equal(np.asarray(getattr(hit, field))[triangle],
+                                      np.asarray(getattr(ref, field))[triangle])
+        np.testing.assert_allclose(np.asarray(getattr(hit, field))[found], np.asarray(getattr(ref, field))[found],
+                                   rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(hit.t)[found], np.asarray(ref.t)[found], rtol=3e-7)
     for field in ("p", "ng", "ns", "uv"):
         np.testing.assert_allclose(np.asarray(getattr(si, field))[:, found], np.asarray(getattr(ref_si, field))[:, found],
-                                   rtol=1e-5, atol=1e-6, err_msg=field)
+                                   rtol=1e-5, atol=1e-5, err_msg=field)
     assert np.mean(np.asarray(blocked) == np.asarray(ref_blocked)) > 0.999
     flat_hit, flat_si, _ = queries(flat, o, d, t_max)
     agree = np.asarray(si.shape) == np.asarray(flat_si.shape)
     assert agree.mean() > 0.997
     both = agree & (prim >= 0)
     np.testing.assert_allclose(np.asarray(si.p)[:, both], np.asarray(flat_si.p)[:, both], atol=2e-4)
+    if with_analytic:
+        monkeypatch.setattr(geometry, "HOST_INSTANCES_ANALYTIC_MAX", 8)  # the scene's instances hold 9
+        many = geometry.build_geometry(meshes, analytic, accel="embree", instances=instances)
+        assert not many.host_instances and many.instance_bvh is not None
 
 
 def test_a_mirroring_instance_keeps_its_normals_as_mitsuba():
@@ -208,21 +219,15 @@ def _write_scene(tmp_path, text=SCENE):
     return path
 
 
-SPHERE = """        <shape type="sphere"><point name="center" value="0, 0, 0.9"/><float name="radius" value="0.35"/>
-            <bsdf type="roughplastic"><rgb name="diffuse_reflectance" value="0.1, 0.3, 0.8"/></bsdf></shape>
-"""
-
-
 @pytest.mark.parametrize("accel", ["brute"] + (["embree"] if "embree" in BACKENDS else []))
 def test_instances_render_like_mitsuba(tmp_path, accel):
     """Each shape of the group with its own BSDF, instances rotated, non-uniformly scaled (the
     sphere an ellipsoid) and mirrored. (Every backend gives a flattened copy's hits, above; a
     render with Embree and the two-level BVH agreed as well, and took 90 s.) Blocks of 3x4 pixels too: normals taken by to_world instead of its
     inverse transpose stay within the whole image's noise at 64 spp, but were 0.020 off in a block
-    (0.0024 when right, Mitsuba's own 512 spp 0.0034). With Embree, the group without its sphere:
-    triangles alone, which Embree places itself."""
-    assert SPHERE in SCENE
-    xml = str(_write_scene(tmp_path, SCENE.replace(SPHERE, "") if accel == "embree" else SCENE))
+    (0.0024 when right, Mitsuba's own 512 spp 0.0034). With Embree, its own instancing places the
+    group's triangles, and JAX tests the sphere per instance."""
+    xml = str(_write_scene(tmp_path))
     assert tracer.load_scene(xml, accel=accel).geometry.host_instances == (accel == "embree")
     assert_matches_mitsuba(xml, spp=64, reference_spp=2048, accel=accel)
     ours = tracer.render(tracer.load_scene(xml, accel=accel), spp=256, seed=5)

@@ -11,10 +11,11 @@ the way Mitsuba 3 computes them (``Mesh``, ``Sphere``, ``Disk`` and ``Cylinder``
 Shape groups (Mitsuba's ``shapegroup``) keep their primitives once, in object space, after the
 world-space ones in each table; instances place them (``tracer.shapes.instancing``). The backends
 answer world primitives as before and instances in JAX: a two-level BVH (``tracer.shapes.instance_bvh``)
-or, for small scenes, brute force per instance. Embree takes the instances itself, with its own
-instancing, where every shape group is of triangles alone (``host_instances``); a group with
-analytic shapes, and Warp's BVH (no instancing), leave the world triangles to the engine and the
-instances to the JAX two-level BVH.
+or, for small scenes, brute force per instance. Embree places the instances' triangles itself,
+with its own instancing (``host_instances``), where the instances hold few analytic shapes
+(spheres, disks...: up to HOST_INSTANCES_ANALYTIC_MAX over all instances), which JAX then tests
+by brute force per instance; with more of them, and with Warp's BVH (no instancing), the engine
+takes the world's triangles and the JAX two-level BVH the instances.
 """
 import warnings
 from typing import Any, NamedTuple, Sequence, cast
@@ -97,7 +98,7 @@ class Geometry:
     n_world_analytic: int = static(default=0)
     groups: tuple[instancing.GroupSpan, ...] = static(default=())  # a GroupSpan per shape group
     n_instances: int = static(default=0)
-    host_instances: bool = static(default=False)  # the engine (Embree) answers the instances too
+    host_instances: bool = static(default=False)  # Embree answers the instances' triangles too
     analytic_kinds: tuple[int, ...] = static(default=())  # the kinds present: surface data is computed for those only
     # The mesh attributes kept (those textures read), as AttributeSlots: vertex ones first.
     attribute_slots: tuple["AttributeSlot", ...] = static(default=())
@@ -322,6 +323,9 @@ BACKENDS = ("embree", "warp", "jax")
 # through a host callback (tracer.accel.host).
 HOST_ENGINES = {"embree": embree, "warp": warp}
 _fallback_said = False
+# Beside Embree's instancing, the instances' analytic shapes are tested by brute force per
+# instance, so Embree places instances holding this many analytic shapes in all, at most.
+HOST_INSTANCES_ANALYTIC_MAX = 64
 
 
 def _say_fallback(reason: str) -> None:
@@ -415,12 +419,14 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     n_world_analytic = spans[0].analytic_start if spans else n_analytic
     per_group = [s.tri_end - s.tri_start + s.analytic_end - s.analytic_start for s in spans]
     n_effective = n_world_tri + n_world_analytic + sum(per_group[i.group] for i in instances)
-    # Embree places groups of triangles alone itself (each group's triangles held once).
-    triangle_groups = bool(instances) and all(s.analytic_end == s.analytic_start for s in spans)
-    n_embree = n_world_tri + (n_tri - n_world_tri if triangle_groups else 0)
-    accel = resolve_accel(accel, n_effective, n_host=n_embree if triangle_groups else n_world_tri,
-                          instanced=bool(instances) and not triangle_groups)
-    host_instances = accel == "embree" and triangle_groups
+    # Embree places the instances' triangles itself (each group's held once) where the instances
+    # hold few analytic shapes (tested by brute force per instance).
+    n_placed_analytic = sum(spans[i.group].analytic_end - spans[i.group].analytic_start for i in instances)
+    placeable = bool(instances) and n_placed_analytic <= HOST_INSTANCES_ANALYTIC_MAX
+    n_embree = n_world_tri + (n_tri - n_world_tri if placeable else 0)
+    accel = resolve_accel(accel, n_effective, n_host=n_embree if placeable else n_world_tri,
+                          instanced=bool(instances) and not placeable)
+    host_instances = accel == "embree" and placeable
     if accel in HOST_ENGINES and (n_embree if host_instances else n_world_tri) == 0:
         accel, host_instances = ("brute" if not instances and n_effective < AUTO_BVH_MIN else "bvh"), False
     lo = np.minimum(np.minimum(tri.p[0], tri.p[1]), tri.p[2])
@@ -497,11 +503,12 @@ def closest_hit(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike
     if geometry.n_triangles + geometry.n_analytic == 0:
         return isect.miss(o[0])
     hit = _world_closest_hit(geometry, o, d, t_max)
-    if geometry.n_instances and not geometry.host_instances:
+    if geometry.n_instances and (not geometry.host_instances or _placed_analytic(geometry)):
         q = _instances_closest_hit(geometry, o, d, jnp.minimum(t_max, hit.t))
         closer = q.prim >= 0  # the bound makes any instance hit the closer one (q.instance is -1 elsewhere)
+        instance = q.instance if hit.instance is None else jnp.where(closer, q.instance, hit.instance)
         hit = Hit(t=jnp.where(closer, q.t, hit.t), prim=jnp.where(closer, q.prim, hit.prim),
-                  u=jnp.where(closer, q.u, hit.u), v=jnp.where(closer, q.v, hit.v), instance=q.instance)
+                  u=jnp.where(closer, q.u, hit.u), v=jnp.where(closer, q.v, hit.v), instance=instance)
     return jax.lax.optimization_barrier(hit)
 
 
@@ -511,13 +518,13 @@ def occluded(geometry: Geometry, o: jax.Array, d: jax.Array, t_max: ArrayLike) -
     if geometry.n_triangles + geometry.n_analytic == 0:
         return jnp.zeros_like(o[0], bool)
     blocked = _world_occluded(geometry, o, d, t_max)
-    if geometry.n_instances and not geometry.host_instances:
+    if geometry.n_instances and (not geometry.host_instances or _placed_analytic(geometry)):
         t_max = jnp.where(blocked, 0.0, t_max)  # lanes already blocked ask nothing
         to_local = cast(jax.Array, geometry.instance_to_local)  # set where there are instances
         if geometry.instance_bvh is not None:
             q = two_level.occluded(geometry.instance_bvh, to_local, o, d, t_max)
         else:
-            q = instancing.occluded(geometry.triangles, geometry.analytic, to_local, geometry.groups,
+            q = instancing.occluded(geometry.triangles, geometry.analytic, to_local, _jax_groups(geometry),
                                     o, d, t_max, geometry.analytic_kinds)
         blocked = blocked | q
     return jax.lax.optimization_barrier(blocked)
@@ -575,8 +582,21 @@ def _instances_closest_hit(geometry, o, d, t_max):
     if geometry.instance_bvh is not None:
         return two_level.closest_hit(geometry.instance_bvh, geometry.instance_to_local, geometry.triangles,
                                         geometry.analytic, o, d, t_max)
-    return instancing.closest_hit(geometry.triangles, geometry.analytic, geometry.instance_to_local, geometry.groups,
-                                  o, d, t_max, geometry.analytic_kinds)
+    return instancing.closest_hit(geometry.triangles, geometry.analytic, geometry.instance_to_local,
+                                  _jax_groups(geometry), o, d, t_max, geometry.analytic_kinds)
+
+
+def _placed_analytic(geometry) -> bool:
+    """Whether the shape groups hold analytic shapes (static)."""
+    return any(s.analytic_end > s.analytic_start for s in geometry.groups)
+
+
+def _jax_groups(geometry):
+    """The groups' spans JAX's brute force per instance tests: beside Embree's instancing, the
+    groups with analytic shapes, without their triangles (Embree's)."""
+    if not geometry.host_instances:
+        return geometry.groups
+    return tuple(s._replace(tri_end=s.tri_start) for s in geometry.groups if s.analytic_end > s.analytic_start)
 
 
 def _no_triangles():
