@@ -6,6 +6,7 @@ import pytest
 
 import tracer
 from tracer import SceneError
+from tracer.shapes.geometry import RECORD
 
 SCENE = """<scene version="3.0.0">
   <integrator type="path"><integer name="max_depth" value="{depth}"/></integrator>
@@ -181,7 +182,7 @@ def test_flip_tex_coords_as_mitsuba(tmp_path, kind, flip, v):
     option = "" if flip is None else f'<boolean name="flip_tex_coords" value="{flip}"/>'
     shape = f'<shape type="{kind}"><string name="filename" value="m.{kind}"/>{option}</shape>'
     scene = tracer.load_scene(_write(tmp_path, shapes=shape))
-    np.testing.assert_allclose(np.asarray(scene.geometry.uv0)[1], [v])
+    np.testing.assert_allclose(np.asarray(scene.geometry.tri_records)[:, RECORD["uv0"]][:, 1], [v])
 
 
 def test_spectra_reach_the_tables_converted(tmp_path):

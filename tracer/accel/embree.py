@@ -152,7 +152,7 @@ def build(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, robust: bool = False, 
         raise ImportError(f"{MISSING}: {lib}")
     corners = lambda a, b, c: np.ascontiguousarray(np.stack([a.T, b.T, c.T], axis=1), np.float32)  # (T, 3, 3)
     vertices = corners(p0, p1, p2)
-    group_vertices = np.ascontiguousarray(np.concatenate([corners(*g[1:]) for g in groups] or [np.zeros((0, 3, 3))]),
+    group_vertices = np.ascontiguousarray(np.concatenate([corners(*g[1:]) for g in groups] or [np.zeros((0, 3, 3), np.float32)]),
                                           np.float32)
     group_counts = np.array([g[1].shape[1] for g in groups] or [0], np.int64)
     group_first = np.array([g[0] for g in groups] or [0], np.int32)

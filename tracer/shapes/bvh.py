@@ -230,15 +230,16 @@ def _unpermute(rays, value):
 
 
 def closest_hit(bvh: BvhArrays, tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array,
-                t_max: ArrayLike) -> isect.Hit:
+                t_max: ArrayLike, corners: jax.Array | None = None) -> isect.Hit:
     """Closest hit with 0 < t < t_max of rays o, d (3, N); ``tri``/``analytic`` as in make_arrays
-    (device arrays), used for the exact t and barycentrics of the winners."""
+    (device arrays), used for the exact t and barycentrics of the winners (``corners``: as
+    ``isect.exact_hit`` takes them)."""
     o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
     t_max = jnp.zeros_like(o[0]) + t_max
     rays, st = _traverse(bvh, *_setup(o, d, t_max), any_hit=False)
     t, slot = _unpermute(rays, st.t), _unpermute(rays, st.slot)
     prim = jnp.where(slot >= 0, bvh.leaf_prims.reshape(-1)[jnp.maximum(slot, 0)], -1)
-    return isect.exact_hit(tri, analytic, o, d, prim, t, kinds=bvh.analytic_kinds)
+    return isect.exact_hit(tri, analytic, o, d, prim, t, kinds=bvh.analytic_kinds, corners=corners)
 
 
 def occluded(bvh: BvhArrays, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> jax.Array:

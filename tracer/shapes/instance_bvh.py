@@ -167,14 +167,15 @@ def _traverse(ib, to_local, o, d, t_max, any_hit):
 
 
 def closest_hit(ib: InstanceBvh, to_local: jax.Array, tri: Sequence[jax.Array], analytic: Sequence[jax.Array],
-                o: jax.Array, d: jax.Array, t_max: ArrayLike) -> isect.Hit:
+                o: jax.Array, d: jax.Array, t_max: ArrayLike, corners: jax.Array | None = None) -> isect.Hit:
     """Closest instance hit with 0 < t < t_max of rays o, d (3, N): a Hit with ``instance``.
-    to_local (3, 4, I); tri, analytic: the geometry's device tables (for the exact t and (u, v))."""
+    to_local (3, 4, I); tri, analytic: the geometry's device tables (for the exact t and (u, v);
+    ``corners``: as ``isect.exact_hit`` takes them)."""
     o, d, t, slot, inst = _traverse(ib, to_local, o, d, t_max, any_hit=False)
     prim = jnp.where(slot >= 0, ib.tree.leaf_prims.reshape(-1)[jnp.maximum(slot, 0)], -1)
     inst = jnp.where(prim >= 0, inst, -1)
     o_local, d_local = instancing.object_rays(to_local, inst, o, d)
-    hit = isect.exact_hit(tri, analytic, o_local, d_local, prim, t, kinds=ib.tree.analytic_kinds)
+    hit = isect.exact_hit(tri, analytic, o_local, d_local, prim, t, kinds=ib.tree.analytic_kinds, corners=corners)
     return isect.Hit(t=hit.t, prim=hit.prim, u=hit.u, v=hit.v, instance=inst)
 
 

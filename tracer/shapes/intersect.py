@@ -315,10 +315,10 @@ def _ray_setup(o: jax.Array, d: jax.Array, t_max: ArrayLike,
 
 
 def closest_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, t_max: ArrayLike,
-                kinds: tuple[int, ...] = SurfaceKind.ANALYTIC) -> Hit:
+                kinds: tuple[int, ...] = SurfaceKind.ANALYTIC, corners: jax.Array | None = None) -> Hit:
     """Brute-force closest hit with 0 < t < t_max. tri = (p0, p1, p2), each (3, T); analytic =
     (kind (A,), to_world (3, 4, A), to_local (3, 4, A)), of the static ``kinds``. Triangles have
-    ids [0, T), analytic primitives [T, T + A)."""
+    ids [0, T), analytic primitives [T, T + A). ``corners``: as ``exact_hit`` takes them."""
     n_tri = tri[0].shape[1]
     n_analytic = analytic[0].shape[0]
     o, d, t_max, shear = _ray_setup(o, d, t_max, triangles=n_tri > 0)
@@ -333,15 +333,19 @@ def closest_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.
         key, prim = jnp.where(closer, k, key), jnp.where(closer, i + n_tri, prim)
     prim = jnp.where(key < lanes.INF_KEY, prim, -1)
     t_key = lanes.key_t(key, _BITS)
-    return exact_hit(tri, analytic, o, d, prim, t_key, shear, kinds)
+    return exact_hit(tri, analytic, o, d, prim, t_key, shear, kinds, corners=corners)
 
 
 def exact_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, prim: jax.Array,
-              t_approx: jax.Array, shear: RayShear | None = None, kinds: tuple[int, ...] = SurfaceKind.ANALYTIC) -> Hit:
+              t_approx: jax.Array, shear: RayShear | None = None, kinds: tuple[int, ...] = SurfaceKind.ANALYTIC,
+              corners: jax.Array | None = None) -> Hit:
     """Recompute t and (u, v) of each ray's winning primitive ``prim`` (-1 for a miss) exactly.
 
     ``t_approx`` (a truncated t from the search) stands in if the recomputation misses, which
-    can only happen for t within an ulp of the search's bounds.
+    can only happen for t within an ulp of the search's bounds. ``corners`` (T', 9 or more), T' >=
+    T: each triangle's p0, p1, p2 in its row's first 9 columns (``Geometry.tri_records``), the
+    same values as ``tri``'s, read in one gather a lane instead of nine (a large mesh's rows miss
+    the cache).
     """
     n_tri = tri[0].shape[1]
     n_analytic = analytic[0].shape[0]
@@ -351,8 +355,12 @@ def exact_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Ar
     if n_tri:
         shear = ray_shear(d) if shear is None else shear
         i = jnp.clip(prim, 0, n_tri - 1)
-        winner = lambda vertex: tuple(vertex[k][i] for k in range(3))
-        t, u, v = intersect_triangles(winner(tri[0]), winner(tri[1]), winner(tri[2]), tuple(o), shear, INF)
+        if corners is None:
+            p0, p1, p2 = (tuple(vertex[k][i] for k in range(3)) for vertex in tri)
+        else:
+            c = corners[i, :9].T
+            p0, p1, p2 = (tuple(c[3 * j + k] for k in range(3)) for j in range(3))
+        t, u, v = intersect_triangles(p0, p1, p2, tuple(o), shear, INF)
     if n_analytic:
         kind, to_world, to_local = analytic
         q = jnp.clip(prim - n_tri, 0, n_analytic - 1)
