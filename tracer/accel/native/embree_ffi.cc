@@ -90,7 +90,9 @@ struct Entry {
 };
 
 std::mutex scenes_lock;
-std::unordered_map<int32_t, std::shared_ptr<const Entry>> scenes;
+// Never destroyed: at exit, entries still open must not release their scenes from static
+// destructors while Embree's own threads are being torn down (that aborts the process).
+auto& scenes = *new std::unordered_map<int32_t, std::shared_ptr<const Entry>>;
 int32_t next_handle = 1;
 std::map<std::string, RTCDevice> devices;  // one per ISA config, kept for the process
 
