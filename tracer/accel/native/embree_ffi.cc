@@ -202,31 +202,28 @@ void ClosestRay(const Entry& entry, int64_t n, const float* op, const float* dp,
   t_out[i] = q.rayhit.ray.tfar, prim_out[i] = prim;
 }
 
-ffi::Error Closest(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
-                   ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, ffi::ResultBuffer<ffi::F32> t,
-                   ffi::ResultBuffer<ffi::S32> prim) {
-  float* t_out = t->typed_data();
-  int32_t* prim_out = prim->typed_data();
-  return OnScene(handle, o, d, t_max, [&](const Entry& entry, int64_t n, const float* op, const float* dp,
-                                          const float* tp) {
-    ParallelFor(pool, n, [=, &entry](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) ClosestRay(entry, n, op, dp, tp, i, t_out, prim_out, nullptr);
-    });
-  });
-}
-
-ffi::Error ClosestInstanced(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
-                            ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, ffi::ResultBuffer<ffi::F32> t,
-                            ffi::ResultBuffer<ffi::S32> prim, ffi::ResultBuffer<ffi::S32> instance) {
-  float* t_out = t->typed_data();
-  int32_t* prim_out = prim->typed_data();
-  int32_t* instance_out = instance->typed_data();
+// Every ray's ClosestRay over the scene `handle` names, split over XLA's threads.
+ffi::Error ClosestHits(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
+                       ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, float* t_out, int32_t* prim_out,
+                       int32_t* instance_out) {
   return OnScene(handle, o, d, t_max, [&](const Entry& entry, int64_t n, const float* op, const float* dp,
                                           const float* tp) {
     ParallelFor(pool, n, [=, &entry](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) ClosestRay(entry, n, op, dp, tp, i, t_out, prim_out, instance_out);
     });
   });
+}
+
+ffi::Error Closest(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
+                   ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, ffi::ResultBuffer<ffi::F32> t,
+                   ffi::ResultBuffer<ffi::S32> prim) {
+  return ClosestHits(pool, handle, o, d, t_max, t->typed_data(), prim->typed_data(), nullptr);
+}
+
+ffi::Error ClosestInstanced(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
+                            ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, ffi::ResultBuffer<ffi::F32> t,
+                            ffi::ResultBuffer<ffi::S32> prim, ffi::ResultBuffer<ffi::S32> instance) {
+  return ClosestHits(pool, handle, o, d, t_max, t->typed_data(), prim->typed_data(), instance->typed_data());
 }
 
 ffi::Error Occluded(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
@@ -252,35 +249,26 @@ ffi::Error Occluded(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buf
 
 }  // namespace
 
+// Every query's arguments: XLA's thread pool, the scene handle, o, d (3, N) and t_max (N,).
+static auto RayQuery() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::S32>>()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Arg<ffi::Buffer<ffi::F32>>();
+}
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeClosest, Closest,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>());
+                              RayQuery().Ret<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::S32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeClosestInstanced, ClosestInstanced,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                              RayQuery()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeOccluded, Occluded,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::PRED>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JfEmbreeOccluded, Occluded, RayQuery().Ret<ffi::Buffer<ffi::PRED>>());
 
 // ---------------------------------------------------------------------------------------------
 // The host's side (ctypes). Each returns 0 (or a handle > 0) and writes a one-line reason into
