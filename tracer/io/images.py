@@ -14,7 +14,6 @@ import os
 import tempfile
 from collections.abc import Mapping
 
-import imagecodecs
 import numpy as np
 import OpenEXR
 from numpy.typing import ArrayLike
@@ -122,6 +121,8 @@ def _read_png(data):
     mode (python-pillow/Pillow#1888) and truncates 16-bit RGB(A) to 8 bits. Palettes and 1, 2 and
     4-bit gray arrive expanded to 8 bits (bits replicated, as Pillow does), tRNS as an alpha channel.
     """
+    import imagecodecs  # here: a large library that only PNGs need (the tracer loads without it)
+
     data = imagecodecs.png_decode(data)
     return data[..., :-1] if data.ndim == 3 and data.shape[2] in (2, 4) else data
 
