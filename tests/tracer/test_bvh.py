@@ -196,3 +196,34 @@ def test_a_million_triangles():
     assert np.mean(prim >= 0) > 0.5
     np.testing.assert_array_equal(prim, prim_ref)
     np.testing.assert_allclose(t[prim >= 0], t_ref[prim >= 0], rtol=1e-5)
+
+
+def _phases(n, min_phase):
+    """drain_in_phases' phase count over n lanes at the BVH's shrink."""
+    phases = 1
+    while n // bvh._SHRINK >= min_phase:
+        n, phases = n // bvh._SHRINK, phases + 1
+    return phases
+
+
+def test_on_accelerators_the_traversal_phases_stop_at_the_accelerator_floor(monkeypatch):
+    """Each phase of a traversal is another compiled loop body (a GPU's compile of a BVH scene's
+    work unit took over a minute), and on GPUs and TPUs a phase over fewer lanes than
+    ``lanes.ACCELERATOR_MIN_PHASE`` saves nothing: a program made there has fewer loops, a CPU's
+    as many as before. Lowered only, for a GPU-sized batch of rays."""
+    from tracer import lanes
+
+    rng = np.random.default_rng(3)
+    tri = tuple(rng.random((3, 64)).astype(np.float32) for _ in range(3))
+    arrays = _build(tri, pad=False)
+    n = 1 << 20
+    ray = jax.ShapeDtypeStruct((3, n), jnp.float32)
+
+    def loops():
+        closest = lambda o, d: bvh.closest_hit(arrays, tuple(map(jnp.asarray, tri)), _no_quads(), o, d, jnp.inf).t
+        occluded = lambda o, d: bvh.occluded(arrays, o, d, jnp.inf)
+        return [jax.jit(f).lower(ray, ray).as_text().count("stablehlo.while") for f in (closest, occluded)]
+
+    assert loops() == [_phases(n, bvh._MIN_PHASE)] * 2 == [8, 8]
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert loops() == [_phases(n, lanes.ACCELERATOR_MIN_PHASE)] * 2 == [3, 3]

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tracer import bsdfs, emitters, media, rng
-from tracer.lanes import drain_in_place
+from tracer.lanes import drain_in_place, phase_floor
 from tracer import textures as tx
 from tracer import vecmath as vm
 from tracer.integrators import path
@@ -51,7 +51,8 @@ MAX_CROSSINGS = 32
 # Tentative collisions a light sample's ratio tracking takes in one medium segment at most.
 MAX_COLLISIONS = 4096
 # A light sample's ratio tracking drains in phases (tracer.lanes.drain_in_place): a quarter of the lanes
-# each phase, down to a few hundred (each phase is another compiled copy of its small body).
+# each phase, down to a few hundred (each phase is another compiled copy of its small body; on GPUs
+# and TPUs down to tracer.lanes.ACCELERATOR_MIN_PHASE).
 TRACK_SHRINK = 4
 TRACK_MIN_PHASE = 256
 # Where the random numbers of light samples' ratio tracking start (by step, crossing, collision),
@@ -504,5 +505,6 @@ def _ratio_tracking(md, keys, step, crossing, o, d, medium, segment, seen, activ
     carry = (mint, seen, live, jnp.zeros(n, jnp.int32))
     lane = (keys, o, d, medium, end, jnp.broadcast_to(base, (n,)))
     tracking = lambda c: c[2] & (c[3] < MAX_COLLISIONS)  # live, and under the cap
-    _, seen, live, _ = drain_in_place(carry, lane, tracking, body, shrink=TRACK_SHRINK, min_phase=TRACK_MIN_PHASE)
+    _, seen, live, _ = drain_in_place(carry, lane, tracking, body, shrink=TRACK_SHRINK,
+                                      min_phase=phase_floor(TRACK_MIN_PHASE))
     return jnp.where(live, 0.0, seen)  # still tracking after MAX_COLLISIONS: taken as blocked

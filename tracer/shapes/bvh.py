@@ -16,7 +16,8 @@ Three things decide the speed on the CPU (measured with scripts/bench_accel.py):
   * A batched loop runs until its slowest ray is done. Traversal therefore runs in phases over
     shrinking prefixes of the batch: when at most 1/_SHRINK of the prefix is still traversing,
     live rays move to its front (a stable partition) and the next phase loops over that part
-    only: 3x (each phase compiles its own loop body, about a second).
+    only: 3x (each phase compiles its own loop body, about a second; on GPUs and TPUs phases
+    stop at ``lanes.ACCELERATOR_MIN_PHASE`` lanes).
 """
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -222,7 +223,7 @@ def _traverse(bvh, rays, st, any_hit):
     """The traversal loop, in phases over shrinking prefixes of the batch (module docstring)."""
     return lanes.drain_in_phases((rays, st), lambda c: c[1].node >= 0,
                                  lambda c: (c[0], _step(bvh, c[0], c[1], any_hit)),
-                                 shrink=_SHRINK, min_phase=_MIN_PHASE)
+                                 shrink=_SHRINK, min_phase=lanes.phase_floor(_MIN_PHASE))
 
 
 def _unpermute(rays, value):

@@ -160,7 +160,7 @@ def _traverse(ib, to_local, o, d, t_max, any_hit):
                 best_inst=none)
     carry = ((o, d), _ray(o, d, index, to_local, none), st)
     carry = lanes.drain_in_phases(carry, lambda c: c[2].node >= 0, lambda c: _step(ib, to_local, c, any_hit),
-                                  shrink=flat._SHRINK, min_phase=flat._MIN_PHASE)
+                                  shrink=flat._SHRINK, min_phase=lanes.phase_floor(flat._MIN_PHASE))
     _, ray, st = carry
     unpermute = lambda value: jnp.zeros_like(value).at[ray.index].set(value, unique_indices=True)
     return o, d, unpermute(st.t), unpermute(st.slot), unpermute(st.best_inst)
