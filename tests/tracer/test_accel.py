@@ -142,12 +142,11 @@ def test_backend_choice():
     expected = "embree" if on_cpu else "bvh"
     assert geometry.resolve_accel("auto", geometry.AUTO_BVH_MIN) == expected
     # Below AUTO_BVH_MIN primitives Embree from EMBREE_MIN triangles (the Cornell box's 36), not
-    # for the analytic shapes of a scene (it holds only triangles) nor beside instances.
+    # for the analytic shapes of a scene (it holds only triangles).
     many = fan(geometry.EMBREE_MIN)
     assert _geometry(many, "auto").accel == ("embree" if on_cpu else "brute")
     assert _geometry(fan(geometry.EMBREE_MIN - 1), "auto").accel == "brute"
     assert geometry.resolve_accel("auto", 100, n_host=geometry.EMBREE_MIN - 1) == "brute"
-    assert geometry.resolve_accel("auto", 100, n_host=100, instanced=True) == "brute"
     with pytest.raises(ValueError, match="unknown intersection backend 'optix'"):
         _geometry(tri, "optix")
 

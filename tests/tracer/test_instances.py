@@ -99,19 +99,29 @@ def test_instances_answer_as_a_flattened_copy(accel):
 
 
 @pytest.mark.skipif("embree" not in BACKENDS, reason="Embree unavailable")
-@pytest.mark.parametrize("with_analytic", [False, True], ids=["triangles", "with-analytic"])
-def test_embree_places_the_instances_itself(with_analytic, monkeypatch):
-    """Embree's own instancing places the groups' triangles (no two-level BVH; a group's analytic
-    shapes are JAX's, by brute force per instance): the same primitives and instances as the
-    JAX two-level BVH, the same (u, v) on triangles (our test on the winner either way) and
-    surfaces, t within an ulp, the same shadow answers, and the flattened copy's hits. With
-    more analytic shapes in the instances than HOST_INSTANCES_ANALYTIC_MAX, the two-level BVH."""
+@pytest.mark.parametrize("with_analytic,analytic_max", [(False, None), (True, None), (True, 2)],
+                         ids=["triangles", "with-analytic", "with-analytic-bvh"])
+def test_embree_places_the_instances_itself(with_analytic, analytic_max, monkeypatch):
+    """Embree's own instancing places the groups' triangles; a group's analytic shapes are JAX's,
+    by brute force per instance, or past HOST_INSTANCES_ANALYTIC_MAX of them by a two-level BVH
+    over the groups' analytic shapes alone (here only the second group's sphere, so that the
+    instances it holds are not the first ones). Either way: the same primitives and instances as
+    the JAX two-level BVH over everything, the same (u, v) on triangles (our test on the winner
+    either way) and surfaces, t within an ulp, the same shadow answers, and the flattened copy's
+    hits."""
     rng = np.random.default_rng(4)
     (meshes, analytic, instances), (flat_meshes, flat_analytic) = _scene(rng)
     if not with_analytic:
         analytic, flat_analytic = [], []
+    if analytic_max is not None:  # the 3 instances of group 1 hold a sphere each
+        analytic = [a for a in analytic if a.group == 1]
+        flat_analytic = [a for a in flat_analytic if a.kind == SurfaceKind.SPHERE]
+        monkeypatch.setattr(geometry, "HOST_INSTANCES_ANALYTIC_MAX", analytic_max)
     geo = geometry.build_geometry(meshes, analytic, accel="embree", instances=instances)
-    assert geo.host_instances and geo.instance_bvh is None
+    assert geo.host_instances and (geo.instance_bvh is None) == (analytic_max is None)
+    if analytic_max is not None:  # the analytic shapes' own trees: no triangle in them
+        prims = np.asarray(geo.instance_bvh.tree.leaf_prims)
+        assert np.all((prims == -1) | (prims >= geo.n_triangles)) and np.any(prims >= 0)
     if jax.default_backend() == "cpu":  # 'auto' counts each group's triangles once for Embree
         assert geometry.build_geometry(meshes, analytic, instances=instances).host_instances
     two_level = geometry.build_geometry(meshes, analytic, accel="bvh", instances=instances)
@@ -143,10 +153,6 @@ def test_embree_places_the_instances_itself(with_analytic, monkeypatch):
     assert agree.mean() > 0.997
     both = agree & (prim >= 0)
     np.testing.assert_allclose(np.asarray(si.p)[:, both], np.asarray(flat_si.p)[:, both], atol=2e-4)
-    if with_analytic:
-        monkeypatch.setattr(geometry, "HOST_INSTANCES_ANALYTIC_MAX", 8)  # the scene's instances hold 9
-        many = geometry.build_geometry(meshes, analytic, accel="embree", instances=instances)
-        assert not many.host_instances and many.instance_bvh is not None
 
 
 def test_a_mirroring_instance_keeps_its_normals_as_mitsuba():

@@ -15,6 +15,7 @@ with the others' (one gather of the instance's to_local). The top tree of I inst
 has 2 I - 1 nodes, so moving instances (an animated ``to_world``) changes the table's values,
 never its shape: one compiled program serves every frame.
 """
+import dataclasses
 from collections.abc import Sequence
 
 import jax
@@ -29,7 +30,7 @@ from tracer.shapes import intersect as isect
 from tracer import lanes
 from tracer.pytree import pytree_dataclass
 
-__all__ = ["InstanceBvh", "make_arrays", "closest_hit", "occluded"]
+__all__ = ["InstanceBvh", "make_arrays", "make_analytic_arrays", "closest_hit", "occluded"]
 
 
 @pytree_dataclass
@@ -92,6 +93,27 @@ def make_arrays(groups: Sequence[instancing.GroupSpan], prim_lo: np.ndarray, pri
                           leaf_tris=cat("leaf_tris"), leaf_prims=cat("leaf_prims"), leaf_analytic=cat("leaf_analytic"),
                           leaf_size=leaf_size, analytic_kinds=parts[0].analytic_kinds)
     return InstanceBvh(tree=tree, roots=jnp.asarray(np.array(roots, np.int32)[group_of]))
+
+
+def make_analytic_arrays(groups: Sequence[instancing.GroupSpan], prim_lo: np.ndarray, prim_hi: np.ndarray,
+                         to_world: np.ndarray, tri: Sequence[np.ndarray], analytic: Sequence[np.ndarray],
+                         leaf_size: int = flat.LEAF_SIZE) -> InstanceBvh:
+    """Host: the two-level tables of the groups' analytic shapes alone, beside an engine that
+    places their triangles (Embree's instancing). Groups without analytic shapes, and their
+    instances, are left out of the trees; a hit's instance is still its index among all of them
+    (``to_world`` (I, 4, 4): all the instances, and the traversal's ``to_local`` too)."""
+    keep = [s for s in groups if s.analytic_end > s.analytic_start]
+    ids = np.concatenate([np.arange(s.first_instance, s.end_instance) for s in keep])
+    ends = np.cumsum([s.end_instance - s.first_instance for s in keep])
+    spans = [s._replace(tri_end=s.tri_start, first_instance=int(end - (s.end_instance - s.first_instance)),
+                        end_instance=int(end)) for s, end in zip(keep, ends)]
+    part = make_arrays(spans, prim_lo, prim_hi, to_world[ids], tri, analytic, leaf_size)
+    nodes = np.array(part.tree.nodes)
+    top_leaf = nodes[:, 7] >= 0  # a top leaf's instance, numbered among the kept ones
+    nodes[:, 7] = np.where(top_leaf, ids[np.where(top_leaf, nodes[:, 7], 0).astype(np.int64)], -1)
+    roots = np.zeros(to_world.shape[0], np.int32)  # (an instance left out is never entered)
+    roots[ids] = np.asarray(part.roots)
+    return InstanceBvh(tree=dataclasses.replace(part.tree, nodes=jnp.asarray(nodes)), roots=jnp.asarray(roots))
 
 
 @pytree_dataclass
