@@ -61,9 +61,11 @@ else
 fi
 export JAX_PLATFORMS=cuda
 step 60 devices "$PY" -c "import jax; print(jax.__version__, jax.devices())"
-for scene in "examples/cbox.xml --res 256" "examples/mesh.xml --res 256" "examples/orbit.xml --res 256"; do
+# 512x512 at 256 spp: a render takes 0.3-1.4 s on either side (at 256x256, 64 spp 10-110 ms: too
+# short to time; November 29's H200 run).
+for scene in "examples/cbox.xml --res 512" "examples/mesh.xml --res 512" "examples/orbit.xml --res 512"; do
     # shellcheck disable=SC2086  # (the scene and its resolution are two words)
-    step 150 "bench_tracer $scene" "$PY" scripts/bench_tracer.py --platform gpu --scene $scene --spp 64 \
+    step 150 "bench_tracer $scene" "$PY" scripts/bench_tracer.py --platform gpu --scene $scene --spp 256 \
         --repeats 2
 done
 step 200 "image tests on the GPU" "$PY" -m pytest -q -x -p no:cacheprovider tests/tracer/test_images.py "${TESTS[@]}"
