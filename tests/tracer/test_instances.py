@@ -119,9 +119,10 @@ def test_embree_places_the_instances_itself(with_analytic, analytic_max, monkeyp
         monkeypatch.setattr(geometry, "HOST_INSTANCES_ANALYTIC_MAX", analytic_max)
     geo = geometry.build_geometry(meshes, analytic, accel="embree", instances=instances)
     assert geo.host_instances and (geo.instance_bvh is None) == (analytic_max is None)
-    if analytic_max is not None:  # the analytic shapes' own trees: no triangle in them
+    if analytic_max is not None:  # the analytic shapes' own trees: no triangle in them, nor a test of one
         prims = np.asarray(geo.instance_bvh.tree.leaf_prims)
         assert np.all((prims == -1) | (prims >= geo.n_triangles)) and np.any(prims >= 0)
+        assert geo.instance_bvh.tree.leaf_tris.shape[0] == 0
     if jax.default_backend() == "cpu":  # 'auto' counts each group's triangles once for Embree
         assert geometry.build_geometry(meshes, analytic, instances=instances).host_instances
     two_level = geometry.build_geometry(meshes, analytic, accel="bvh", instances=instances)

@@ -53,7 +53,7 @@ class BvhArrays:
 
     nodes: jnp.ndarray       # (M, 8) float32: lo xyz, hi xyz, leaf index (-1 inner), 0
     links: jnp.ndarray       # (8 M, 2) int32: [hit, miss] next node at octant * M + node
-    leaf_tris: jnp.ndarray   # (nL, 9 L) float32: component c (p0 xyz, p1 xyz, p2 xyz) of slot s at c L + s
+    leaf_tris: jnp.ndarray   # (nL, 9 L) float32: component c (p0 xyz, p1 xyz, p2 xyz) of slot s at c L + s; (0, 9 L) if none
     leaf_prims: jnp.ndarray  # (nL, L) int32 primitive id per slot, -1 for padding
     leaf_analytic: jnp.ndarray  # (nL, 25 L) float32 analytic slots (row 0 = kind, -1 if none); (0, 25 L) if none
     leaf_size: int = static(default=LEAF_SIZE)
@@ -90,6 +90,8 @@ def make_arrays(threaded: "bvh_build.ThreadedBvh", tri: Sequence[np.ndarray], an
 
     is_tri = (prims >= 0) & (prims < n_tri)
     leaf_tris = table(np.concatenate(tri, axis=0), is_tri, prims, 9)
+    if not is_tri.any():  # a tree of analytic shapes alone (beside Embree): no triangle test at all
+        leaf_tris = leaf_tris[:0]
     is_analytic = prims >= n_tri
     kind, to_world, to_local = analytic
     analytic_cols = np.concatenate([kind[None].astype(np.float32), to_world.reshape(12, -1), to_local.reshape(12, -1)])
@@ -98,7 +100,7 @@ def make_arrays(threaded: "bvh_build.ThreadedBvh", tri: Sequence[np.ndarray], an
     if not n_analytic:
         leaf_analytic = leaf_analytic[:0]
     return BvhArrays(nodes=jnp.asarray(nodes), links=jnp.asarray(links),
-                     leaf_tris=jnp.asarray(leaf_tris.reshape(n_leaves, 9 * leaf_size)), leaf_prims=jnp.asarray(prims),
+                     leaf_tris=jnp.asarray(leaf_tris.reshape(leaf_tris.shape[0], 9 * leaf_size)), leaf_prims=jnp.asarray(prims),
                      leaf_analytic=jnp.asarray(leaf_analytic.reshape(leaf_analytic.shape[0], _ANALYTIC_ROWS * leaf_size)),
                      leaf_size=leaf_size, analytic_kinds=tuple(sorted({int(k) for k in kind})))
 
@@ -182,8 +184,12 @@ def _leaf_analytic(bvh, leaf, rays, t_best):
 
 def leaf_hits(bvh, at_leaf, leaf, rays, t_best):
     """The closest slot of each lane's ``leaf`` (N,) below ``t_best``: (t truncated, slot or -1);
-    meaningful where ``at_leaf``. Analytic slots are tested only when some lane's leaf has one."""
-    t, s = _leaf_triangles(bvh, leaf, rays, t_best)
+    meaningful where ``at_leaf``. Analytic slots are tested only when some lane's leaf has one;
+    triangle slots only in a tree that holds triangles."""
+    if bvh.leaf_tris.shape[0]:
+        t, s = _leaf_triangles(bvh, leaf, rays, t_best)
+    else:
+        t, s = jnp.full_like(t_best, np.inf), jnp.full_like(leaf, -1)
     if bvh.leaf_analytic.shape[0]:
         has_analytic = at_leaf & jnp.any(bvh.leaf_analytic[leaf, :bvh.leaf_size] >= 0, axis=1)
 
