@@ -89,9 +89,9 @@ def make_arrays(threaded: "bvh_build.ThreadedBvh", tri: Sequence[np.ndarray], an
         return np.where(is_mine[None], data, 0.0).transpose(1, 0, 2).astype(np.float32)
 
     is_tri = (prims >= 0) & (prims < n_tri)
-    leaf_tris = table(np.concatenate(tri, axis=0), is_tri, prims, 9)
-    if not is_tri.any():  # a tree of analytic shapes alone (beside Embree): no triangle test at all
-        leaf_tris = leaf_tris[:0]
+    # A tree of analytic shapes alone (beside Embree) has no triangle table: no triangle test at all.
+    leaf_tris = (table(np.concatenate(tri, axis=0), is_tri, prims, 9) if is_tri.any()
+                 else np.zeros((0, 9, leaf_size), np.float32))
     is_analytic = prims >= n_tri
     kind, to_world, to_local = analytic
     analytic_cols = np.concatenate([kind[None].astype(np.float32), to_world.reshape(12, -1), to_local.reshape(12, -1)])

@@ -110,9 +110,11 @@ def make_analytic_arrays(groups: Sequence[instancing.GroupSpan], prim_lo: np.nda
     (``to_world`` (I, 4, 4): all the instances, and the traversal's ``to_local`` too)."""
     keep = [s for s in groups if s.analytic_end > s.analytic_start]
     ids = np.concatenate([np.arange(s.first_instance, s.end_instance) for s in keep])
-    ends = np.cumsum([s.end_instance - s.first_instance for s in keep])
-    spans = [s._replace(tri_end=s.tri_start, first_instance=int(end - (s.end_instance - s.first_instance)),
-                        end_instance=int(end)) for s, end in zip(keep, ends)]
+    spans, first = [], 0  # the kept groups' instances numbered 0, 1, ... among themselves
+    for s in keep:
+        count = s.end_instance - s.first_instance
+        spans.append(s._replace(tri_end=s.tri_start, first_instance=first, end_instance=first + count))
+        first += count
     part = make_arrays(spans, prim_lo, prim_hi, to_world[ids], tri, analytic, leaf_size)
     nodes = np.array(part.tree.nodes)
     top_leaf = nodes[:, 7] >= 0  # a top leaf's instance, numbered among the kept ones
