@@ -679,11 +679,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(str(e), e.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
         _fail(signals.how(), signals.exit_code())
+    except BrokenPipeError as e:
+        if not _reader_gone():
+            _fail_os(e)
+        # `farm logs STORE | head`: the reader has what it wanted; end quietly, as Unix tools do.
+        # (Python flushes stdout at exit: pointed at /dev/null, that flush cannot fail again.)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a tool that SIGPIPE ended
     except OSError as e:  # the environment's (a full disk, a read-only store), else a bug as below
         _fail_os(e)
     except Exception as e:  # a bug: one line that says where, never a traceback
         _fail_bug(e)
     return 0
+
+
+def _reader_gone() -> bool:
+    """Whether the reader of this process's stdout or stderr has closed its pipe (poll flags the
+    write end of such a pipe with POLLERR)."""
+    import select
+    try:
+        poller = select.poll()
+        for stream in (sys.stdout, sys.stderr):
+            poller.register(stream.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no file descriptor (a test's captured streams)
+        return False
 
 
 if __name__ == "__main__":

@@ -190,3 +190,18 @@ def test_the_entry_point_prints_one_line_and_no_traceback(places):
         result = farm_cli(*map(str, args), timeout=120)
         lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
         assert result.returncode == code and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
+    """`farm ... | head`: the reader closes the pipe before the command has written all it
+    says. The command ends as Unix tools do (no "unexpected BrokenPipeError ... please report
+    it", exit 141 as a shell reports a tool that SIGPIPE ended)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "render", "--help"], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the child has started: its first write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err
