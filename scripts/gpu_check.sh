@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--pack" ]]; then  # here, with a package index: fill .whl/ for an offline run
     set -e
     rm -rf .whl /tmp/gpu_check_pack && mkdir -p .whl /tmp/gpu_check_pack
-    for p in drjit==1.5.0 defusedxml openexr; do
+    for p in drjit==1.5.0 defusedxml openexr trimesh; do
         python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
             --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl "$p"
     done
@@ -61,6 +61,9 @@ else
 fi
 export JAX_PLATFORMS=cuda
 step 60 devices "$PY" -c "import jax; print(jax.__version__, jax.devices())"
+# The BVH traversal kernel (Pallas, lowered by Triton here) against the XLA traversal, ray by ray.
+step 120 "BVH kernel against the XLA traversal" "$PY" -m pytest -q -p no:cacheprovider tests/tracer/test_bvh.py \
+    -k "gpu_kernel or triton"
 # 512x512 at 256 spp: a render takes 0.3-1.4 s on either side (at 256x256, 64 spp 10-110 ms: too
 # short to time; November 29's H200 run).
 for scene in "examples/cbox.xml --res 512" "examples/mesh.xml --res 512" "examples/orbit.xml --res 512"; do

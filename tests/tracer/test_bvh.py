@@ -48,7 +48,7 @@ def _build(tri, quads=None, leaf_size=bvh.LEAF_SIZE, pad=True):
     lo = np.minimum(np.minimum(tri[0], tri[1]), tri[2])
     hi = np.maximum(np.maximum(tri[0], tri[1]), tri[2])
     if quads[0].size:
-        q_lo, q_hi = geometry._analytic_bounds(quads[0], quads[1])
+        q_lo, q_hi = geometry.analytic_bounds(*quads)
         lo, hi = np.concatenate([lo, q_lo], 1), np.concatenate([hi, q_hi], 1)
     tree = bvh_build.thread(bvh_build.build_bvh(lo, hi, max_leaf=leaf_size))
     arrays = bvh.make_arrays(tree, tri, quads, leaf_size=leaf_size)
@@ -215,15 +215,98 @@ def test_on_accelerators_the_traversal_phases_stop_at_the_accelerator_floor(monk
 
     rng = np.random.default_rng(3)
     tri = tuple(rng.random((3, 64)).astype(np.float32) for _ in range(3))
-    arrays = _build(tri, pad=False)
+    # With analytic slots: a GPU's tree of triangles alone is the Pallas kernel's (below).
+    spheres = tuple(map(jnp.asarray, (np.full(4, SurfaceKind.SPHERE, np.int32), *_sphere_transforms(rng, 4))))
+    arrays = _build(tri, tuple(map(np.asarray, spheres)), pad=False)
     n = 1 << 20
     ray = jax.ShapeDtypeStruct((3, n), jnp.float32)
 
     def loops():
-        closest = lambda o, d: bvh.closest_hit(arrays, tuple(map(jnp.asarray, tri)), _no_quads(), o, d, jnp.inf).t
+        closest = lambda o, d: bvh.closest_hit(arrays, tuple(map(jnp.asarray, tri)), spheres, o, d, jnp.inf).t
         occluded = lambda o, d: bvh.occluded(arrays, o, d, jnp.inf)
         return [jax.jit(f).lower(ray, ray).as_text().count("stablehlo.while") for f in (closest, occluded)]
 
     assert loops() == [_phases(n, bvh._MIN_PHASE)] * 2 == [8, 8]
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert loops() == [_phases(n, lanes.ACCELERATOR_MIN_PHASE)] * 2 == [3, 3]
+
+
+def _sphere_transforms(rng, count):
+    """(to_world, to_local) (3, 4, count) of spheres of radius 0.1-0.3 in the unit cube."""
+    m = np.tile(np.eye(4), (count, 1, 1))
+    m[:, :3, :3] *= rng.uniform(0.1, 0.3, count)[:, None, None]
+    m[:, :3, 3] = rng.random((count, 3))
+    cols = lambda a: np.ascontiguousarray(a[:, :3, :4].transpose(1, 2, 0), np.float32)
+    return cols(m), cols(np.linalg.inv(m))
+
+
+@pytest.mark.parametrize("any_hit", [False, True], ids=["closest", "any-hit"])
+def test_the_gpu_kernel_finds_the_hits_of_the_phased_traversal_to_the_bit(any_hit):
+    """``bvh_kernel`` (one Pallas kernel: through Pallas' interpreter on CPUs, Triton on a GPU,
+    where ``scripts/gpu_check.sh`` runs this test) answers each ray as the phased XLA loop does: the same leaf slot and the same truncated t, whatever block of
+    ``bvh_kernel.BLOCK`` rays a ray is in (a batch that is not a whole number of blocks, rays
+    that ask nothing, rays stopped early)."""
+    from tracer.shapes import bvh_kernel
+    rng = np.random.default_rng(11)
+    p0 = rng.uniform(-1, 1, (3, 600)).astype(np.float32)
+    tri = (p0, (p0 + rng.normal(0, 0.15, p0.shape)).astype(np.float32), (p0 + rng.normal(0, 0.15, p0.shape)).astype(np.float32))
+    arrays = _build(tri, pad=False)
+    n = 1000
+    o = rng.uniform(-1.5, 1.5, (3, n)).astype(np.float32)
+    d = unit(rng.normal(size=(3, n)))
+    t_max = np.where(rng.random(n) < 0.1, 0.0, np.inf).astype(np.float32)
+    t_max[:100] = 0.4
+
+    def phased(o, d, t_max):
+        rays, state = bvh._traverse(arrays, *bvh._setup(o, d, t_max), any_hit=any_hit)
+        return bvh._unpermute(rays, state.t), bvh._unpermute(rays, state.slot)
+
+    t, slot = map(np.asarray, jax.jit(phased)(o, d, t_max))
+    t_k, slot_k = map(np.asarray, jax.jit(lambda *r: bvh_kernel.traverse(arrays, *r, any_hit))(o, d, t_max))
+    assert 0.2 < np.mean(slot >= 0) < 0.8
+    assert np.all(slot[t_max == 0] == -1)
+    np.testing.assert_array_equal(slot_k, slot)
+    np.testing.assert_array_equal(t_k, t)
+
+
+def test_on_gpus_the_world_triangles_are_one_kernel_and_analytic_shapes_are_tested_beside(monkeypatch):
+    """On a GPU the world's BVH holds its triangles alone, traversed by the kernel (Pallas'
+    interpreter here), its spheres and disks tested beside it by brute force: the same hits and
+    occlusion as the CPU's BVH of both."""
+    from tests.helpers.rays import spheres_disks_and_meshes
+    rng = np.random.default_rng(6)
+    meshes, analytic = spheres_disks_and_meshes(rng, geometry.KERNEL_ANALYTIC_BESIDE_MAX, (0.1, 0.5))
+    g_cpu = geometry.build_geometry(meshes, analytic, accel="bvh")
+    o = rng.uniform(-3, 3, (3, N_RAYS)).astype(np.float32)
+    d = unit(rng.normal(size=(3, N_RAYS)))
+    ref, ref_blocked = geo_closest(g_cpu, o, d, jnp.inf), np.asarray(geo_occluded(g_cpu, o, d, 1.5))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    g_gpu = geometry.build_geometry(meshes, analytic, accel="bvh")
+    assert g_cpu.bvh.leaf_analytic.shape[0] > 0 and g_gpu.bvh.leaf_analytic.shape[0] == 0
+    assert g_gpu.bvh.leaf_tris.shape[0] > 0 and geometry._analytic_beside(g_gpu)
+    h = jax.jit(geometry.closest_hit)(g_gpu, o, d, jnp.inf)
+    assert_same_hits(h, ref)
+    assert np.sum(np.asarray(ref.prim) >= g_cpu.n_triangles) > 20
+    assert np.sum((np.asarray(ref.prim) >= 0) & (np.asarray(ref.prim) < g_cpu.n_triangles)) > 20
+    np.testing.assert_array_equal(np.asarray(jax.jit(geometry.occluded)(g_gpu, o, d, 1.5)), ref_blocked)
+    # One shape more, and the GPU's tree holds both again (brute force beside is for a few).
+    meshes, analytic = spheres_disks_and_meshes(rng, geometry.KERNEL_ANALYTIC_BESIDE_MAX + 1, (0.1, 0.5))
+    assert geometry.build_geometry(meshes, analytic, accel="bvh").bvh.leaf_analytic.shape[0] > 0
+
+
+def test_for_a_gpu_the_traversal_lowers_to_one_triton_kernel(monkeypatch):
+    """No GPU here: the program is lowered for one (an abstract H200), as a worker there would
+    lower it. Every primitive of the kernel has a Triton lowering in Pallas, and the closest-hit
+    and occlusion queries are one Triton kernel each, without a traversal loop in XLA."""
+    from jax._src import mesh as mesh_lib
+    from tests.helpers.rays import spheres_disks_and_meshes
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    meshes, analytic = spheres_disks_and_meshes(np.random.default_rng(6), 8, (0.05, 0.3))
+    g = geometry.build_geometry(meshes, analytic, accel="bvh")
+    ray = jax.ShapeDtypeStruct((3, 1 << 16), jnp.float32)
+    h200 = mesh_lib.AbstractDevice(device_kind="NVIDIA H200", num_cores=132, platform="gpu")
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=h200)):
+        for query in (lambda o, d: geometry.closest_hit(g, o, d, jnp.inf).t, lambda o, d: geometry.occluded(g, o, d, 1.0)):
+            text = jax.jit(query).trace(ray, ray).lower(lowering_platforms=("cuda",)).as_text()
+            assert text.count("custom_call @__gpu$xla.gpu.triton") == 1
+            assert "stablehlo.while" not in text

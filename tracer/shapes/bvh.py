@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from tracer.shapes import bvh_kernel
 from tracer.shapes import intersect as isect
 from tracer import lanes
 from tracer.kinds import SurfaceKind
@@ -232,6 +233,16 @@ def _traverse(bvh, rays, st, any_hit):
                                  shrink=_SHRINK, min_phase=lanes.phase_floor(_MIN_PHASE))
 
 
+def _search(bvh, o, d, t_max, any_hit):
+    """(t truncated, leaf * L + slot or -1) of each ray, in the rays' order: by the Pallas
+    kernel on GPUs for a tree of triangles (``tracer.shapes.bvh_kernel``: the same arithmetic, one
+    kernel), else by the phased loop here."""
+    if bvh_kernel.applies(bvh):
+        return bvh_kernel.traverse(bvh, o, d, t_max, any_hit)
+    rays, st = _traverse(bvh, *_setup(o, d, t_max), any_hit=any_hit)
+    return _unpermute(rays, st.t), _unpermute(rays, st.slot)
+
+
 def _unpermute(rays, value):
     return jnp.zeros_like(value).at[rays.index].set(value, unique_indices=True)
 
@@ -243,8 +254,7 @@ def closest_hit(bvh: BvhArrays, tri: Sequence[jax.Array], analytic: Sequence[jax
     ``isect.exact_hit`` takes them)."""
     o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
     t_max = jnp.zeros_like(o[0]) + t_max
-    rays, st = _traverse(bvh, *_setup(o, d, t_max), any_hit=False)
-    t, slot = _unpermute(rays, st.t), _unpermute(rays, st.slot)
+    t, slot = _search(bvh, o, d, t_max, any_hit=False)
     prim = jnp.where(slot >= 0, bvh.leaf_prims.reshape(-1)[jnp.maximum(slot, 0)], -1)
     return isect.exact_hit(tri, analytic, o, d, prim, t, kinds=bvh.analytic_kinds, corners=corners)
 
@@ -253,5 +263,4 @@ def occluded(bvh: BvhArrays, o: jax.Array, d: jax.Array, t_max: ArrayLike) -> ja
     """Whether anything lies at 0 < t < t_max; rays stop at their first hit."""
     o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
     t_max = jnp.zeros_like(o[0]) + t_max
-    rays, st = _traverse(bvh, *_setup(o, d, t_max), any_hit=True)
-    return _unpermute(rays, st.slot) >= 0
+    return _search(bvh, o, d, t_max, any_hit=True)[1] >= 0

@@ -27,6 +27,7 @@ from jax.typing import ArrayLike
 from numpy.typing import ArrayLike as HostArrayLike
 
 from tracer.shapes import bvh as bvh_traversal
+from tracer.shapes import bvh_kernel
 from tracer.shapes import bvh_build
 from tracer.shapes import curves, sdfgrid
 from tracer.shapes import instancing
@@ -330,6 +331,10 @@ _fallback_said = False
 # instance where they hold this many in all, at most; past it, by a two-level BVH of their own
 # (it compiles some 18 s longer; brute force runs as fast at 72 shapes, 0.66x as fast at 360).
 HOST_INSTANCES_ANALYTIC_MAX = 64
+# On GPUs the world's analytic shapes are tested by brute force beside the triangles' kernel where
+# there are this many at most (a GPU's batch is millions of rays: brute force costs a pass over
+# them a shape); past it, the XLA traversal of one tree of both (tracer.shapes.bvh).
+KERNEL_ANALYTIC_BESIDE_MAX = 16
 
 
 def _say_fallback(reason: str) -> None:
@@ -438,11 +443,16 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     # The BVH holds the world's triangles and analytic primitives; beside a host engine (which
     # takes the triangles), the analytic ones where brute force would be slow (an sdfgrid's voxels).
     bvh_tri = n_world_tri if accel == "bvh" else 0
-    if (accel == "bvh" or accel in HOST_ENGINES and n_world_analytic >= AUTO_BVH_MIN) and bvh_tri + n_world_analytic:
-        world = np.r_[0:bvh_tri, n_tri:n_tri + n_world_analytic]
+    # On GPUs one Pallas kernel traverses a tree of triangles (tracer.shapes.bvh_kernel): a few
+    # analytic shapes of the world are then tested beside it by brute force, as beside Embree.
+    beside = (accel == "bvh" and bvh_kernel.runs_here() and n_world_tri > 0
+              and n_world_analytic <= KERNEL_ANALYTIC_BESIDE_MAX)
+    in_tree = 0 if beside else n_world_analytic
+    if (accel == "bvh" or accel in HOST_ENGINES and n_world_analytic >= AUTO_BVH_MIN) and bvh_tri + in_tree:
+        world = np.r_[0:bvh_tri, n_tri:n_tri + in_tree]
         prim_lo, prim_hi = np.concatenate([lo, a_lo], axis=1), np.concatenate([hi, a_hi], axis=1)
         tree = bvh_build.thread(bvh_build.build_bvh(prim_lo[:, world], prim_hi[:, world], max_leaf=leaf_size))
-        world_analytic = (kind[:n_world_analytic], to_world[..., :n_world_analytic], to_local[..., :n_world_analytic])
+        world_analytic = (kind[:in_tree], to_world[..., :in_tree], to_local[..., :in_tree])
         bvh = bvh_traversal.make_arrays(tree, tuple(p[:, :bvh_tri] for p in tri.p), world_analytic,
                                         leaf_size=leaf_size)
     engine = HOST_ENGINES.get(accel)
@@ -544,6 +554,12 @@ def _world(geometry):
     return tuple(p[:, :n_tri] for p in geometry.triangles), tuple(a[..., :n_analytic] for a in geometry.analytic)
 
 
+def _analytic_beside(geometry) -> bool:
+    """Whether the world's BVH holds its triangles alone and its analytic shapes are tested
+    beside it (on GPUs, for the traversal kernel; static)."""
+    return geometry.bvh is not None and geometry.bvh.leaf_analytic.shape[0] == 0 and geometry.n_world_analytic > 0
+
+
 def _world_prim(geometry, prim):
     """Ids of a query over the world's tables (analytic after the world's triangles) as the
     geometry's (analytic after every triangle)."""
@@ -561,6 +577,11 @@ def _world_closest_hit(geometry, o, d, t_max):
     elif geometry.accel == "bvh":
         hit = bvh_traversal.closest_hit(geometry.bvh, tri, analytic, o, d, t_max,
                                         corners=geometry.tri_records)
+        if _analytic_beside(geometry):
+            q = isect.closest_hit(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
+            closer = q.t < hit.t
+            hit = Hit(t=jnp.where(closer, q.t, hit.t), prim=jnp.where(closer, q.prim + geometry.n_world_triangles, hit.prim),
+                      u=jnp.where(closer, q.u, hit.u), v=jnp.where(closer, q.v, hit.v))
     elif geometry.accel in HOST_ENGINES:
         return _engine_closest_hit(geometry, o, d, t_max)
     else:
@@ -574,7 +595,10 @@ def _world_occluded(geometry, o, d, t_max):
     if geometry.n_world_triangles + geometry.n_world_analytic == 0 and not geometry.host_instances:
         return jnp.zeros_like(o[0], bool)
     if geometry.accel == "bvh":
-        return bvh_traversal.occluded(geometry.bvh, o, d, t_max)
+        blocked = bvh_traversal.occluded(geometry.bvh, o, d, t_max)
+        if _analytic_beside(geometry):
+            blocked = blocked | isect.occluded(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
+        return blocked
     if geometry.accel in HOST_ENGINES:
         query = embree.occluded if geometry.accel == "embree" else host.occluded
         blocked = query(geometry.host_handle, o, d, t_max)
