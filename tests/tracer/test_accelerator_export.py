@@ -42,3 +42,29 @@ def test_a_host_engine_is_caught():
     pytest.importorskip("embreex")
     with pytest.raises((NotImplementedError, ValueError)):
         _export(EXAMPLES[0], "embree")
+
+
+def test_on_a_gpu_the_bvh_scenes_work_unit_holds_the_traversal_kernel(monkeypatch):
+    """As a GPU worker makes it (``auto``: there the pure-JAX BVH, its triangles traversed by the
+    Pallas kernel of ``tracer.shapes.bvh_kernel``), the work unit of a BVH scene lowers for
+    ``cuda`` with the kernel as a Triton call, and no other custom call than the sharding ones.
+    Exporting it takes leave of a check: a Triton call has no compatibility guarantee across
+    jaxlib versions (the farm's GPU workers compile their own program; nothing ships one)."""
+    from jax._src.pallas.triton import gpu_info
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(gpu_info, "get_device_kind", lambda: "NVIDIA H200")  # the GPU Triton compiles for
+    path = next(p for p in EXAMPLES if p.stem == "mesh")
+    with tracer.load_scene(path, resolution=(TILE, TILE)) as scene:
+        assert scene.geometry.accel == "bvh" and scene.geometry.bvh.leaf_analytic.shape[0] == 0
+        args = (scene, WorkItem.of(0, 0, 0, 0, 0, 1, PASS), jnp.zeros((TILE, TILE, 3), jnp.float32),
+                jnp.zeros((TILE, TILE), jnp.float32))
+        triton = "__gpu$xla.gpu.triton"
+        exported = jax.export.export(render_tile.jit(), platforms=("cuda",),
+                                     disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(triton)])(
+            *args, shape=WorkShape(TILE, TILE, PASS), mesh=local_mesh())
+    module = exported.mlir_module()
+    custom_calls = {line.split("custom_call @", 1)[1].split("(", 1)[0]
+                    for line in module.splitlines() if "custom_call @" in line}
+    assert triton in custom_calls
+    assert custom_calls - {triton} <= {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"}, custom_calls
