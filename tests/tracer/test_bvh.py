@@ -262,7 +262,8 @@ def test_the_gpu_kernel_finds_the_hits_of_the_phased_traversal_to_the_bit(any_hi
         return bvh._unpermute(rays, state.t), bvh._unpermute(rays, state.slot)
 
     t, slot = map(np.asarray, jax.jit(phased)(o, d, t_max))
-    t_k, slot_k = map(np.asarray, jax.jit(lambda *r: bvh_kernel.traverse(arrays, *r, any_hit))(o, d, t_max))
+    kernel = lambda *r: bvh_kernel.traverse(arrays, *bvh._setup(*r), any_hit=any_hit)
+    t_k, slot_k = map(np.asarray, jax.jit(kernel)(o, d, t_max))
     assert 0.2 < np.mean(slot >= 0) < 0.8
     assert np.all(slot[t_max == 0] == -1)
     np.testing.assert_array_equal(slot_k, slot)

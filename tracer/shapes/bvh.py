@@ -238,7 +238,7 @@ def _search(bvh, o, d, t_max, any_hit):
     kernel on GPUs for a tree of triangles (``tracer.shapes.bvh_kernel``: the same arithmetic, one
     kernel), else by the phased loop here."""
     if bvh_kernel.applies(bvh):
-        return bvh_kernel.traverse(bvh, o, d, t_max, any_hit)
+        return bvh_kernel.traverse(bvh, *_setup(o, d, t_max), any_hit=any_hit)
     rays, st = _traverse(bvh, *_setup(o, d, t_max), any_hit=any_hit)
     return _unpermute(rays, st.t), _unpermute(rays, st.slot)
 

@@ -25,7 +25,7 @@ from tracer import lanes
 from tracer.shapes import intersect as isect
 
 if TYPE_CHECKING:
-    from tracer.shapes.bvh import BvhArrays
+    from tracer.shapes.bvh import BvhArrays, _Rays, _State
 
 __all__ = ["BLOCK", "runs_here", "applies", "traverse"]
 
@@ -33,7 +33,6 @@ BLOCK = 128  # rays a program: a thread each with Triton's default 4 warps
 _BOX_STEPS = 4  # as tracer.shapes.bvh: slab tests an iteration before its leaf test
 # Ize 2013: 1 + 2 gamma(3), gamma(n) = n u / (1 - n u), u = 2^-24 (as tracer.shapes.bvh).
 _PAD = np.float32(1.0 + 2.0 * (3 * 2.0**-24) / (1 - 3 * 2.0**-24))
-_RAY_COLUMNS = 19  # o (3), 1/d (3), the shear's rows (9), octant, first node, t_max, (spare)
 
 
 def runs_here() -> bool:
@@ -47,29 +46,21 @@ def applies(bvh: "BvhArrays") -> bool:
     return runs_here() and bvh.leaf_analytic.shape[0] == 0 and bvh.leaf_tris.shape[0] > 0
 
 
-def traverse(bvh: "BvhArrays", o: jax.Array, d: jax.Array, t_max: jax.Array, any_hit: bool,
+def traverse(bvh: "BvhArrays", rays: "_Rays", state: "_State", any_hit: bool,
              interpret: bool | None = None) -> tuple[jax.Array, jax.Array]:
-    """(t, slot) of rays o, d (3, N) below t_max (N,): the closest hit's t (its low bits
-    truncated, as ``tracer.shapes.bvh``'s) and leaf * L + slot, -1 for none; with ``any_hit``
-    each ray stops at its first hit. ``interpret``: run Pallas' interpreter, the same arithmetic
-    in XLA (by default where the program is lowered for no GPU: the tests, on CPUs)."""
+    """(t, slot) of the rays and start state ``tracer.shapes.bvh._setup`` makes (N rays): the
+    closest hit's t (its low bits truncated, as the XLA traversal's) and leaf * L + slot, -1 for
+    none, in the rays' order; with ``any_hit`` each ray stops at its first hit. ``interpret``: run
+    Pallas' interpreter, the same arithmetic in XLA (by default where the program is lowered for
+    no GPU: the tests, on CPUs)."""
     if interpret is None:  # Triton where the program is lowered for a GPU, else the interpreter
-        return jax.lax.platform_dependent(bvh, o, d, t_max, cuda=functools.partial(traverse, any_hit=any_hit, interpret=False),
-                                          rocm=functools.partial(traverse, any_hit=any_hit, interpret=False),
-                                          default=functools.partial(traverse, any_hit=any_hit, interpret=True))
-    n = o.shape[1]
+        run = lambda interpret: functools.partial(traverse, any_hit=any_hit, interpret=interpret)
+        return jax.lax.platform_dependent(bvh, rays, state, cuda=run(False), rocm=run(False), default=run(True))
+    n = state.t.shape[0]
     padded = -(-n // BLOCK) * BLOCK
-    tiny = np.float32(1e-30)
-    safe = jnp.where(jnp.abs(d) < tiny, jnp.where(d < 0, -tiny, tiny), d)
-    inv_d = 1.0 / safe
-    shear = isect.ray_shear(d)
-    octant = ((d[0] < 0).astype(jnp.int32) | ((d[1] < 0).astype(jnp.int32) << 1)
-              | ((d[2] < 0).astype(jnp.int32) << 2))
-    floats = [o[0], o[1], o[2], inv_d[0], inv_d[1], inv_d[2], *shear.sx, *shear.sy, *shear.sz, t_max]
-    first = jnp.where(t_max > 0, 0, -1).astype(jnp.int32)
-    # Spare rays of the last block ask nothing (first node -1).
-    floats = [jnp.pad(c, (0, padded - n)) for c in floats]
-    ints = [jnp.pad(octant, (0, padded - n)), jnp.pad(first, (0, padded - n), constant_values=-1)]
+    pad = lambda c, fill=0: jnp.pad(c, (0, padded - n), constant_values=fill)
+    floats = [pad(c) for c in (*rays.o, *rays.inv_d, *rays.shear.sx, *rays.shear.sy, *rays.shear.sz, state.t)]
+    ints = [pad(rays.octant), pad(state.node, -1)]  # spare rays of the last block ask nothing
     tables = (bvh.nodes, bvh.links, bvh.leaf_tris)
     column = pl.BlockSpec((BLOCK,), lambda i: (i,))
     whole = [pl.BlockSpec(a.shape, lambda i, r=a.ndim: (0,) * r) for a in tables]
