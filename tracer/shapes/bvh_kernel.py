@@ -4,7 +4,7 @@
 phases, each phase a compiled loop body. On a GPU that made a work unit's compile 71-76 s (an
 H200, November 29) and the traversal a chain of small kernels an iteration. Here each program of
 the kernel takes a block of ``BLOCK`` rays (a thread a ray) and runs the same stackless traversal
-to its end: the same threaded tree, octant links, ``_BOX_STEPS`` slab tests then the first leaf
+to its end: the same threaded tree, octant links, ``bvh._BOX_STEPS`` slab tests then the first leaf
 reached, the leaf's slots tested at once with the watertight test and an integer min over
 (t bits | slot) keys. A ray's answer is its own arithmetic whatever block it is in, so the bits
 depend neither on the batch nor on how it is split over devices.
@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from tracer import lanes
 from tracer.shapes import intersect as isect
 
 if TYPE_CHECKING:
@@ -30,9 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["BLOCK", "runs_here", "applies", "traverse"]
 
 BLOCK = 128  # rays a program: a thread each with Triton's default 4 warps
-_BOX_STEPS = 4  # as tracer.shapes.bvh: slab tests an iteration before its leaf test
-# Ize 2013: 1 + 2 gamma(3), gamma(n) = n u / (1 - n u), u = 2^-24 (as tracer.shapes.bvh).
-_PAD = np.float32(1.0 + 2.0 * (3 * 2.0**-24) / (1 - 3 * 2.0**-24))
 
 
 def runs_here() -> bool:
@@ -74,6 +70,7 @@ def traverse(bvh: "BvhArrays", rays: "_Rays", state: "_State", any_hit: bool,
 
 
 def _kernel(nodes_ref, links_ref, tris_ref, *refs, leaf_size, n_nodes, any_hit):
+    from tracer.shapes import bvh as xla  # its constants and leaf min (bvh imports this module)
     (ox, oy, oz, ix, iy, iz, sx0, sx1, sx2, sy0, sy1, sy2, sz0, sz1, sz2, t_max, octant, first,
      t_out, slot_out) = refs
     o = (ox[...], oy[...], oz[...])
@@ -93,7 +90,7 @@ def _kernel(nodes_ref, links_ref, tris_ref, *refs, leaf_size, n_nodes, any_hit):
             a = (nodes_ref[node, k] - o[k]) * inv_d[k]
             b = (nodes_ref[node, 3 + k] - o[k]) * inv_d[k]
             tn = jnp.maximum(tn, jnp.minimum(a, b))
-            tf = jnp.minimum(tf, jnp.maximum(a, b) * _PAD)
+            tf = jnp.minimum(tf, jnp.maximum(a, b) * xla._PAD)
         return tn <= tf, nodes_ref[node, 6].astype(jnp.int32)
 
     def leaf_hits(leaf, t_best):
@@ -101,15 +98,12 @@ def _kernel(nodes_ref, links_ref, tris_ref, *refs, leaf_size, n_nodes, any_hit):
         c = [tris_ref[rows, k * leaf_size + lane_slots] for k in range(9)]
         t, _, _ = isect.intersect_triangles(tuple(c[0:3]), tuple(c[3:6]), tuple(c[6:9]), o_col, shear,
                                             t_best[:, None])
-        bits = leaf_size.bit_length() - 1
-        key = lanes.min_key(t, bits, axis=-1)
-        found = key < lanes.INF_KEY
-        return jnp.where(found, lanes.key_t(key, bits), np.inf), jnp.where(found, lanes.key_index(key, bits), -1)
+        return xla._closest_slot(t, leaf_size)
 
     def step(state):
         node, t, slot = state
         pending = jnp.full_like(node, -1)
-        for _ in range(_BOX_STEPS):
+        for _ in range(xla._BOX_STEPS):
             live = (node >= 0) & (pending < 0)
             safe = jnp.maximum(node, 0)
             hit, leaf = box(safe, t)

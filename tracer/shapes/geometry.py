@@ -579,9 +579,7 @@ def _world_closest_hit(geometry, o, d, t_max):
                                         corners=geometry.tri_records)
         if _analytic_beside(geometry):
             q = isect.closest_hit(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
-            closer = q.t < hit.t
-            hit = Hit(t=jnp.where(closer, q.t, hit.t), prim=jnp.where(closer, q.prim + geometry.n_world_triangles, hit.prim),
-                      u=jnp.where(closer, q.u, hit.u), v=jnp.where(closer, q.v, hit.v))
+            hit = _nearer(hit, q, geometry.n_world_triangles)
     elif geometry.accel in HOST_ENGINES:
         return _engine_closest_hit(geometry, o, d, t_max)
     else:
@@ -597,7 +595,7 @@ def _world_occluded(geometry, o, d, t_max):
     if geometry.accel == "bvh":
         blocked = bvh_traversal.occluded(geometry.bvh, o, d, t_max)
         if _analytic_beside(geometry):
-            blocked = blocked | isect.occluded(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
+            blocked = blocked | _analytic_occluded(geometry, analytic, o, d, t_max)
         return blocked
     if geometry.accel in HOST_ENGINES:
         query = embree.occluded if geometry.accel == "embree" else host.occluded
@@ -605,9 +603,14 @@ def _world_occluded(geometry, o, d, t_max):
         if geometry.bvh is not None:  # the world's analytic primitives, many
             blocked = blocked | bvh_traversal.occluded(geometry.bvh, o, d, t_max)
         elif geometry.n_world_analytic:
-            blocked = blocked | isect.occluded(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
+            blocked = blocked | _analytic_occluded(geometry, analytic, o, d, t_max)
         return blocked
     return isect.occluded(tri, analytic, o, d, t_max, geometry.analytic_kinds)
+
+
+def _analytic_occluded(geometry, analytic, o, d, t_max):
+    """Occlusion by the world's analytic shapes alone, by brute force (beside Embree or the kernel)."""
+    return isect.occluded(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
 
 
 def _instances_closest_hit(geometry, o, d, t_max):
@@ -653,17 +656,23 @@ def _engine_closest_hit(geometry, o, d, t_max):
         t, prim = query(geometry.host_handle, o, d, t_max)
         instance = None
         hit = isect.exact_hit(tri, no_analytic, o, d, prim, t, corners=corners)
-    t, prim, u, v = hit.t, hit.prim, hit.u, hit.v
+    hit = Hit(t=hit.t, prim=hit.prim, u=hit.u, v=hit.v, instance=instance)
     if geometry.n_world_analytic:
         if geometry.bvh is not None:  # the world's analytic primitives, many
             q = bvh_traversal.closest_hit(geometry.bvh, _no_triangles(), analytic, o, d, t_max)
         else:
             q = isect.closest_hit(_no_triangles(), analytic, o, d, t_max, geometry.analytic_kinds)
-        closer = q.t < hit.t
-        t, prim = jnp.where(closer, q.t, t), jnp.where(closer, q.prim + geometry.n_triangles, prim)
-        u, v = jnp.where(closer, q.u, u), jnp.where(closer, q.v, v)
-        instance = None if instance is None else jnp.where(closer, -1, instance)
-    return Hit(t=t, prim=prim, u=u, v=v, instance=instance)
+        hit = _nearer(hit, q, geometry.n_triangles)
+    return hit
+
+
+def _nearer(hit: Hit, q: Hit, shift: int) -> Hit:
+    """``hit``, or the analytic shapes' hit ``q`` where nearer (its ids moved up by ``shift``, the
+    triangles before them; a world shape, so no instance)."""
+    closer = q.t < hit.t
+    instance = None if hit.instance is None else jnp.where(closer, -1, hit.instance)
+    return Hit(t=jnp.where(closer, q.t, hit.t), prim=jnp.where(closer, q.prim + shift, hit.prim),
+               u=jnp.where(closer, q.u, hit.u), v=jnp.where(closer, q.v, hit.v), instance=instance)
 
 
 def primitive_shape(geometry: Geometry, prim: jax.Array) -> jax.Array:
