@@ -118,6 +118,14 @@ def import_mitsuba():
     pytest.skip("no usable mitsuba RGB variant", allow_module_level=True)
 
 
+def skip_unless_vectorized(variant):
+    """Skip the calling test where only Mitsuba's scalar variant runs: it queries whole arrays at
+    once, which a scalar variant's types do not take."""
+    import pytest
+    if variant.startswith("scalar"):
+        pytest.skip(f"Mitsuba's llvm_ad_rgb variant is not available (it needs libLLVM 19 at {LLVM_PATH})")
+
+
 class MitsubaBsdf:
     """Mitsuba's BSDF for a parameter dict, evaluated on numpy batches in the local frame.
 

@@ -24,7 +24,7 @@ from tracer.io.scene_loader import _SceneBuilder
 from tracer.io.xml import parse_string
 
 mi, VARIANT = bc.import_mitsuba()
-N = 256 if VARIANT.startswith("scalar") else 2048
+N = 2048
 
 ANISO = '<bsdf type="roughconductor"><string name="material" value="Al"/><string name="distribution" value="ggx"/>' \
         '<float name="alpha_u" value="0.3"/><float name="alpha_v" value="0.05"/></bsdf>'
@@ -107,6 +107,7 @@ def _inputs(seed, back):
 def _mitsuba(name, folder, x):
     """Mitsuba's eval, pdf and sample (wo, pdf, weight) for inputs ``x``, as numpy."""
     import drjit as dr
+    bc.skip_unless_vectorized(VARIANT)
     mi.set_variant(VARIANT)
     bsdf = mi.load_string(_xml(name, folder).replace("<bsdf ", '<bsdf version="3.0.0" ', 1))
     vec = lambda a: mi.Vector3f(*[mi.Float(c) for c in a])

@@ -222,6 +222,7 @@ def test_float_parameters_are_mitsubas_eval_1():
 
     from tracer import textures as tx
     mi, variant = bc.import_mitsuba()
+    bc.skip_unless_vectorized(variant)
     mi.set_variant(variant)
     import drjit as dr
     image = np.random.default_rng(0).random((4, 5, 3)).astype(np.float32)
