@@ -16,8 +16,10 @@ waits until the node's agents have started, and the full agent (an HTTP server, 
 metrics exporter) kept its raylet waiting 10 s on a loaded 2-core machine. With both, a job's
 start-up to its first dispatched task took 0.61x the time it took before, measured alternately
 on that machine (README, Figures; ``scripts/bench_vs_mitsuba.py`` shows the start-up's steps). Ray decides that a node is minimal by whether ``ray.dashboard.optional_deps`` imports in
-the process that starts it; the driver hides that module while ``ray.init`` runs, and only then.
-Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
+the process that starts it; the driver hides that module while ``ray.init`` runs, and only then. Nor does the embedded head
+start the autoscaler's monitor or the API server (the Jobs and State APIs): a start to the first
+actor took 1.8-3.7 s with them and 1.8 s without, a shutdown 1.35 s and 0.1-0.35 s (a 2-core
+AVX-512 host). Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
 
 The embedded Ray's workers run at the driver's priority, as Mitsuba renders at its caller's:
 Ray starts workers at niceness 15 (``RAY_worker_niceness``), meant for a cluster's nodes, so a
@@ -68,14 +70,43 @@ def start_local_ray(num_cpus: int) -> None:
     # import fail; typeshed's sys.modules holds modules only.)
     sys.modules[_DASHBOARD_DEPS] = None  # type: ignore[assignment]
     try:
-        # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.ERROR, configure_logging=False)
+        with _head_without(_UNUSED_HEAD_PROCESSES):
+            # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.ERROR, configure_logging=False)
     finally:
         if saved is None:
             del sys.modules[_DASHBOARD_DEPS]
         else:
             sys.modules[_DASHBOARD_DEPS] = saved
+
+
+# The head's processes that a cluster needs and an embedded Ray, the job's own, does not: the
+# autoscaler's monitor (it leaves on SIGTERM only after the second of grace ``ray.shutdown`` gives
+# each process: 1.0 of a shutdown's 1.35 s) and the API server, the Jobs and State APIs (``ray.init``
+# polls for it to come up: 0.8 s). Ray has no option for either: its head starts them through
+# these methods of its Node, left out while the embedded Ray starts. A Ray that renamed them
+# starts them as before.
+_UNUSED_HEAD_PROCESSES = ("start_monitor", "start_api_server")
+
+
+@contextlib.contextmanager
+def _head_without(methods: tuple[str, ...]) -> Iterator[None]:
+    """Ray's head node starting none of the processes that ``methods`` (of Ray's Node) start."""
+    from ray._private import node
+
+    kept = {name: node.Node.__dict__[name] for name in methods if name in node.Node.__dict__}
+    for name in kept:
+        setattr(node.Node, name, _start_nothing)
+    try:
+        yield
+    finally:
+        for name, method in kept.items():
+            setattr(node.Node, name, method)
+
+
+def _start_nothing(*args: object, **kwargs: object) -> None:
+    return None
 
 
 def _start(address: str | None, groups: GroupsSpec | None) -> None:

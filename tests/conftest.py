@@ -47,11 +47,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A real local Ray for one test module (6 logical CPUs, so that several groups fit)."""
+    """A real local Ray for one test module (6 logical CPUs, so that several groups fit), started
+    as `farm render` starts its embedded Ray (farm.session)."""
     import ray
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_worker_niceness", "0")  # as farm.session's embedded Ray (the driver's priority)
-    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+    from farm.session import start_local_ray
+    start_local_ray(6)
     yield
     ray.shutdown()
 
