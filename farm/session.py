@@ -17,8 +17,7 @@ metrics exporter) kept its raylet waiting 10 s on a loaded 2-core machine. With 
 start-up to its first dispatched task took 0.61x the time it took before, measured alternately
 on that machine (README, Figures; ``scripts/bench_vs_mitsuba.py`` shows the start-up's steps). Ray decides that a node is minimal by whether ``ray.dashboard.optional_deps`` imports in
 the process that starts it; the driver hides that module while ``ray.init`` runs, and only then. Nor does the embedded head
-start the autoscaler's monitor or the API server (the Jobs and State APIs): a start to the first
-actor took 1.8-3.7 s with them and 1.8 s without, a shutdown 1.35 s and 0.1-0.35 s (a 2-core
+start the autoscaler's monitor: a shutdown took 1.35 s with it and 0.1-0.35 s without (a 2-core
 AVX-512 host). Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
 
 The embedded Ray's workers run at the driver's priority, as Mitsuba renders at its caller's:
@@ -82,12 +81,13 @@ def start_local_ray(num_cpus: int) -> None:
 
 
 # The head's processes that a cluster needs and an embedded Ray, the job's own, does not: the
-# autoscaler's monitor (it leaves on SIGTERM only after the second of grace ``ray.shutdown`` gives
-# each process: 1.0 of a shutdown's 1.35 s) and the API server, the Jobs and State APIs (``ray.init``
-# polls for it to come up: 0.8 s). Ray has no option for either: its head starts them through
-# these methods of its Node, left out while the embedded Ray starts. A Ray that renamed them
-# starts them as before.
-_UNUSED_HEAD_PROCESSES = ("start_monitor", "start_api_server")
+# autoscaler's monitor, which leaves on SIGTERM only after the second of grace ``ray.shutdown``
+# gives each process (1.0 of a shutdown's 1.35 s). Ray has no option for it: its head starts it
+# through this method of its Node, left out while the embedded Ray starts. A Ray that renamed it
+# starts it as before. (The API server, which ``ray.init`` polls for 0.8 s, stays: without it
+# every node's dashboard agent asks for its address once a second and logs a traceback each
+# time, some 1.5 MB of Ray's logs an hour.)
+_UNUSED_HEAD_PROCESSES = ("start_monitor",)
 
 
 @contextlib.contextmanager

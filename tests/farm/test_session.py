@@ -40,11 +40,11 @@ def test_the_embedded_ray_starts_in_the_background_minimal_and_outlives_the_thre
         start.wait()
         assert ray.is_initialized() and sys.modules.get(session._DASHBOARD_DEPS, sys) is not None
         assert " --minimal" in _agent_command()
-        # Nor the head processes a cluster needs and the job's own Ray does not (the autoscaler's
-        # monitor, the API server), and Ray's Node starts them again for a Ray started after.
+        # Nor the autoscaler's monitor, which a cluster needs and the job's own Ray does not, and
+        # Ray's Node starts it again for a Ray started after.
         node = ray._private.worker._global_node
-        assert set(node.all_processes) & {"monitor", "dashboard"} == set(), sorted(node.all_processes)
-        assert {"raylet", "gcs_server"} <= set(node.all_processes)
+        assert "monitor" not in node.all_processes, sorted(node.all_processes)
+        assert {"raylet", "gcs_server", "dashboard"} <= set(node.all_processes)
         from ray._private.node import Node
         assert all(Node.__dict__[name] is not session._start_nothing for name in session._UNUSED_HEAD_PROCESSES)
         # Ray's processes die with the thread that started them: it must still be there.
