@@ -17,6 +17,7 @@ with its own instancing (``host_instances``), where the instances hold few analy
 by brute force per instance; with more of them, and with Warp's BVH (no instancing), the engine
 takes the world's triangles and the JAX two-level BVH the instances.
 """
+import dataclasses
 import warnings
 from typing import Any, NamedTuple, Sequence, cast
 
@@ -656,7 +657,7 @@ def _engine_closest_hit(geometry, o, d, t_max):
         t, prim = query(geometry.host_handle, o, d, t_max)
         instance = None
         hit = isect.exact_hit(tri, no_analytic, o, d, prim, t, corners=corners)
-    hit = Hit(t=hit.t, prim=hit.prim, u=hit.u, v=hit.v, instance=instance)
+    hit = dataclasses.replace(hit, instance=instance)
     if geometry.n_world_analytic:
         if geometry.bvh is not None:  # the world's analytic primitives, many
             q = bvh_traversal.closest_hit(geometry.bvh, _no_triangles(), analytic, o, d, t_max)
