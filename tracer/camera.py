@@ -30,6 +30,9 @@ class Camera:
     aperture_radius: jnp.ndarray  # () zero for a pinhole
     focus_distance: jnp.ndarray  # ()
     projection: int = static(default=Projection.PERSPECTIVE)  # ORTHOGRAPHIC: tan_half_fov is 1, no aperture
+    # Whether rays start on a lens (Mitsuba's thinlens) rather than at a pinhole (perspective):
+    # a pinhole's program samples no aperture (a camera ray's costliest part, its sine and cosine).
+    thin_lens: bool = static(default=False)
 
 
 def x_fov_from(fov: float, fov_axis: str, width: int, height: int) -> float:
@@ -51,11 +54,15 @@ def x_fov_from(fov: float, fov_axis: str, width: int, height: int) -> float:
 
 
 def make_camera(to_world: ArrayLike, x_fov: float, width: int, height: int, near_clip: float = 1e-2,
-                far_clip: float = 1e4, aperture_radius: float = 0.0, focus_distance: float = 0.0) -> Camera:
+                far_clip: float = 1e4, aperture_radius: float = 0.0, focus_distance: float = 0.0,
+                thin_lens: bool | None = None) -> Camera:
+    """A perspective camera; a thin lens (``thin_lens``, by default where ``aperture_radius`` is
+    not zero) of ``aperture_radius`` focused at ``focus_distance``."""
     f32 = lambda v: jnp.asarray(v, jnp.float32)
     return Camera(to_world=f32(np.asarray(to_world)[:3, :4]), tan_half_fov=f32(np.tan(np.radians(x_fov) / 2)),
                   aspect=f32(width / height), near_clip=f32(near_clip), far_clip=f32(far_clip),
-                  aperture_radius=f32(aperture_radius), focus_distance=f32(focus_distance))
+                  aperture_radius=f32(aperture_radius), focus_distance=f32(focus_distance),
+                  thin_lens=bool(aperture_radius != 0) if thin_lens is None else thin_lens)
 
 
 def make_orthographic(to_world: ArrayLike, width: int, height: int, near_clip: float = 1e-2,
@@ -70,18 +77,22 @@ def generate_rays(camera: Camera, film_uv: jax.Array,
                   aperture_u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Primary rays for film positions ``film_uv`` (2, N) in [0, 1]^2 and aperture uniforms (2, N).
 
-    Returns (origin (3, N), unit direction (3, N), t_max (N,)). With a zero aperture radius the
-    thin lens degenerates to Mitsuba's pinhole exactly.
+    Returns (origin (3, N), unit direction (3, N), t_max (N,)). A pinhole's rays are those of a
+    thin lens of zero aperture radius, bit for bit; it does not sample the aperture.
     """
     if camera.projection == Projection.ORTHOGRAPHIC:
         return _orthographic_rays(camera, film_uv)
     near = jnp.stack([(1.0 - 2.0 * film_uv[0]) * camera.tan_half_fov,
                       (1.0 - 2.0 * film_uv[1]) * camera.tan_half_fov / camera.aspect,
                       jnp.ones_like(film_uv[0])])
-    disk = sampling.square_to_uniform_disk_concentric(aperture_u) * camera.aperture_radius
-    lens = jnp.stack([disk[0], disk[1], jnp.zeros_like(disk[0])])
-    focus = near * jnp.where(camera.aperture_radius > 0, camera.focus_distance, 1.0)
-    d_local = vm.normalize(focus - lens)
+    if camera.thin_lens:
+        disk = sampling.square_to_uniform_disk_concentric(aperture_u) * camera.aperture_radius
+        lens = jnp.stack([disk[0], disk[1], jnp.zeros_like(disk[0])])
+        focus = near * jnp.where(camera.aperture_radius > 0, camera.focus_distance, 1.0)
+        d_local = vm.normalize(focus - lens)
+    else:
+        lens = jnp.zeros_like(near)
+        d_local = vm.normalize(near)
     inv_z = 1.0 / d_local[2]
     o = vm.transform_point(camera.to_world, lens)
     d = vm.normalize(vm.transform_vector(camera.to_world, d_local))

@@ -175,23 +175,36 @@ def _render_passes(scene: Scene, frame: jax.Array, seed: jax.Array, tile_y: jax.
             return py, px, valid, keys
 
         device = jax.lax.axis_index(RAY_AXIS)
-        flat = device * per_device + jnp.arange(per_device, dtype=jnp.int32)
-        rest = flat % (gh * gw)
-        py, px, valid, keys = samples(flat // (gh * gw), rest // gw, rest % gw)
-        valid = valid & (flat < n)
-        offset = rng.draw(keys, Dims.FILM)
-        film_uv = jnp.stack([(px.astype(jnp.float32) + offset[0]) / film.width,
-                             (py.astype(jnp.float32) + offset[1]) / film.height])
-        origin, direction, t_max = cameras.generate_rays(scene.camera, film_uv, rng.draw(keys, Dims.APERTURE))
-        # Each device's path loop ends when its own paths do.
-        if scene.settings.integrator == "direct":
-            radiance = trace_direct(scene, keys, origin, direction, t_max, valid)
-        elif scene.settings.integrator in ("volpath", "volpathmis"):
+
+        def batch_samples(j):
+            """Pixel, validity and key of this device's batch samples j (the flat (sample, y, x) grid)."""
+            flat = device * per_device + j
+            rest = flat % (gh * gw)
+            py, px, valid, keys = samples(flat // (gh * gw), rest // gw, rest % gw)
+            return py, px, valid & (flat < n), keys
+
+        def camera(j):
+            """Keys and camera rays of this device's batch samples j."""
+            py, px, _, keys = batch_samples(j)
+            offset = rng.draw(keys, Dims.FILM)
+            film_uv = jnp.stack([(px.astype(jnp.float32) + offset[0]) / film.width,
+                                 (py.astype(jnp.float32) + offset[1]) / film.height])
+            return (keys, *cameras.generate_rays(scene.camera, film_uv, rng.draw(keys, Dims.APERTURE)))
+
+        everyone = jnp.arange(per_device, dtype=jnp.int32)
+        valid = batch_samples(everyone)[2]
+        # Each device's path loop ends when its own paths do; the path integrators make each
+        # camera ray as a lane takes its sample, the others take the batch's rays at once.
+        if scene.settings.integrator in ("volpath", "volpathmis"):
             module = volpath if scene.settings.integrator == "volpath" else volpathmis
-            radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool, phases=phases,
+            radiance = trace_paths(scene, camera, valid, pool=path_pool, phases=phases,
                                    start=module.start, step=module.step)
-        else:
-            radiance = trace_paths(scene, keys, origin, direction, t_max, valid, pool=path_pool, phases=phases)
+        elif scene.settings.integrator != "direct":
+            radiance = trace_paths(scene, camera, valid, pool=path_pool, phases=phases)
+        if scene.settings.integrator == "direct" or scene.settings.aovs:
+            keys, origin, direction, t_max = camera(everyone)
+            if scene.settings.integrator == "direct":
+                radiance = trace_direct(scene, keys, origin, direction, t_max, valid)
         if scene.settings.aovs:  # Mitsuba's aov integrator: its AOVs after the RGB, splatted alike
             radiance = jnp.concatenate([radiance, aov.evaluate(scene, origin, direction, t_max, valid, radiance)])
         radiance = jnp.where(jnp.isfinite(radiance), radiance, 0.0)  # as Mitsuba's film, drop NaN/inf samples

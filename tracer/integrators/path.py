@@ -388,44 +388,57 @@ def _start(scene, keys, origin, direction, t_max, active):
     return fresh_paths(origin, direction, t_max, active)
 
 
-def trace_paths(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction: jax.Array, t_max: jax.Array,
-                active: jax.Array, pool: int = DEFAULT_POOL, phases: int = DRAIN_PHASES,
-                start: Callable[..., Any] = _start, step: Callable[..., Any] = _bounce) -> jax.Array:
-    """Radiance (3, N) arriving along camera rays; ``keys`` (``rng.SampleKeys`` of N samples)
-    address each path's randomness.
+CameraRays = Callable[[jax.Array], tuple[rng.SampleKeys, jax.Array, jax.Array, jax.Array]]
 
-    ``pool`` (static): lanes in flight (``pool_size``); ``phases`` (static): how many shrinking
-    parts of the pool the last paths drain over (``drain_phases``). A path's arithmetic depends
-    only on its own key and ray, never on its lane or on which other paths share the pool, so any
-    pool size or schedule gives the same bits.
+
+def trace_paths(scene: Scene, camera: CameraRays, active: jax.Array, pool: int = DEFAULT_POOL,
+                phases: int = DRAIN_PHASES, start: Callable[..., Any] = _start,
+                step: Callable[..., Any] = _bounce) -> jax.Array:
+    """Radiance (3, N) arriving along the camera rays of N samples, those where ``active`` (N,).
+
+    ``camera(j)`` (j (P,) int32 sample indices, each in [0, N)) gives those samples' keys
+    (``rng.SampleKeys``, which address each path's randomness) and camera rays (origin,
+    direction (3, P), t_max (P,)). Lanes make their camera rays as they take them, in the loop,
+    never for the whole batch at once: that pass over N samples' arrays cost some 10% of a frame
+    on CPUs, and a batch's rays no longer sit in memory. ``pool`` (static): lanes in flight
+    (``pool_size``); ``phases`` (static): how many shrinking parts of the pool the last paths
+    drain over (``drain_phases``). A path's arithmetic depends only on its own key and ray, never
+    on its lane or on which other paths share the pool, so any pool size or schedule gives the
+    same bits.
     """
-    n = t_max.shape[0]
+    n = active.shape[0]
     if scene.settings.max_depth == 0:
-        return jnp.zeros_like(origin)
+        return jnp.zeros((3, n), jnp.float32)
     pool = min(n, pool)
-    # The live camera rays in batch order; lanes pull them from here as their paths end.
+    # The live samples in batch order; lanes pull them from here as their paths end.
     queue, count = lanes.stable_partition(active)
     none = jnp.int32(n)  # the sample index of an empty lane: a spare output column
 
     def pull(position, want):
-        """Lanes that ``want`` take the camera rays at queue ``position``; others get none."""
+        """Lanes that ``want`` take the samples at queue ``position``; others get none."""
         take = want & (position < count)
         index = jnp.where(take, queue[jnp.minimum(position, n - 1)], none)
-        j = jnp.minimum(index, n - 1)
-        lane_keys = jax.tree.map(lambda a: a[j], keys)
-        return index, lane_keys, start(scene, lane_keys, lanes.take(origin, j), lanes.take(direction, j), t_max[j],
-                                       take)
+        lane_keys, origin, direction, t_max = camera(jnp.minimum(index, n - 1))
+        return index, lane_keys, start(scene, lane_keys, origin, direction, t_max, take)
 
+    # The lanes start empty, their paths ended: the loop's first bounce has them take their first
+    # samples. So every camera ray is made by the one loop body's code (XLA's fusion, and with it
+    # its FMA contraction, differs between bodies), whatever the pool: the bits stay the pool's
+    # and the schedule's own.
     lane = jnp.arange(pool, dtype=jnp.int32)
-    index, lane_keys, state = pull(lane, lane >= 0)
-    out = tuple(jnp.zeros(n + 1, origin.dtype) for _ in range(3))
+    shapes = jax.eval_shape(camera, lane)
+    empty_keys = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[0])
+    zeros = jnp.zeros((3, pool), jnp.float32)
+    index = jnp.full((pool,), n, jnp.int32)
+    state = start(scene, empty_keys, zeros, zeros, jnp.zeros(pool, jnp.float32), lane < 0)
+    out = tuple(jnp.zeros(n + 1, jnp.float32) for _ in range(3))
 
     # The one loop body every bounce runs in, regenerating and draining alike: XLA contracts a
     # multiply and an add into an FMA where its fusion puts them together, and fusion differs
     # between loop bodies; one body makes a path's bits independent of the pool and the schedule.
     def advance(lanes_, shared):
         """A bounce of every lane; lanes whose path ended store its radiance and take the next
-        camera ray of the queue (none once it is empty)."""
+        sample of the queue (none once it is empty)."""
         (state, lane_keys, index), (head, out) = lanes_, shared
         state = step(scene, lane_keys, state)
         done = ~state.active
@@ -439,7 +452,7 @@ def trace_paths(scene: Scene, keys: rng.SampleKeys, origin: jax.Array, direction
 
     # Lanes refill while the queue lasts, then the last paths drain in phases over shrinking
     # parts of the pool; refilling and the first phase are one loop (one compiled body less).
-    _, (_, out) = lanes.drain_in_phases((state, lane_keys, index), lambda c: c[0].active, advance,
-                                        shared=(jnp.minimum(count, pool), out), busy=lambda shared: shared[0] < count,
+    _, (_, out) = lanes.drain_in_phases((state, empty_keys, index), lambda c: c[0].active, advance,
+                                        shared=(jnp.int32(0), out), busy=lambda shared: shared[0] < count,
                                         shrink=_SHRINK, min_phase=_MIN_PHASE, max_phases=phases)
     return jnp.stack(out)[:, :n]

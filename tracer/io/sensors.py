@@ -111,6 +111,7 @@ def _lens(node):
     if node.type != "thinlens":
         return {}
     return dict(aperture_radius=_finite(node, "aperture_radius", 0.03, lambda v: v >= 0, "a finite number >= 0"),
-                focus_distance=_finite(node, "focus_distance", 0.0, lambda v: v > 0, "a finite number > 0"))
+                focus_distance=_finite(node, "focus_distance", 0.0, lambda v: v > 0, "a finite number > 0"),
+                thin_lens=True)
 
 
