@@ -247,19 +247,21 @@ def _keys(t: jax.Array, offset: int | jax.Array) -> tuple[jax.Array, jax.Array]:
     return key, lanes.key_index(key, _BITS) + offset
 
 
-def _scan_chunks(n_prims: int, like: jax.Array,
-                 chunk_key: Callable[[int | jax.Array], tuple[jax.Array, jax.Array]]) -> tuple[jax.Array, jax.Array]:
-    """Running min of ``chunk_key(start) -> (key, index)`` over chunks of ``_CHUNK`` candidates.
+def _scan_chunks(n_prims: int, like: jax.Array, chunk_key: Callable[[int | jax.Array], tuple[jax.Array, ...]],
+                 extra: int = 0) -> tuple[jax.Array, ...]:
+    """Running min of ``chunk_key(start) -> (key, index, *values)`` over chunks of ``_CHUNK``
+    candidates (``extra`` float values of the winner carried along).
 
     ``like`` (N,) shapes the carry (``*_like`` keeps shard_map's varying type, ``jnp.full`` not).
     """
     n_chunks = -(-n_prims // _CHUNK)
-    best = (jnp.full_like(like, lanes.INF_KEY, jnp.int32), jnp.full_like(like, -1, jnp.int32))
+    best = (jnp.full_like(like, lanes.INF_KEY, jnp.int32), jnp.full_like(like, -1, jnp.int32),
+            *(jnp.zeros_like(like, jnp.float32) for _ in range(extra)))
 
     def merge(best, start):
-        key, idx = chunk_key(start)
-        closer = key < best[0]
-        return jnp.where(closer, key, best[0]), jnp.where(closer, idx, best[1])
+        found = chunk_key(start)
+        closer = found[0] < best[0]
+        return tuple(jnp.where(closer, f, b) for f, b in zip(found, best))
 
     if n_chunks <= _UNROLL_CHUNKS:
         for c in range(n_chunks):
@@ -292,16 +294,31 @@ def _triangle_keys(tri, o, shear, t_max):
 
 
 def _analytic_keys(analytic, o, d, t_max, kinds):
+    """The closest analytic primitive of each ray: (key, index, its exact t, u, v). Each
+    candidate's hit is exact already, so the winner's is kept from its chunk (selected by
+    position) rather than computed again from its gathered matrices, which cost more than all
+    the candidates' tests of a few shapes."""
     kind, to_world, to_local = analytic
     n_analytic = kind.shape[0]
 
     def chunk_key(start):
         k = _chunk(kind, start, n_analytic, -1)
-        t, _, _ = intersect_analytic(k, _chunk(to_world, start, n_analytic, 0.0), _chunk(to_local, start, n_analytic, 0.0),
+        t, u, v = intersect_analytic(k, _chunk(to_world, start, n_analytic, 0.0), _chunk(to_local, start, n_analytic, 0.0),
                                      o[:, None], d[:, None], t_max, kinds)
-        return _keys(jnp.where(k >= 0, t, INF), start)
+        key, index = _keys(jnp.where(k >= 0, t, INF), start)
+        return key, index, _of_winner(t, key), _of_winner(u, key), _of_winner(v, key)
 
-    return _scan_chunks(n_analytic, o[0], chunk_key)
+    return _scan_chunks(n_analytic, o[0], chunk_key, extra=3)
+
+
+def _of_winner(a: jax.Array, key: jax.Array) -> jax.Array:
+    """The (C, N) candidates' values ``a`` of the candidate each ray's ``key`` names (a chain of
+    selects: XLA's CPU gathers cost more)."""
+    position = lanes.key_index(key, _BITS)
+    out = a[0]
+    for c in range(1, a.shape[0]):
+        out = jnp.where(position == c, a[c], out)
+    return out
 
 
 def _ray_setup(o: jax.Array, d: jax.Array, t_max: ArrayLike,
@@ -326,20 +343,23 @@ def closest_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.
     prim = jnp.full_like(o[0], -1, jnp.int32)
     if n_tri:
         key, prim = _triangle_keys(tri, o, shear, t_max)
+    analytic_hit = None
     if n_analytic:
         # Keys are comparable across the two sets: same truncation of t.
-        k, i = _analytic_keys(analytic, o, d, t_max, kinds)
+        k, i, *analytic_hit = _analytic_keys(analytic, o, d, t_max, kinds)
         closer = k < key
         key, prim = jnp.where(closer, k, key), jnp.where(closer, i + n_tri, prim)
     prim = jnp.where(key < lanes.INF_KEY, prim, -1)
     t_key = lanes.key_t(key, _BITS)
-    return exact_hit(tri, analytic, o, d, prim, t_key, shear, kinds, corners=corners)
+    return exact_hit(tri, analytic, o, d, prim, t_key, shear, kinds, corners=corners, analytic_hit=analytic_hit)
 
 
 def exact_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, prim: jax.Array,
               t_approx: jax.Array, shear: RayShear | None = None, kinds: tuple[int, ...] = SurfaceKind.ANALYTIC,
-              corners: jax.Array | None = None) -> Hit:
+              corners: jax.Array | None = None, analytic_hit: Sequence[jax.Array] | None = None) -> Hit:
     """Recompute t and (u, v) of each ray's winning primitive ``prim`` (-1 for a miss) exactly.
+    ``analytic_hit``: (t, u, v) (N,) of the rays' closest analytic primitive, exact already (the
+    brute force's), taken where that primitive won instead of computed again.
 
     ``t_approx`` (a truncated t from the search) stands in if the recomputation misses, which
     can only happen for t within an ulp of the search's bounds. ``corners`` (T', 9 or more), T' >=
@@ -362,9 +382,12 @@ def exact_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Ar
             p0, p1, p2 = (tuple(c[3 * j + k] for k in range(3)) for j in range(3))
         t, u, v = intersect_triangles(p0, p1, p2, tuple(o), shear, INF)
     if n_analytic:
-        kind, to_world, to_local = analytic
-        q = jnp.clip(prim - n_tri, 0, n_analytic - 1)
-        tq, x, y = intersect_analytic(kind[q], lanes.take(to_world, q), lanes.take(to_local, q), o, d, INF, kinds)
+        if analytic_hit is None:
+            kind, to_world, to_local = analytic
+            q = jnp.clip(prim - n_tri, 0, n_analytic - 1)
+            tq, x, y = intersect_analytic(kind[q], lanes.take(to_world, q), lanes.take(to_local, q), o, d, INF, kinds)
+        else:
+            tq, x, y = analytic_hit
         is_analytic = prim >= n_tri
         t, u, v = jnp.where(is_analytic, tq, t), jnp.where(is_analytic, x, u), jnp.where(is_analytic, y, v)
     t = jnp.where(t < INF, t, t_approx)
