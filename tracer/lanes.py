@@ -26,12 +26,27 @@ T = TypeVar("T")  # a pytree of arrays with the lanes on their last axis
 S = TypeVar("S")  # a pytree the loop carries whole
 
 
+# A table of at most this many columns is read by a chain of selects rather than a gather: XLA's
+# CPU gathers cost about a nanosecond an element however small the table (12 rows of 4k lanes:
+# 2 columns 93 against 39 us, 4 columns 38 against 13 us, 8 about even, 16 3x slower).
+SELECT_COLUMNS = 4
+
+
 def take(table: jax.Array, index: jax.Array) -> jax.Array:
     """``table[..., index]``: the columns (..., S) -> (..., N) of a table stored components first,
     gathered one row at a time. XLA makes ``table[..., index]`` one gather of lane-major slices
     (N, ...) and transposes them back in every consumer: a 3x4 transform and two vectors took
-    1.5x as long that way (4k lanes)."""
+    1.5x as long that way (4k lanes). A small table (``SELECT_COLUMNS``) is read by selects, with
+    the same values (out-of-range indices clamped, negative ones from the end, as indexing does)."""
     rows = table.reshape(-1, table.shape[-1])
+    columns = rows.shape[1]
+    if 0 < columns <= SELECT_COLUMNS:
+        index = jnp.clip(jnp.where(index < 0, index + columns, index), 0, columns - 1)
+        column = lambda c: rows[:, c].reshape(-1, *(1,) * index.ndim)
+        out = jnp.broadcast_to(column(columns - 1), (rows.shape[0], *index.shape))
+        for c in range(columns - 2, -1, -1):
+            out = jnp.where(index == c, column(c), out)
+        return out.reshape(*table.shape[:-1], *index.shape)
     return jnp.stack([rows[k][index] for k in range(rows.shape[0])]).reshape(*table.shape[:-1], *index.shape)
 
 
@@ -41,7 +56,7 @@ def stable_partition(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     19 ms for 278k entries."""
     n = mask.shape[0]
     count = jnp.sum(mask, dtype=jnp.int32)
-    before = jnp.cumsum(mask, dtype=jnp.int32) - mask.astype(jnp.int32)
+    before = prefix_count(mask) - mask.astype(jnp.int32)
     position = jnp.where(mask, before, count + jnp.arange(n, dtype=jnp.int32) - before)
     order = jnp.zeros_like(position).at[position].set(jnp.arange(n, dtype=jnp.int32), unique_indices=True)
     return order, count
@@ -189,19 +204,37 @@ def by_kind(slot: jax.Array, count: int, branch: Callable[[int, Any], Any], inpu
     return jax.tree.map(lambda a: a[..., position], out)
 
 
-def _prefix_counts(mask: jax.Array, block: int = 64) -> jax.Array:
-    """Inclusive prefix sums (int32) of the rows of a (K, N) bool ``mask``, as two float32
-    matrix products with triangular matrices of ones: within blocks of ``block``, then over the
-    blocks' totals. Exact below 2^24 lanes, in full float32. ``jnp.cumsum`` (XLA's associative scan: a dozen
+def prefix_count(mask: jax.Array) -> jax.Array:
+    """Inclusive prefix sum (int32) of a (N,) bool ``mask``: ``jnp.cumsum(mask)``'s numbers, made
+    as ``_prefix_counts`` makes them (below 2^24 lanes; by cumsum itself above)."""
+    if mask.shape[0] >= 1 << 24:
+        return jnp.cumsum(mask, dtype=jnp.int32)
+    return _prefix_counts(mask[None])[0]
+
+
+def _prefix_counts(mask: jax.Array) -> jax.Array:
+    """Inclusive prefix sums (int32) of the rows of a (K, N) bool ``mask`` (``_prefix_sums``).
+    Exact below 2^24 lanes, in full float32. ``jnp.cumsum`` (XLA's associative scan: a dozen
     strided passes) took twice as long, 89 against 42 us for two rows of 4k on one core."""
-    k, n = mask.shape
+    return _prefix_sums(mask.astype(jnp.float32)).astype(jnp.int32)
+
+
+def _prefix_sums(x: jax.Array, block: int = 64) -> jax.Array:
+    """Inclusive prefix sums of the rows of (K, N) float32 whole numbers, as matrix products with
+    triangular matrices of ones: within blocks of ``block``, then over the blocks' totals (the
+    same way again where there are more than ``block`` blocks). Exact while the sums stay below
+    2^24."""
+    k, n = x.shape
     padded = -(-n // block) * block
-    x = jnp.pad(mask.astype(jnp.float32), ((0, 0), (0, padded - n))).reshape(k, -1, block)
+    x = jnp.pad(x, ((0, 0), (0, padded - n))).reshape(k, -1, block)
     exact = jax.lax.Precision.HIGHEST  # (a GPU's default would round the inputs to TF32's 10 bits)
     within = jnp.matmul(x, jnp.triu(jnp.ones((block, block), jnp.float32)), precision=exact)
     totals = within[:, :, -1]
-    before = jnp.matmul(totals, jnp.triu(jnp.ones((totals.shape[1],) * 2, jnp.float32), 1), precision=exact)
-    return (within + before[:, :, None]).reshape(k, padded)[:, :n].astype(jnp.int32)
+    if totals.shape[1] > block:
+        before = _prefix_sums(totals, block) - totals
+    else:
+        before = jnp.matmul(totals, jnp.triu(jnp.ones((totals.shape[1],) * 2, jnp.float32), 1), precision=exact)
+    return (within + before[:, :, None]).reshape(k, padded)[:, :n]
 
 
 def _head(tree: T, size: int) -> T:

@@ -443,7 +443,7 @@ def trace_paths(scene: Scene, camera: CameraRays, active: jax.Array, pool: int =
         state = step(scene, lane_keys, state)
         done = ~state.active
         out = _store(out, jnp.where(done, index, none), state.radiance)
-        position = head + jnp.cumsum(done, dtype=jnp.int32) - 1
+        position = head + lanes.prefix_count(done) - 1
         new_index, new_keys, new = pull(position, done)
         state = jax.tree.map(lambda a, b: jnp.where(done, a, b), new, state)
         head = jnp.minimum(head + jnp.sum(done, dtype=jnp.int32), count)
