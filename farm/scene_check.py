@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import TYPE_CHECKING, Any
 
 from farm.errors import FarmError, SceneFileError
@@ -81,11 +82,18 @@ class Preflight:
         self._send(None)
 
     def wait(self, timeout_s: float = 600) -> None:
-        """Wait for the compilation asked for, if any. Its failure is not the job's: a member then
-        compiles the program itself."""
-        try:
-            self._child.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+        """Wait for the compilation asked for, if any: for the child's word that it is done (the
+        program is in the cache then) or its end, not for its exit, which then still takes JAX's
+        and Embree's teardown (0.7 s on a 2-core host, a cold job's first frame later by as much).
+        Its failure is not the job's: a member then compiles the program itself."""
+        stdout = self._child.stdout
+        if stdout is None or stdout.closed:
+            return
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.append(stdout.readline()), name="preflight-wait", daemon=True)
+        reader.start()
+        reader.join(timeout_s)  # a line ("compiled SECONDS") or "" at the child's end
+        if reader.is_alive():
             self.close()
 
     def close(self) -> None:

@@ -17,8 +17,14 @@ metrics exporter) kept its raylet waiting 10 s on a loaded 2-core machine. With 
 start-up to its first dispatched task took 0.61x the time it took before, measured alternately
 on that machine (README, Figures; ``scripts/bench_vs_mitsuba.py`` shows the start-up's steps). Ray decides that a node is minimal by whether ``ray.dashboard.optional_deps`` imports in
 the process that starts it; the driver hides that module while ``ray.init`` runs, and only then. Nor does the embedded head
-start the autoscaler's monitor: a shutdown took 1.35 s with it and 0.1-0.35 s without (a 2-core
-AVX-512 host). Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
+start the autoscaler's monitor (a shutdown took 1.35 s with it and 0.1-0.35 s without, a 2-core
+AVX-512 host) or the log monitor (it forwards workers' lines to drivers, which the farm's do not
+ask for). Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
+Ray's Python services (its API server, the node's dashboard and runtime-env agents) start at
+niceness 10 above the driver's: their start-up, some 2 CPU-seconds of imports, ran beside the
+compile of a cold job's work unit and slowed it (``_AGENT_NICENESS``). A 16-frame job of
+examples/orbit.xml at 128x128, 64 spp, on a 2-core host, cold: its first frame 12.4 s -> 9.7-10.4 s
+with these two and the preflight change of ``farm.scene_check``.
 
 The embedded Ray's workers run at the driver's priority, as Mitsuba renders at its caller's:
 Ray starts workers at niceness 15 (``RAY_worker_niceness``), meant for a cluster's nodes, so a
@@ -34,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -69,7 +76,7 @@ def start_local_ray(num_cpus: int) -> None:
     # import fail; typeshed's sys.modules holds modules only.)
     sys.modules[_DASHBOARD_DEPS] = None  # type: ignore[assignment]
     try:
-        with _head_without(_UNUSED_HEAD_PROCESSES):
+        with _head_without(_UNUSED_HEAD_PROCESSES), _agents_niced(_AGENT_NICENESS):
             # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      logging_level=logging.ERROR, configure_logging=False)
@@ -82,12 +89,44 @@ def start_local_ray(num_cpus: int) -> None:
 
 # The head's processes that a cluster needs and an embedded Ray, the job's own, does not: the
 # autoscaler's monitor, which leaves on SIGTERM only after the second of grace ``ray.shutdown``
-# gives each process (1.0 of a shutdown's 1.35 s). Ray has no option for it: its head starts it
-# through this method of its Node, left out while the embedded Ray starts. A Ray that renamed it
-# starts it as before. (The API server, which ``ray.init`` polls for 0.8 s, stays: without it
-# every node's dashboard agent asks for its address once a second and logs a traceback each
-# time, some 1.5 MB of Ray's logs an hour.)
-_UNUSED_HEAD_PROCESSES = ("start_monitor",)
+# gives each process (1.0 of a shutdown's 1.35 s), and the log monitor, which sends the workers'
+# log lines to drivers that forward them (``log_to_driver``: the farm's do not; the lines stay in
+# Ray's session logs). Ray has no option for either: its head starts them through these methods
+# of its Node, left out while the embedded Ray starts. A Ray that renamed one starts it as
+# before. (The API server, which ``ray.init`` polls for 0.8 s, stays: without it every node's
+# dashboard agent asks for its address once a second and logs a traceback each time, some
+# 1.5 MB of Ray's logs an hour.)
+_UNUSED_HEAD_PROCESSES = ("start_monitor", "start_log_monitor")
+
+# Ray's Python services (the API server and the node's dashboard and runtime-env agents) start
+# at this niceness above the driver's. Their start-up is some 2 CPU-seconds of imports, and a
+# local job's first minutes belong to the compile of its work unit (``farm.scene_check``), which
+# runs beside Ray's start: on 2 cores it took 7.8 s of wall time for 5.5 s alone. The raylet and
+# the workers, which render, keep the driver's priority (see above).
+_AGENT_NICENESS = 10
+
+
+@contextlib.contextmanager
+def _agents_niced(niceness: int) -> Iterator[None]:
+    """Ray's Python services started under ``nice`` (where it is there to start them) while the
+    block runs: Ray builds their command lines, and no worker's, with this function of its."""
+    from ray._private import services
+
+    name = "_build_python_executable_command_memory_profileable"
+    build = services.__dict__.get(name)
+    nice = shutil.which("nice")
+    if build is None or nice is None:
+        yield
+        return
+
+    def niced(*args: object, **kwargs: object) -> list[str]:
+        return [nice, "-n", str(niceness), *build(*args, **kwargs)]
+
+    setattr(services, name, niced)
+    try:
+        yield
+    finally:
+        setattr(services, name, build)
 
 
 @contextlib.contextmanager

@@ -3,8 +3,10 @@ the driver's priority, and stays up until it is closed (``farm.session``)."""
 import os
 import sys
 
+import psutil
 import pytest
 import ray
+from ray._private import ray_constants
 
 from farm import session
 from tests.helpers.hang_guard import hang_guard
@@ -40,13 +42,23 @@ def test_the_embedded_ray_starts_in_the_background_minimal_and_outlives_the_thre
         start.wait()
         assert ray.is_initialized() and sys.modules.get(session._DASHBOARD_DEPS, sys) is not None
         assert " --minimal" in _agent_command()
-        # Nor the autoscaler's monitor, which a cluster needs and the job's own Ray does not, and
-        # Ray's Node starts it again for a Ray started after.
+        # Nor the autoscaler's monitor or the log monitor, which a cluster needs and the job's own
+        # Ray does not, and Ray's Node starts them again for a Ray started after.
         node = ray._private.worker._global_node
-        assert "monitor" not in node.all_processes, sorted(node.all_processes)
+        assert not {"monitor", "log_monitor"} & set(node.all_processes), sorted(node.all_processes)
         assert {"raylet", "gcs_server", "dashboard"} <= set(node.all_processes)
+        from ray._private import services
         from ray._private.node import Node
         assert all(Node.__dict__[name] is not session._start_nothing for name in session._UNUSED_HEAD_PROCESSES)
+        # Ray's Python services below the driver's priority (the compile beside their start-up
+        # goes first), the raylet at it; and Ray's command builder restored.
+        niceness = lambda p: psutil.Process(p.pid).nice()
+        assert niceness(node.all_processes["dashboard"][0].process) == os.nice(0) + session._AGENT_NICENESS
+        raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+        agents = [p for p in raylet.children() if "agent" in " ".join(p.cmdline()).lower()]
+        assert len(agents) == 2 and all(p.nice() == os.nice(0) + session._AGENT_NICENESS for p in agents), agents
+        assert raylet.nice() == os.nice(0)
+        assert services._build_python_executable_command_memory_profileable(ray_constants.PROCESS_TYPE_DASHBOARD, "s")[0] == sys.executable
         # Ray's processes die with the thread that started them: it must still be there.
         assert ray.get(ray.remote(lambda: 6 * 7).remote(), timeout=60) == 42
         # Its workers at the driver's priority (Ray's own default, 15, yields to every other program).
