@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tracer import lanes
 from tracer import vecmath as vm
 from tracer.kinds import BitmapFilter, TextureKind, WrapMode
 from tracer.pytree import pytree_dataclass, static
@@ -259,7 +260,7 @@ def eval_gradient(textures: Textures, tid: jnp.ndarray, at: jnp.ndarray | Textur
     Mitsuba applies it (its transpose, then a scale by the resolution per axis). Only bitmaps
     have a gradient (Mitsuba's other textures raise); other ids give zero."""
     uv = at.uv if isinstance(at, TexturePoint) else at
-    m = textures.to_uv[..., tid]
+    m = lanes.take(textures.to_uv, tid)
     uv = jnp.stack([m[0, 0] * uv[0] + m[0, 1] * uv[1] + m[0, 2], m[1, 0] * uv[0] + m[1, 1] * uv[1] + m[1, 2]])
     texels = _Texels(textures, tid, uv)
     tx, ty, *corners = texels.corners()
@@ -274,18 +275,18 @@ def eval_gradient(textures: Textures, tid: jnp.ndarray, at: jnp.ndarray | Textur
 
 def _eval(textures, tid, at, checker_swapped, constant):
     if constant:
-        return textures.color0[..., tid]
+        return lanes.take(textures.color0, tid)
     uv, attributes = (at.uv, at.attributes) if isinstance(at, TexturePoint) else (at, None)
     kind = textures.kind[tid]
-    m = textures.to_uv[..., tid]
+    m = lanes.take(textures.to_uv, tid)
     uv = jnp.stack([m[0, 0] * uv[0] + m[0, 1] * uv[1] + m[0, 2], m[1, 0] * uv[0] + m[1, 1] * uv[1] + m[1, 2]])
-    c0 = textures.color0[..., tid]
+    c0 = lanes.take(textures.color0, tid)
     result = c0
     if TextureKind.CHECKERBOARD in textures.kinds_present:
         frac = uv - jnp.floor(uv)
         # Mitsuba: color0 where both or neither fractional coordinate exceeds one half.
         odd = (frac[0] > 0.5) != (frac[1] > 0.5)
-        checker = vm.select(odd != checker_swapped, textures.color1[..., tid], c0)
+        checker = vm.select(odd != checker_swapped, lanes.take(textures.color1, tid), c0)
         result = vm.select(kind == TextureKind.CHECKERBOARD, checker, result)
     if TextureKind.BITMAP in textures.kinds_present:
         result = vm.select(kind == TextureKind.BITMAP, _bitmap(textures, tid, uv), result)

@@ -105,7 +105,7 @@ def _sample_cylinder(em, e, ref, u):
 
 
 def _sphere(em: Emitters, e: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return em.to_world[:, 3, e], vm.norm(em.to_world[:, 0, e])
+    return lanes.take(em.to_world[:, 3], e), vm.norm(lanes.take(em.to_world[:, 0], e))
 
 
 def _sample_sphere(em, e, ref, u):
@@ -199,7 +199,8 @@ def _radiance(em: Emitters, textures: tex.Textures, e: jax.Array, uv: jax.Array)
         return lanes.take(em.radiance, e)
     tid = em.texture[e]
     texture = tex.eval_rgb(textures, jnp.maximum(tid, 0), uv)
-    return jnp.where(tid >= 0, em.radiance[:, e] * texture, em.radiance[:, e])
+    radiance = lanes.take(em.radiance, e)
+    return jnp.where(tid >= 0, radiance * texture, radiance)
 
 
 def eval_radiance(em: Emitters, textures: tex.Textures, e: jax.Array, n: jax.Array, d: jax.Array,

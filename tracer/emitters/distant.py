@@ -31,10 +31,10 @@ def far_distance(em: Emitters, ref: jax.Array) -> jax.Array:
 def sample_directional(em: Emitters, textures: Textures, e: jax.Array, ref: jax.Array,
                        u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, n, d, dist, pdf, weight): irradiance arriving against the light's +z axis."""
-    w = vm.normalize(em.to_world[:, 2, e])
+    w = vm.normalize(lanes.take(em.to_world[:, 2], e))
     p = ref - w * far_distance(em, ref)
     dist = jnp.full(ref.shape[1:], jnp.inf, jnp.float32)
-    return p, w, -w, dist, jnp.ones_like(dist), em.radiance[:, e]
+    return p, w, -w, dist, jnp.ones_like(dist), lanes.take(em.radiance, e)
 
 
 def sample_constant(em: Emitters, textures: Textures, e: jax.Array, ref: jax.Array,

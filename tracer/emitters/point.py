@@ -24,7 +24,7 @@ __all__ = ["sample_point", "sample_spot", "spot_falloff"]
 
 
 def _toward(em: Emitters, e: jax.Array, ref: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    p = em.to_world[:, 3, e]
+    p = lanes.take(em.to_world[:, 3], e)
     d = p - ref
     dist = vm.norm(d)
     d = d / jnp.where(dist > 0, dist, 1.0)

@@ -40,7 +40,7 @@ def film_uv(em: Emitters, e: jax.Array, local: jax.Array) -> tuple[jax.Array, ja
 def sample(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Array,
            u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """(p, n, d, dist, pdf, weight) for projectors ``e`` seen from ref (3, N)."""
-    p = em.to_world[:, 3, e]
+    p = lanes.take(em.to_world[:, 3], e)
     d = p - ref
     dist = vm.norm(d)
     d = d / jnp.where(dist > 0, dist, 1.0)
@@ -50,7 +50,7 @@ def sample(em: Emitters, textures: tex.Textures, e: jax.Array, ref: jax.Array,
     if em.textured:
         tid = em.texture[e]
         irradiance = jnp.where(tid >= 0, irradiance * tex.eval_rgb(textures, jnp.maximum(tid, 0), uv), irradiance)
-    axis = em.to_world[:, 2, e]
+    axis = lanes.take(em.to_world[:, 2], e)
     weight = irradiance * (PI / (local[2] * local[2] * -vm.dot(axis, d)))
     valid = valid & jnp.all(jnp.isfinite(weight), axis=0)
     return p, jnp.zeros_like(p), d, dist, jnp.where(valid, 1.0, 0.0), jnp.where(valid, weight, 0.0)
