@@ -28,8 +28,9 @@ S = TypeVar("S")  # a pytree the loop carries whole
 
 # A table of at most this many columns is read by a chain of selects rather than a gather: XLA's
 # CPU gathers cost about a nanosecond an element however small the table (12 rows of 4k lanes:
-# 2 columns 93 against 39 us, 4 columns 38 against 13 us, 8 about even, 16 3x slower).
-SELECT_COLUMNS = 4
+# 2 columns 93 against 39 us, 4 columns 38 against 13 us, 8 about even, 16 3x slower; one row:
+# 5 columns 2.7 against 1.6 us, 8 2.5 against 2.3).
+SELECT_COLUMNS = 8
 
 
 def take(table: jax.Array, index: jax.Array) -> jax.Array:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tracer import elementary
+from tracer import elementary, lanes
 from tracer import vecmath as vm
 from tracer.constants import INV_FOUR_PI, INV_PI, PI
 
@@ -71,10 +71,16 @@ def sample_discrete(cdf: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array]
 
     Returns (index, u rescaled to [0, 1) inside the chosen bin) so the same uniform can be reused.
     """
-    idx = jnp.searchsorted(cdf, u, side="right")
+    if cdf.shape[0] <= lanes.SELECT_COLUMNS:
+        # A few bins (a scene's emitters): the count of entries at or below u, as searchsorted
+        # counts them, by comparisons that fuse with their readers; XLA's searchsorted is a loop
+        # of its own (ten kernels).
+        idx = sum((cdf[i] <= u).astype(jnp.int32) for i in range(cdf.shape[0]))
+    else:
+        idx = jnp.searchsorted(cdf, u, side="right")
     idx = jnp.minimum(idx, cdf.shape[0] - 1)
-    lo = jnp.where(idx > 0, cdf[jnp.maximum(idx - 1, 0)], 0.0)
-    hi = cdf[idx]
+    lo = jnp.where(idx > 0, lanes.take(cdf, jnp.maximum(idx - 1, 0)), 0.0)
+    hi = lanes.take(cdf, idx)
     u_reused = jnp.clip((u - lo) / jnp.maximum(hi - lo, 1e-30), 0.0, np.float32(1.0 - 2**-24))
     return idx, u_reused
 

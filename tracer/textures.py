@@ -277,7 +277,7 @@ def _eval(textures, tid, at, checker_swapped, constant):
     if constant:
         return lanes.take(textures.color0, tid)
     uv, attributes = (at.uv, at.attributes) if isinstance(at, TexturePoint) else (at, None)
-    kind = textures.kind[tid]
+    kind = lanes.take(textures.kind, tid)
     m = lanes.take(textures.to_uv, tid)
     uv = jnp.stack([m[0, 0] * uv[0] + m[0, 1] * uv[1] + m[0, 2], m[1, 0] * uv[0] + m[1, 1] * uv[1] + m[1, 2]])
     c0 = lanes.take(textures.color0, tid)

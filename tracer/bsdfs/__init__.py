@@ -68,11 +68,13 @@ class _Params:
                  uv: jnp.ndarray | tx.TexturePoint) -> None:
         present = set(materials.kinds_present)
         self.kinds = present
-        self.kind = materials.kind[mat]
+        self.kind = lanes.take(materials.kind, mat)
         self.mat = mat
         textured = set(materials.textured)
-        rgb = lambda field: tx.eval_rgb(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
-        value = lambda field: tx.eval_float(textures, getattr(materials, field)[mat], uv, constant=field not in textured)
+        rgb = lambda field: tx.eval_rgb(textures, lanes.take(getattr(materials, field), mat), uv,
+                                        constant=field not in textured)
+        value = lambda field: tx.eval_float(textures, lanes.take(getattr(materials, field), mat), uv,
+                                            constant=field not in textured)
         if present & set(BsdfKind.WITH_DIFFUSE):
             self.reflectance = rgb("reflectance")
         if present - {BsdfKind.BLACK, BsdfKind.DIFFUSE, *BsdfKind.PASS_THROUGH, BsdfKind.COMPOSITE,
@@ -83,17 +85,17 @@ class _Params:
         if present & {BsdfKind.CONDUCTOR, BsdfKind.ROUGHCONDUCTOR}:
             self.eta3, self.k3 = lanes.take(materials.eta, mat), lanes.take(materials.k, mat)
         if present & set(BsdfKind.WITH_ETA):
-            self.eta = materials.eta[0, mat]
+            self.eta = lanes.take(materials.eta[0], mat)
         if present & set(BsdfKind.PLASTICS):
             self.coating = plastic.Coating(self.reflectance, self.specular, self.eta,
-                                           materials.specular_weight[mat], materials.internal_reflectance[mat],
-                                           materials.nonlinear[mat])
+                                           lanes.take(materials.specular_weight, mat),
+                                           lanes.take(materials.internal_reflectance, mat), lanes.take(materials.nonlinear, mat))
         if BsdfKind.PPLASTIC in present:
-            self.pplastic = pplastic.Params(self.reflectance, self.specular, self.eta, materials.specular_weight[mat])
+            self.pplastic = pplastic.Params(self.reflectance, self.specular, self.eta, lanes.take(materials.specular_weight, mat))
         if present & set(BsdfKind.ROUGH):
             self.distr = microfacet.make(
                 value("alpha_u"), value("alpha_v"),
-                materials.distribution[mat] == Microfacet.GGX, materials.sample_visible[mat],
+                lanes.take(materials.distribution, mat) == Microfacet.GGX, lanes.take(materials.sample_visible, mat),
                 present=materials.distributions_present, all_normals=materials.all_normals)
         if present & set(BsdfKind.PRINCIPLEDS):
             self.disney = disney.gather(materials, textures, mat, uv, self.reflectance)
@@ -416,4 +418,4 @@ def has_nondelta_lobe(materials: Materials, mat: jnp.ndarray) -> jnp.ndarray:
     if materials.layers is not None:
         return materials.layers.nondelta[mat]
     table = jnp.asarray([k in BsdfKind.WITH_NONDELTA_LOBE for k in range(len(BsdfKind.NAMES))])
-    return table[materials.kind[mat]]
+    return lanes.take(table, lanes.take(materials.kind, mat))

@@ -110,7 +110,7 @@ def _sphere(em: Emitters, e: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def _sample_sphere(em, e, ref, u):
     center, radius = _sphere(em, e)
-    flip = em.flip[e]
+    flip = lanes.take(em.flip, e)
     dc = center - ref
     dc2 = vm.dot(dc, dc)
     radius_adj = radius * jnp.where(flip, 1.0 + RAY_EPSILON, 1.0 - RAY_EPSILON)
@@ -146,7 +146,7 @@ def _sample_sphere(em, e, ref, u):
     p = n * radius + center
     uv = surface_uv.sphere_uv(vm.transform_point(lanes.take(em.to_local, e), p))
     n = vm.select(flip, -n, n)
-    d, dist, area_pdf = _to_solid_angle(ref, p, n, em.inv_area[e])
+    d, dist, area_pdf = _to_solid_angle(ref, p, n, lanes.take(em.inv_area, e))
     pdf = jnp.where(outside, jnp.where(dist == 0, 0.0, cone_pdf), area_pdf)
     return p, n, d, dist, pdf, uv
 
@@ -182,12 +182,12 @@ def pdf(em: Emitters, e: jax.Array, ref: jax.Array, p: jax.Array, n: jax.Array, 
     along unit direction d (``AreaLight::pdf_direction``); zero on the back side."""
     dp = vm.dot(d, n)
     dist = vm.norm(p - ref)
-    value = em.inv_area[e] * jnp.where(dp != 0, dist * dist / jnp.abs(dp), 0.0)
+    value = lanes.take(em.inv_area, e) * jnp.where(dp != 0, dist * dist / jnp.abs(dp), 0.0)
     if SurfaceKind.SPHERE in em.area_shapes_present:
         center, radius = _sphere(em, e)
         sin_alpha = radius / vm.norm(center - ref)
         cos_alpha = vm.safe_sqrt(1.0 - sin_alpha * sin_alpha)
-        cone = (em.area_shape[e] == SurfaceKind.SPHERE) & (sin_alpha < ONE_MINUS_EPS)
+        cone = (lanes.take(em.area_shape, e) == SurfaceKind.SPHERE) & (sin_alpha < ONE_MINUS_EPS)
         value = jnp.where(cone, INV_TWO_PI / (1.0 - cos_alpha), value)
     return jnp.where(dp < 0, value, 0.0)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
-from tracer import sampling
+from tracer import lanes, sampling
 from tracer.emitters import area, distant, envmap, point, projector
 from tracer.kinds import EmitterKind
 from tracer.pytree import pytree_dataclass
@@ -74,12 +74,12 @@ def sample_direction(emitters: Emitters, textures: Textures, ref_p: jnp.ndarray,
     e = e.astype(jnp.int32)
     kinds = emitters.kinds_present
     out = _sample_kind(kinds[0], emitters, textures, e, ref_p, u)
-    kind = emitters.kind[e]
+    kind = lanes.take(emitters.kind, e)
     for k in kinds[1:]:
         other = _sample_kind(k, emitters, textures, e, ref_p, u)
         out = jax.tree.map(lambda a, b: jnp.where(kind == k, b, a), out, other)
     p, n, d, dist, pdf, weight = out
-    pmf = emitters.select_pmf[e]
+    pmf = lanes.take(emitters.select_pmf, e)
     valid = (pdf > 0) & (pmf > 0)
     weight = jnp.where(valid, weight / jnp.where(valid, pmf, 1.0), 0.0)
     is_delta = jnp.zeros_like(valid)
@@ -104,7 +104,7 @@ def pdf_direction(emitters: Emitters, ref_p: jnp.ndarray, emitter: jnp.ndarray, 
     """
     valid = (emitter >= 0) & (emitter < emitters.kind.shape[0])
     e = jnp.clip(emitter, 0, emitters.kind.shape[0] - 1)
-    kind = emitters.kind[e]
+    kind = lanes.take(emitters.kind, e)
     kinds = emitters.kinds_present
     value = jnp.zeros(e.shape, jnp.float32)
     if EmitterKind.AREA in kinds:
@@ -113,7 +113,7 @@ def pdf_direction(emitters: Emitters, ref_p: jnp.ndarray, emitter: jnp.ndarray, 
         value = jnp.where(kind == EmitterKind.CONSTANT, sampling.square_to_uniform_sphere_pdf(d), value)
     if EmitterKind.ENVMAP in kinds:
         value = jnp.where(kind == EmitterKind.ENVMAP, envmap.pdf(emitters, d), value)
-    return jnp.where(valid, value * emitters.select_pmf[e], 0.0)
+    return jnp.where(valid, value * lanes.take(emitters.select_pmf, e), 0.0)
 
 
 def eval_surface(emitters: Emitters, textures: Textures, emitter: jnp.ndarray, n: jnp.ndarray, d: jnp.ndarray,
@@ -127,7 +127,7 @@ def eval_surface(emitters: Emitters, textures: Textures, emitter: jnp.ndarray, n
     if EmitterKind.AREA not in emitters.kinds_present:
         return jnp.zeros(d.shape, jnp.float32)
     e = jnp.clip(emitter, 0, emitters.kind.shape[0] - 1)
-    is_area = (emitter >= 0) & (emitters.kind[e] == EmitterKind.AREA)
+    is_area = (emitter >= 0) & (lanes.take(emitters.kind, e) == EmitterKind.AREA)
     return jnp.where(is_area, area.eval_radiance(emitters, textures, e, n, d, uv), 0.0)
 
 

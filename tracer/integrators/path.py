@@ -229,7 +229,7 @@ def surface_at(scene: Scene, state: PathState, origin: jax.Array, hit: geometry.
 def oriented_normals(scene: Scene, si: geometry.SurfaceInteraction) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(shape (0 for misses), ng, ns) of hits, the normals turned as the shape's ``flip_normals`` says."""
     shape = jnp.maximum(si.shape, 0)
-    flip = scene.shapes.flip_normals[shape]
+    flip = lanes.take(scene.shapes.flip_normals, shape)
     return shape, vm.select(flip, -si.ng, si.ng), vm.select(flip, -si.ns, si.ns)
 
 
@@ -240,7 +240,7 @@ def add_emission(scene: Scene, state: PathState, surface: Surface, radiance: jax
     scales the light-sampling pdf in that heuristic (the direct integrator's sample counts)."""
     ems, tex, si, d = scene.emitters, scene.textures, surface.si, state.direction
     visible = state.active & ~((state.depth == 0) & scene.settings.hide_emitters)
-    emitter = scene.shapes.emitter[surface.shape]
+    emitter = lanes.take(scene.shapes.emitter, surface.shape)
     hit_emitter = surface.valid & (emitter >= 0)
     # Mitsuba orients emission and its pdf by the shading normal.
     le, em_pdf = _stage((emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), surface.ns, d, si.uv),
@@ -267,8 +267,8 @@ def material_and_frame(scene: Scene, surface: Surface) -> tuple[jax.Array, vm.Fr
     two-sided BSDFs mirror the frame on the back (its normal negated, as Mitsuba's ``twosided``
     negates the local z)."""
     shapes, shape = scene.shapes, surface.shape
-    mat = jnp.where(surface.front, shapes.bsdf_front[shape], shapes.bsdf_back[shape])
-    mirror = ~surface.front & shapes.flip_back[shape]
+    mat = jnp.where(surface.front, lanes.take(shapes.bsdf_front, shape), lanes.take(shapes.bsdf_back, shape))
+    mirror = ~surface.front & lanes.take(shapes.flip_back, shape)
     s, t, n = surface.frame
     return mat, vm.Frame(s, t, vm.select(mirror, -n, n))
 
