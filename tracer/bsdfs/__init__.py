@@ -32,11 +32,12 @@ conductor's mirror direction and pdf 1, the rough conductor's reflection about t
 from wi as it is, with its pdf (kept too where wo falls below), and the plastics' all zeros.
 """
 import dataclasses
+import functools
+from collections.abc import Iterable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from tracer import textures as tx
 from tracer import lanes
@@ -150,11 +151,17 @@ def _by_kind_group(materials: Materials, groups: tuple[tuple[int, ...], ...], co
                    inputs: tuple) -> Any:
     """``code(materials, *inputs)`` (``inputs``: per-lane arrays) of each lane's kind group, run on
     that group's lanes only, ``materials`` telling the code that only the group's kinds occur."""
-    table = np.zeros(len(BsdfKind.NAMES), np.int32)
-    for j, group in enumerate(groups):
-        table[list(group)] = j
-    return lanes.by_kind(jnp.asarray(table)[materials.kind[mat]], len(groups),
+    kind = lanes.take(materials.kind, mat)
+    # Each lane's group by comparisons (a kind in no group: the first), not a gather from a table.
+    slot = sum(jnp.where(_is_one_of(kind, group), j, 0) for j, group in enumerate(groups) if j)
+    slot = jnp.zeros_like(kind) + slot
+    return lanes.by_kind(slot, len(groups),
                          lambda j, x: code(dataclasses.replace(materials, kinds_present=groups[j]), *x), inputs)
+
+
+def _is_one_of(kind: jnp.ndarray, kinds: Iterable[int]) -> jnp.ndarray:
+    """(N,) bool: ``kind`` is one of ``kinds`` (static)."""
+    return functools.reduce(jnp.logical_or, (kind == k for k in kinds), jnp.zeros(kind.shape, bool))
 
 
 def sample(materials: Materials, textures: tx.Textures, mat: jnp.ndarray, uv: jnp.ndarray | tx.TexturePoint,
@@ -417,5 +424,4 @@ def has_nondelta_lobe(materials: Materials, mat: jnp.ndarray) -> jnp.ndarray:
     """(N,) bool: the material has a non-delta lobe, so that next-event estimation applies."""
     if materials.layers is not None:
         return materials.layers.nondelta[mat]
-    table = jnp.asarray([k in BsdfKind.WITH_NONDELTA_LOBE for k in range(len(BsdfKind.NAMES))])
-    return lanes.take(table, lanes.take(materials.kind, mat))
+    return _is_one_of(lanes.take(materials.kind, mat), BsdfKind.WITH_NONDELTA_LOBE)

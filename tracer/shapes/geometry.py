@@ -683,7 +683,7 @@ def primitive_shape(geometry: Geometry, prim: jax.Array) -> jax.Array:
     if t:
         shape = jnp.where((prim >= 0) & (prim < t), geometry.tri_shape[jnp.clip(prim, 0, t - 1)], shape)
     if geometry.n_analytic:
-        shape = jnp.where(prim >= t, geometry.analytic_shape[jnp.clip(prim - t, 0, geometry.n_analytic - 1)], shape)
+        shape = jnp.where(prim >= t, lanes.take(geometry.analytic_shape, jnp.clip(prim - t, 0, geometry.n_analytic - 1)), shape)
     return shape
 
 
