@@ -45,7 +45,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from farm import faults, signals
 from farm.job import check_fits, group_shapes
@@ -106,42 +106,41 @@ _UNUSED_HEAD_PROCESSES = ("start_monitor", "start_log_monitor")
 _AGENT_NICENESS = 10
 
 
-@contextlib.contextmanager
-def _agents_niced(niceness: int) -> Iterator[None]:
+def _agents_niced(niceness: int) -> contextlib.AbstractContextManager[None]:
     """Ray's Python services started under ``nice`` (where it is there to start them) while the
     block runs: Ray builds their command lines, and no worker's, with this function of its."""
     from ray._private import services
 
-    name = "_build_python_executable_command_memory_profileable"
-    build = services.__dict__.get(name)
     nice = shutil.which("nice")
-    if build is None or nice is None:
-        yield
-        return
+    if nice is None:
+        return contextlib.nullcontext()
 
-    def niced(*args: object, **kwargs: object) -> list[str]:
-        return [nice, "-n", str(niceness), *build(*args, **kwargs)]
+    def niced(build: Callable[..., list[str]]) -> Callable[..., list[str]]:
+        return lambda *args, **kwargs: [nice, "-n", str(niceness), *build(*args, **kwargs)]
 
-    setattr(services, name, niced)
-    try:
-        yield
-    finally:
-        setattr(services, name, build)
+    return _replaced(services, {"_build_python_executable_command_memory_profileable": niced})
 
 
-@contextlib.contextmanager
-def _head_without(methods: tuple[str, ...]) -> Iterator[None]:
+def _head_without(methods: tuple[str, ...]) -> contextlib.AbstractContextManager[None]:
     """Ray's head node starting none of the processes that ``methods`` (of Ray's Node) start."""
     from ray._private import node
 
-    kept = {name: node.Node.__dict__[name] for name in methods if name in node.Node.__dict__}
-    for name in kept:
-        setattr(node.Node, name, _start_nothing)
+    return _replaced(node.Node, {name: lambda _: _start_nothing for name in methods})
+
+
+@contextlib.contextmanager
+def _replaced(owner: object, replacements: dict[str, Callable[[Any], Any]]) -> Iterator[None]:
+    """Attributes of ``owner`` (a Ray class or module) replaced while the block runs, each by
+    ``replacements[name](its original)``, and restored after. A name it lacks (a Ray that renamed
+    it) is left alone: Ray then does as it would."""
+    kept = {name: vars(owner)[name] for name in replacements if name in vars(owner)}
+    for name, original in kept.items():
+        setattr(owner, name, replacements[name](original))
     try:
         yield
     finally:
-        for name, method in kept.items():
-            setattr(node.Node, name, method)
+        for name, original in kept.items():
+            setattr(owner, name, original)
 
 
 def _start_nothing(*args: object, **kwargs: object) -> None:

@@ -153,8 +153,9 @@ def _by_kind_group(materials: Materials, groups: tuple[tuple[int, ...], ...], co
     that group's lanes only, ``materials`` telling the code that only the group's kinds occur."""
     kind = lanes.take(materials.kind, mat)
     # Each lane's group by comparisons (a kind in no group: the first), not a gather from a table.
-    slot = sum(jnp.where(_is_one_of(kind, group), j, 0) for j, group in enumerate(groups) if j)
-    slot = jnp.zeros_like(kind) + slot
+    slot = jnp.zeros_like(kind)
+    for j, group in enumerate(groups[1:], 1):
+        slot = jnp.where(_is_one_of(kind, group), j, slot)
     return lanes.by_kind(slot, len(groups),
                          lambda j, x: code(dataclasses.replace(materials, kinds_present=groups[j]), *x), inputs)
 
