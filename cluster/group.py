@@ -282,6 +282,13 @@ class WorkerGroup:
             return [self.members[0].step.remote(task)]
         return [m.render.remote(task) for m in self.members]
 
+    def prepare(self, task: TileTask, compiler: int | None = None) -> None:
+        """Have every member get ready for ``task`` ahead of it (``Member.prepare``; ``compiler``:
+        the pid of the process on the members' host compiling its work unit). Nothing is waited
+        for: the members do it before whatever is sent them next."""
+        for m in self.members:
+            m.prepare.remote(task, compiler)
+
     @staticmethod
     def ready_ref(handle: list[ray.ObjectRef]) -> ray.ObjectRef:
         """The object to ``ray.wait`` on: rank 0's answer (it fails too when any member dies,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -162,21 +163,37 @@ class Member:
 
     def compile(self, task: TileTask) -> None:
         """Compile (not run) the work unit of ``task``'s shape, leaving it in the persistent
-        compilation cache and whole beside it for the members that will render (``cluster.preflight``)."""
+        compilation cache and whole beside it for the members that will render (``cluster.preflight``);
+        where it is there whole already, nothing."""
         args, kwargs = self._arguments(task, _zeros(task))
-        self._program(args, kwargs, past_cache=True)
+        self._program(args, kwargs, for_others=True)
 
-    def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any], past_cache: bool = False) -> None:
+    def prepare(self, task: TileTask, compiler: int | None = None) -> None:
+        """What ``task`` will need before it renders, done ahead of it while the driver waits for
+        its preflight: its scene loaded and, in a one-process group, its work unit; ``compiler``:
+        the pid of the process on this host compiling it (the preflight), whose program is
+        waited for while that process lives, instead of compiled here. Any error is left for the
+        task itself to meet and report."""
+        try:
+            args, kwargs = self._arguments(task, _zeros(task))
+            if self.size == 1:
+                self._program(args, kwargs, awaiting=None if compiler is None else lambda: _running(compiler))
+        except Exception:  # noqa: BLE001 (the task loads again, and fails with the task's own error)
+            self._scene, self._scene_key, self._scene_copies = None, None, None
+
+    def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any], for_others: bool = False,
+                 awaiting: Callable[[], bool] | None = None) -> None:
         """The work unit's program for these arguments, loaded compiled where this host has it
         (``tracer.runtime.compiled``; not for scenes whose rays a Python callback answers).
-        ``past_cache``: compiled by XLA even where JAX's cache has it, so that it can be kept whole
-        (the preflight's; a group's members compile side by side, and take JAX's entry)."""
+        ``for_others`` (the preflight's): compiled by XLA even where JAX's cache has it, so that
+        it can be kept whole, and not loaded where it is kept whole already (a group's members
+        compile side by side, and take JAX's entry); ``awaiting``: ``compiled.program``'s."""
         from tracer.runtime import compiled
         from tracer.rendering import render_tile
 
         if args[0].geometry.accel in compiled.SHARED_ACCELS:
-            self._whole += compiled.program(render_tile, bootstrap.cache_dir(), args, kwargs,
-                                            past_cache=past_cache) == "loaded"
+            self._whole += compiled.program(render_tile, bootstrap.cache_dir(), args, kwargs, past_cache=for_others,
+                                            for_others=for_others, awaiting=awaiting) == "loaded"
 
     def _work(self, task: TileTask, start: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
         """The work unit: (value, weight) of the task's passes added to ``start``, host numpy on
@@ -196,6 +213,23 @@ class Member:
             return None
         local = lambda a: np.asarray(a.addressable_data(0)) if isinstance(a, jax.Array) else np.asarray(a)
         return local(value), local(weight)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process ``pid`` is running: not ended, nor ended and not yet reaped by its parent."""
+    if not os.path.isdir("/proc"):  # (not Linux: whether it is there at all)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"  # (the state follows the command's name)
+    except OSError:
+        return False
 
 
 def _zeros(task: TileTask) -> tuple[np.ndarray, np.ndarray]:

@@ -56,6 +56,9 @@ class _SimulatedMember(Member):
     def compile_stats(self):
         return None
 
+    def prepare(self, task, compiler=None):
+        return None
+
     def _work(self, task, start):
         if self.latency_s:
             time.sleep(self.latency_s)

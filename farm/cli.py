@@ -79,7 +79,8 @@ def _render(spec, address, no_progress, redo=None, replace=False):
         try:
             say(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> {store.url}")
             session.run(spec, store, address=address, show_progress=not no_progress, log=say,
-                        ray_start=ray_start, ready=preflight.wait, say=lambda m: click.echo(m, err=True))
+                        ray_start=ray_start, ready=preflight.wait, say=lambda m: click.echo(m, err=True),
+                        compiler=preflight.compiling)
             store.log("done")
         except KeyboardInterrupt:
             raise Interrupted(f"{signals.how()}; `farm resume {store.url}` goes on from here",

@@ -7,7 +7,9 @@ unsupported plugin or a bad parameter would otherwise surface only in a worker, 
 and the store was made. And a local job's first task would otherwise wait for its members to
 compile the work unit after Ray and the group are up (on a small job, longer than its rendering):
 the same child, started in the members' environment, compiles it into the persistent compilation
-cache meanwhile, and the run dispatches its first task once that is done.
+cache meanwhile, and the run dispatches its first task once that is done. The groups' members
+load their first scene meanwhile and wait for that program (``compiling``, the child's pid;
+``farm.scheduler``'s ``prepare``), so that its load is not the first task's.
 """
 from __future__ import annotations
 
@@ -80,6 +82,10 @@ class Preflight:
         from cluster.preflight import task_json
         self._send({"task": task_json(task)})
         self._send(None)
+        self.compiling = self._child.pid
+
+    # The pid of the child while it compiles what ``compile`` asked for (None: nothing asked).
+    compiling: int | None = None
 
     def wait(self, timeout_s: float = 600) -> None:
         """Wait for the compilation asked for, if any: for the child's word that it is done (the

@@ -242,12 +242,14 @@ def starting_ray(address: str | None = None, groups: GroupsSpec | None = None,
 
 def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progress: bool = True,
         log: Callable[[str], object] = print, ray_start: RayStart | None = None,
-        ready: Callable[[], object] | None = None, say: Callable[[str], object] | None = None) -> Plan:
+        ready: Callable[[], object] | None = None, say: Callable[[str], object] | None = None,
+        compiler: int | None = None) -> Plan:
     """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address`` (or the
     Ray of ``ray_start``, a ``RayStart`` of ``starting_ray``, already on its way); the run's
     phases from the start of Ray on are in the store's progress notes (``farm.progress``).
     ``ready()``: waited for once the groups have formed, before the first task goes out (the
-    preflight's compilation, ``farm.scene_check.Preflight.wait``). ``say``: what says each phase
+    preflight's compilation, ``farm.scene_check.Preflight.wait``), made meanwhile by the process
+    ``compiler`` on this host (``farm.scheduler.run_job``). ``say``: what says each phase
     without the bar (default ``log``; the phases are in the store's log either way)."""
     from farm.progress import RunProgress
     from farm.scheduler import run_job
@@ -265,7 +267,8 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
                 import ray as ray_api
                 check_fits(shapes, [node["Resources"] for node in ray_api.nodes() if node["Alive"]])
                 seat = Seat(store.url, spec.groups.priority, shapes, store.paused, log)  # a shared cluster's queue
-            return run_job(spec, store, shapes, log=log, progress=progress, ready=ready, seat=seat)
+            return run_job(spec, store, shapes, log=log, progress=progress, ready=ready, seat=seat,
+                           compiler=compiler if address is None else None)
     except BaseException as e:
         # A full or read-only store is named (the run's uncommitted data is gone by now, which frees space).
         fault = faults.named(e, store.url)

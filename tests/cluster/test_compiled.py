@@ -91,3 +91,61 @@ def test_what_decides_the_program_decides_its_key(monkeypatch):
     monkeypatch.setattr(compiled, "_code", ["another version of the tracer"])
     keys.add(key())
     assert base not in keys and len(keys) == 6
+
+
+class _Kept:
+    """A stand-in for ``KeptPrograms``: what ``compiled.program`` asks of one, counted."""
+
+    def __init__(self):
+        self.made, self.adopted = 0, []
+
+    def has_program(self, args, kwargs):
+        return bool(self.adopted) or self.made > 0
+
+    def signature(self, args, kwargs):
+        return ("a stand-in", args)
+
+    def compile(self, *args, **kwargs):
+        self.made += 1
+        return "compiled here"
+
+    def adopt(self, program, args, kwargs):
+        self.adopted.append(program)
+
+
+def test_the_preflight_leaves_a_saved_program_there_without_loading_it(tmp_path, monkeypatch):
+    kept = _Kept()
+    path = tmp_path / compiled.FOLDER / (compiled.key(kept, (1,), {}) + ".program")
+    path.parent.mkdir()
+    path.write_bytes(b"a program")
+    os.utime(path, (1, 1))
+    monkeypatch.setattr(compiled, "load", lambda *a: (_ for _ in ()).throw(AssertionError("loaded")))
+    assert compiled.program(kept, str(tmp_path), (1,), {}, for_others=True) == "saved"
+    assert kept.made == 0 and path.stat().st_mtime > 1  # made the newest: kept longest
+    # Without it there, the preflight compiles it, past JAX's cache, and saves it.
+    monkeypatch.setattr(compiled, "load", lambda *a: None)
+    monkeypatch.setattr(compiled, "save", lambda folder, digest, made: saved.append(made))
+    saved = []
+    assert compiled.program(_Kept(), str(tmp_path), (2,), {}, for_others=True) == "compiled"
+    assert saved == ["compiled here"]
+
+
+def test_a_member_waits_for_the_program_another_process_is_compiling(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    kept = _Kept()
+    path = tmp_path / compiled.FOLDER / (compiled.key(kept, (1,), {}) + ".program")
+    path.parent.mkdir()
+    monkeypatch.setattr(compiled, "load", lambda folder, digest: "loaded from disk"
+                        if (tmp_path / compiled.FOLDER / (digest + ".program")).exists() else None)
+    writer = threading.Timer(0.3, path.write_bytes, (b"a program",))
+    writer.start()
+    t0 = time.monotonic()
+    assert compiled.program(kept, str(tmp_path), (1,), {}, past_cache=False, awaiting=lambda: True) == "loaded"
+    assert time.monotonic() - t0 >= 0.25 and kept.adopted == ["loaded from disk"] and kept.made == 0
+    # The compiling process ended without it: compiled here, at once.
+    other = _Kept()
+    monkeypatch.setattr(compiled, "save", lambda *a: None)
+    assert compiled.program(other, str(tmp_path), (3,), {}, past_cache=False, awaiting=lambda: False) == "compiled"
+    assert other.made == 1

@@ -12,7 +12,8 @@ the devices, and the arguments' structure (static fields included), shapes, dtyp
 (``KeptPrograms.signature``). Whatever differs gives another key: a miss, never a wrong program.
 The program loaded is the one XLA compiled from the same HLO, so its bits are the same.
 
-The driver's preflight saves the job's work unit as it compiles it (``cluster.preflight``), and a
+The driver's preflight saves the job's work unit as it compiles it (``cluster.preflight``; one
+already saved it leaves there unloaded), the job's members wait for it meanwhile (``awaiting``), and a
 member that compiles one saves it for the host's other members; ``tracer.render`` saves and loads
 its own where its process uses the default cache (``tracer.runtime.compilation_cache``). Single-process
 programs only: a group over several hosts compiles its program together, and traces as before. The folder is
@@ -39,6 +40,8 @@ import pathlib
 import pickle
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -113,6 +116,26 @@ def load(folder: str | None, digest: str | None) -> jax.stages.Compiled | None:
         return None
 
 
+def _saved(folder: str | None, digest: str | None) -> bool:
+    """Whether ``folder`` holds the program ``digest``; it is then made the newest (kept longest)."""
+    if folder is None or digest is None:
+        return False
+    try:
+        os.utime(_path(folder, digest))
+        return True
+    except OSError:
+        return False
+
+
+def _wait_saved(folder: str | None, digest: str | None, awaiting: Callable[[], bool], poll_s: float = 0.05) -> None:
+    """Return once ``folder`` holds the program ``digest``, or ``awaiting()`` is False."""
+    if folder is None or digest is None:
+        return
+    path = _path(folder, digest)
+    while not path.exists() and awaiting():
+        time.sleep(poll_s)
+
+
 def save(folder: str | None, digest: str | None, compiled: jax.stages.Compiled) -> None:
     """Save ``compiled`` under ``digest`` (a new file renamed into place: a reader never sees
     half of it), then keep the ``KEEP`` newest. A program that cannot be saved is not: the next
@@ -141,15 +164,24 @@ def save(folder: str | None, digest: str | None, compiled: jax.stages.Compiled) 
 
 
 def program(kept: KeptPrograms, folder: str | None, args: tuple[Any, ...], kwargs: dict[str, Any],
-            past_cache: bool = True) -> str:
+            past_cache: bool = True, for_others: bool = False,
+            awaiting: Callable[[], bool] | None = None) -> str:
     """Make sure ``kept`` has its program for these arguments: in this process already, else
     loaded from ``folder``, else compiled here by XLA and saved for the host's other processes.
     ``past_cache=False`` (a group's members, which compile side by side): where JAX's cache has
-    the program it is loaded from there, in seconds, and not saved. Returns which: "kept",
-    "loaded" or "compiled"."""
+    the program it is loaded from there, in seconds, and not saved. ``for_others`` (the driver's
+    preflight, which compiles for the members and runs nothing): a program ``folder`` has already
+    is left there, not loaded (its load took a third of a second of the cores Ray was starting
+    on). ``awaiting``: while it answers True and ``folder`` lacks the program, another process
+    is making it (a member waiting for the preflight): wait for it rather than compile. Returns
+    which: "kept", "saved" (``for_others``), "loaded" or "compiled"."""
     if kept.has_program(args, kwargs):
         return "kept"
     digest = key(kept, args, kwargs)
+    if for_others and _saved(folder, digest):
+        return "saved"
+    if awaiting is not None:
+        _wait_saved(folder, digest, awaiting)
     compiled = load(folder, digest)
     if compiled is not None:
         kept.adopt(compiled, args, kwargs)
