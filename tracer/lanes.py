@@ -148,11 +148,14 @@ def drain_in_place(carry: T, inputs: Any, live: Callable[[T], jax.Array], step: 
     return jax.tree.map(lambda a: jnp.zeros_like(a).at[..., index].set(a, unique_indices=True), out)
 
 
-# Lanes a ``by_kind`` branch runs over at a time.
-# Measured on a 2-core AVX2 host, coherent BSDFs (tracer.bsdfs) at 4k lanes a device, second
-# render: examples/orbit.xml 0.365 / 0.335 / 0.387 s at 128 / 256 / 512, materials.xml 0.699 /
-# 0.706 / 0.754 s: small windows pay a step each, large ones compute more lanes of the wrong kind.
-WINDOW = 256
+# Lanes a ``by_kind`` branch runs over at a time: small windows pay a step each, large ones
+# compute more lanes of the wrong kind. Measured on a 2-core AVX2 host, coherent BSDFs
+# (tracer.bsdfs) at 4k lanes a device, second render: examples/orbit.xml 0.365 / 0.335 / 0.387 s
+# at 128 / 256 / 512, materials.xml 0.699 / 0.706 / 0.754 s. Since a bounce's kernels got fewer
+# (November 30, a 2-core AVX-512 host, 128x128, 64 spp, fastest of 5, two processes each, 64 /
+# 128 / 256): orbit.xml 0.251-0.252 / 0.247-0.251 / 0.242-0.256 s, materials.xml 0.423-0.442 /
+# 0.403-0.414 / 0.417-0.430, mesh.xml 0.354-0.366 / 0.354-0.358 / 0.361-0.380.
+WINDOW = 128
 
 
 def by_kind(slot: jax.Array, count: int, branch: Callable[[int, Any], Any], inputs: Any,
