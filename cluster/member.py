@@ -82,6 +82,8 @@ class Member:
         from jax.sharding import NamedSharding, PartitionSpec
 
         sharding = NamedSharding(self.mesh, PartitionSpec())
+        if self.size == 1:  # one transfer for the whole tree (a frame's scene: 8 -> 5 ms, 109 leaves)
+            return jax.device_put(jax.tree.map(np.asarray, tree), sharding)
         return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
 
     def _load(self, ref: SceneRef) -> Scene:
@@ -178,8 +180,10 @@ class Member:
             args, kwargs = self._arguments(task, _zeros(task))
             if self.size == 1:
                 self._program(args, kwargs, awaiting=None if compiler is None else lambda: _running(compiler))
-        except Exception:  # noqa: BLE001 (the task loads again, and fails with the task's own error)
-            self._scene, self._scene_key, self._scene_copies = None, None, None
+        except Exception:  # noqa: BLE001
+            # What failed the task does again, and fails with its own error (a scene that did not
+            # load is not kept; one that did is the task's).
+            pass
 
     def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any], for_others: bool = False,
                  awaiting: Callable[[], bool] | None = None) -> None:
