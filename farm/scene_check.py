@@ -45,6 +45,7 @@ class Preflight:
                  "accel": spec.accel, "aovs": spec.aovs, "rfilter": spec.rfilter,
                  "param_sets": [list(map(list, p)) for p in param_sets]}
         self.scene, self.env = spec.scene, env
+        self.compiling: int | None = None  # the child's pid once ``compile`` asked it for a program
         self._stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe no one reads while it compiles
         self._child = subprocess.Popen([sys.executable, "-m", "cluster.preflight"], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=child_env())
@@ -83,9 +84,6 @@ class Preflight:
         self._send({"task": task_json(task)})
         self._send(None)
         self.compiling = self._child.pid
-
-    # The pid of the child while it compiles what ``compile`` asked for (None: nothing asked).
-    compiling: int | None = None
 
     def wait(self, timeout_s: float = 600) -> None:
         """Wait for the compilation asked for, if any: for the child's word that it is done (the
