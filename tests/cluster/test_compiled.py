@@ -132,7 +132,6 @@ def test_the_preflight_leaves_a_saved_program_there_without_loading_it(tmp_path,
 
 def test_a_member_waits_for_the_program_another_process_is_compiling(tmp_path, monkeypatch):
     import threading
-    import time
 
     kept = _Kept()
     path = tmp_path / compiled.FOLDER / (compiled.key(kept, (1,), {}) + ".program")
@@ -141,9 +140,9 @@ def test_a_member_waits_for_the_program_another_process_is_compiling(tmp_path, m
                         if (tmp_path / compiled.FOLDER / (digest + ".program")).exists() else None)
     writer = threading.Timer(0.3, path.write_bytes, (b"a program",))
     writer.start()
-    t0 = time.monotonic()
+    # "loaded", not "compiled": it waited for the file the writer makes 0.3 s later (no clock needed).
     assert compiled.program(kept, str(tmp_path), (1,), {}, past_cache=False, awaiting=lambda: True) == "loaded"
-    assert time.monotonic() - t0 >= 0.25 and kept.adopted == ["loaded from disk"] and kept.made == 0
+    assert kept.adopted == ["loaded from disk"] and kept.made == 0
     # The compiling process ended without it: compiled here, at once.
     other = _Kept()
     monkeypatch.setattr(compiled, "save", lambda *a: None)
