@@ -80,6 +80,12 @@ class BsdfKind:
     # Leaves a ray goes straight through (Mitsuba's BSDFFlags::Null), with a weight for polarizers.
     PASS_THROUGH = (NULL, POLARIZER)
     PRINCIPLEDS = (PRINCIPLED, PRINCIPLEDTHIN)  # Burley's model: parameters in ``Materials.principled``
+    # The kinds that read each texture-id column of ``Materials``: another kind's id there is never
+    # read (the loader leaves it at texture 0, whatever that is).
+    TEXTURE_READERS = {"reflectance": WITH_DIFFUSE,
+                       "specular_reflectance": (CONDUCTOR, ROUGHCONDUCTOR, *DIELECTRICS, *PLASTICS, PPLASTIC),
+                       "specular_transmittance": (*DIELECTRICS, POLARIZER),
+                       "alpha_u": ROUGH, "alpha_v": ROUGH}
 
 
 class Microfacet:

@@ -71,17 +71,16 @@ class _Params:
         self.kinds = present
         self.kind = lanes.take(materials.kind, mat)
         self.mat = mat
-        textured = set(materials.textured)
         rgb = lambda field: tx.eval_rgb(textures, lanes.take(getattr(materials, field), mat), uv,
-                                        constant=field not in textured)
+                                        constant=not materials.is_textured(field))
         value = lambda field: tx.eval_float(textures, lanes.take(getattr(materials, field), mat), uv,
-                                            constant=field not in textured)
-        if present & set(BsdfKind.WITH_DIFFUSE):
+                                            constant=not materials.is_textured(field))
+        reads = lambda field: bool(present & set(BsdfKind.TEXTURE_READERS[field]))
+        if reads("reflectance"):
             self.reflectance = rgb("reflectance")
-        if present - {BsdfKind.BLACK, BsdfKind.DIFFUSE, *BsdfKind.PASS_THROUGH, BsdfKind.COMPOSITE,
-                      *BsdfKind.PRINCIPLEDS}:
+        if reads("specular_reflectance"):
             self.specular = rgb("specular_reflectance")
-        if present & {*BsdfKind.DIELECTRICS, BsdfKind.POLARIZER}:
+        if reads("specular_transmittance"):
             self.transmittance = rgb("specular_transmittance")
         if present & {BsdfKind.CONDUCTOR, BsdfKind.ROUGHCONDUCTOR}:
             self.eta3, self.k3 = lanes.take(materials.eta, mat), lanes.take(materials.k, mat)
@@ -93,7 +92,7 @@ class _Params:
                                            lanes.take(materials.internal_reflectance, mat), lanes.take(materials.nonlinear, mat))
         if BsdfKind.PPLASTIC in present:
             self.pplastic = pplastic.Params(self.reflectance, self.specular, self.eta, lanes.take(materials.specular_weight, mat))
-        if present & set(BsdfKind.ROUGH):
+        if reads("alpha_u"):
             self.distr = microfacet.make(
                 value("alpha_u"), value("alpha_v"),
                 lanes.take(materials.distribution, mat) == Microfacet.GGX, lanes.take(materials.sample_visible, mat),
@@ -416,7 +415,7 @@ def _null_leaf(materials, textures, mat, uv, cos_wi):
         r = fresnel.dielectric(jnp.abs(cos_wi), materials.eta[0, mat])[0]
         r = r * 2.0 / (1.0 + r)
         spec_t = tx.eval_rgb(textures, materials.specular_transmittance[mat], uv,
-                             constant="specular_transmittance" not in materials.textured)
+                             constant=not materials.is_textured("specular_transmittance"))
         out = jnp.where(kind == BsdfKind.THINDIELECTRIC, (1.0 - r) * spec_t, out)
     return out
 

@@ -82,11 +82,18 @@ class Materials:
     kinds_present: tuple[int, ...] = static(default=(BsdfKind.DIFFUSE,))
     distributions_present: tuple[int, ...] = static(default=())  # microfacet distributions of the rough kinds
     all_normals: bool = static(default=False)  # some rough material samples all normals
-    # Texture-id fields above that refer to a non-constant texture somewhere; the others are
-    # read as constants (a bitmap lookup for every field of every ray is what this saves).
-    textured: tuple[str, ...] = static(default=("reflectance", "specular_reflectance", "specular_transmittance",
-                                                "alpha_u", "alpha_v"))
+    # (field, kind): some material of that kind reads a non-constant texture in that texture-id
+    # field above; the rest are read as constants (a bitmap lookup for every field of every ray
+    # is what this saves). By default every field of every kind that reads it.
+    textured: tuple[tuple[str, int], ...] = static(default=tuple(
+        (field, kind) for field, kinds in BsdfKind.TEXTURE_READERS.items() for kind in kinds))
     # The principled kinds' parameters; None (no leaves: the same compiled program) without them.
     principled: Principled | None = None
     # Normal and bump maps over leaves (tracer.bsdfs.perturb); None where no material has one.
     perturbation: Perturbations | None = None
+
+    def is_textured(self, field: str) -> bool:
+        """Whether a kind present reads a non-constant texture in ``field`` (static). A kind group's
+        table (``kinds_present`` its kinds) reads constants where only other groups' materials
+        have textures there."""
+        return any(f == field and kind in self.kinds_present for f, kind in self.textured)

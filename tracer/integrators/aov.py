@@ -160,8 +160,8 @@ def _leaf_albedo(materials, textures, mat, at, wi, tangents):
     value, _ = bsdfs.eval_pdf(materials, textures, mat, at, wi, up, tangents)
     value = value * np.float32(np.pi)
     if set(materials.kinds_present) & set(_REFLECTANCE_KINDS):
-        textured = "reflectance" in materials.textured
-        reflectance = tx.eval_rgb(textures, materials.reflectance[mat], at, constant=not textured)
+        reflectance = tx.eval_rgb(textures, materials.reflectance[mat], at,
+                                  constant=not materials.is_textured("reflectance"))
         own = jnp.isin(kind, jnp.asarray(_REFLECTANCE_KINDS))
         value = vm.select(own, reflectance, value)
     return value

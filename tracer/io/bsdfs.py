@@ -605,7 +605,6 @@ _BOTH_SIDES = (*BsdfKind.DIELECTRICS, *BsdfKind.PRINCIPLEDS, BsdfKind.POLARIZER)
 MAX_SLOTS = 64  # leaves of one composite material: each is evaluated for every light sample
 
 
-_TEXTURE_FIELDS = ("reflectance", "specular_reflectance", "specular_transmittance", "alpha_u", "alpha_v")
 # The ``Materials`` texture fields a leaf's Mitsuba parameter fills (tracer.io.parameter_names).
 _PARAMETER_FIELDS = {"reflectance": ("reflectance",), "diffuse_reflectance": ("reflectance",),
                      "specular_reflectance": ("specular_reflectance",),
@@ -614,11 +613,15 @@ _PARAMETER_FIELDS = {"reflectance": ("reflectance",), "diffuse_reflectance": ("r
 
 
 def _textured_fields(rows, textures):
-    """The texture-id fields that refer to a non-constant texture (all of them, unknown textures)."""
+    """``Materials.textured``: the (field, kind) pairs where a material of that kind reads a
+    non-constant texture in that field (every pair that reads, unknown textures). A field a kind
+    does not read holds texture 0, which may be any texture: it does not count."""
+    readers = [(f, k) for f, kinds in BsdfKind.TEXTURE_READERS.items() for k in kinds]
     if textures is None:
-        return _TEXTURE_FIELDS
+        return tuple(readers)
     kinds = np.asarray(textures.kind)
-    return tuple(f for f in _TEXTURE_FIELDS if any(kinds[getattr(r, f)] != TextureKind.CONSTANT for r in rows))
+    return tuple((f, k) for f, k in readers
+                 if any(r.kind == k and kinds[getattr(r, f)] != TextureKind.CONSTANT for r in rows))
 
 
 def _principled_table(rows, textures):

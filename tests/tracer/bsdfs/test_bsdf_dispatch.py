@@ -1,10 +1,13 @@
 """The dispatch API: per-ray materials, NEE flags, and what gets traced."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from tests.helpers import bsdf_cases as bc
 from tracer import bsdfs
+from tracer.bsdfs.table import Materials
 from tracer.io.bsdfs import MaterialTableBuilder
 from tracer.textures import TextureTableBuilder
 from tracer.kinds import BsdfKind
@@ -52,6 +55,34 @@ def test_eval_and_sample_give_the_bits_of_the_two_calls():
     for got, want in ((value, ref_value), (pdf, ref_pdf), (weight, ref_weight), (bs.wo, ref_bs.wo),
                       (bs.pdf, ref_bs.pdf), (bs.eta, ref_bs.eta), (bs.is_delta, ref_bs.is_delta), (bs.null, ref_bs.null)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_constants_read_as_constants_give_the_bits_of_textures(monkeypatch):
+    """Each kind group reads a field as a constant unless a material of its own kinds has a
+    texture there (here the diffuse's and the rough plastic's reflectance, the rough conductor's
+    alphas), with the bits of reading every field of every kind as a texture; a group told wrongly
+    would read a checkerboard's first color everywhere."""
+    rng = np.random.default_rng(3)
+    n = bc.CHUNK
+    materials, textures = bc.build_tables([
+        {"type": "diffuse", "reflectance": bc.CHECKER}, {"type": "diffuse", "reflectance": [0.3, 0.5, 0.7]},
+        {"type": "roughplastic", "diffuse_reflectance": bc.CHECKER, "alpha": 0.2},
+        {"type": "roughconductor", "material": "Cr", "alpha": bc.ROUGHNESS_CHECKER}, {"type": "conductor"},
+        {"type": "dielectric"}])
+    assert materials.textured == (("reflectance", BsdfKind.DIFFUSE), ("reflectance", BsdfKind.ROUGHPLASTIC),
+                                  ("alpha_u", BsdfKind.ROUGHCONDUCTOR), ("alpha_v", BsdfKind.ROUGHCONDUCTOR))
+    ids = jnp.asarray(rng.integers(0, 6, n).astype(np.int32))
+    wi, wo = bc.random_directions(rng, n), bc.random_directions(rng, n)
+    uv = rng.random((2, n)).astype(np.float32)
+    u1, u2 = rng.random(n).astype(np.float32), rng.random((2, n)).astype(np.float32)
+    got = jax.jit(bsdfs.eval_and_sample)(materials, textures, ids, uv, wi, wo, u1, u2)
+    # Every field a texture: another static table (another trace), every lookup the full one.
+    monkeypatch.setattr(Materials, "is_textured", lambda self, field: True)
+    every_field = dataclasses.replace(materials, textured=())
+    want = jax.jit(bsdfs.eval_and_sample)(every_field, textures, ids, uv, wi, wo, u1, u2)
+    assert np.any(np.asarray(got[0][1]) > 0)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_black_material_is_black():

@@ -1,4 +1,6 @@
 """The host-side material builder: Mitsuba's defaults, presets, precomputed data and errors."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -43,6 +45,19 @@ def test_table_flags_name_what_is_present():
     assert materials.kinds_present == (BsdfKind.DIFFUSE, BsdfKind.ROUGHDIELECTRIC)
     assert materials.distributions_present == (Microfacet.GGX,) and materials.all_normals
     assert materials.transmittance.shape == (table.TRANSMITTANCE_RES, 2)
+
+
+def test_textured_names_only_the_kinds_that_read_the_texture():
+    """A field a kind does not read holds texture 0, here the diffuse's checkerboard: it is not
+    counted, so the conductors' constants are read as constants."""
+    materials, textures = bc.build_tables([{"type": "diffuse", "reflectance": bc.CHECKER}, {"type": "conductor"},
+                                           {"type": "roughconductor", "alpha": bc.ROUGHNESS_CHECKER}])
+    assert int(materials.alpha_u[1]) == 0 and int(textures.kind[0]) != 0  # the conductor's unread alpha: the checker
+    assert materials.textured == (("reflectance", BsdfKind.DIFFUSE), ("alpha_u", BsdfKind.ROUGHCONDUCTOR),
+                                  ("alpha_v", BsdfKind.ROUGHCONDUCTOR))
+    assert materials.is_textured("reflectance") and not materials.is_textured("specular_reflectance")
+    rough_group = dataclasses.replace(materials, kinds_present=(BsdfKind.ROUGHCONDUCTOR,))
+    assert rough_group.is_textured("alpha_u") and not rough_group.is_textured("reflectance")
 
 
 def test_plastic_sampling_weight_uses_texture_means():
