@@ -302,12 +302,19 @@ def _principled_row(r, names, rates):
     return PrincipledRow(roughness=r.float_texture("roughness", 0.5), **row, rates=values, features=features)
 
 
+# The float textures each principled kind reads besides roughness (its other ids stay 0).
+_PRINCIPLED_FLOATS = ("anisotropic", "metallic", "spec_trans", "spec_tint", "sheen", "sheen_tint", "flatness",
+                      "clearcoat", "clearcoat_gloss")
+_PRINCIPLEDTHIN_FLOATS = ("anisotropic", "spec_trans", "spec_tint", "sheen", "sheen_tint", "flatness", "diff_trans")
+_PRINCIPLED_READS = {BsdfKind.PRINCIPLED: ("roughness", *_PRINCIPLED_FLOATS),
+                     BsdfKind.PRINCIPLEDTHIN: ("roughness", *_PRINCIPLEDTHIN_FLOATS, "eta")}
+
+
 def _principled(r):
     """Mitsuba's ``principled``: its IOR from 'eta' or from 'specular' (not both)."""
     if r.node.has("eta") and r.node.has("specular"):
         raise r.error("specify either 'eta' or 'specular' (the same index of refraction), not both")
-    extra = _principled_row(r, ("anisotropic", "metallic", "spec_trans", "spec_tint", "sheen", "sheen_tint",
-                                "flatness", "clearcoat", "clearcoat_gloss"),
+    extra = _principled_row(r, _PRINCIPLED_FLOATS,
                             ("main_specular_sampling_rate", "clearcoat_sampling_rate",
                              "diffuse_reflectance_sampling_rate"))
     one = np.float32(1.0)
@@ -326,8 +333,7 @@ def _principled(r):
 
 def _principledthin(r):
     """Mitsuba's ``principledthin``: a two-sided sheet, its IOR a texture."""
-    extra = _principled_row(r, ("anisotropic", "spec_trans", "spec_tint", "sheen", "sheen_tint", "flatness",
-                                "diff_trans"),
+    extra = _principled_row(r, _PRINCIPLEDTHIN_FLOATS,
                             ("specular_reflectance_sampling_rate", "specular_transmittance_sampling_rate",
                              "diffuse_reflectance_sampling_rate", "diffuse_transmittance_sampling_rate"))
     extra = dataclasses.replace(extra, eta=r.float_texture("eta", 1.5))
@@ -633,9 +639,12 @@ def _principled_table(rows, textures):
     ids = {name: column(extras, name, np.int32) for name in PRINCIPLED_TEXTURES}
     if textures is None:
         textured = PRINCIPLED_TEXTURES
-    else:
+    else:  # a field the row's kind does not read holds texture 0, whatever that is: it does not count
         kinds = np.asarray(textures.kind)
-        textured = tuple(f for f in PRINCIPLED_TEXTURES if any(kinds[getattr(p, f)] != TextureKind.CONSTANT for p in own))
+        reads = lambda r, f: f in _PRINCIPLED_READS.get(r.kind, PRINCIPLED_TEXTURES)
+        textured = tuple(f for f in PRINCIPLED_TEXTURES
+                         if any(reads(r, f) and kinds[getattr(r.principled, f)] != TextureKind.CONSTANT
+                                for r in rows if r.principled is not None))
     return Principled(**ids, rates=stacked(extras, "rates"), has_spec_trans=column(extras, "has_spec_trans", bool),
                       features=tuple(f for f in PRINCIPLED_FEATURES if any(f in p.features for p in own)),
                       textured=textured)

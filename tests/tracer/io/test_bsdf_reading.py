@@ -58,6 +58,13 @@ def test_textured_names_only_the_kinds_that_read_the_texture():
     assert materials.is_textured("reflectance") and not materials.is_textured("specular_reflectance")
     rough_group = dataclasses.replace(materials, kinds_present=(BsdfKind.ROUGHCONDUCTOR,))
     assert rough_group.is_textured("alpha_u") and not rough_group.is_textured("reflectance")
+    # The principled kinds' own fields alike: a principled reads no 'eta' or 'diff_trans' texture,
+    # a principledthin no 'metallic' or clearcoat one.
+    materials, _ = bc.build_tables([{"type": "diffuse", "reflectance": bc.CHECKER},
+                                    {"type": "principled", "metallic": 0.5, "clearcoat": 0.3},
+                                    {"type": "principledthin", "diff_trans": 0.5}])
+    assert int(materials.principled.eta[1]) == 0 and int(materials.principled.metallic[2]) == 0
+    assert materials.principled.textured == ()
 
 
 def test_plastic_sampling_weight_uses_texture_means():
