@@ -329,10 +329,19 @@ def _ray_setup(o: jax.Array, d: jax.Array, t_max: ArrayLike,
     The shear's rows pass the barrier as one (9, N) array: two kernels fewer than three arrays."""
     o, d = jnp.asarray(o, jnp.float32), jnp.asarray(d, jnp.float32)
     extent = jnp.zeros_like(o[0]) + t_max
-    shear = ray_shear(d) if triangles else None
-    rows = None if shear is None else jnp.concatenate([shear.sx, shear.sy, shear.sz])
+    rows = _shear_rows(d) if triangles else None
     o, d, extent, rows = jax.lax.optimization_barrier((o, d, extent, rows))
-    return o, d, extent, None if rows is None else RayShear(rows[0:3], rows[3:6], rows[6:9])
+    return o, d, extent, None if rows is None else _from_rows(rows)
+
+
+def _shear_rows(d: jax.Array) -> jax.Array:
+    """``ray_shear(d)``'s rows stacked (9, N), for a barrier to materialize as one array."""
+    shear = ray_shear(d)
+    return jnp.concatenate([shear.sx, shear.sy, shear.sz])
+
+
+def _from_rows(rows: jax.Array) -> RayShear:
+    return RayShear(rows[0:3], rows[3:6], rows[6:9])
 
 
 def closest_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Array, d: jax.Array, t_max: ArrayLike,
@@ -377,7 +386,8 @@ def exact_hit(tri: Sequence[jax.Array], analytic: Sequence[jax.Array], o: jax.Ar
     t = jnp.full(prim.shape, INF)
     u = v = jnp.zeros(prim.shape, jnp.float32)
     if n_tri:
-        shear = ray_shear(d) if shear is None else shear
+        # Materialized as one array: fused into the test's three results, it took 13 kernels.
+        shear = _from_rows(jax.lax.optimization_barrier(_shear_rows(d))) if shear is None else shear
         i = jnp.clip(prim, 0, n_tri - 1)
         if corners is None:
             p0, p1, p2 = (tuple(vertex[k][i] for k in range(3)) for vertex in tri)
