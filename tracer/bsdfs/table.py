@@ -12,7 +12,8 @@ from tracer.bsdfs.perturb import Perturbations
 from tracer.kinds import BsdfKind
 from tracer.pytree import pytree_dataclass, static
 
-__all__ = ["TRANSMITTANCE_RES", "PRINCIPLED_FEATURES", "PRINCIPLED_TEXTURES", "Rate", "Principled", "Materials"]
+__all__ = ["TRANSMITTANCE_RES", "PRINCIPLED_FEATURES", "PRINCIPLED_TEXTURES", "TEXTURE_READS", "Rate", "Principled",
+           "Materials"]
 
 TRANSMITTANCE_RES = 64  # Mitsuba's MI_ROUGH_TRANSMITTANCE_RES
 # The optional parameters of Mitsuba's principled BSDFs, each with its ``m_has_*`` flag: a lobe or
@@ -22,6 +23,9 @@ PRINCIPLED_FEATURES = ("anisotropic", "metallic", "spec_trans", "spec_tint", "sh
 # ``Principled``'s texture-id fields (float textures: Mitsuba's ``eval_1``).
 PRINCIPLED_TEXTURES = ("roughness", "anisotropic", "metallic", "spec_trans", "spec_tint", "sheen", "sheen_tint",
                        "flatness", "clearcoat", "clearcoat_gloss", "diff_trans", "eta")
+
+# Every (texture-id field of ``Materials``, kind that reads it) pair.
+TEXTURE_READS = tuple((field, kind) for field, kinds in BsdfKind.TEXTURE_READERS.items() for kind in kinds)
 
 
 class Rate:
@@ -85,8 +89,7 @@ class Materials:
     # (field, kind): some material of that kind reads a non-constant texture in that texture-id
     # field above; the rest are read as constants (a bitmap lookup for every field of every ray
     # is what this saves). By default every field of every kind that reads it.
-    textured: tuple[tuple[str, int], ...] = static(default=tuple(
-        (field, kind) for field, kinds in BsdfKind.TEXTURE_READERS.items() for kind in kinds))
+    textured: tuple[tuple[str, int], ...] = static(default=TEXTURE_READS)
     # The principled kinds' parameters; None (no leaves: the same compiled program) without them.
     principled: Principled | None = None
     # Normal and bump maps over leaves (tracer.bsdfs.perturb); None where no material has one.

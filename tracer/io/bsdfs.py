@@ -18,7 +18,8 @@ from tracer.bsdfs import precompute
 from tracer.bsdfs.fresnel import diffuse_reflectance
 from tracer.bsdfs.layers import Layers
 from tracer.bsdfs.perturb import Perturbations
-from tracer.bsdfs.table import PRINCIPLED_FEATURES, PRINCIPLED_TEXTURES, TRANSMITTANCE_RES, Materials, Principled, Rate
+from tracer.bsdfs.table import (PRINCIPLED_FEATURES, PRINCIPLED_TEXTURES, TEXTURE_READS, TRANSMITTANCE_RES, Materials,
+                                Principled, Rate)
 from tracer.bsdfs.tables_data import CONDUCTORS, IOR
 from tracer.constants import LUMINANCE_WEIGHTS
 from tracer.errors import SceneError
@@ -622,11 +623,10 @@ def _textured_fields(rows, textures):
     """``Materials.textured``: the (field, kind) pairs where a material of that kind reads a
     non-constant texture in that field (every pair that reads, unknown textures). A field a kind
     does not read holds texture 0, which may be any texture: it does not count."""
-    readers = [(f, k) for f, kinds in BsdfKind.TEXTURE_READERS.items() for k in kinds]
     if textures is None:
-        return tuple(readers)
+        return TEXTURE_READS
     kinds = np.asarray(textures.kind)
-    return tuple((f, k) for f, k in readers
+    return tuple((f, k) for f, k in TEXTURE_READS
                  if any(r.kind == k and kinds[getattr(r, f)] != TextureKind.CONSTANT for r in rows))
 
 
