@@ -11,10 +11,16 @@
 // triangles are a scene of their own, placed by each of its instances' affine transforms; a hit
 // in an instance names it, and its triangle by the group's offset in the program's tables.
 //
-// Each ray is answered on its own (rtcIntersect1 / rtcOccluded1), so a ray's answer does not
-// depend on the batch it came in or how the batch is split over threads: renders stay
-// bit-identical across device counts and hosts. Embree's arithmetic differs between its ISA paths
-// (hit distances, not ids), so a device is made per ISA ("isa=avx2"), the job's level.
+// A ray's answer must not depend on the rays beside it in its batch, or renders would change with
+// the batch, the pool and the device count. Closest hits go to Embree in packets of the rays that
+// ask (rtcIntersect16 on an AVX-512 device, rtcIntersect8 below it), which gives each ray the bits
+// rtcIntersect1 gives it: hit distance and triangle, measured on 12 million rays aimed at edges and
+// corners, shuffled and masked into other packets, world and instanced, robust or not, AVX2 and
+// AVX-512. Embree's packet occlusion test does not: a ray through an edge was occluded or not by
+// which rays shared its packet (its traversal goes on ray by ray once few in a packet are left,
+// with other arithmetic), so occlusion asks one ray at a time (rtcOccluded1). Embree's arithmetic
+// differs between its ISA paths (hit distances, not ids), so a device is made per ISA
+// ("isa=avx2"), the job's level.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -60,7 +66,8 @@ struct Embree {
   decltype(&rtcSetGeometryInstancedScene) SetGeometryInstancedScene;
   decltype(&rtcSetGeometryTransform) SetGeometryTransform;
   decltype(&rtcReleaseGeometry) ReleaseGeometry;
-  decltype(&rtcIntersect1) Intersect1;
+  decltype(&rtcIntersect8) Intersect8;
+  decltype(&rtcIntersect16) Intersect16;
   decltype(&rtcOccluded1) Occluded1;
 };
 
@@ -81,6 +88,7 @@ bool Find(void* library, const char* name, F& out, std::string& missing) {
 
 struct Entry {
   RTCScene scene = nullptr;
+  int packet = 8;  // rays a query: 16 on an AVX-512 device, else 8
   // Of each instance (its geometry id - 1): the id, in the program's triangle tables, of its
   // group's first triangle.
   std::vector<int32_t> instance_first_prim;
@@ -151,19 +159,63 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t n, Body body) {
 // The queries. Rays arrive as (3, N) columns: component k of ray i at [k * N + i]. A ray with
 // t_max <= 0 (or NaN) asks nothing: no hit, not occluded.
 
-void SetRay(RTCRay& ray, const float* o, const float* d, int64_t n, int64_t i, float t_max) {
-  ray.org_x = o[i], ray.org_y = o[n + i], ray.org_z = o[2 * n + i];
-  ray.dir_x = d[i], ray.dir_y = d[n + i], ray.dir_z = d[2 * n + i];
-  ray.tnear = 0.0f, ray.tfar = t_max, ray.time = 0.0f;
-  ray.mask = 0xFFFFFFFFu, ray.id = 0, ray.flags = 0;
-}
-
-// Room after the hit record for any instance fields a build of Embree adds (its layout depends on
-// RTC_MAX_INSTANCE_LEVEL_COUNT): Embree may write them, we never read them.
-struct alignas(16) PaddedRayHit {
-  RTCRayHit rayhit;
-  unsigned int spare[16];
+// Room after the hit records for any instance fields a build of Embree adds (their layout depends
+// on RTC_MAX_INSTANCE_LEVEL_COUNT): Embree may write them, we never read them.
+template <typename RayHitK, int K>
+struct alignas(64) PaddedRayHits {
+  RayHitK rayhit;
+  unsigned int spare[16 * K];
 };
+
+// The closest hits of rays [begin, end) into t, prim and (where `instance` is not null) the
+// instance hit, -1 for a world triangle; prim is the triangle's id in the program's tables. A ray
+// with t_max <= 0 (or NaN) asks nothing: no hit. The rays that ask fill the packets, K at a time.
+template <int K, typename RayHitK>
+void ClosestPackets(const Entry& entry, int64_t n, const float* o, const float* d, const float* t_max,
+                    int64_t begin, int64_t end, float* t_out, int32_t* prim_out, int32_t* instance) {
+  PaddedRayHits<RayHitK, K> q;
+  alignas(64) int valid[K];
+  int64_t lane_ray[K];
+  auto& ray = q.rayhit.ray;
+  auto& hit = q.rayhit.hit;
+  for (int64_t i = begin; i < end; ++i) {
+    t_out[i] = std::numeric_limits<float>::infinity(), prim_out[i] = -1;
+    if (instance) instance[i] = -1;
+  }
+  for (int64_t next = begin; next < end;) {
+    int lanes = 0;
+    for (; next < end && lanes < K; ++next) {
+      int64_t i = next;
+      if (!(t_max[i] > 0.0f)) continue;
+      int j = lanes++;
+      lane_ray[j] = i;
+      ray.org_x[j] = o[i], ray.org_y[j] = o[n + i], ray.org_z[j] = o[2 * n + i];
+      ray.dir_x[j] = d[i], ray.dir_y[j] = d[n + i], ray.dir_z[j] = d[2 * n + i];
+      ray.tnear[j] = 0.0f, ray.tfar[j] = t_max[i], ray.time[j] = 0.0f;
+      ray.mask[j] = 0xFFFFFFFFu, ray.id[j] = 0, ray.flags[j] = 0;
+      hit.geomID[j] = RTC_INVALID_GEOMETRY_ID, hit.primID[j] = RTC_INVALID_GEOMETRY_ID;
+      hit.instID[0][j] = RTC_INVALID_GEOMETRY_ID;  // (just after geomID whatever the build's levels)
+    }
+    if (lanes == 0) break;
+    for (int j = 0; j < K; ++j) valid[j] = j < lanes ? -1 : 0;
+    if constexpr (K == 16)
+      api.Intersect16(valid, entry.scene, &q.rayhit, nullptr);
+    else
+      api.Intersect8(valid, entry.scene, &q.rayhit, nullptr);
+    for (int j = 0; j < lanes; ++j) {
+      if (hit.geomID[j] == RTC_INVALID_GEOMETRY_ID) continue;
+      int64_t i = lane_ray[j];
+      int32_t prim = static_cast<int32_t>(hit.primID[j]);
+      unsigned placed = hit.instID[0][j];
+      if (placed != RTC_INVALID_GEOMETRY_ID) {
+        if (!instance || placed == 0 || placed > entry.instance_first_prim.size()) continue;  // (never built so)
+        instance[i] = static_cast<int32_t>(placed - 1);
+        prim += entry.instance_first_prim[placed - 1];
+      }
+      t_out[i] = ray.tfar[j], prim_out[i] = prim;
+    }
+  }
+}
 
 // `query(entry, n, o, d, t_max)` over the scene the program names by `handle`, held meanwhile.
 template <typename Query>
@@ -178,38 +230,17 @@ ffi::Error OnScene(ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o, ffi::B
   return ffi::Error::Success();
 }
 
-// The closest hit of ray i into t, prim and (where `instance` is not null) the instance hit, -1
-// for a world triangle; prim is the triangle's id in the program's tables.
-void ClosestRay(const Entry& entry, int64_t n, const float* op, const float* dp, const float* tp, int64_t i,
-                float* t_out, int32_t* prim_out, int32_t* instance) {
-  t_out[i] = std::numeric_limits<float>::infinity(), prim_out[i] = -1;
-  if (instance) instance[i] = -1;
-  if (!(tp[i] > 0.0f)) return;
-  PaddedRayHit q;
-  SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
-  q.rayhit.hit.geomID = RTC_INVALID_GEOMETRY_ID;
-  q.rayhit.hit.primID = RTC_INVALID_GEOMETRY_ID;
-  q.rayhit.hit.instID[0] = RTC_INVALID_GEOMETRY_ID;  // (just after geomID whatever the build's levels)
-  api.Intersect1(entry.scene, &q.rayhit, nullptr);
-  if (q.rayhit.hit.geomID == RTC_INVALID_GEOMETRY_ID) return;
-  int32_t prim = static_cast<int32_t>(q.rayhit.hit.primID);
-  unsigned placed = q.rayhit.hit.instID[0];
-  if (placed != RTC_INVALID_GEOMETRY_ID) {
-    if (!instance || placed == 0 || placed > entry.instance_first_prim.size()) return;  // (never built so)
-    instance[i] = static_cast<int32_t>(placed - 1);
-    prim += entry.instance_first_prim[placed - 1];
-  }
-  t_out[i] = q.rayhit.ray.tfar, prim_out[i] = prim;
-}
-
-// Every ray's ClosestRay over the scene `handle` names, split over XLA's threads.
+// Every ray's closest hit over the scene `handle` names, split over XLA's threads.
 ffi::Error ClosestHits(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
                        ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max, float* t_out, int32_t* prim_out,
                        int32_t* instance_out) {
   return OnScene(handle, o, d, t_max, [&](const Entry& entry, int64_t n, const float* op, const float* dp,
                                           const float* tp) {
     ParallelFor(pool, n, [=, &entry](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) ClosestRay(entry, n, op, dp, tp, i, t_out, prim_out, instance_out);
+      if (entry.packet == 16)
+        ClosestPackets<16, RTCRayHit16>(entry, n, op, dp, tp, begin, end, t_out, prim_out, instance_out);
+      else
+        ClosestPackets<8, RTCRayHit8>(entry, n, op, dp, tp, begin, end, t_out, prim_out, instance_out);
     });
   });
 }
@@ -226,6 +257,7 @@ ffi::Error ClosestInstanced(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, 
   return ClosestHits(pool, handle, o, d, t_max, t->typed_data(), prim->typed_data(), instance->typed_data());
 }
 
+// Occlusion one ray at a time (see the top of the file). A ray with t_max <= 0 (or NaN) is not occluded.
 ffi::Error Occluded(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buffer<ffi::F32> o,
                     ffi::Buffer<ffi::F32> d, ffi::Buffer<ffi::F32> t_max,
                     ffi::ResultBuffer<ffi::PRED> blocked) {
@@ -234,14 +266,17 @@ ffi::Error Occluded(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buf
                                           const float* tp) {
     RTCScene scene = entry.scene;
     ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
-      PaddedRayHit q;
+      PaddedRayHits<RTCRayHit, 1> q;
+      RTCRay& ray = q.rayhit.ray;
       for (int64_t i = begin; i < end; ++i) {
         out[i] = false;
         if (!(tp[i] > 0.0f)) continue;
-        SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
-        api.Occluded1(scene, &q.rayhit.ray, nullptr);
-        // Embree marks an occluded ray by setting tfar to -inf.
-        out[i] = q.rayhit.ray.tfar < 0.0f;
+        ray.org_x = op[i], ray.org_y = op[n + i], ray.org_z = op[2 * n + i];
+        ray.dir_x = dp[i], ray.dir_y = dp[n + i], ray.dir_z = dp[2 * n + i];
+        ray.tnear = 0.0f, ray.tfar = tp[i], ray.time = 0.0f;
+        ray.mask = 0xFFFFFFFFu, ray.id = 0, ray.flags = 0;
+        api.Occluded1(scene, &ray, nullptr);
+        out[i] = ray.tfar < 0.0f;  // Embree marks an occluded ray by setting tfar to -inf
       }
     });
   });
@@ -299,7 +334,8 @@ extern "C" __attribute__((visibility("default"))) int jf_embree_open(const char*
             Find(lib, "rtcSetGeometryInstancedScene", api.SetGeometryInstancedScene, missing) &&
             Find(lib, "rtcSetGeometryTransform", api.SetGeometryTransform, missing) &&
             Find(lib, "rtcReleaseGeometry", api.ReleaseGeometry, missing) &&
-            Find(lib, "rtcIntersect1", api.Intersect1, missing) &&
+            Find(lib, "rtcIntersect8", api.Intersect8, missing) &&
+            Find(lib, "rtcIntersect16", api.Intersect16, missing) &&
             Find(lib, "rtcOccluded1", api.Occluded1, missing);
   if (!ok) {
     Message(error, error_size, std::string("the Embree library lacks ") + missing + ": it is not Embree 4");
@@ -379,6 +415,7 @@ extern "C" __attribute__((visibility("default"))) int32_t jf_embree_new_scene(
     }
   }
   auto entry = std::make_shared<Entry>();
+  entry->packet = std::strstr(config, "avx512") ? 16 : 8;  // the device's native packet
   std::vector<RTCScene> groups;
   auto fail = [&](const char* what) {
     Message(error, error_size, DeviceError(device, what));
