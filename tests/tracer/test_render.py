@@ -141,6 +141,52 @@ DEVICES_SCRIPT = textwrap.dedent("""
 """)
 
 
+def test_a_light_sample_that_adds_nothing_asks_no_shadow_ray(tmp_path, monkeypatch):
+    """A floor between two point lights: the samples of the light below it add nothing, lit or not
+    (a diffuse surface reflects nothing towards its back), so they ask no shadow ray; those of the
+    light above do. (Counted in the traced program: a callback at each query.)"""
+    import collections
+
+    import jax
+
+    from tracer.integrators import path as integrator
+    from tracer.shapes import geometry
+    scene_file = tmp_path / "two_lights.xml"
+    scene_file.write_text("""<scene version="3.0.0">
+    <integrator type="path"><integer name="max_depth" value="3"/></integrator>
+    <sensor type="perspective"><float name="fov" value="60"/>
+        <transform name="to_world"><lookat origin="0, 3, 0.01" target="0, 0, 0" up="0, 1, 0"/></transform>
+        <film type="hdrfilm"><integer name="width" value="16"/><integer name="height" value="16"/></film>
+    </sensor>
+    <shape type="rectangle"><transform name="to_world"><rotate x="1" angle="-90"/><scale value="4"/></transform>
+        <bsdf type="diffuse"/></shape>
+    <emitter type="point"><point name="position" x="0" y="2" z="0"/><rgb name="intensity" value="5"/></emitter>
+    <emitter type="point"><point name="position" x="0" y="-2" z="0"/><rgb name="intensity" value="5"/></emitter>
+</scene>""")
+    counts = collections.Counter()
+    count = lambda name: lambda n: counts.update({name: int(n)})
+    occluded, add_light = geometry.occluded, integrator._add_light
+
+    def counted_occluded(geo, o, d, t_max):
+        jax.debug.callback(count("asked"), (t_max > 0).sum())
+        return occluded(geo, o, d, t_max)
+
+    def counted_add_light(scene, state, surface, light, *args, **kwargs):
+        jax.debug.callback(count("sampled"), light.wanted.sum())
+        return add_light(scene, state, surface, light, *args, **kwargs)
+
+    monkeypatch.setattr(geometry, "occluded", counted_occluded)
+    monkeypatch.setattr(integrator, "_add_light", counted_add_light)
+    monkeypatch.setenv("JAXFARM_XLA_CACHE", "off")  # traced here, not loaded
+    monkeypatch.setattr(render_tile, "_jitted", collections.OrderedDict())
+    jax.clear_caches()
+    image = tracer.render(tracer.load_scene(str(scene_file)), spp=16)
+    jax.clear_caches()
+    assert image.mean() > 0.01
+    assert counts["sampled"] > 2000
+    assert 0.35 < counts["asked"] / counts["sampled"] < 0.65, counts
+
+
 def test_path_regeneration_gives_the_bits_of_one_pool(monkeypatch):
     """A 256-lane pool that regenerates paths and drains in phases (two of three: over 256, then
     128 lanes) renders the same bits as one pool holding every path of the batch (every BSDF

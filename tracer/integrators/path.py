@@ -293,15 +293,20 @@ def _add_light(scene, state, surface, light, evaluated, radiance, shares=None):
     BSDF's (value, pdf) towards it."""
     ds, em_weight, do_nee = light
     bsdf_value, bsdf_pdf = evaluated
-    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(surface.si.p, surface.ng, ds.d, ds.dist)
-    blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(do_nee, shadow_t, 0.0))
     if shares is None:
         mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf, bsdf_pdf))
     else:  # as Mitsuba's direct.cpp, a delta light's sample is not averaged over the count
         light_share, bsdf_share, weight = shares
         mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf * light_share, bsdf_pdf * bsdf_share) * weight)
-    lit = do_nee & ~blocked
-    return radiance + jnp.where(lit, state.throughput * bsdf_value * em_weight * mis_em, 0.0)
+    contribution = state.throughput * bsdf_value * em_weight * mis_em
+    # A sample that adds exactly nothing lit or not (a light below the surface, a BSDF that
+    # reflects none of it towards the light) asks no shadow ray: 32% of orbit.xml's, 38% of
+    # mesh.xml's, 15% of the Cornell box's. NaN compares unequal to 0: it still asks, and adds
+    # what it did before.
+    asks = do_nee & jnp.any(contribution != 0.0, axis=0)
+    shadow_o, shadow_d, shadow_t = geometry.spawn_ray_to(surface.si.p, surface.ng, ds.d, ds.dist)
+    blocked = geometry.occluded(scene.geometry, shadow_o, shadow_d, jnp.where(asks, shadow_t, 0.0))
+    return radiance + jnp.where(asks & ~blocked, contribution, 0.0)
 
 
 def add_next_event(scene: Scene, state: PathState, surface: Surface, mat: jax.Array, frame: vm.Frame, wi: jax.Array,
