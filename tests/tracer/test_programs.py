@@ -105,3 +105,31 @@ def test_a_scene_dropped_while_its_work_runs_stays_until_the_work_is_done():
                             timeout=300, cwd=root)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines() == ["same"] * 3 + ["1 engine scene(s) left (the kept one)"], result.stdout
+
+
+EXIT_WITH_WORK_IN_FLIGHT = """
+import jax, jax.numpy as jnp
+from tracer.runtime.programs import KeptPrograms
+slow = lambda x: jax.lax.fori_loop(0, 1_000_000, lambda i, v: v * 1.0000001 + 1e-7, x)
+kept = KeptPrograms(slow, static_argnames=(), keep=2, hold=lambda args, kwargs: [object()])
+x = jnp.ones((1024,))
+kept(x).block_until_ready()
+for _ in range(3):
+    kept(x)  # still running when the script ends: the holding thread waits on it
+"""
+
+
+def test_a_process_ends_cleanly_with_held_work_still_running():
+    """A process that exits while a call's held objects wait for its outputs exits 0: the holding
+    thread is let go at exit. (Before, Python ended that daemon thread inside JAX's wait and
+    glibc aborted the process, 'FATAL: exception not rethrown', status 134: 1 exit in 3 to 6.)"""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    runs = [subprocess.Popen([sys.executable, "-c", EXIT_WITH_WORK_IN_FLIGHT], cwd=root, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+            for _ in range(4)]
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0 and "FATAL" not in err, (run.returncode, err[-2000:])
