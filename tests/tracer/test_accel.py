@@ -302,8 +302,9 @@ def _edge_rays(corners: np.ndarray, n: int, rng: np.random.Generator) -> tuple[n
     lo, hi = corners.min((0, 1)), corners.max((0, 1))
     o = lo[:, None] + (hi - lo)[:, None] * rng.uniform(-0.2, 1.2, (3, n))
     dist = np.linalg.norm(target - o, axis=0)
-    t_max = rng.choice(np.array([np.inf, 1.0, 0.0]), n, p=[.45, .45, .1]) * np.where(rng.random(n) < 0.5, dist, 1)
-    t_max[t_max == 1.0] = np.inf
+    kind = rng.choice(3, n, p=[.45, .45, .1])  # infinite; the exact distance half the time; nothing
+    exact = (kind == 1) & (rng.random(n) < 0.5)
+    t_max = np.where(kind == 2, 0.0, np.where(exact, dist, np.inf))
     return o.astype(np.float32), unit(target - o).astype(np.float32), t_max.astype(np.float32)
 
 

@@ -159,6 +159,13 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t n, Body body) {
 // The queries. Rays arrive as (3, N) columns: component k of ray i at [k * N + i]. A ray with
 // t_max <= 0 (or NaN) asks nothing: no hit, not occluded.
 
+void SetRay(RTCRay& ray, const float* o, const float* d, int64_t n, int64_t i, float t_max) {
+  ray.org_x = o[i], ray.org_y = o[n + i], ray.org_z = o[2 * n + i];
+  ray.dir_x = d[i], ray.dir_y = d[n + i], ray.dir_z = d[2 * n + i];
+  ray.tnear = 0.0f, ray.tfar = t_max, ray.time = 0.0f;
+  ray.mask = 0xFFFFFFFFu, ray.id = 0, ray.flags = 0;
+}
+
 // Room after the hit records for any instance fields a build of Embree adds (their layout depends
 // on RTC_MAX_INSTANCE_LEVEL_COUNT): Embree may write them, we never read them.
 template <typename RayHitK, int K>
@@ -267,16 +274,13 @@ ffi::Error Occluded(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> handle, ffi::Buf
     RTCScene scene = entry.scene;
     ParallelFor(pool, n, [=](int64_t begin, int64_t end) {
       PaddedRayHits<RTCRayHit, 1> q;
-      RTCRay& ray = q.rayhit.ray;
       for (int64_t i = begin; i < end; ++i) {
         out[i] = false;
         if (!(tp[i] > 0.0f)) continue;
-        ray.org_x = op[i], ray.org_y = op[n + i], ray.org_z = op[2 * n + i];
-        ray.dir_x = dp[i], ray.dir_y = dp[n + i], ray.dir_z = dp[2 * n + i];
-        ray.tnear = 0.0f, ray.tfar = tp[i], ray.time = 0.0f;
-        ray.mask = 0xFFFFFFFFu, ray.id = 0, ray.flags = 0;
-        api.Occluded1(scene, &ray, nullptr);
-        out[i] = ray.tfar < 0.0f;  // Embree marks an occluded ray by setting tfar to -inf
+        SetRay(q.rayhit.ray, op, dp, n, i, tp[i]);
+        api.Occluded1(scene, &q.rayhit.ray, nullptr);
+        // Embree marks an occluded ray by setting tfar to -inf.
+        out[i] = q.rayhit.ray.tfar < 0.0f;
       }
     });
   });
