@@ -14,15 +14,25 @@ Protocol, one JSON object a line on stdin:
    the members' environment (``cluster.group.GroupShape.env``), or null to check only. Answer on
    stdout: ``checked``, or exit 1 with the scene's one-line error on stderr.
 2. ``{"task": ...}`` (a ``cluster.task.TileTask`` as ``task_json`` writes it): compile its work
-   unit, answer ``compiled SECONDS`` and exit 0; an empty line or the end of stdin: exit 0.
+   unit and answer ``compiled SECONDS``; an empty line or the end of stdin: exit 0.
+3. Then, any number of times, ``{"render": ...}`` (a whole ``TileTask``, its ``out`` a slot of
+   ``farm.results``, pickled and in base64: from the driver that started this process): render it
+   as a member would and answer ``{"crc": ..., "seconds": ..., "renderer": ...}``, one JSON line
+   (``farm.scheduler.RenderAhead``: the job's first tasks while Ray starts and the groups form).
+   The first such line renices every thread of the process to 19, so that Ray's start and the
+   groups' go first. An empty line or the end of stdin: exit 0; a task's error: exit 1, its
+   traceback on stderr.
 """
+import base64
 import dataclasses
 import json
+import os
+import pickle
 import sys
 import time
 from typing import Any
 
-from cluster.task import SceneRef, TileTask
+from cluster.task import SceneRef, TileTask, TileWritten
 
 __all__ = ["task_json", "task_from_json", "main"]
 
@@ -67,10 +77,33 @@ def main() -> int:
 
     t0 = time.perf_counter()
     member = Member(0, 1, env)
-    member.initialize(None, timeout_s=60, heartbeat_s=20)
+    renderer = member.initialize(None, timeout_s=60, heartbeat_s=20)["renderer"]
     member.compile(task_from_json(json.loads(line)["task"]))
     _say(f"compiled {time.perf_counter() - t0:.2f}")
+    for k, line in enumerate(iter(sys.stdin.readline, "")):
+        if not line.strip():
+            break
+        if k == 0:
+            _renice(19)
+        task = pickle.loads(base64.b64decode(json.loads(line)["render"]))  # (the driver's own, trusted)
+        written = member.render(task)
+        assert isinstance(written, TileWritten)  # (rank 0 of one, its task with a slot)
+        _say(json.dumps({"crc": written.receipt, "seconds": written.seconds, "renderer": renderer}))
     return 0
+
+
+def _renice(niceness: int) -> None:
+    """Every thread of this process (XLA's pools included; threads made later inherit it) at
+    ``niceness``: on Linux a niceness is a thread's, and ``os.nice`` sets the caller's alone."""
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:  # (not Linux)
+        threads = [0]
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 if __name__ == "__main__":

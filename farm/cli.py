@@ -35,6 +35,7 @@ def _render(spec, address, no_progress, redo=None, replace=False):
     """Render ``spec`` as the store's one driver: its lease is held (and renewed) from before the
     first write until the end, whatever ends it."""
     from farm import faults, job, registry, session
+    from farm.results import shared_root
     from farm.scene_check import Preflight
     from farm.spec import parse_frame_list
     from farm.status import spp_text
@@ -72,7 +73,9 @@ def _render(spec, address, no_progress, redo=None, replace=False):
             if line:
                 say(line)
         same_members = job.preflight_env(planned, local) == preflight.env  # (a store's own level may differ)
-        preflight.compile(job.first_task(planned, store) if same_members else None)
+        # It renders the first tasks too, where it can write them as a member would (a local store).
+        preflight.compile(job.first_task(planned, store) if same_members else None,
+                          ahead=shared_root(store) is not None)
         spec = planned
         signals.on_stop(lambda: _stopped_late(store))
         registry.record(store.url)
@@ -80,7 +83,7 @@ def _render(spec, address, no_progress, redo=None, replace=False):
             say(f"{spec.n_frames} frame(s) x {spp_text(spec, store)} at {store.width}x{store.height} -> {store.url}")
             session.run(spec, store, address=address, show_progress=not no_progress, log=say,
                         ray_start=ray_start, ready=preflight.wait, say=lambda m: click.echo(m, err=True),
-                        compiler=preflight.compiling)
+                        compiler=preflight.compiling, preflight=preflight)
             store.log("done")
         except KeyboardInterrupt:
             raise Interrupted(f"{signals.how()}; `farm resume {store.url}` goes on from here",

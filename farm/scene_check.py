@@ -10,12 +10,19 @@ the same child, started in the members' environment, compiles it into the persis
 cache meanwhile, and the run dispatches its first task once that is done. The groups' members
 load their first scene meanwhile and wait for that program (``compiling``, the child's pid;
 ``farm.scheduler``'s ``prepare``), so that its load is not the first task's.
+
+Asked to (``compile(task, ahead=True)``), the child then renders the job's first tasks itself
+while Ray starts and the groups form (``render``; ``farm.scheduler.RenderAhead``), one at a time,
+writing each to its slot as a member would, until the driver has groups (``done``).
 """
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import os
+import pickle
+import queue
 import subprocess
 import sys
 import tempfile
@@ -36,7 +43,8 @@ class Preflight:
     serve them (one host per group, on this machine), else None (the scene is only checked).
 
     ``checked()`` waits for the check; then ``compile(task)`` asks for the work unit of ``task``'s
-    shape (None: nothing more), and ``wait()`` waits for it. ``close()`` stops the child."""
+    shape (None: nothing more), and ``wait()`` waits for it; with ``ahead``, ``render(task)``
+    then renders tasks until ``done()``. ``close()`` stops the child."""
 
     def __init__(self, spec: JobSpec, env: dict[str, str] | None) -> None:
         first, last = spec.frames
@@ -46,6 +54,9 @@ class Preflight:
                  "param_sets": [list(map(list, p)) for p in param_sets]}
         self.scene, self.env = spec.scene, env
         self.compiling: int | None = None  # the child's pid once ``compile`` asked it for a program
+        self.renders = False  # whether the child takes tasks to render once compiled (``compile``'s ``ahead``)
+        self._lines: queue.Queue[str] | None = None  # the child's lines after "checked" ("" at its end)
+        self._compiled: bool | None = None  # whether it said "compiled" (None: not heard yet)
         self._stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe no one reads while it compiles
         self._child = subprocess.Popen([sys.executable, "-m", "cluster.preflight"], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=child_env())
@@ -75,30 +86,88 @@ class Preflight:
             raise SceneFileError(lines[-1])
         raise FarmError(f"checking the scene {self.scene} failed (exit {code}): {(lines or ['no message'])[-1]}")
 
-    def compile(self, task: TileTask | None) -> None:
-        """Compile the work unit of ``task``'s shape (None, or no ``env``: nothing more)."""
+    def compile(self, task: TileTask | None, ahead: bool = False) -> None:
+        """Compile the work unit of ``task``'s shape (None, or no ``env``: nothing more);
+        ``ahead``: then render what ``render`` sends, until ``done``."""
         if task is None or self.env is None:
             self._send(None)
             return
         from cluster.preflight import task_json
         self._send({"task": task_json(task)})
-        self._send(None)
+        self.renders = ahead
+        if not ahead:
+            self._send(None)
         self.compiling = self._child.pid
+        self._listen()
+
+    def _listen(self) -> None:
+        """From now on the child's lines are read in a thread of their own, into ``_lines``."""
+        stdout = self._child.stdout
+        assert stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        self._lines = lines
+
+        def read() -> None:
+            try:
+                for line in iter(stdout.readline, ""):
+                    lines.put(line)
+            except (OSError, ValueError):  # closed by ``close``
+                pass
+            lines.put("")  # its end
+
+        threading.Thread(target=read, name="preflight-lines", daemon=True).start()
+
+    def _next_line(self, timeout_s: float) -> str | None:
+        """The child's next line ("" at its end), or None after ``timeout_s``."""
+        assert self._lines is not None
+        try:
+            return self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def compiled_within(self, timeout_s: float) -> bool | None:
+        """Whether the child compiled the work unit asked for: True, False (it ended, or was
+        asked for none), or None (not yet, after waiting ``timeout_s``)."""
+        if self._compiled is None and self._lines is None:
+            self._compiled = False
+        if self._compiled is None:
+            line = self._next_line(timeout_s)
+            if line is None:
+                return None
+            self._compiled = line.startswith("compiled")
+        return self._compiled
 
     def wait(self, timeout_s: float = 600) -> None:
         """Wait for the compilation asked for, if any: for the child's word that it is done (the
         program is in the cache then) or its end, not for its exit, which then still takes JAX's
         and Embree's teardown (0.7 s on a 2-core host, a cold job's first frame later by as much).
         Its failure is not the job's: a member then compiles the program itself."""
-        stdout = self._child.stdout
-        if stdout is None or stdout.closed:
-            return
-        said: list[str] = []
-        reader = threading.Thread(target=lambda: said.append(stdout.readline()), name="preflight-wait", daemon=True)
-        reader.start()
-        reader.join(timeout_s)  # a line ("compiled SECONDS") or "" at the child's end
-        if reader.is_alive():
+        if self.compiled_within(timeout_s) is None:
             self.close()
+
+    def render(self, task: TileTask, timeout_s: float) -> dict[str, Any] | None:
+        """Render ``task`` (its ``out`` a slot) in the child, once it has compiled: its answer
+        (``crc``: the slot's receipt, ``seconds``, ``renderer``: the child's software, as a
+        member's), or None where it could not (it failed, ended, or took ``timeout_s``: it is
+        stopped then, so that it writes nothing more)."""
+        if not self.renders or not self.compiled_within(timeout_s):
+            return None
+        self._send({"render": base64.b64encode(pickle.dumps(task)).decode()})
+        line = self._next_line(timeout_s)
+        try:
+            answer = json.loads(line) if line else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            self.renders = False
+            self.close()
+            return None
+        return answer
+
+    def done(self) -> None:
+        """No more tasks: the child exits (its exit is not waited for)."""
+        self.renders = False
+        self._send(None)
 
     def close(self) -> None:
         """Stop the child (harmless when it has ended)."""

@@ -20,12 +20,19 @@ On a shared cluster the job has a seat in the farm's queue (``farm.seat``): its 
 may change while it runs. A group above the share is let go at its task boundaries (it gets no
 new task, and is torn down once its tasks in flight have come back); one below is formed in the
 background as the queue says the resources are free. With no group the job waits its turn.
+
+A local job may render ahead (``RenderAhead``): while Ray starts and its groups form (in a thread
+of their own), the driver's preflight child, which has the work unit compiled, renders the
+queue's first tasks one at a time, each written to a slot and committed as a group's answer is.
+A task it does not answer goes back to the queue, its slot dropped; once the groups are up they
+take the rest.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -56,7 +63,8 @@ if TYPE_CHECKING:
     from farm.spec import JobSpec
     from farm.store import FrameStore
 
-__all__ = ["run_job", "start_groups", "JobFailed", "NoHostLeft", "Cancelled", "SceneChangedError", "Dispatch"]
+__all__ = ["run_job", "start_groups", "JobFailed", "NoHostLeft", "Cancelled", "SceneChangedError", "Dispatch",
+           "RenderAhead"]
 
 
 class JobFailed(FarmError):
@@ -86,6 +94,26 @@ class SceneChangedError(JobFailed):
 
 
 _DEPTH = 2  # dispatches in flight per group
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderAhead:
+    """A process on this host that renders tasks while Ray starts and the groups form (the
+    preflight child: ``farm.scene_check.Preflight``).
+
+    ``render(task, timeout_s)``: its answer for a ``TileTask`` whose ``out`` is a slot (a dict:
+    ``crc``, the slot's receipt; ``renderer``, its software), or None where it could not (it
+    writes nothing more then); ``compiled(timeout_s)``: whether it has the work unit (True),
+    never will (False), or not yet (None); ``done()``: it gets no more tasks. ``ray()`` waits
+    for Ray (raising its error), ``ray_up()`` says whether it is up; ``tick()`` is called in the
+    driver's thread between tasks (the driver's signals taken back once Ray is up)."""
+
+    render: Callable[[TileTask, float], dict | None]
+    compiled: Callable[[float], bool | None]
+    done: Callable[[], object]
+    ray: Callable[[], object]
+    ray_up: Callable[[], bool]
+    tick: Callable[[], object] = lambda: None
 
 
 @dataclasses.dataclass(eq=False)
@@ -168,8 +196,11 @@ class _JobRun:
     def __init__(self, spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_attempts: int,
                  max_rebuilds: int, progress: RunProgress, log: Callable[[str], object], init_timeout_s: float,
                  task_timeout_s: float | None, make_group: Callable[..., WorkerGroup] = WorkerGroup,
-                 ready: Callable[[], object] | None = None, seat: Seat | None = None, compiler: int | None = None):
+                 ready: Callable[[], object] | None = None, seat: Seat | None = None, compiler: int | None = None,
+                 ahead: RenderAhead | None = None):
         self.spec, self.store, self.shapes, self.make_group = spec, store, shapes, make_group
+        self.ahead = ahead  # renders while the groups form (None: Ray is up, and the groups form first)
+        self.rendered_ahead = 0  # tasks of this run that ``ahead`` rendered
         self.seat = seat  # the job's place in its cluster's queue (None: a job of its own, every group)
         self.spare: list[tuple[str, GroupShape]] = []  # (name, shape) of groups the share leaves unformed
         self.forming: dict[Future, WorkerGroup] = {}   # groups forming in the background (with a seat)
@@ -254,12 +285,22 @@ class _JobRun:
             return job
         groups = []
         try:
-            progress.phase("forming groups")
-            groups = self.start_groups()
             root = shared_root(store)
-            self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
-            self.queue = _Queue(job.tasks())
-            progress.phase("compiling")  # until the first task comes back: the groups' first tasks compile
+            if self.ahead is not None and root:
+                self.folds = Commits(store, records, spec.spp, root)
+                self.queue = _Queue(job.tasks())
+                groups = self.render_ahead(self.ahead)
+            else:
+                if self.ahead is not None:  # (a store the child cannot write to: Ray first, as without it)
+                    self.ahead.done()
+                    self.ahead.ray()
+                    self.ahead.tick()
+                progress.phase("forming groups")
+                groups = self.start_groups()
+                self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
+                self.queue = _Queue(job.tasks())
+            if not self.rendered_ahead:
+                progress.phase("compiling")  # until the first task comes back: the groups' first tasks compile
             if self.compiler is not None:
                 self.prepare(groups)
             if self.ready is not None:
@@ -298,6 +339,63 @@ class _JobRun:
             self.teardown(groups)
             if self.folds is not None:
                 self.folds.close()
+
+    def render_ahead(self, ahead):
+        """Render the queue's first tasks with ``ahead`` while Ray starts and the groups form
+        beside it (in a thread: ``start_groups`` after ``ahead.ray()``); returns the groups.
+        Each answer is committed at once, as a group's; the phases go on as they would, but
+        for the first task rendered, which makes it ``rendering``."""
+        formed: list = []  # [groups] or [None, the error]
+        said: list[str] = []  # what ``start_groups`` said: logged from this thread
+
+        def form():
+            try:
+                ahead.ray()
+                formed.append(self.start_groups(log=said.append))
+            except BaseException as e:  # (raised in this thread, below)
+                formed[:] = [None, e]
+
+        former = threading.Thread(target=form, name="form-groups", daemon=True)
+        former.start()
+        forming_said = False
+        try:
+            while former.is_alive():
+                ahead.tick()
+                if not forming_said and not self.rendered_ahead and ahead.ray_up():
+                    forming_said = True
+                    self.progress.phase("forming groups")
+                compiled = ahead.compiled(0.1)
+                if compiled is None:
+                    continue
+                task = self.next_task(None) if compiled else None
+                if task is None:  # no more tasks (or none may go yet), or no program: the groups take the rest
+                    break
+                tile = self.tile_task(task)
+                answer = ahead.render(tile, self.clock.limit(True))
+                if answer is None:
+                    self.folds.drop(tile.out)
+                    self.queue.appendleft(task)
+                    break
+                self.note_renderer(answer.get("renderer"))
+                self.folds.accept(task, tile.out, answer["crc"])
+                self.commit()
+                self.rendered_ahead += 1
+                self.progress.done(self.units(task), task.key[0])
+                if self.progress.note() and self.store.cancel_requested():
+                    raise Cancelled(f"cancelled; `farm resume {self.store.url}` goes on from here")
+        finally:
+            ahead.done()
+        former.join()
+        ahead.tick()
+        if self.rendered_ahead:  # (in the store's log: how a run's first tasks went)
+            self.store.log(f"{self.rendered_ahead} task(s) rendered while Ray started and the groups formed")
+        for line in said:
+            self.log(line)
+        if formed[0] is None:
+            raise formed[1]
+        if not forming_said and not self.rendered_ahead:
+            self.progress.phase("forming groups")
+        return formed[0]
 
     def teardown(self, groups):
         for group in groups:
@@ -373,7 +471,7 @@ class _JobRun:
                 task = self.next_task(group, where)
                 if task is None:
                     break
-                self.note_renderer(group)
+                self.note_renderer(getattr(group, "renderer", None))  # (cluster.simulated's groups have none)
                 tile = self.tile_task(task)
                 d = Dispatch(task, group, group.submit(tile), group.generation, time.monotonic(), _hosts(group),
                              tile.out)
@@ -391,10 +489,10 @@ class _JobRun:
         for k, group in enumerate(groups):
             group.prepare(self.tile_task(first[min(k * _DEPTH, len(first) - 1)], ahead=True), self.compiler)
 
-    def note_renderer(self, group):
-        """Before a group's task: the store notes its software, the first time it is seen (said
-        once where it differs from what rendered the store's samples so far)."""
-        renderer = getattr(group, "renderer", None)  # (cluster.simulated's groups have none)
+    def note_renderer(self, renderer):
+        """Before a task's samples count: the store notes the software that rendered them
+        (``renderer``, None: unknown), the first time it is seen (said once where it differs
+        from what rendered the store's samples so far)."""
         warning = None if renderer is None else self.store.note_renderer(renderer)  # (noted: nothing read)
         if warning:
             self.log(f"warning: {warning}")
@@ -559,10 +657,12 @@ class _JobRun:
             raise NoHostLeft(f"no host is left to render on: {self.failures.why_none_left()}; "
                              f"`farm resume {self.store.url}` goes on from here")
 
-    def start_groups(self):
+    def start_groups(self, log=None):
         """Form the groups side by side: each waits on its own members (processes, JAX,
         ``jax.distributed``), so a job of many groups starts as fast as one. With a seat, only
-        its share of them (maybe none: the job waits its turn); the others wait in ``spare``."""
+        its share of them (maybe none: the job waits its turn); the others wait in ``spare``.
+        ``log``: what says how it went (default the run's)."""
+        log = log or self.log
         named = [(f"group-{i}", shape) for i, shape in enumerate(self.shapes)]
         if self.seat is not None:
             grant = self.seat.join()
@@ -573,7 +673,7 @@ class _JobRun:
                     why = ("the job is paused" if self.seat.was_paused else
                            "jobs of higher or equal priority hold the groups" if grant.share == 0 else
                            "the jobs holding its groups let them go at their task boundaries")
-                    self.log(f"waiting in the cluster's queue: {why}")
+                    log(f"waiting in the cluster's queue: {why}")
                     return []
         candidates = [self.make_group(shape, name=name, init_timeout_s=self.init_timeout_s) for name, shape in named]
         outcomes = _start_all(candidates)
@@ -583,13 +683,13 @@ class _JobRun:
             raise JobFailed(f"no worker group could start: {errors[0]}")
         for group, error in zip(candidates, outcomes):
             if error is not None:
-                self.log(f"going on without a group: {error}")
+                log(f"going on without a group: {error}")
                 if self.seat is not None:  # (formed later, when the queue says so)
                     self.spare.append((group.name, group.shape))
         if not groups and not self.spare:
             raise JobFailed(f"no worker group could start: {errors[0]}")
         if self.seat is not None:  # (in the log: where a cluster's job renders)
-            self.log(f"{len(groups)} of {len(self.shapes)} group(s) formed: "
+            log(f"{len(groups)} of {len(self.shapes)} group(s) formed: "
                      f"{', '.join(f'{g.name} on {_names(_hosts(g))}' for g in groups)}")
         return groups
 
@@ -674,7 +774,8 @@ def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_
             max_rebuilds: int = 3, show_progress: bool = True, log: Callable[[str], object] = print,
             init_timeout_s: float = 60, task_timeout_s: float | None = None,
             make_group: Callable[..., WorkerGroup] = WorkerGroup, progress: RunProgress | None = None,
-            ready: Callable[[], object] | None = None, seat: Seat | None = None, compiler: int | None = None) -> Plan:
+            ready: Callable[[], object] | None = None, seat: Seat | None = None, compiler: int | None = None,
+            ahead: RenderAhead | None = None) -> Plan:
     """Render what the store lacks of ``spec`` on groups of ``shapes`` (Ray must be initialized).
 
     ``init_timeout_s`` bounds forming (or re-forming) a group; one that cannot form is dropped.
@@ -685,13 +786,14 @@ def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_
     ``compiler``: the pid of the process on this host making that compilation, whose program the
     members of one-host groups here wait for while they load their first scene (``prepare``).
     ``seat``: the job's place in a shared cluster's queue (``farm.seat``; joined and left here),
-    which decides how many of the groups it holds at a time. Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
+    which decides how many of the groups it holds at a time. ``ahead``: renders the first tasks
+    while Ray starts (it need not be up then) and the groups form (``RenderAhead``). Returns the job's plan; the run's figures are on the plan's ``stats`` (``compile``:
     the groups' XLA programs, how many came from the persistent compilation cache).
     """
     own = progress is None
     progress = RunProgress(store, show_progress) if progress is None else progress
     runner = _JobRun(spec, store, shapes, max_attempts, max_rebuilds, progress, log, init_timeout_s,
-                     task_timeout_s, make_group, ready, seat, compiler)
+                     task_timeout_s, make_group, ready, seat, compiler, ahead)
     try:
         plan = runner.run()
     finally:
@@ -703,4 +805,5 @@ def run_job(spec: JobSpec, store: FrameStore, shapes: Sequence[GroupShape], max_
         log(f"XLA: {c['programs']} program(s), {c['compiled']} compiled and {c['cache_hits']} loaded from "
             f"the compilation cache, in {c['seconds']:.1f} s{whole}")
     return dataclasses.replace(plan, stats={"fenced": runner.fenced, "slowest_s": runner.slowest,
-                                            "compile": runner.compiles, "failures": runner.failures.summary()})
+                                            "compile": runner.compiles, "failures": runner.failures.summary(),
+                                            "ahead": runner.rendered_ahead})

@@ -53,6 +53,8 @@ from farm.seat import Seat
 
 if TYPE_CHECKING:
     from farm.planner import Plan
+    from farm.scene_check import Preflight
+    from farm.scheduler import RenderAhead
     from farm.spec import GroupsSpec, JobSpec
     from farm.store import FrameStore
 
@@ -186,6 +188,7 @@ class RayStart:
     def __init__(self, address: str | None = None, groups: GroupsSpec | None = None, eager: bool = True):
         self.error: BaseException | None = None
         self.closed = False
+        self.eager = eager
         self._where = (address, groups)
         self._up, self._done = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
@@ -207,6 +210,10 @@ class RayStart:
         if self.error is None:
             _shutdown()
 
+    def up(self) -> bool:
+        """Whether the start has ended (Ray up, or its error to ``wait`` for)."""
+        return self._up.is_set()
+
     def wait(self) -> None:
         if self._thread is None and not self._up.is_set():
             self._start()
@@ -226,6 +233,26 @@ class RayStart:
             _shutdown()
 
 
+def _render_ahead(start: RayStart, preflight: Preflight | None) -> RenderAhead | None:
+    """``preflight`` rendering while ``start`` goes on, where it renders and Ray starts in a
+    thread of its own; the driver's signals are taken now and again once Ray is up (its core
+    worker takes SIGTERM when it starts), so that a stop meanwhile stops the run as it would later."""
+    from farm.scheduler import RenderAhead
+
+    if preflight is None or not preflight.renders or not start.eager or start.closed:
+        return None
+    signals.take()
+    taken: list[bool] = []
+
+    def tick() -> None:
+        if not taken and start.up():
+            taken.append(True)
+            signals.take()
+
+    return RenderAhead(render=preflight.render, compiled=preflight.compiled_within, done=preflight.done,
+                       ray=start.wait, ray_up=start.up, tick=tick)
+
+
 @contextlib.contextmanager
 def starting_ray(address: str | None = None, groups: GroupsSpec | None = None,
                  eager: bool = True) -> Iterator[RayStart]:
@@ -243,14 +270,17 @@ def starting_ray(address: str | None = None, groups: GroupsSpec | None = None,
 def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progress: bool = True,
         log: Callable[[str], object] = print, ray_start: RayStart | None = None,
         ready: Callable[[], object] | None = None, say: Callable[[str], object] | None = None,
-        compiler: int | None = None) -> Plan:
+        compiler: int | None = None, preflight: Preflight | None = None) -> Plan:
     """Render what ``store`` lacks, on an embedded local Ray or the cluster at ``address`` (or the
     Ray of ``ray_start``, a ``RayStart`` of ``starting_ray``, already on its way); the run's
     phases from the start of Ray on are in the store's progress notes (``farm.progress``).
     ``ready()``: waited for once the groups have formed, before the first task goes out (the
     preflight's compilation, ``farm.scene_check.Preflight.wait``), made meanwhile by the process
     ``compiler`` on this host (``farm.scheduler.run_job``). ``say``: what says each phase
-    without the bar (default ``log``; the phases are in the store's log either way)."""
+    without the bar (default ``log``; the phases are in the store's log either way).
+    ``preflight``: that process, where it renders too (``Preflight.renders``): with Ray starting
+    in its own thread (``RayStart.eager``), it renders the job's first tasks meanwhile
+    (``farm.scheduler.RenderAhead``)."""
     from farm.progress import RunProgress
     from farm.scheduler import run_job
 
@@ -259,16 +289,22 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
         progress.phase("starting Ray")
         ray = contextlib.nullcontext(ray_start) if ray_start else starting_ray(address, spec.groups, eager=False)
         with ray as start:
-            start.wait()
-            signals.take()  # back from Ray's core worker, which took SIGTERM when it started
+            ahead = _render_ahead(start, preflight) if address is None else None
+            if ahead is None:
+                start.wait()
+                signals.take()  # back from Ray's core worker, which took SIGTERM when it started
             shapes = group_shapes(spec, address is None)
             seat = None
             if address is not None:  # (a local Ray is started for the job's groups: farm.job.check_local)
                 import ray as ray_api
                 check_fits(shapes, [node["Resources"] for node in ray_api.nodes() if node["Alive"]])
                 seat = Seat(store.url, spec.groups.priority, shapes, store.paused, log)  # a shared cluster's queue
-            return run_job(spec, store, shapes, log=log, progress=progress, ready=ready, seat=seat,
-                           compiler=compiler if address is None else None)
+            try:
+                return run_job(spec, store, shapes, log=log, progress=progress, ready=ready, seat=seat,
+                               compiler=compiler if address is None else None, ahead=ahead)
+            finally:
+                if ahead is not None:  # (a run with nothing to render: the child is not kept waiting)
+                    ahead.done()
     except BaseException as e:
         # A full or read-only store is named (the run's uncommitted data is gone by now, which frees space).
         fault = faults.named(e, store.url)

@@ -44,7 +44,8 @@ def test_render_then_export_an_animation(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Token authentication" not in result.stdout + result.stderr  # Ray's notice, not for us
     programs = re.search(r"XLA: (\d+) program\(s\), (\d+) compiled and (\d+) loaded", result.stderr)
-    assert programs and int(programs[1]) > 0 and programs[2] == "0", result.stderr[-3000:]
+    # (none at all where the preflight child rendered every task while the group formed)
+    assert programs and programs[2] == "0", result.stderr[-3000:]
     status = farm_cli("status", str(store))
     assert status.returncode == 0 and "3/3 finished" in status.stdout, status.stdout + status.stderr
     (tmp_path / "empty").mkdir()

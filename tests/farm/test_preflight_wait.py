@@ -15,6 +15,8 @@ def _preflight_of(script: str) -> Preflight:
     preflight._stderr = tempfile.TemporaryFile(mode="w+")
     preflight._child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=preflight._stderr, text=True)
+    preflight.renders, preflight._compiled = False, None
+    preflight._listen()
     return preflight
 
 

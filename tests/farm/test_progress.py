@@ -201,7 +201,9 @@ def test_a_render_seen_from_another_process(tmp_path):
     assert len(seen) >= 2, seen  # the groups take seconds to form and compile (Ray may be up before the store)
     assert [PHASES.index(p) for p in seen] == sorted({PHASES.index(p) for p in seen}), seen
     final = _notes(store)
-    assert final["state"] == "done" and list(final["phases"]) == list(PHASES)
+    # (forming groups and compiling left out where the first tasks rendered while Ray started: RenderAhead)
+    assert final["state"] == "done" and list(final["phases"]) == [p for p in PHASES if p in final["phases"]]
+    assert {"starting Ray", "rendering", "finishing"} <= set(final["phases"]), final
     assert list(final["phases"].values()) == sorted(final["phases"].values())
     looks = [json.loads(line) for line in watched.splitlines()]
     assert looks[0]["state"] == "running" and looks[-1]["state"] == "done", looks
