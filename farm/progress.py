@@ -4,7 +4,9 @@ bar, and the notes in the store that ``farm status`` and ``farm serve`` read fro
 Phases, in order (``PHASES``): ``starting Ray`` (the session), ``forming groups`` (worker
 processes, JAX, ``jax.distributed``), ``compiling`` (until the first task comes back: a group's
 first tasks wait on XLA), ``rendering``, ``finishing`` (the groups torn down, the last notes
-written). The notes (``FrameStore.write_progress``) hold the phase and when each phase began.
+written). A run whose first tasks the driver's preflight process renders while Ray starts
+(``farm.scheduler.RenderAhead``) goes to ``rendering`` with the first of them, leaving out the
+phases it had not reached. The notes (``FrameStore.write_progress``) hold the phase and when each phase began.
 
 The rate counts only the steady state (``Throughput``): the first task's samples are left out
 (its time is start-up and compilation), and the rate is taken over the tasks finished in the

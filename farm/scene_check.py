@@ -12,8 +12,8 @@ load their first scene meanwhile and wait for that program (``compiling``, the c
 ``farm.scheduler``'s ``prepare``), so that its load is not the first task's.
 
 Asked to (``compile(task, ahead=True)``), the child then renders the job's first tasks itself
-while Ray starts and the groups form (``render``; ``farm.scheduler.RenderAhead``), one at a time,
-writing each to its slot as a member would, until the driver has groups (``done``).
+while Ray starts and the groups form (``send``, ``answer``; ``farm.scheduler.RenderAhead``), one at
+a time, writing each to its slot as a member would, until a group has answered (``done``).
 """
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ class Preflight:
     serve them (one host per group, on this machine), else None (the scene is only checked).
 
     ``checked()`` waits for the check; then ``compile(task)`` asks for the work unit of ``task``'s
-    shape (None: nothing more), and ``wait()`` waits for it; with ``ahead``, ``render(task)``
-    then renders tasks until ``done()``. ``close()`` stops the child."""
+    shape (None: nothing more), and ``wait()`` waits for it; with ``ahead``, it then renders
+    what ``send(task)`` gives it, one task at a time (each task's ``answer``) until ``done()``.
+    ``close()`` stops the child."""
 
     def __init__(self, spec: JobSpec, env: dict[str, str] | None) -> None:
         first, last = spec.frames
@@ -88,7 +89,7 @@ class Preflight:
 
     def compile(self, task: TileTask | None, ahead: bool = False) -> None:
         """Compile the work unit of ``task``'s shape (None, or no ``env``: nothing more);
-        ``ahead``: then render what ``render`` sends, until ``done``."""
+        ``ahead``: then render what ``send`` gives, until ``done``."""
         if task is None or self.env is None:
             self._send(None)
             return
@@ -145,24 +146,35 @@ class Preflight:
         if self.compiled_within(timeout_s) is None:
             self.close()
 
-    def render(self, task: TileTask, timeout_s: float) -> dict[str, Any] | None:
-        """Render ``task`` (its ``out`` a slot) in the child, once it has compiled: its answer
-        (``crc``: the slot's receipt, ``seconds``, ``renderer``: the child's software, as a
-        member's), or None where it could not (it failed, ended, or took ``timeout_s``: it is
-        stopped then, so that it writes nothing more)."""
-        if not self.renders or not self.compiled_within(timeout_s):
-            return None
+    def send(self, task: TileTask) -> bool:
+        """Have the child render ``task`` (its ``out`` a slot), once it has compiled (waited for
+        here); whether it took it (``answer`` then says how it went)."""
+        if not self.renders or not self.compiled_within(600):
+            return False
         self._send({"render": base64.b64encode(pickle.dumps(task)).decode()})
+        return True
+
+    def answer(self, timeout_s: float) -> tuple[bool, dict[str, Any] | None]:
+        """(whether the task sent last has ended, its answer): after up to ``timeout_s``, (False,
+        None) while it renders; (True, its answer: ``crc``, the slot's receipt, ``seconds``,
+        ``renderer``, the child's software as a member's), or (True, None) where it could not
+        (it failed or ended: it takes no more)."""
         line = self._next_line(timeout_s)
+        if line is None:
+            return False, None
         try:
             answer = json.loads(line) if line else None
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            self.renders = False
-            self.close()
-            return None
-        return answer
+            self.stop()
+            return True, None
+        return True, answer
+
+    def stop(self) -> None:
+        """Stop the child where it is (a task it renders then is never written whole)."""
+        self.renders = False
+        self.close()
 
     def done(self) -> None:
         """No more tasks: the child exits (its exit is not waited for)."""

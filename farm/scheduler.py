@@ -30,6 +30,7 @@ take the rest.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import threading
@@ -98,17 +99,21 @@ _DEPTH = 2  # dispatches in flight per group
 
 @dataclasses.dataclass(frozen=True)
 class RenderAhead:
-    """A process on this host that renders tasks while Ray starts and the groups form (the
-    preflight child: ``farm.scene_check.Preflight``).
+    """A process on this host that renders tasks while Ray starts and the groups form, until a
+    group has answered (the preflight child: ``farm.scene_check.Preflight``).
 
-    ``render(task, timeout_s)``: its answer for a ``TileTask`` whose ``out`` is a slot (a dict:
-    ``crc``, the slot's receipt; ``renderer``, its software), or None where it could not (it
-    writes nothing more then); ``compiled(timeout_s)``: whether it has the work unit (True),
-    never will (False), or not yet (None); ``done()``: it gets no more tasks. ``ray()`` waits
-    for Ray (raising its error), ``ray_up()`` says whether it is up; ``tick()`` is called in the
-    driver's thread between tasks (the driver's signals taken back once Ray is up)."""
+    ``send(task)``: it takes a ``TileTask`` whose ``out`` is a slot (False: it takes no more);
+    ``answer(timeout_s)``: (whether that task has ended, its answer: a dict of ``crc``, the
+    slot's receipt, and ``renderer``, its software; None where it could not, and it takes no
+    more); ``stop()``: stopped where it is (it writes nothing more); ``compiled(timeout_s)``:
+    whether it has the work unit (True), never will (False), or not yet (None); ``done()``: it
+    gets no more tasks. ``ray()`` waits for Ray (raising its error), ``ray_up()`` says whether
+    it is up; ``tick()`` is called in the driver's thread between tasks (the driver's signals
+    taken back once Ray is up)."""
 
-    render: Callable[[TileTask, float], dict | None]
+    send: Callable[[TileTask], bool]
+    answer: Callable[[float], tuple[bool, dict | None]]
+    stop: Callable[[], object]
     compiled: Callable[[float], bool | None]
     done: Callable[[], object]
     ray: Callable[[], object]
@@ -199,7 +204,8 @@ class _JobRun:
                  ready: Callable[[], object] | None = None, seat: Seat | None = None, compiler: int | None = None,
                  ahead: RenderAhead | None = None):
         self.spec, self.store, self.shapes, self.make_group = spec, store, shapes, make_group
-        self.ahead = ahead  # renders while the groups form (None: Ray is up, and the groups form first)
+        self.ahead = ahead  # renders until a group answers (None: it has stopped, or there is none)
+        self.ahead_out: tuple[Task, TileTask, float] | None = None  # its task in hand (task, TileTask, sent at)
         self.rendered_ahead = 0  # tasks of this run that ``ahead`` rendered
         self.seat = seat  # the job's place in its cluster's queue (None: a job of its own, every group)
         self.spare: list[tuple[str, GroupShape]] = []  # (name, shape) of groups the share leaves unformed
@@ -292,9 +298,10 @@ class _JobRun:
                 groups = self.render_ahead(self.ahead)
             else:
                 if self.ahead is not None:  # (a store the child cannot write to: Ray first, as without it)
-                    self.ahead.done()
-                    self.ahead.ray()
-                    self.ahead.tick()
+                    ahead, self.ahead = self.ahead, None
+                    ahead.done()
+                    ahead.ray()
+                    ahead.tick()
                 progress.phase("forming groups")
                 groups = self.start_groups()
                 self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
@@ -305,15 +312,19 @@ class _JobRun:
                 self.prepare(groups)
             if self.ready is not None:
                 self.ready()
-            while self.queue or self.inflight or self.parked:
+            while self.queue or self.inflight or self.parked or self.ahead_out:
                 if self.seat is not None:
                     self.follow_share(groups)
                 self.dispatch(groups)
+                ready, stepped = [], self.ahead is not None
+                if stepped:  # the child, until a group's first answer
+                    self.step_ahead(0 if self.inflight else 0.05,
+                                    more=all(t is None for t in self.answered.values()))
                 if not self.inflight:
-                    self.wait_for_groups()
-                    ready = []
+                    if not stepped:  # (else its answer may have let a parked task go: dispatched next)
+                        self.wait_for_groups()
                 else:
-                    ready, rest = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
+                    ready, rest = ray.wait(list(self.inflight), num_returns=1, timeout=0.02 if self.ahead_out else 1.0)
                     if ready and rest:  # every answer that is in: their commits go in one batch
                         ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
                 for ref in ready:
@@ -325,6 +336,9 @@ class _JobRun:
                 if progress.note() and store.cancel_requested():
                     raise Cancelled(f"cancelled; `farm resume {store.url}` goes on from here")
             progress.phase("finishing")
+            if self.rendered_ahead:  # (in the store's log: how the run's first tasks went)
+                store.log(f"{self.rendered_ahead} task(s) rendered by the driver's preflight process while Ray "
+                          f"started and the groups formed")
             if self.by_host and self.seat is not None:  # (in the log: where a cluster's job ran)
                 self.log(f"tasks by host: {', '.join(f'{h.name}: {n}' for h, n in self.by_host.most_common())}")
             self.compiles = _sum_stats(group.compile_stats() for group in groups)
@@ -336,66 +350,123 @@ class _JobRun:
             progress.fail(e, next((state for kind, state in states if isinstance(e, kind)), signals.state()))
             raise
         finally:
+            self.stop_ahead(now=True)
             self.teardown(groups)
             if self.folds is not None:
                 self.folds.close()
 
     def render_ahead(self, ahead):
-        """Render the queue's first tasks with ``ahead`` while Ray starts and the groups form
-        beside it (in a thread: ``start_groups`` after ``ahead.ray()``); returns the groups.
-        Each answer is committed at once, as a group's; the phases go on as they would, but
-        for the first task rendered, which makes it ``rendering``."""
-        formed: list = []  # [groups] or [None, the error]
-        said: list[str] = []  # what ``start_groups`` said: logged from this thread
+        """Render the queue's first tasks with ``ahead`` (from a thread of its own) while this
+        thread waits for Ray and forms the groups, as it would without it (a Ctrl-C or a stop
+        is heard here, and Ray is called from here alone); returns the groups, the task the
+        child renders then still in its hands (``step_ahead`` goes on in the run's loop). Each
+        answer is committed at once, as a group's; the phases go on as they would, but for the
+        first task rendered, which makes it ``rendering``."""
+        lock, stop = threading.Lock(), threading.Event()  # the lock: the store's notes and log, one writer at a time
+        failed: list[BaseException] = []
 
-        def form():
+        def render():
             try:
-                ahead.ray()
-                formed.append(self.start_groups(log=said.append))
-            except BaseException as e:  # (raised in this thread, below)
-                formed[:] = [None, e]
+                while not stop.is_set() and self.ahead is not None:
+                    if self.ahead_out is None:
+                        compiled = ahead.compiled(0.1)
+                        if compiled is None:
+                            continue
+                        if not compiled:
+                            with lock:
+                                self.stop_ahead()
+                            break
+                    self.step_ahead(0.05, more=True, guard=lock)
+                    if self.ahead_out is None:  # (none may go until a task in flight is committed)
+                        time.sleep(0.05)
+                    with lock:
+                        if self.progress.note() and self.store.cancel_requested():
+                            raise Cancelled(f"cancelled; `farm resume {self.store.url}` goes on from here")
+            except BaseException as e:  # (raised in the run's thread once the groups are formed)
+                failed.append(e)
 
-        former = threading.Thread(target=form, name="form-groups", daemon=True)
-        former.start()
-        forming_said = False
+        def log(line):
+            with lock:
+                self.log(line)
+
+        renderer = threading.Thread(target=render, name="render-ahead", daemon=True)
+        renderer.start()
+        groups = []
         try:
-            while former.is_alive():
-                ahead.tick()
-                if not forming_said and not self.rendered_ahead and ahead.ray_up():
-                    forming_said = True
+            ahead.ray()
+            ahead.tick()
+            with lock:
+                if not self.rendered_ahead:
                     self.progress.phase("forming groups")
-                compiled = ahead.compiled(0.1)
-                if compiled is None:
-                    continue
-                task = self.next_task(None) if compiled else None
-                if task is None:  # no more tasks (or none may go yet), or no program: the groups take the rest
-                    break
-                tile = self.tile_task(task)
-                answer = ahead.render(tile, self.clock.limit(True))
-                if answer is None:
+            groups = self.start_groups(log=log)
+            stop.set()
+            renderer.join()
+            if failed:
+                raise failed[0]
+        except BaseException:
+            stop.set()
+            renderer.join()
+            self.stop_ahead(now=True)
+            for group in groups:
+                group.teardown()
+            raise
+        return groups
+
+    def step_ahead(self, wait_s, more, guard=None):
+        """The child's answer taken in if it has come (waiting up to ``wait_s``) and committed,
+        and, ``more``, the next queued task that may go given to it; else, with nothing in its
+        hands, it is done. One past its task's time limit is stopped. ``guard``: held while the
+        store is written to (``render_ahead``'s thread)."""
+        ahead = self.ahead
+        if ahead is None:
+            return
+        ended, answer = False, None
+        if self.ahead_out is not None:
+            ended, answer = ahead.answer(wait_s)
+            if not ended and time.monotonic() - self.ahead_out[2] > self.clock.limit(True):
+                ahead.stop()
+                ended = True
+            if not ended:
+                return
+        with guard or contextlib.nullcontext():
+            if ended:
+                task, tile, _ = self.ahead_out
+                self.ahead_out = None
+                if answer is None:  # whatever it wrote never counts: the task goes back as it was
                     self.folds.drop(tile.out)
                     self.queue.appendleft(task)
-                    break
+                    self.stop_ahead()
+                    return
                 self.note_renderer(answer.get("renderer"))
                 self.folds.accept(task, tile.out, answer["crc"])
-                self.commit()
                 self.rendered_ahead += 1
                 self.progress.done(self.units(task), task.key[0])
-                if self.progress.note() and self.store.cancel_requested():
-                    raise Cancelled(f"cancelled; `farm resume {self.store.url}` goes on from here")
-        finally:
-            ahead.done()
-        former.join()
-        ahead.tick()
-        if self.rendered_ahead:  # (in the store's log: how a run's first tasks went)
-            self.store.log(f"{self.rendered_ahead} task(s) rendered while Ray started and the groups formed")
-        for line in said:
-            self.log(line)
-        if formed[0] is None:
-            raise formed[1]
-        if not forming_said and not self.rendered_ahead:
-            self.progress.phase("forming groups")
-        return formed[0]
+                self.commit()  # (the tile's next chunk may go then)
+            task = self.next_task(None) if more else None
+            if task is None:
+                if not more or not (self.queue or self.parked):
+                    self.stop_ahead()
+                return
+            tile = self.tile_task(task)
+            if not ahead.send(tile):
+                self.folds.drop(tile.out)
+                self.queue.appendleft(task)
+                self.stop_ahead()
+                return
+            self.ahead_out = (task, tile, time.monotonic())
+
+    def stop_ahead(self, now=False):
+        """The child gets no more tasks (``now``: stopped, its task in hand dropped, as the run
+        ends)."""
+        if self.ahead is None:
+            return
+        if now and self.ahead_out is not None:
+            self.ahead.stop()
+            self.folds.drop(self.ahead_out[1].out)
+            self.ahead_out = None
+        if self.ahead_out is None:
+            self.ahead.done()
+            self.ahead = None
 
     def teardown(self, groups):
         for group in groups:

@@ -6,6 +6,7 @@ import contextlib
 import io
 import re
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -24,24 +25,26 @@ JOB = ("--frames", "0-2", "--spp", "8", "--res", "40x30", "--tile", "16", "--set
 def _render(store, monkeypatch, ahead, kill_at=None):
     """``farm render`` of JOB in this process, Ray started beside the preflight as the command
     does; the group forms only once the child has answered ``ahead`` tasks (or stopped taking
-    them), and the child's next task waits for the group. ``kill_at``: the child is killed once
-    it has written that task, before its answer is read. Returns (the number of tasks the
-    store's log says were rendered ahead, the child's answers)."""
-    answered, enough, formed = [], threading.Event(), threading.Event()
-    render, done, start_groups = Preflight.render, Preflight.done, _JobRun.start_groups
+    them), and the answer to the child's next task waits for the group's first answer (the
+    child takes none after it). ``kill_at``: the child is killed once it has written that task, before its answer
+    is read. Returns (the number of tasks the store's log says the child rendered, its answers)."""
+    answered, enough, first = [], threading.Event(), threading.Event()
+    answer_of, done = Preflight.answer, Preflight.done
+    start_groups, collect = _JobRun.start_groups, _JobRun.collect
 
-    def rendering(self, task, timeout_s):
-        if len(answered) >= ahead:
-            formed.wait(120)
-        answer = render(self, task, timeout_s)
-        if len(answered) + 1 == kill_at and answer is not None:  # written, but the answer lost
+    def answering(self, timeout_s):
+        if len(answered) >= ahead and not first.is_set():  # (this thread collects the group's answers too)
+            time.sleep(min(timeout_s, 0.01))
+            return False, None
+        ended, answer = answer_of(self, timeout_s)
+        if ended and answer is not None and len(answered) + 1 == kill_at:  # written, but the answer lost
             self._child.kill()
             answer = None
         if answer is not None:
             answered.append(answer)
-        if len(answered) >= ahead or answer is None:
+        if ended and (len(answered) >= ahead or answer is None):
             enough.set()
-        return answer
+        return ended, answer
 
     def finishing(self):
         enough.set()
@@ -49,13 +52,16 @@ def _render(store, monkeypatch, ahead, kill_at=None):
 
     def forming(self, log=None):
         enough.wait(120)
-        groups = start_groups(self, log)
-        formed.set()
-        return groups
+        return start_groups(self, log)
 
-    monkeypatch.setattr(Preflight, "render", rendering)
+    def collecting(self, d, groups):
+        collect(self, d, groups)
+        first.set()
+
+    monkeypatch.setattr(Preflight, "answer", answering)
     monkeypatch.setattr(Preflight, "done", finishing)
     monkeypatch.setattr(_JobRun, "start_groups", forming)
+    monkeypatch.setattr(_JobRun, "collect", collecting)
     err = io.StringIO()
     with hang_guard(300), contextlib.redirect_stderr(err):
         try:
@@ -63,7 +69,7 @@ def _render(store, monkeypatch, ahead, kill_at=None):
         except SystemExit as e:
             assert e.code == 0, err.getvalue()[-3000:]
     monkeypatch.undo()
-    lines = [line for line in FrameStore.open(str(store), "r").logs() if "rendered while Ray started" in line]
+    lines = [line for line in FrameStore.open(str(store), "r").logs() if "rendered by the driver's preflight" in line]
     assert len(lines) <= 1, lines
     return int(re.search(r"(\d+) task\(s\) rendered", lines[0])[1]) if lines else 0, answered
 
@@ -71,7 +77,8 @@ def _render(store, monkeypatch, ahead, kill_at=None):
 def test_tasks_rendered_ahead_give_the_bits_of_tracer_render(tmp_path, monkeypatch):
     store = tmp_path / "ahead.zarr"
     n, answered = _render(store, monkeypatch, ahead=7)
-    assert n == len(answered) == 8, n  # the 8th waited for the group; it took the other 10 of 3 frames x 6 tiles
+    # The 8th waited for the group's first answer; the group took the other 10 of 3 frames x 6 tiles.
+    assert n == len(answered) == 8, n
     spec, _ = job.open_store(str(store))
     for got, want in zip(exported(store, tmp_path), reference(spec), strict=True):
         np.testing.assert_array_equal(got, want)
