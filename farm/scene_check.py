@@ -147,9 +147,9 @@ class Preflight:
             self.close()
 
     def send(self, task: TileTask) -> bool:
-        """Have the child render ``task`` (its ``out`` a slot), once it has compiled (waited for
-        here); whether it took it (``answer`` then says how it went)."""
-        if not self.renders or not self.compiled_within(600):
+        """Have the child render ``task`` (its ``out`` a slot), once it has said that it compiled
+        (``compiled_within``); whether it took it (``answer`` then says how it went)."""
+        if not self.renders or self._compiled is not True:
             return False
         self._send({"render": base64.b64encode(pickle.dumps(task)).decode()})
         return True

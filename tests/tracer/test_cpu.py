@@ -52,6 +52,18 @@ def test_an_avx512_host_vectorizes_512_bits_wide_unless_the_process_says(clean_e
     assert widths == ([width] if width else [])
 
 
+@pytest.mark.parametrize("flags, want", [("", "false"), ("--xla_cpu_enable_platform_dependent_math=true", "true")])
+def test_a_process_gets_no_math_of_its_cpu_models_own_unless_it_says(clean_env, flags, want):
+    # (on an Intel Sapphire Rapids host that math gave orbit.xml other bits on 2 and 3 devices)
+    code = ("import os, tracer; tracer.load_scene('examples/cbox.xml', res=8, accel='jax'); "
+            "print(os.environ.get('XLA_FLAGS', ''))")
+    result = subprocess.run([sys.executable, "-c", code], env=clean_env | {"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"},
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = [f.split("=")[1] for f in result.stdout.split() if f.startswith("--xla_cpu_enable_platform_dependent_math=")]
+    assert said == [want], result.stdout
+
+
 def test_importing_the_tracer_changes_nothing_in_the_process(clean_env):
     """Only the entry points set a process up (``tracer.runtime.process.configure``): importing every
     module of the tracer leaves XLA_FLAGS, the device count and JAX's backend as they were."""

@@ -15,6 +15,12 @@ instruction-set level, so that a job can be split, resumed and refined anywhere.
   loop body (``tracer.integrators.path``; a pool of 256 paths differed from one pool holding every path
   in 5% of pixels until then), and float reductions are left out of the traced code
   (``tracer.vecmath.fold``).
+* The CPU model's own math. XLA may choose arithmetic whose results depend on the CPU it
+  compiles for (``--xla_cpu_enable_platform_dependent_math``, on by default): on an Intel
+  Sapphire Rapids host at the AVX512 level, examples/orbit.xml differed between 2 and 3 devices
+  in 2 of 340 pixels (by 2e-7) until it was turned off, which agrees with an AMD EPYC host and
+  cost 0-3% of a frame there (cbox 2.03 -> 2.03-2.07 s, mesh 1.38 -> 1.42 s, orbit 1.01 s at
+  256x256, 64 spp). So it is off at every level (``PLATFORM_MATH``).
 * The program itself. XLA compiles a program over one device without its SPMD partitioner, and
   that module fuses differently from the one partitioned over several devices (examples/orbit.xml:
   6 of 1,200 pixels between 1 and 2 devices; 2 and 4 devices, and 2 hosts, agree). So a CPU
@@ -34,6 +40,7 @@ from tracer.runtime.cpu import device_count
 from tracer.shared import ISAS, PORTABLE_ISA
 
 __all__ = ["host_isa", "local_isa", "isa_flags", "named_isa", "check_host", "with_flags", "set_in_environment",
+           "use_platform_independent_math",
            "use_wide_vectors"]
 
 # XLA vectorizes for 256-bit registers even where AVX-512 has 512-bit ones (a guard against the
@@ -43,6 +50,8 @@ __all__ = ["host_isa", "local_isa", "isa_flags", "named_isa", "check_host", "wit
 _MAX_ISA = "--xla_cpu_max_isa"
 _VECTOR_WIDTH = "--xla_cpu_prefer_vector_width"
 _WIDE_VECTORS = f"{_VECTOR_WIDTH}=512"
+_PLATFORM_MATH = "--xla_cpu_enable_platform_dependent_math"
+PLATFORM_MATH = f"{_PLATFORM_MATH}=false"  # the same arithmetic on every CPU of a level (see above)
 # What /proc/cpuinfo lists for each level: XLA's AVX512 code may use F, CD, BW, DQ and VL.
 _LEVEL_FLAGS = (("AVX512", {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma"}),
                 ("AVX2", {"avx2", "fma"}), ("AVX", {"avx"}))
@@ -69,10 +78,11 @@ def local_isa() -> str:
 
 def isa_flags(isa: str) -> tuple[str, ...]:
     """The XLA flags that make a CPU program of the ``isa`` level (one of ``ISAS``): its
-    instructions and, for AVX512, 512-bit vectors (``_WIDE_VECTORS``)."""
+    instructions and, for AVX512, 512-bit vectors (``_WIDE_VECTORS``), then no math of the CPU
+    model's own (``PLATFORM_MATH``)."""
     if isa not in ISAS:
         raise ValueError(f"an instruction-set level is one of {', '.join(ISAS)}, got {isa!r}")
-    return (f"{_MAX_ISA}={isa}",) + ((_WIDE_VECTORS,) if isa == "AVX512" else ())
+    return (f"{_MAX_ISA}={isa}",) + ((_WIDE_VECTORS,) if isa == "AVX512" else ()) + (PLATFORM_MATH,)
 
 
 def named_isa(xla_flags: str | None) -> str | None:
@@ -97,7 +107,7 @@ def with_flags(xla_flags: str | None = "", devices: int | None = None, determini
     """``xla_flags`` (an XLA_FLAGS value) with the deterministic CPU flags of the ``isa`` level
     (default: this host's, else ``PORTABLE_ISA``) and, if given, a virtual CPU device count (with
     the flag: ``tracer.runtime.cpu.device_count``'s rule); earlier values of the same flags are replaced."""
-    drop = (_MAX_ISA, _VECTOR_WIDTH, "--xla_force_host_platform_device_count")
+    drop = (_MAX_ISA, _VECTOR_WIDTH, _PLATFORM_MATH, "--xla_force_host_platform_device_count")
     flags = [f for f in (xla_flags or "").split() if not f.startswith(drop)]
     if deterministic:
         flags.extend(isa_flags(isa or local_isa()))
@@ -127,3 +137,15 @@ def use_wide_vectors() -> None:
             or host_isa() != "AVX512"):  # (the file read last)
         return
     os.environ["XLA_FLAGS"] = f"{flags} {_WIDE_VECTORS}".strip()
+
+
+def use_platform_independent_math() -> None:
+    """No math of the CPU model's own in this process's XLA CPU code (``PLATFORM_MATH``: a
+    render's bits then do not depend on its device count on any CPU), unless the process sets
+    that flag in XLA_FLAGS or JAX's backend has started. Part of ``tracer.runtime.process.configure``."""
+    from tracer.runtime.jax_private import backends_are_initialized
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _PLATFORM_MATH in flags or backends_are_initialized():
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {PLATFORM_MATH}".strip()
