@@ -110,7 +110,12 @@ def test_sampled_pdf_equals_pdf_direction(name):
     assert valid.mean() > 0.3
     again = C.pdf_direction(emitters, jnp.asarray(np.broadcast_to(ref[:, None], (3, SAMPLES)).astype(np.float32)),
                             ds.emitter, ds.p, ds.n, ds.d)
-    np.testing.assert_allclose(np.asarray(again)[valid], pdf[valid], rtol=1e-3)  # float32 round trips
+    # Float32 round trips. Near an environment map's poles its pdf goes as 1 / sin(theta), theta =
+    # acos(d.y) as in Mitsuba, and one ulp of d.y 4e-5 from the pole moves the pdf by 1e-3 (seen
+    # after XLA's platform-dependent math was turned off: 1.07e-3 at d.y = 0.99996).
+    near_pole = np.abs(np.asarray(ds.d)[1]) > 0.999
+    np.testing.assert_allclose(np.asarray(again)[valid & ~near_pole], pdf[valid & ~near_pole], rtol=1e-3)
+    np.testing.assert_allclose(np.asarray(again)[valid & near_pole], pdf[valid & near_pole], rtol=5e-3)
     assert np.all(weight[:, ~valid] == 0)
     assert np.all(np.isfinite(weight)) and np.all(weight >= 0)
     np.testing.assert_allclose(np.linalg.norm(np.asarray(ds.d), axis=0), 1.0, rtol=1e-5)
