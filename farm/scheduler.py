@@ -107,9 +107,8 @@ class RenderAhead:
     slot's receipt, and ``renderer``, its software; None where it could not, and it takes no
     more); ``stop()``: stopped where it is (it writes nothing more); ``compiled(timeout_s)``:
     whether it has the work unit (True), never will (False), or not yet (None); ``done()``: it
-    gets no more tasks. ``ray()`` waits for Ray (raising its error), ``ray_up()`` says whether
-    it is up; ``tick()`` is called in the driver's thread between tasks (the driver's signals
-    taken back once Ray is up)."""
+    gets no more tasks. ``ray()``, called in the driver's thread, waits for Ray (raising its
+    error) and takes the driver's signals back from Ray's core worker."""
 
     send: Callable[[TileTask], bool]
     answer: Callable[[float], tuple[bool, dict | None]]
@@ -117,8 +116,6 @@ class RenderAhead:
     compiled: Callable[[float], bool | None]
     done: Callable[[], object]
     ray: Callable[[], object]
-    ray_up: Callable[[], bool]
-    tick: Callable[[], object] = lambda: None
 
 
 @dataclasses.dataclass(eq=False)
@@ -301,7 +298,6 @@ class _JobRun:
                     ahead, self.ahead = self.ahead, None
                     ahead.done()
                     ahead.ray()
-                    ahead.tick()
                 progress.phase("forming groups")
                 groups = self.start_groups()
                 self.folds = Commits(store, records, spec.spp, root) if root else Folds(store, records, spec.spp)
@@ -394,7 +390,6 @@ class _JobRun:
         groups = []
         try:
             ahead.ray()
-            ahead.tick()
             with lock:
                 if not self.rendered_ahead:
                     self.progress.phase("forming groups")

@@ -217,10 +217,6 @@ class RayStart:
         if self.error is None:
             _shutdown()
 
-    def up(self) -> bool:
-        """Whether the start has ended (Ray up, or its error to ``wait`` for)."""
-        return self._up.is_set()
-
     def wait(self) -> None:
         if self._thread is None and not self._up.is_set():
             self._start()
@@ -249,16 +245,13 @@ def _render_ahead(start: RayStart, preflight: Preflight | None) -> RenderAhead |
     if preflight is None or not preflight.renders or not start.eager or start.closed:
         return None
     signals.take()
-    taken: list[bool] = []
 
-    def tick() -> None:
-        if not taken and start.up():
-            taken.append(True)
-            signals.take()
+    def ray() -> None:  # (in the driver's thread)
+        start.wait()
+        signals.take()  # back from Ray's core worker, which took SIGTERM when it started
 
     return RenderAhead(send=preflight.send, answer=preflight.answer, stop=preflight.stop,
-                       compiled=preflight.compiled_within, done=preflight.done, ray=start.wait, ray_up=start.up,
-                       tick=tick)
+                       compiled=preflight.compiled_within, done=preflight.done, ray=ray)
 
 
 @contextlib.contextmanager
