@@ -2,11 +2,14 @@
 the driver's priority, and stays up until it is closed (``farm.session``)."""
 import os
 import sys
+import threading
 
 import psutil
 import pytest
 import ray
+from ray import _raylet
 from ray._private import ray_constants
+from ray._raylet import get_port_filename
 
 from farm import session
 from tests.helpers.hang_guard import hang_guard
@@ -59,8 +62,15 @@ def test_the_embedded_ray_starts_in_the_background_minimal_and_outlives_the_thre
         assert len(agents) == 2 and all(p.nice() == os.nice(0) + session._AGENT_NICENESS for p in agents), agents
         assert raylet.nice() == os.nice(0)
         assert services._build_python_executable_command_memory_profileable(ray_constants.PROCESS_TYPE_DASHBOARD, "s")[0] == sys.executable
-        # Ray's processes die with the thread that started them: it must still be there.
+        # Ray's processes die with the thread that started them: it must still be there, and so
+        # must the thread that started the API server beside the raylet, long after it started it.
         assert ray.get(ray.remote(lambda: 6 * 7).remote(), timeout=60) == 42
+        assert node.all_processes["dashboard"][0].process.poll() is None
+        assert any(t.name == "ray-api-server" for t in threading.enumerate())
+        # The ports the minimal agent leaves unused, told to the raylet before the agent said them.
+        for name in ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME"):
+            port_file = os.path.join(node.get_session_dir_path(), get_port_filename(node.node_id, getattr(_raylet, name)))
+            assert open(port_file).read().strip() == "-1", name
         # Its workers at the driver's priority (Ray's own default, 15, yields to every other program).
         assert ray.get(ray.remote(lambda: os.nice(0)).remote(), timeout=60) == os.nice(0)
     assert start.closed and not ray.is_initialized()
