@@ -175,11 +175,13 @@ def _head_started_sooner() -> contextlib.AbstractContextManager[None]:
                 _agent_ports_unused(self)
                 start(self, *args, **kwargs)
             finally:
+                failures: list[BaseException] = []
                 while starts:
                     done, failed = starts.pop()
                     done.wait()
-                    if failed:
-                        raise failed[0]
+                    failures += failed
+            if failures:  # (after the raylet's own error, if it raised one: that one is raised)
+                raise failures[0]
         return begin
 
     return _replaced(node.Node, {"start_api_server": in_background, "start_ray_processes": beside})

@@ -9,7 +9,6 @@ import pytest
 import ray
 from ray import _raylet
 from ray._private import ray_constants
-from ray._raylet import get_port_filename
 
 from farm import session
 from tests.helpers.hang_guard import hang_guard
@@ -69,7 +68,7 @@ def test_the_embedded_ray_starts_in_the_background_minimal_and_outlives_the_thre
         assert any(t.name == "ray-api-server" for t in threading.enumerate())
         # The ports the minimal agent leaves unused, told to the raylet before the agent said them.
         for name in ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME"):
-            port_file = os.path.join(node.get_session_dir_path(), get_port_filename(node.node_id, getattr(_raylet, name)))
+            port_file = os.path.join(node.get_session_dir_path(), _raylet.get_port_filename(node.node_id, getattr(_raylet, name)))
             assert open(port_file).read().strip() == "-1", name
         # Its workers at the driver's priority (Ray's own default, 15, yields to every other program).
         assert ray.get(ray.remote(lambda: os.nice(0)).remote(), timeout=60) == os.nice(0)
