@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from farm import faults, signals
+from farm.errors import FarmError, first_line
 from farm.job import check_fits, group_shapes
 from farm.seat import Seat
 
@@ -94,6 +95,11 @@ def start_local_ray(num_cpus: int) -> None:
             # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      logging_level=logging.ERROR, configure_logging=False)
+    except (FarmError, OSError):  # (an OSError of the environment is named where it is caught)
+        raise
+    except Exception as e:  # Ray's own, e.g. a raylet that gave up waiting for its agents on a swamped host
+        logs = os.path.join(faults.ray_temp_dir(), "session_latest", "logs")
+        raise faults.EnvironmentFault(f"the embedded Ray did not start: {first_line(e)} (Ray's logs: {logs})") from e
     finally:
         if saved is None:
             del sys.modules[_DASHBOARD_DEPS]
@@ -112,17 +118,21 @@ def start_local_ray(num_cpus: int) -> None:
 # 1.5 MB of Ray's logs an hour.)
 _UNUSED_HEAD_PROCESSES = ("start_monitor", "start_log_monitor")
 
-# Ray's Python services (the API server and the node's dashboard and runtime-env agents) start
-# at this niceness above the driver's. Their start-up is some 2 CPU-seconds of imports, and a
-# local job's first minutes belong to the compile of its work unit (``farm.scene_check``), which
-# runs beside Ray's start: on 2 cores it took 7.8 s of wall time for 5.5 s alone. The raylet and
-# the workers, which render, keep the driver's priority (see above).
+# Ray's API server and the node's dashboard agent start at this niceness above the driver's.
+# Their start-up is some 2 CPU-seconds of imports, and a local job's first minutes belong to the
+# compile of its work unit (``farm.scene_check``), which runs beside Ray's start: on 2 cores it
+# took 7.8 s of wall time for 5.5 s alone. The raylet and the workers, which render, keep the
+# driver's priority (see above), and so does the runtime-env agent: the raylet waits at most 15 s
+# for its port and then aborts, and niced on a busy host it missed that (six busy processes on 2
+# cores: three starts of three failed; a CI run's job lost it once).
 _AGENT_NICENESS = 10
+_NICED_SERVICES = ("dashboard", "dashboard_agent")  # Ray's PROCESS_TYPE_DASHBOARD, _DASHBOARD_AGENT
 
 
 def _agents_niced(niceness: int) -> contextlib.AbstractContextManager[None]:
-    """Ray's Python services started under ``nice`` (where it is there to start them) while the
-    block runs: Ray builds their command lines, and no worker's, with this function of its."""
+    """Ray's Python services of ``_NICED_SERVICES`` started under ``nice`` (where it is there to
+    start them) while the block runs: Ray builds their command lines, and no worker's, with this
+    function of its, whose first argument names the service."""
     from ray._private import services
 
     nice = shutil.which("nice")
@@ -130,7 +140,10 @@ def _agents_niced(niceness: int) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     def niced(build: Callable[..., list[str]]) -> Callable[..., list[str]]:
-        return lambda *args, **kwargs: [nice, "-n", str(niceness), *build(*args, **kwargs)]
+        def command(component: str, *args: Any, **kwargs: Any) -> list[str]:
+            line = build(component, *args, **kwargs)
+            return [nice, "-n", str(niceness), *line] if component in _NICED_SERVICES else line
+        return command
 
     return _replaced(services, {"_build_python_executable_command_memory_profileable": niced})
 

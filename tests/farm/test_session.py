@@ -10,7 +10,7 @@ import ray
 from ray import _raylet
 from ray._private import ray_constants
 
-from farm import session
+from farm import faults, session
 from tests.helpers.hang_guard import hang_guard
 
 
@@ -20,14 +20,16 @@ def test_a_lazy_start_that_is_never_waited_on_starts_no_ray():
     assert start.closed and not ray.is_initialized()
 
 
-def test_a_failed_start_is_raised_by_wait_and_leaves_the_dashboard_module_importable(monkeypatch):
+def test_a_failed_start_is_raised_by_wait_as_one_line_and_leaves_the_dashboard_module_importable(monkeypatch):
     def refuse(**kw):
         assert sys.modules[session._DASHBOARD_DEPS] is None  # hidden while ray.init runs
-        raise RuntimeError("no room for Ray")
+        raise Exception("The current node timed out during startup. This could happen because ...")
 
     monkeypatch.setattr(ray, "init", refuse)
     with session.starting_ray() as start:
-        with pytest.raises(RuntimeError, match="no room for Ray"):
+        # Ray's words, said as the environment's fault (exit 1) with where its logs are, not as a bug of ours.
+        with pytest.raises(faults.EnvironmentFault, match=r"^the embedded Ray did not start: The current node timed out "
+                           r"during startup\. This could happen because \.\.\. \(Ray's logs: .*/ray/session_latest/logs\)$"):
             start.wait()
     assert sys.modules.get(session._DASHBOARD_DEPS, sys) is not None
 
@@ -52,13 +54,15 @@ def test_the_embedded_ray_starts_in_the_background_minimal_and_outlives_the_thre
         from ray._private import services
         from ray._private.node import Node
         assert all(Node.__dict__[name] is not session._start_nothing for name in session._UNUSED_HEAD_PROCESSES)
-        # Ray's Python services below the driver's priority (the compile beside their start-up
-        # goes first), the raylet at it; and Ray's command builder restored.
+        # The API server and dashboard agent below the driver's priority (the compile beside their
+        # start-up goes first); the raylet at it, and the runtime-env agent, whose port the raylet
+        # waits for 15 s at most; and Ray's command builder restored.
         niceness = lambda p: psutil.Process(p.pid).nice()
         assert niceness(node.all_processes["dashboard"][0].process) == os.nice(0) + session._AGENT_NICENESS
         raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
-        agents = [p for p in raylet.children() if "agent" in " ".join(p.cmdline()).lower()]
-        assert len(agents) == 2 and all(p.nice() == os.nice(0) + session._AGENT_NICENESS for p in agents), agents
+        titles = {p: " ".join(p.cmdline()).strip() for p in raylet.children()}  # (an agent's: "ray::DashboardAgent")
+        agents = {title: p.nice() for p, title in titles.items() if title.endswith("Agent")}
+        assert agents == {"ray::DashboardAgent": os.nice(0) + session._AGENT_NICENESS, "ray::RuntimeEnvAgent": os.nice(0)}, agents
         assert raylet.nice() == os.nice(0)
         assert services._build_python_executable_command_memory_profileable(ray_constants.PROCESS_TYPE_DASHBOARD, "s")[0] == sys.executable
         # Ray's processes die with the thread that started them: it must still be there, and so
