@@ -1,6 +1,8 @@
 """Test-session set-up: the farm's deterministic CPU arithmetic in this process too, so that
 renders made here (references) and in worker processes agree bit for bit; a local Ray fixture."""
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -8,6 +10,16 @@ from hypothesis import settings
 
 from tracer.runtime.process import configure
 from tracer.runtime.xla_flags import set_in_environment
+
+
+def _session_folder(prefix: str) -> str:
+    """A temporary folder removed when this process exits (the compilation cache's, made by the
+    process that starts the session, is shared by pytest-xdist's workers, which inherit its name):
+    a run had left some 110 MB of programs behind in the system's temporary folder."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
 
 set_in_environment()  # before any test module imports JAX
 # (Before configure(), which would otherwise point tracer.render's default cache at the
@@ -18,10 +30,11 @@ set_in_environment()  # before any test module imports JAX
 # traces in memory (``render_tile.programs_made``), or use a cache folder of their own.
 if os.environ.get("JAXFARM_TEST_XLA_CACHE"):
     os.environ["JAXFARM_XLA_CACHE"] = os.environ["JAXFARM_TEST_XLA_CACHE"]
-os.environ.setdefault("JAXFARM_XLA_CACHE", os.path.join(tempfile.mkdtemp(prefix="farm-xla-cache-"), "xla"))
+if "JAXFARM_XLA_CACHE" not in os.environ:
+    os.environ["JAXFARM_XLA_CACHE"] = os.path.join(_session_folder("farm-xla-cache-"), "xla")
 configure()  # a device per core (at least two), as tracer.render's callers get, before any array exists
 # `farm render` and `farm submit` note their stores for `farm list`: the tests' in a file of their own.
-os.environ["FARM_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="farm-registry-"), "stores")
+os.environ["FARM_REGISTRY"] = os.path.join(_session_folder("farm-registry-"), "stores")
 # Dr.Jit reads this when mitsuba is first imported; without it, its LLVM variant loads whichever
 # libLLVM it finds (an older one here), which aborts the process. Absent, the variant is refused.
 os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1")
