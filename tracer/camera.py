@@ -16,6 +16,7 @@ from tracer import sampling
 from tracer import vecmath as vm
 from tracer.kinds import Projection
 from tracer.pytree import pytree_dataclass, static
+from tracer.table_rows import on_device
 
 __all__ = ["Camera", "make_camera", "make_orthographic", "x_fov_from", "generate_rays"]
 
@@ -58,7 +59,7 @@ def make_camera(to_world: ArrayLike, x_fov: float, width: int, height: int, near
                 thin_lens: bool | None = None) -> Camera:
     """A perspective camera; a thin lens (``thin_lens``, by default where ``aperture_radius`` is
     not zero) of ``aperture_radius`` focused at ``focus_distance``."""
-    f32 = lambda v: jnp.asarray(v, jnp.float32)
+    f32 = lambda v: on_device(v, np.float32)
     return Camera(to_world=f32(np.asarray(to_world)[:3, :4]), tan_half_fov=f32(np.tan(np.radians(x_fov) / 2)),
                   aspect=f32(width / height), near_clip=f32(near_clip), far_clip=f32(far_clip),
                   aperture_radius=f32(aperture_radius), focus_distance=f32(focus_distance),

@@ -26,6 +26,7 @@ from tracer import vecmath as vm
 from tracer import volumes as vol
 from tracer.constants import INV_FOUR_PI, INV_PI, TWO_PI
 from tracer.pytree import pytree_dataclass, static
+from tracer.table_rows import on_device
 
 __all__ = ["Phase", "MediumKind", "Media", "no_media", "pick", "channel_value", "channel_mean", "majorant", "extent", "free_flight",
            "coefficients", "transmittance", "phase_eval", "phase_sample"]
@@ -76,12 +77,13 @@ class Media:
 
 def no_media() -> Media:
     """The table of a scene without media."""
-    zeros = jnp.zeros((3, 0), jnp.float32)
-    none = jnp.zeros(0, jnp.int32)
-    return Media(sigma_t=zeros, albedo=zeros, g=jnp.zeros(0, jnp.float32), phase=none, g_b=jnp.zeros(0, jnp.float32),
-                 phase_b=none, blend=jnp.zeros(0, jnp.float32), blend_volume=none, spectral=jnp.zeros(0, bool),
-                 sample_emitters=jnp.zeros(0, bool), sensor=jnp.int32(-1), kind=none, sigma_t_volume=none,
-                 albedo_volume=none, majorant=jnp.zeros(0, jnp.float32), lo=zeros, hi=zeros,
+    zeros = on_device(np.zeros((3, 0), np.float32))
+    none = on_device(np.zeros(0, np.int32))
+    no_floats, no_flags = on_device(np.zeros(0, np.float32)), on_device(np.zeros(0, bool))
+    return Media(sigma_t=zeros, albedo=zeros, g=no_floats, phase=none, g_b=no_floats,
+                 phase_b=none, blend=no_floats, blend_volume=none, spectral=no_flags,
+                 sample_emitters=no_flags, sensor=on_device(-1, np.int32), kind=none, sigma_t_volume=none,
+                 albedo_volume=none, majorant=no_floats, lo=zeros, hi=zeros,
                  volumes=vol.no_volumes())
 
 

@@ -22,7 +22,7 @@ from tracer import lanes
 from tracer import vecmath as vm
 from tracer.kinds import BitmapFilter, TextureKind, WrapMode
 from tracer.pytree import pytree_dataclass, static
-from tracer.table_rows import column, stacked
+from tracer.table_rows import column, on_device, stacked
 
 if TYPE_CHECKING:
     from tracer.shapes.geometry import AttributeSlot
@@ -181,8 +181,8 @@ class TextureTableBuilder:
             offset=column(rows, "offset", np.int32), width=column(rows, "width", np.int32),
             height=column(rows, "height", np.int32), filter=column(rows, "filter", np.int32),
             wrap=column(rows, "wrap", np.int32),
-            texels=jnp.asarray(texels.T.copy()),
-            channels=jnp.asarray(np.stack([r.channels for r in rows], axis=1).astype(np.int32)),
+            texels=on_device(texels.T.copy()),
+            channels=on_device(np.stack([r.channels for r in rows], axis=1), np.int32),
             kinds_present=tuple(sorted({r.kind for r in rows})),
             wraps_present=tuple(sorted({r.wrap for r in bitmaps})),
             filters_present=tuple(sorted({r.filter for r in bitmaps})),

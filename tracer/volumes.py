@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tracer import lanes
 from tracer import vecmath as vm
 from tracer.kinds import WrapMode
 from tracer.pytree import pytree_dataclass, static
+from tracer.table_rows import on_device
 from tracer.textures import wrap_index
 
 __all__ = ["Volumes", "no_volumes", "eval_rgb"]
@@ -37,8 +39,9 @@ class Volumes:
 
 
 def no_volumes() -> Volumes:
-    return Volumes(data=jnp.zeros(1, jnp.float32), offset=jnp.zeros(0, jnp.int32), res=jnp.zeros((3, 0), jnp.int32),
-                   channels=jnp.zeros(0, jnp.int32), nearest=jnp.zeros(0, bool), to_local=jnp.zeros((3, 4, 0)))
+    none = on_device(np.zeros(0, np.int32))
+    return Volumes(data=on_device(np.zeros(1, np.float32)), offset=none, res=on_device(np.zeros((3, 0), np.int32)),
+                   channels=none, nearest=on_device(np.zeros(0, bool)), to_local=on_device(np.zeros((3, 4, 0), np.float32)))
 
 
 def eval_rgb(volumes: Volumes, volume: jax.Array, p: jax.Array) -> jax.Array:

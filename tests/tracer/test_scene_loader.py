@@ -385,3 +385,40 @@ def test_thin_small_and_far_shapes_load(tmp_path, transform):
     shape = f'<shape type="cube"><transform name="to_world">{transform}</transform></shape>'
     (tmp_path / "scene.xml").write_text(SHAPES.format(shape=shape, emitter=_ENV))
     assert tracer.load_scene(tmp_path / "scene.xml").geometry is not None
+
+
+_LOAD_AND_COUNT = """
+import sys
+from jax import monitoring
+from tracer.runtime.process import configure
+configure()
+from tracer.io.scene_loader import load_scene
+compiled = []
+monitoring.register_event_duration_secs_listener(
+    lambda event, secs, **kw: compiled.append(event) if event == "/jax/core/compile/backend_compile_duration" else None)
+for path, accel in (arg.split("@") for arg in sys.argv[1:]):
+    load_scene(path, resolution=(32, 24), accel=accel)
+    print(path, accel, len(compiled), flush=True)
+"""
+
+
+def test_loading_a_scene_compiles_nothing(tmp_path):
+    """A scene's tables go to the device as they are (``table_rows.on_device``), never staged
+    through programs compiled for each of their shapes (``jnp.asarray``: some 45 of them, 0.6 s
+    of every worker's first load). In a fresh process, where no program of an earlier load is
+    at hand: examples with Embree and with the JAX BVH (instanced too), and a medium of grids."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.tracer.test_media import SMOKE, _grids
+    _grids(tmp_path)
+    (tmp_path / "smoke.xml").write_text(SMOKE.format(albedo_filter="nearest"))
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    scenes = [f"{examples / name}.xml@{accel}" for name, accel in (
+        ("materials", "auto"), ("orbit", "auto"), ("textures", "auto"), ("dof", "auto"), ("lamp", "auto"),
+        ("mesh", "bvh"), ("instances", "bvh"), ("cbox", "brute"))] + [f"{tmp_path / 'smoke.xml'}@auto"]
+    run = subprocess.run([sys.executable, "-c", _LOAD_AND_COUNT, *scenes], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    counts = [line.rsplit(" ", 1) for line in run.stdout.splitlines()]
+    assert len(counts) == len(scenes) and all(n == "0" for _, n in counts), run.stdout

@@ -12,7 +12,6 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -24,7 +23,7 @@ from tracer.io import sensors
 from tracer.io.checks import check_radiance, check_texels
 from tracer.errors import SceneError
 from tracer.kinds import EmitterKind, SurfaceKind
-from tracer.table_rows import column, stacked
+from tracer.table_rows import column, on_device, stacked
 
 if TYPE_CHECKING:
     from tracer.io.xml import PluginNode
@@ -383,13 +382,13 @@ class EmitterTableBuilder:
         area_shapes = sorted({r.area_shape for r in rows if r.kind == EmitterKind.AREA})
         return Emitters(
             kind=column(rows, "kind", np.int32), radiance=stacked(rows, "radiance"),
-            select_pmf=jnp.asarray(pmf.astype(np.float32)), select_cdf=jnp.asarray(discrete.inclusive_cdf(weights)),
+            select_pmf=on_device(pmf, np.float32), select_cdf=on_device(discrete.inclusive_cdf(weights)),
             to_world=stacked(rows, "to_world"), to_local=stacked(rows, "to_local"),
             shape=column(rows, "shape", np.int32), area_shape=column(rows, "area_shape", np.int32),
             flip=column(rows, "flip", bool), inv_area=column(rows, "inv_area", np.float32),
             tri_offset=column(rows, "tri_offset", np.int32), tri_count=column(rows, "tri_count", np.int32),
-            tri_cdf=jnp.asarray(tri_cdf), tri_p0=jnp.asarray(p0), tri_e1=jnp.asarray(e1), tri_e2=jnp.asarray(e2),
-            tri_n=jnp.asarray(tri_n), tri_uv=jnp.asarray(tri_uv),
+            tri_cdf=on_device(tri_cdf), tri_p0=on_device(p0), tri_e1=on_device(e1), tri_e2=on_device(e2),
+            tri_n=on_device(tri_n), tri_uv=on_device(tri_uv),
             spot_cos_cutoff=column(rows, "spot_cos_cutoff", np.float32),
             spot_cutoff=column(rows, "spot_cutoff", np.float32),
             spot_cos_beam=column(rows, "spot_cos_beam", np.float32),
@@ -397,10 +396,10 @@ class EmitterTableBuilder:
             spot_uv_factor=column(rows, "spot_uv_factor", np.float32),
             texture=column(rows, "texture", np.int32),
             proj_cot=column(rows, "proj_cot", np.float32), proj_aspect=column(rows, "proj_aspect", np.float32),
-            env_rgb=jnp.asarray(np.ascontiguousarray(env.rgb.transpose(2, 0, 1))),
-            env_density=jnp.asarray(env.density), env_row_cdf=jnp.asarray(env.row_cdf),
-            env_col_cdf=jnp.asarray(env.col_cdf),
-            sphere_center=jnp.asarray(center), sphere_radius=jnp.asarray(radius),
+            env_rgb=on_device(np.ascontiguousarray(env.rgb.transpose(2, 0, 1))),
+            env_density=on_device(env.density), env_row_cdf=on_device(env.row_cdf),
+            env_col_cdf=on_device(env.col_cdf),
+            sphere_center=on_device(center), sphere_radius=on_device(radius),
             count=count, kinds_present=tuple(kinds), area_shapes_present=tuple(area_shapes),
             environment=self._environment, textured=self._textured, search_steps=steps,
         )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-import jax.numpy as jnp
 import numpy as np
 
 from tracer import media as md
@@ -25,7 +24,7 @@ from tracer import volumes as vol
 from tracer.errors import SceneError
 from tracer.io import vol as vol_files
 from tracer.kinds import WrapMode
-from tracer.table_rows import column, stacked
+from tracer.table_rows import column, on_device, stacked
 
 if TYPE_CHECKING:
     from tracer.io.xml import PluginNode
@@ -102,7 +101,7 @@ class MediumTableBuilder:
                         g_b=column(phases, "g_b", np.float32), phase_b=column(phases, "kind_b", np.int32),
                         blend=column(phases, "blend", np.float32), blend_volume=column(phases, "blend_volume", np.int32),
                         spectral=column(rows, "spectral", bool), sample_emitters=column(rows, "sample_emitters", bool),
-                        sensor=jnp.int32(sensor), kind=column(rows, "kind", np.int32),
+                        sensor=on_device(sensor, np.int32), kind=column(rows, "kind", np.int32),
                         sigma_t_volume=column(rows, "sigma_t_volume", np.int32),
                         albedo_volume=column(rows, "albedo_volume", np.int32),
                         majorant=column(rows, "majorant", np.float32), lo=stacked(rows, "lo"), hi=stacked(rows, "hi"),
@@ -116,13 +115,12 @@ class MediumTableBuilder:
             return vol.no_volumes()
         sizes = [g.data.size for g in self.grids]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
-        return vol.Volumes(data=jnp.asarray(np.concatenate([g.data.ravel() for g in self.grids]), jnp.float32),
-                           offset=jnp.asarray(offsets), res=jnp.asarray(np.stack([g.res for g in self.grids], axis=1),
-                                                                         jnp.int32),
-                           channels=jnp.asarray([g.channels for g in self.grids], jnp.int32),
-                           nearest=jnp.asarray(self.nearest, bool), wrap=jnp.asarray(self.wraps, jnp.int32),
+        return vol.Volumes(data=on_device(np.concatenate([g.data.ravel() for g in self.grids]), np.float32),
+                           offset=on_device(offsets), res=on_device(np.stack([g.res for g in self.grids], axis=1), np.int32),
+                           channels=on_device([g.channels for g in self.grids], np.int32),
+                           nearest=on_device(self.nearest, bool), wrap=on_device(self.wraps, np.int32),
                            wraps_present=tuple(sorted(set(self.wraps))),
-                           to_local=jnp.asarray(np.stack([m[:3, :4] for m in self.grid_to_local], axis=-1), jnp.float32),
+                           to_local=on_device(np.stack([m[:3, :4] for m in self.grid_to_local], axis=-1), np.float32),
                            count=len(self.grids))
 
     def _read(self, node: PluginNode) -> MediumRow:

@@ -32,6 +32,7 @@ from tracer.shapes import intersect as isect
 from tracer import lanes
 from tracer.kinds import SurfaceKind
 from tracer.pytree import pytree_dataclass, static
+from tracer.table_rows import on_device
 
 if TYPE_CHECKING:
     from tracer.shapes import bvh_build
@@ -100,9 +101,9 @@ def make_arrays(threaded: "bvh_build.ThreadedBvh", tri: Sequence[np.ndarray], an
     leaf_analytic[:, 0] = np.where(is_analytic, leaf_analytic[:, 0], -1.0)
     if not n_analytic:
         leaf_analytic = leaf_analytic[:0]
-    return BvhArrays(nodes=jnp.asarray(nodes), links=jnp.asarray(links),
-                     leaf_tris=jnp.asarray(leaf_tris.reshape(leaf_tris.shape[0], 9 * leaf_size)), leaf_prims=jnp.asarray(prims),
-                     leaf_analytic=jnp.asarray(leaf_analytic.reshape(leaf_analytic.shape[0], _ANALYTIC_ROWS * leaf_size)),
+    return BvhArrays(nodes=on_device(nodes), links=on_device(links),
+                     leaf_tris=on_device(leaf_tris.reshape(leaf_tris.shape[0], 9 * leaf_size)), leaf_prims=on_device(prims),
+                     leaf_analytic=on_device(leaf_analytic.reshape(leaf_analytic.shape[0], _ANALYTIC_ROWS * leaf_size)),
                      leaf_size=leaf_size, analytic_kinds=tuple(sorted({int(k) for k in kind})))
 
 

@@ -44,6 +44,7 @@ from tracer.shapes.surface_point import SurfacePoint, select_point
 from tracer.errors import EngineNotice
 from tracer.kinds import SurfaceKind
 from tracer.pytree import owned, pytree_dataclass, static
+from tracer.table_rows import on_device
 
 __all__ = [
     "Hit", "Geometry", "MeshShape", "AnalyticShape", "Instance", "AttributeSlot", "SurfaceInteraction", "cylinder_to_world",
@@ -465,7 +466,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
     instance_fields: dict[str, Any] = {}  # arrays and the InstanceBvh
     if instances:
         m = np.stack([np.asarray(i.to_world, np.float64) for i in instances])
-        cols = lambda a: jnp.asarray(np.ascontiguousarray(a[:, :3, :4].transpose(1, 2, 0), np.float32))
+        cols = lambda a: on_device(np.ascontiguousarray(a[:, :3, :4].transpose(1, 2, 0), np.float32))
         instance_fields = dict(instance_to_world=cols(m), instance_to_local=cols(np.linalg.inv(m)))
         boxes = (np.concatenate([lo, a_lo], axis=1), np.concatenate([hi, a_hi], axis=1))
         if accel != "brute" and not host_instances:
@@ -474,7 +475,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
         elif host_instances and n_placed_analytic > HOST_INSTANCES_ANALYTIC_MAX:
             instance_fields["instance_bvh"] = two_level.make_analytic_arrays(
                 spans, *boxes, m, tri.p, (kind, to_world, to_local), leaf_size=leaf_size)
-    j = jnp.asarray
+    j = on_device
     (p0, p1, p2), (n0, n1, n2), (uv0, uv1, uv2) = tri.p, tri.n, tri.uv
     sdf_values, sdf_table = _sdf_tables(sdf_grids)
     return Geometry(
@@ -483,7 +484,7 @@ def build_geometry(meshes: Sequence[MeshShape], analytic: Sequence[AnalyticShape
         has_normals=j(tri.has_normals), tri_shape=j(tri.shape),
         attr_corner=j(attr_corner), attr_face=j(attr_face), attribute_slots=slots,
         analytic_kind=j(kind), analytic_to_world=j(to_world), analytic_to_local=j(to_local),
-        analytic_shape=j(analytic_shape), sdf_values=sdf_values, sdf_grids=sdf_table, bvh=bvh, host_handle=jnp.int32(host_scene.handle if host_scene else 0),
+        analytic_shape=j(analytic_shape), sdf_values=sdf_values, sdf_grids=sdf_table, bvh=bvh, host_handle=on_device(host_scene.handle if host_scene else 0, np.int32),
         host_scene=host_scene, n_triangles=int(n_tri), n_analytic=int(n_analytic),
         n_world_triangles=int(n_world_tri), n_world_analytic=int(n_world_analytic), groups=spans,
         n_instances=len(instances), host_instances=host_instances, analytic_kinds=tuple(sorted({int(k) for k in kind})), accel=accel,
@@ -497,7 +498,7 @@ def _sdf_tables(grids: Sequence[SdfGrid]) -> tuple[jax.Array, jax.Array]:
     first = np.concatenate([[0], np.cumsum([v.size for v in values])])[:-1]
     rows = [[int(f), *np.asarray(g.values).shape[::-1], int(g.smooth)] for f, g in zip(first, grids)]
     table = np.array(rows, np.int32).reshape(-1, sdfgrid.GRID_COLUMNS)
-    return jnp.asarray(np.concatenate(values) if values else np.zeros(0, np.float32)), jnp.asarray(table)
+    return on_device(np.concatenate(values) if values else np.zeros(0, np.float32)), on_device(table)
 
 
 # ---------------------------------------------------------------------------------------------

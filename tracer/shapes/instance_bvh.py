@@ -29,6 +29,7 @@ from tracer.shapes import instancing
 from tracer.shapes import intersect as isect
 from tracer import lanes
 from tracer.pytree import pytree_dataclass
+from tracer.table_rows import on_device
 
 __all__ = ["InstanceBvh", "make_arrays", "make_analytic_arrays", "closest_hit", "occluded"]
 
@@ -87,18 +88,18 @@ def make_arrays(groups: Sequence[instancing.GroupSpan], prim_lo: np.ndarray, pri
         first_leaf += part.leaf_prims.shape[0]
     if first_node >= 2**24:
         raise ValueError("too many nodes: node columns are stored as exact float32 (< 2^24)")
-    cat = lambda name: jnp.concatenate([getattr(p, name) for p in parts])
+    cat = lambda name: on_device(np.concatenate([np.asarray(getattr(p, name)) for p in parts]))
     # A group without triangles has no triangle table of its own (bvh.make_arrays): where another
     # group has one, its leaves get zeros (degenerate triangles, never hit).
-    leaf_tris = [p.leaf_tris for p in parts]
+    leaf_tris = [np.asarray(p.leaf_tris) for p in parts]
     if any(t.shape[0] for t in leaf_tris):
-        leaf_tris = [t if t.shape[0] else jnp.zeros((p.leaf_prims.shape[0], t.shape[1]), t.dtype)
+        leaf_tris = [t if t.shape[0] else np.zeros((p.leaf_prims.shape[0], t.shape[1]), t.dtype)
                      for t, p in zip(leaf_tris, parts)]
-    tree = flat.BvhArrays(nodes=jnp.asarray(np.concatenate(nodes).astype(np.float32)),
-                          links=jnp.asarray(np.concatenate(links, axis=1).reshape(-1, 2).astype(np.int32)),
-                          leaf_tris=jnp.concatenate(leaf_tris), leaf_prims=cat("leaf_prims"), leaf_analytic=cat("leaf_analytic"),
+    tree = flat.BvhArrays(nodes=on_device(np.concatenate(nodes), np.float32),
+                          links=on_device(np.concatenate(links, axis=1).reshape(-1, 2), np.int32),
+                          leaf_tris=on_device(np.concatenate(leaf_tris)), leaf_prims=cat("leaf_prims"), leaf_analytic=cat("leaf_analytic"),
                           leaf_size=leaf_size, analytic_kinds=parts[0].analytic_kinds)
-    return InstanceBvh(tree=tree, roots=jnp.asarray(np.array(roots, np.int32)[group_of]))
+    return InstanceBvh(tree=tree, roots=on_device(np.array(roots, np.int32)[group_of]))
 
 
 def make_analytic_arrays(groups: Sequence[instancing.GroupSpan], prim_lo: np.ndarray, prim_hi: np.ndarray,
