@@ -126,7 +126,9 @@ _UNUSED_HEAD_PROCESSES = ("start_monitor", "start_log_monitor")
 # for its port and then aborts, and niced on a busy host it missed that (six busy processes on 2
 # cores: three starts of three failed; a CI run's job lost it once).
 _AGENT_NICENESS = 10
-_NICED_SERVICES = ("dashboard", "dashboard_agent")  # Ray's PROCESS_TYPE_DASHBOARD, _DASHBOARD_AGENT
+# (Ray's PROCESS_TYPE_DASHBOARD, the API server, and _DASHBOARD_AGENT: the agent only where the
+# raylet is told its ports up front, ``_agent_ports_unused``; else the raylet waits for it too.)
+_NICED_SERVICES = ("dashboard", "dashboard_agent")
 
 
 def _agents_niced(niceness: int) -> contextlib.AbstractContextManager[None]:
@@ -139,10 +141,12 @@ def _agents_niced(niceness: int) -> contextlib.AbstractContextManager[None]:
     if nice is None:
         return contextlib.nullcontext()
 
+    services_niced = _NICED_SERVICES if _unused_ports_can_be_told() else _NICED_SERVICES[:1]
+
     def niced(build: Callable[..., list[str]]) -> Callable[..., list[str]]:
         def command(component: str, *args: Any, **kwargs: Any) -> list[str]:
             line = build(component, *args, **kwargs)
-            return [nice, "-n", str(niceness), *line] if component in _NICED_SERVICES else line
+            return [nice, "-n", str(niceness), *line] if component in services_niced else line
         return command
 
     return _replaced(services, {"_build_python_executable_command_memory_profileable": niced})
@@ -211,13 +215,22 @@ def _agent_ports_unused(node: Any) -> None:
     workers need, it still waits for."""
     from ray import _raylet
 
-    names = ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME", "METRICS_EXPORT_PORT_NAME")
     session_dir, node_id = getattr(node, "_session_dir", None), getattr(node, "_node_id", None)
-    persist = getattr(_raylet, "persist_port", None)
-    if persist is None or session_dir is None or node_id is None or not all(hasattr(_raylet, n) for n in names):
+    if not _unused_ports_can_be_told() or session_dir is None or node_id is None:
         return  # a Ray that changed these: it waits for its agent, as it would
-    for name in names:
+    persist = getattr(_raylet, "persist_port")  # (Ray's stubs leave it out)
+    for name in _UNUSED_PORT_NAMES:
         persist(session_dir, node_id, getattr(_raylet, name), -1)
+
+
+_UNUSED_PORT_NAMES = ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME", "METRICS_EXPORT_PORT_NAME")
+
+
+def _unused_ports_can_be_told() -> bool:
+    """Whether this Ray lets ``_agent_ports_unused`` tell the raylet its agent's ports."""
+    from ray import _raylet
+
+    return hasattr(_raylet, "persist_port") and all(hasattr(_raylet, n) for n in _UNUSED_PORT_NAMES)
 
 
 def _head_without(methods: tuple[str, ...]) -> contextlib.AbstractContextManager[None]:

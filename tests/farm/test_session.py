@@ -34,6 +34,21 @@ def test_a_failed_start_is_raised_by_wait_as_one_line_and_leaves_the_dashboard_m
     assert sys.modules.get(session._DASHBOARD_DEPS, sys) is not None
 
 
+@pytest.mark.parametrize("told", [True, False])
+def test_the_dashboard_agent_is_niced_only_where_the_raylet_does_not_wait_for_it(monkeypatch, told):
+    """The raylet aborts when an agent it waits for is slow to say its ports (15 s): the
+    runtime-env agent, always, and the dashboard agent unless its ports are told up front."""
+    from ray._private import services
+    assert session._unused_ports_can_be_told()  # (this Ray's: the embedded Ray's test below relies on it)
+    monkeypatch.setattr(session, "_unused_ports_can_be_told", lambda: told)
+    with session._agents_niced(7):
+        build = services._build_python_executable_command_memory_profileable
+        lines = {c: build(c, "s") for c in (ray_constants.PROCESS_TYPE_DASHBOARD, ray_constants.PROCESS_TYPE_DASHBOARD_AGENT,
+                                           ray_constants.PROCESS_TYPE_RUNTIME_ENV_AGENT)}
+    niced = {c for c, line in lines.items() if line[1:3] == ["-n", "7"]}
+    assert niced == ({"dashboard", "dashboard_agent"} if told else {"dashboard"}), lines
+
+
 def _agent_command():
     """How this Ray's raylet starts its dashboard agent."""
     raylet = ray._private.worker._global_node.all_processes["raylet"][0].process
