@@ -422,3 +422,16 @@ def test_loading_a_scene_compiles_nothing(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     counts = [line.rsplit(" ", 1) for line in run.stdout.splitlines()]
     assert len(counts) == len(scenes) and all(n == "0" for _, n in counts), run.stdout
+
+
+def test_a_table_on_the_device_keeps_no_host_memory():
+    """``on_device`` copies: on CPUs a plain transfer of an aligned array may share its memory,
+    and a change the loader makes later to that host array would change the table too."""
+    from tracer.table_rows import on_device
+    for n in (16, 1000, 1 << 16):
+        buffer = np.zeros(n + 16, np.float32)
+        start = (-buffer.ctypes.data % 64) // 4
+        host = buffer[start:start + n]  # 64-byte aligned, as XLA shares it (a plain jax.device_put does)
+        table = on_device(host)
+        host[:] = 5
+        assert not np.asarray(table).any(), n
