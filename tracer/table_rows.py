@@ -22,8 +22,8 @@ def on_device(values: ArrayLike, dtype: DTypeLike | None = None) -> jax.Array:
     for each shape and dtype, 14 ms each the first time in a process (2-core host); a scene's
     tables made some 45 of them, 0.6 s of every worker's first load. This compiles nothing. From
     a copy of its own: on CPUs the device array keeps an aligned host array's memory (whatever
-    ``may_alias`` says, jax 0.12), which a later change to that array (a cached mesh's) would
-    change too."""
+    ``may_alias`` says, jax 0.12: jax-ml/jax#37830), which a later change to that array (a cached
+    mesh's) would change too."""
     return jax.device_put(np.array(values, dtype, copy=True))
 
 
