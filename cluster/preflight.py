@@ -15,13 +15,15 @@ Protocol, one JSON object a line on stdin:
    stdout: ``checked``, or exit 1 with the scene's one-line error on stderr.
 2. ``{"task": ...}`` (a ``cluster.task.TileTask`` as ``task_json`` writes it): compile its work
    unit and answer ``compiled SECONDS``; an empty line or the end of stdin: exit 0.
-3. Then, any number of times, ``{"render": ...}`` (a whole ``TileTask``, its ``out`` a slot of
-   ``farm.results``, pickled and in base64: from the driver that started this process): render it
-   as a member would and answer ``{"crc": ..., "seconds": ..., "renderer": ...}``, one JSON line
-   (``farm.scheduler.RenderAhead``: the job's first tasks while Ray starts and the groups form).
-   The first such line renices every thread of the process to 19, so that Ray's start and the
-   groups' go first. An empty line or the end of stdin: exit 0; a task's error: exit 1, its
-   traceback on stderr.
+3. Then, any number of times, ``{"render": ..., "yield": true|false}`` (a whole ``TileTask``,
+   its ``out`` a slot of ``farm.results``, pickled and in base64: from the driver that started
+   this process): render it as a member would and answer ``{"crc": ..., "seconds": ...,
+   "renderer": ..., "compiles": ...}`` (``compiles``: ``Member.compile_stats``), one JSON line
+   (``farm.scheduler.RenderAhead``: the job's first tasks while Ray starts and the groups form,
+   or all of them where it stands in for the job's one group). A first such line with ``yield``
+   (the default) renices every thread of the process to 19, so that Ray's start and the groups'
+   go first; without it the process keeps the driver's priority, as a member would. An empty
+   line or the end of stdin: exit 0; a task's error: exit 1, its traceback on stderr.
 """
 import base64
 import dataclasses
@@ -83,12 +85,14 @@ def main() -> int:
     for k, line in enumerate(iter(sys.stdin.readline, "")):
         if not line.strip():
             break
-        if k == 0:
+        asked = json.loads(line)
+        if k == 0 and asked.get("yield", True):
             _renice(19)
-        task = pickle.loads(base64.b64decode(json.loads(line)["render"]))  # (the driver's own, trusted)
+        task = pickle.loads(base64.b64decode(asked["render"]))  # (the driver's own, trusted)
         written = member.render(task)
         assert isinstance(written, TileWritten)  # (rank 0 of one, its task with a slot)
-        _say(json.dumps({"crc": written.receipt, "seconds": written.seconds, "renderer": renderer}))
+        _say(json.dumps({"crc": written.receipt, "seconds": written.seconds, "renderer": renderer,
+                         "compiles": member.compile_stats()}))
     return 0
 
 

@@ -146,12 +146,14 @@ class Preflight:
         if self.compiled_within(timeout_s) is None:
             self.close()
 
-    def send(self, task: TileTask) -> bool:
+    def send(self, task: TileTask, yields: bool = True) -> bool:
         """Have the child render ``task`` (its ``out`` a slot), once it has said that it compiled
-        (``compiled_within``); whether it took it (``answer`` then says how it went)."""
+        (``compiled_within``); whether it took it (``answer`` then says how it went). ``yields``
+        (read with the first task): the child renders at the lowest priority, so that Ray's start
+        and the groups' go first; else at the driver's, as a member would."""
         if not self.renders or self._compiled is not True:
             return False
-        self._send({"render": base64.b64encode(pickle.dumps(task)).decode()})
+        self._send({"render": base64.b64encode(pickle.dumps(task)).decode(), "yield": yields})
         return True
 
     def answer(self, timeout_s: float) -> tuple[bool, dict[str, Any] | None]:

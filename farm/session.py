@@ -43,6 +43,7 @@ decides how many of its groups it holds; an embedded Ray is the job's own, and h
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -58,6 +59,7 @@ from farm.job import check_fits, group_shapes
 from farm.seat import Seat
 
 if TYPE_CHECKING:
+    from cluster.group import GroupShape
     from farm.planner import Plan
     from farm.scene_check import Preflight
     from farm.scheduler import RenderAhead
@@ -339,10 +341,13 @@ class RayStart:
             _shutdown()
 
 
-def _render_ahead(start: RayStart, preflight: Preflight | None) -> RenderAhead | None:
+def _render_ahead(start: RayStart, preflight: Preflight | None, shapes: list[GroupShape]) -> RenderAhead | None:
     """``preflight`` rendering while ``start`` goes on, where it renders and Ray starts in a
     thread of its own; the driver's signals are taken now and again once Ray is up (its core
-    worker takes SIGTERM when it starts), so that a stop meanwhile stops the run as it would later."""
+    worker takes SIGTERM when it starts), so that a stop meanwhile stops the run as it would later.
+    Where the job's groups (``shapes``, local) are one group of one member, the child, which runs
+    as that member would on the same devices, stands in for it (``RenderAhead.stands_in``) and
+    keeps the driver's priority."""
     from farm.scheduler import RenderAhead
 
     if preflight is None or not preflight.renders or not start.eager or start.closed:
@@ -353,8 +358,10 @@ def _render_ahead(start: RayStart, preflight: Preflight | None) -> RenderAhead |
         start.wait()
         signals.take()  # back from Ray's core worker, which took SIGTERM when it started
 
-    return RenderAhead(send=preflight.send, answer=preflight.answer, stop=preflight.stop,
-                       compiled=preflight.compiled_within, done=preflight.done, ray=ray)
+    stands_in = len(shapes) == 1 and shapes[0].hosts == 1
+    return RenderAhead(send=functools.partial(preflight.send, yields=not stands_in), answer=preflight.answer,
+                       stop=preflight.stop, compiled=preflight.compiled_within, done=preflight.done, ray=ray,
+                       stands_in=stands_in)
 
 
 @contextlib.contextmanager
@@ -393,11 +400,11 @@ def run(spec: JobSpec, store: FrameStore, address: str | None = None, show_progr
         progress.phase("starting Ray")
         ray = contextlib.nullcontext(ray_start) if ray_start else starting_ray(address, spec.groups, eager=False)
         with ray as start:
-            ahead = _render_ahead(start, preflight) if address is None else None
+            shapes = group_shapes(spec, address is None)
+            ahead = _render_ahead(start, preflight, shapes) if address is None else None
             if ahead is None:
                 start.wait()
                 signals.take()  # back from Ray's core worker, which took SIGTERM when it started
-            shapes = group_shapes(spec, address is None)
             seat = None
             if address is not None:  # (a local Ray is started for the job's groups: farm.job.check_local)
                 import ray as ray_api

@@ -35,8 +35,9 @@ def test_set_keeps_integers_integers():
 
 
 def test_render_then_export_an_animation(tmp_path):
-    """...with an empty compilation cache: the driver's preflight compiles the job's programs
-    while Ray starts, and the members compile nothing."""
+    """...with an empty compilation cache: the driver's preflight compiles the job's program
+    while Ray starts and, standing in for the job's one group, renders every task: the job's
+    one program is compiled once, and no group forms."""
     store, out = tmp_path / "orbit.zarr", tmp_path / "frames"
     env = dict(os.environ, JAXFARM_XLA_CACHE=str(tmp_path / "xla-cache"))
     result = farm_cli("render", "examples/orbit.xml", "--frames", "0-2", "--spp", "2", "--res", "32x24",
@@ -44,8 +45,8 @@ def test_render_then_export_an_animation(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Token authentication" not in result.stdout + result.stderr  # Ray's notice, not for us
     programs = re.search(r"XLA: (\d+) program\(s\), (\d+) compiled and (\d+) loaded", result.stderr)
-    # (none at all where the preflight child rendered every task while the group formed)
-    assert programs and programs[2] == "0", result.stderr[-3000:]
+    assert programs and programs[1] == programs[2] == "1", result.stderr[-3000:]
+    assert "forming groups" not in result.stderr, result.stderr[-3000:]
     status = farm_cli("status", str(store))
     assert status.returncode == 0 and "3/3 finished" in status.stdout, status.stdout + status.stderr
     (tmp_path / "empty").mkdir()

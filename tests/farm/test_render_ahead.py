@@ -1,7 +1,9 @@
 """A local job's first tasks rendered by the driver's preflight child while Ray starts and the
 group forms (``farm.scheduler.RenderAhead``): committed as a group's answers are, the frames the
 bits of ``tracer.render``'s, and a task whose answer never came (the child killed after writing
-it) rendered again by the group and counted once."""
+it) rendered again by the group and counted once. Where the job's groups are one group of one
+member (the default), the child stands in for it and renders the whole job, and the group forms
+only if the child stops with tasks left."""
 import contextlib
 import io
 import re
@@ -11,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from farm import job
+from farm import job, session
 from farm.cli import main
 from farm.scene_check import Preflight
 from farm.scheduler import _JobRun
@@ -22,12 +24,14 @@ from tests.helpers.hang_guard import hang_guard
 JOB = ("--frames", "0-2", "--spp", "8", "--res", "40x30", "--tile", "16", "--set", "angle=0:0,2:90")
 
 
-def _render(store, monkeypatch, ahead, kill_at=None):
+def _render(store, monkeypatch, ahead, kill_at=None, stands_in=True):
     """``farm render`` of JOB in this process, Ray started beside the preflight as the command
     does; the group forms only once the child has answered ``ahead`` tasks (or stopped taking
     them), and the answer to the child's next task waits for the group's first answer (the
     child takes none after it). ``kill_at``: the child is killed once it has written that task, before its answer
-    is read. Returns (the number of tasks the store's log says the child rendered, its answers)."""
+    is read. ``stands_in=False``: the child renders beside the group, as where the job has
+    several groups. Returns (the number of tasks the store's log says the child rendered, its
+    answers, the store's log)."""
     answered, enough, first = [], threading.Event(), threading.Event()
     answer_of, done = Preflight.answer, Preflight.done
     start_groups, collect = _JobRun.start_groups, _JobRun.collect
@@ -62,6 +66,10 @@ def _render(store, monkeypatch, ahead, kill_at=None):
     monkeypatch.setattr(Preflight, "done", finishing)
     monkeypatch.setattr(_JobRun, "start_groups", forming)
     monkeypatch.setattr(_JobRun, "collect", collecting)
+    if not stands_in:  # (told the job has two such groups, it renders beside them)
+        render_ahead = session._render_ahead
+        monkeypatch.setattr(session, "_render_ahead", lambda start, preflight, shapes:
+                            render_ahead(start, preflight, shapes * 2))
     err = io.StringIO()
     with hang_guard(300), contextlib.redirect_stderr(err):
         try:
@@ -69,14 +77,15 @@ def _render(store, monkeypatch, ahead, kill_at=None):
         except SystemExit as e:
             assert e.code == 0, err.getvalue()[-3000:]
     monkeypatch.undo()
-    lines = [line for line in FrameStore.open(str(store), "r").logs() if "rendered by the driver's preflight" in line]
+    log = FrameStore.open(str(store), "r").logs()
+    lines = [line for line in log if "rendered by the driver's preflight" in line]
     assert len(lines) <= 1, lines
-    return int(re.search(r"(\d+) task\(s\) rendered", lines[0])[1]) if lines else 0, answered
+    return int(re.search(r"(\d+) task\(s\) rendered", lines[0])[1]) if lines else 0, answered, log
 
 
 def test_tasks_rendered_ahead_give_the_bits_of_tracer_render(tmp_path, monkeypatch):
     store = tmp_path / "ahead.zarr"
-    n, answered = _render(store, monkeypatch, ahead=7)
+    n, answered, _ = _render(store, monkeypatch, ahead=7, stands_in=False)
     # The 8th waited for the group's first answer; the group took the other 10 of 3 frames x 6 tiles.
     assert n == len(answered) == 8, n
     spec, _ = job.open_store(str(store))
@@ -86,10 +95,26 @@ def test_tasks_rendered_ahead_give_the_bits_of_tracer_render(tmp_path, monkeypat
     assert len(renderers) == 1 and renderers[0] == answered[0]["renderer"], renderers  # the child's is a member's
 
 
+def test_the_child_standing_in_for_the_one_group_renders_the_whole_job_and_no_group_forms(tmp_path, monkeypatch):
+    store = tmp_path / "alone.zarr"
+    formed = []
+    monkeypatch.setattr(_JobRun, "start_groups", lambda self, log=None: formed.append(1) or [])
+    n, answered, log = _render(store, monkeypatch, ahead=18)
+    assert n == len(answered) == 18 and not formed, (n, formed)  # 3 frames x 6 tiles, all the child's
+    assert not any("forming groups" in line for line in log), log
+    xla = [line for line in log if "XLA: " in line]  # the child's programs, as a member's would be
+    assert len(xla) == 1 and re.search(r"XLA: \d+ program\(s\)", xla[0]), log
+    spec, _ = job.open_store(str(store))
+    for got, want in zip(exported(store, tmp_path), reference(spec), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_task_whose_answer_was_lost_is_rendered_again_and_counted_once(tmp_path, monkeypatch):
+    """...by the group, which forms once the child standing in for it has stopped."""
     store = tmp_path / "killed.zarr"
-    n, answered = _render(store, monkeypatch, ahead=18, kill_at=3)
+    n, answered, log = _render(store, monkeypatch, ahead=18, kill_at=3)
     assert n == len(answered) == 2, n
+    assert any("preflight process stopped with tasks left" in line for line in log), log
     spec, _ = job.open_store(str(store))
     for got, want in zip(exported(store, tmp_path), reference(spec), strict=True):
         np.testing.assert_array_equal(got, want)
