@@ -19,17 +19,17 @@ on that machine (README, Figures; ``scripts/bench_vs_mitsuba.py`` shows the star
 the process that starts it; the driver hides that module while ``ray.init`` runs, and only then. Nor does the embedded head
 start the autoscaler's monitor (a shutdown took 1.35 s with it and 0.1-0.35 s without, a 2-core
 AVX-512 host) or the log monitor (it forwards workers' lines to drivers, which the farm's do not
-ask for). Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a cluster's.
-Ray's Python services (its API server, the node's dashboard and runtime-env agents) start at
-niceness 10 above the driver's: their start-up, some 2 CPU-seconds of imports, ran beside the
-compile of a cold job's work unit and slowed it (``_AGENT_NICENESS``). A 16-frame job of
-examples/orbit.xml at 128x128, 64 spp, on a 2-core host, cold: its first frame 12.4 s -> 9.7-10.4 s
-with these two and the preflight change of ``farm.scene_check``. Nor does the head wait, as Ray's
-does, for its API server before it starts the raylet, or the raylet for its dashboard agent to
-say which of its ports are unused (``_head_started_sooner``): ``ray.init`` on an idle 2-core AVX2
-host took 3.7-4.0 s before, 1.8-2.4 s after (five alternating runs each). On a 2-core host whose
-cores are busy with the job from the start that changes nothing end to end (the same CPU work in
-another order); it is time saved where cores wait for Ray, on a larger host.
+ask for). Nor, where the raylet can be told its dashboard agent's ports up front (Ray 2.50 on),
+the API server, and the agent is an idle process (``_IDLE_AGENT``): the two serve only a
+cluster's tools. Nothing of the farm uses what is left out: the jobs API (``farm submit``) is a
+cluster's. Otherwise Ray's API server and the node's dashboard agent start at niceness 10 above
+the driver's: their start-up, some 2 CPU-seconds of imports, ran beside the compile of a cold
+job's work unit and slowed it (``_AGENT_NICENESS``). A 16-frame job of examples/orbit.xml at
+128x128, 64 spp, on a 2-core host, cold: its first frame 12.4 s -> 9.7-10.4 s with the niceness
+and the preflight change of ``farm.scene_check``. Nor does the head wait, as Ray's does, for its
+API server before it starts the raylet, or the raylet for its dashboard agent to say which of
+its ports are unused (``_head_started_sooner``): ``ray.init`` on an idle 2-core AVX2 host took
+3.7-4.0 s before, 1.8-2.4 s after (five alternating runs each).
 
 The embedded Ray's workers run at the driver's priority, as Mitsuba renders at its caller's:
 Ray starts workers at niceness 15 (``RAY_worker_niceness``), meant for a cluster's nodes, so a
@@ -92,8 +92,10 @@ def start_local_ray(num_cpus: int) -> None:
     # An import of it now raises ImportError: a minimal node. (None in sys.modules is Python's way to make an
     # import fail; typeshed's sys.modules holds modules only.)
     sys.modules[_DASHBOARD_DEPS] = None  # type: ignore[assignment]
+    idle = _unused_ports_can_be_told()  # (else the raylet waits for the agent's ports, and the agent for the API server)
     try:
-        with _head_without(_UNUSED_HEAD_PROCESSES), _agents_niced(_AGENT_NICENESS), _head_started_sooner():
+        with _head_without(_UNUSED_HEAD_PROCESSES + (("start_api_server",) if idle else ())), \
+                _python_services(_AGENT_NICENESS, idle_agent=idle), _head_started_sooner(api_server=not idle):
             # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      logging_level=logging.ERROR, configure_logging=False)
@@ -115,48 +117,63 @@ def start_local_ray(num_cpus: int) -> None:
 # log lines to drivers that forward them (``log_to_driver``: the farm's do not; the lines stay in
 # Ray's session logs). Ray has no option for either: its head starts them through these methods
 # of its Node, left out while the embedded Ray starts. A Ray that renamed one starts it as
-# before. (The API server, which ``ray.init`` polls for 0.8 s, stays: without it every node's
-# dashboard agent asks for its address once a second and logs a traceback each time, some
+# before. (The API server is left out only with the idle agent, ``_IDLE_AGENT``: Ray's own
+# agent, without it, asks for its address once a second and logs a traceback each time, some
 # 1.5 MB of Ray's logs an hour.)
 _UNUSED_HEAD_PROCESSES = ("start_monitor", "start_log_monitor")
 
-# Ray's API server and the node's dashboard agent start at this niceness above the driver's.
-# Their start-up is some 2 CPU-seconds of imports, and a local job's first minutes belong to the
-# compile of its work unit (``farm.scene_check``), which runs beside Ray's start: on 2 cores it
-# took 7.8 s of wall time for 5.5 s alone. The raylet and the workers, which render, keep the
-# driver's priority (see above), and so does the runtime-env agent: the raylet waits at most 15 s
-# for its port and then aborts, and niced on a busy host it missed that (six busy processes on 2
-# cores: three starts of three failed; a CI run's job lost it once).
+# Where the raylet is told its dashboard agent's ports up front (``_agent_ports_unused``), that
+# agent serves nothing an embedded Ray uses: a minimal agent's gRPC server answers the API server
+# and a cluster's tools (``ray logs``, the state API, the jobs API), none of which the farm calls
+# on the job's own Ray. Yet the raylet needs a process there: it ends itself when its agent
+# ends (its agent manager's fate sharing). So this stands in: a Python without site packages
+# that sleeps until its parent, the raylet, is gone (then it ends within a second, as Ray's own
+# agent ends with its raylet), and nothing else. Ray's API server, whose one client the agent
+# was, is not started then either (``_head_without``). The two had cost a 16-frame job of
+# examples/orbit.xml on 2 cores 3.3 of its 26 CPU-seconds (imports, then polling each other).
+_IDLE_AGENT = ("'the embedded Ray, farm.session: an idle dashboard agent'; import os, time; p = os.getppid(); "
+               "all(time.sleep(1) or True for _ in iter(lambda: os.getppid() == p, False))")
+
+# Otherwise Ray's API server and, where its ports are told, the node's dashboard agent start at
+# this niceness above the driver's. Their start-up is some 2 CPU-seconds of imports, and a local
+# job's first minutes belong to the compile of its work unit (``farm.scene_check``), which runs
+# beside Ray's start: on 2 cores it took 7.8 s of wall time for 5.5 s alone. The raylet and the
+# workers, which render, keep the driver's priority (see above), and so does the runtime-env
+# agent: the raylet waits at most 15 s for its port and then aborts, and niced on a busy host
+# it missed that (six busy processes on 2 cores: three starts of three failed; a CI run's job
+# lost it once).
 _AGENT_NICENESS = 10
 # (Ray's PROCESS_TYPE_DASHBOARD, the API server, and _DASHBOARD_AGENT: the agent only where the
 # raylet is told its ports up front, ``_agent_ports_unused``; else the raylet waits for it too.)
 _NICED_SERVICES = ("dashboard", "dashboard_agent")
 
 
-def _agents_niced(niceness: int) -> contextlib.AbstractContextManager[None]:
-    """Ray's Python services of ``_NICED_SERVICES`` started under ``nice`` (where it is there to
-    start them) while the block runs: Ray builds their command lines, and no worker's, with this
-    function of its, whose first argument names the service."""
+def _python_services(niceness: int, idle_agent: bool) -> contextlib.AbstractContextManager[None]:
+    """While the block runs, Ray's dashboard agent started as ``_IDLE_AGENT`` (``idle_agent``;
+    Ray appends the agent's script and arguments, which it ignores), and its Python services of
+    ``_NICED_SERVICES`` started under ``nice`` (where it is there to start them): Ray builds
+    their command lines, and no worker's, with this function of its, whose first argument names
+    the service."""
     from ray._private import services
 
     nice = shutil.which("nice")
-    if nice is None:
-        return contextlib.nullcontext()
+    services_niced = () if nice is None else _NICED_SERVICES if _unused_ports_can_be_told() else _NICED_SERVICES[:1]
 
-    services_niced = _NICED_SERVICES if _unused_ports_can_be_told() else _NICED_SERVICES[:1]
-
-    def niced(build: Callable[..., list[str]]) -> Callable[..., list[str]]:
+    def started(build: Callable[..., list[str]]) -> Callable[..., list[str]]:
         def command(component: str, *args: Any, **kwargs: Any) -> list[str]:
+            if idle_agent and component == _NICED_SERVICES[1]:
+                return [sys.executable, "-S", "-I", "-c", _IDLE_AGENT]
             line = build(component, *args, **kwargs)
-            return [nice, "-n", str(niceness), *line] if component in services_niced else line
+            return [nice or "nice", "-n", str(niceness), *line] if component in services_niced else line
         return command
 
-    return _replaced(services, {"_build_python_executable_command_memory_profileable": niced})
+    return _replaced(services, {"_build_python_executable_command_memory_profileable": started})
 
 
-def _head_started_sooner() -> contextlib.AbstractContextManager[None]:
-    """Ray's head node with its raylet started beside its API server rather than after it, and
-    told up front the ports its minimal dashboard agent leaves unused (``_agent_ports_unused``).
+def _head_started_sooner(api_server: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Ray's head node with its raylet started beside its API server (``api_server``: where it
+    starts one) rather than after it, and told up front the ports its minimal dashboard agent
+    leaves unused (``_agent_ports_unused``).
 
     ``Node.start_api_server`` starts the server and polls until it has published its address
     (its start-up of imports: 1.2 s of ``ray.init``'s 3.5 s on an idle 2-core AVX2 host); here it
@@ -203,7 +220,10 @@ def _head_started_sooner() -> contextlib.AbstractContextManager[None]:
                 raise failures[0]
         return begin
 
-    return _replaced(node.Node, {"start_api_server": in_background, "start_ray_processes": beside})
+    replacements: dict[str, Callable[[Any], Any]] = {"start_ray_processes": beside}
+    if api_server:
+        replacements["start_api_server"] = in_background
+    return _replaced(node.Node, replacements)
 
 
 def _agent_ports_unused(node: Any) -> None:
