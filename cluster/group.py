@@ -23,14 +23,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster import bootstrap
 from cluster.gradient_task import GradientTask, StepTask
-from cluster.member import GroupMember
+from cluster.member import Member
 from cluster.task import TileSums, TileTask, TileWritten
 from tracer.shared import PLATFORMS
 
 if TYPE_CHECKING:
     from ray.util.tpu import SlicePlacementGroup
 
-__all__ = ["GroupShape", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes", "check_one_renderer"]
+__all__ = ["GroupShape", "GroupMember", "WorkerGroup", "GroupError", "GroupFailed", "discover_shapes", "check_one_renderer"]
 
 _names = itertools.count()
 NODE_WAIT_S = 10.0  # how long a group waits for room on its shape's node before going elsewhere
@@ -123,6 +123,12 @@ def check_one_renderer(name: str, info: Sequence[Mapping[str, Any]],
         said = "; ".join(f"{i.get('renderer')} on {ip or 'a host'}" for i, (_, ip, _) in zip(info, where))
         raise GroupError(f"{name}: its hosts render with different software ({said}): install the same tracer, "
                          f"jax and jaxlib on every host")
+
+
+@ray.remote(max_restarts=0, max_task_retries=0)
+class GroupMember(Member):
+    """The Ray actor of ``cluster.member.Member`` (its process title names
+    ``GroupMember.render`` while it renders)."""
 
 
 class WorkerGroup:

@@ -1,4 +1,5 @@
-"""One host's member of a worker group: a Ray actor that joins the group's JAX program.
+"""One host's member of a worker group: what its Ray actor (``cluster.group.GroupMember``) does
+to join the group's JAX program and render.
 
 Every member runs the same jitted work unit on a ``Mesh`` over all of the group's devices
 (``jax.devices()`` after ``jax.distributed.initialize``): the tracer's ray batch is sharded over
@@ -17,7 +18,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import ray
 
 from cluster import bootstrap, renderer
 from cluster.gradient_task import GradientTask, Stepped, StepTask, TileGradient
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from tracer.scene import Scene
 
-__all__ = ["GroupMember", "Member"]
+__all__ = ["Member"]
 
 def _free_port(host: str) -> int:
     """A port that was free a moment ago (another process may still take it: callers retry)."""
@@ -38,7 +38,10 @@ def _free_port(host: str) -> int:
 
 
 class Member:
-    """A member's work (``GroupMember`` is the Ray actor; ``cluster.simulated`` replaces the work unit)."""
+    """A member's work (``cluster.group.GroupMember`` is the Ray actor; ``cluster.simulated``
+    replaces the work unit). Ray is imported only where a method asks Ray: the driver's
+    preflight child (``cluster.preflight``) runs a ``Member`` outside Ray, and Ray's import was
+    0.55 s of its start-up, on the way to a local job's first task."""
 
     def __init__(self, rank: int, size: int, env: dict[str, str]) -> None:
         """``env``: the process's environment for JAX (``cluster.bootstrap.worker_env``)."""
@@ -51,6 +54,8 @@ class Member:
 
     def where(self) -> tuple[str, str, int]:
         """(node id, node IP, pid) of this member."""
+        import ray
+
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
 
     def compile_stats(self) -> dict[str, float] | None:
@@ -60,6 +65,8 @@ class Member:
 
     def reserve_port(self, port: int | None = None) -> str:
         """Rank 0: the coordinator address the group will meet at."""
+        import ray
+
         ip = ray.util.get_node_ip_address()
         return f"{ip}:{port or _free_port(ip)}"
 
@@ -241,7 +248,3 @@ def _zeros(task: TileTask) -> tuple[np.ndarray, np.ndarray]:
     return (np.zeros((task.tile_h, task.tile_w, task.channels), np.float32),
             np.zeros((task.tile_h, task.tile_w), np.float32))
 
-
-@ray.remote(max_restarts=0, max_task_retries=0)
-class GroupMember(Member):
-    """The Ray actor of ``Member`` (its process title names ``GroupMember.render`` while it renders)."""
