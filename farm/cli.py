@@ -34,9 +34,22 @@ __all__ = ["main"]
 def _render(spec, address, no_progress, redo=None, replace=False):
     """Render ``spec`` as the store's one driver: its lease is held (and renewed) from before the
     first write until the end, whatever ends it."""
+    from farm import groups
+    from farm.scene_check import Preflight
+    local = address is None
+    if local:
+        groups.check_local(spec.groups)  # a cluster's groups are checked against it once Ray is up
+    # The preflight child first: its start-up (JAX's import, the scene's check) runs beside the
+    # driver's own imports (Zarr's, 0.45 s, and Ray's) and checks; a run that stops before it is
+    # needed stops it.
+    with Preflight(spec, groups.preflight_env(spec, local)) as preflight:
+        _render_checked(spec, address, no_progress, redo, replace, preflight)
+
+
+def _render_checked(spec, address, no_progress, redo, replace, preflight):
+    """``_render`` once its preflight child is on its way."""
     from farm import faults, job, registry, session
     from farm.results import shared_root
-    from farm.scene_check import Preflight
     from farm.spec import parse_frame_list
     from farm.status import spp_text
     job.check_params(spec)
@@ -49,12 +62,9 @@ def _render(spec, address, no_progress, redo=None, replace=False):
                    f"(`farm export {fs.url} --out DIR`; a higher --spp or a later last frame renders more)", err=True)
         return
     local = address is None
-    if local:
-        job.check_local(spec.groups)  # a cluster's groups are checked against it once Ray is up
     faults.check_environment(local)  # a folder Ray or JAX would fail on, named now rather than after a minute
     # Ray starts while the scene is checked and, for a local job, its work unit compiled.
-    with session.starting_ray(address, spec.groups) as ray_start, \
-            Preflight(spec, job.preflight_env(spec, local)) as preflight:
+    with session.starting_ray(address, spec.groups) as ray_start:
         try:
             preflight.checked()
             planned, store = job.prepare(spec, redo=redo_frames, replace=replace,

@@ -1,4 +1,5 @@
-"""From a spec to a store ready to run: validation, store binding, group shaping, and status.
+"""From a spec to a store ready to run: validation, store binding, and status (group shaping is
+``farm.groups``'s, named here too).
 
 The Ray session that runs a prepared job is ``farm.session``; export is ``farm.export``.
 """
@@ -6,28 +7,26 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from cluster.task import SceneRef, TileTask
 from farm.errors import FarmError, SpecError
+# (group shaping, in a module of its own that a driver imports before Zarr, and named here too)
+from farm.groups import (LOCAL_DEVICES_PER_CORE, LOCAL_MEMBERS_PER_CORE, check_fits, check_local, group_shapes,
+                         preflight_env, with_isa)
 from farm.lease import Lease, lease_duration
-from farm.spec import GroupsSpec, JobSpec, SceneDigest, film_size, frame_info, scene_defaults, scene_digest
+from farm.spec import JobSpec, SceneDigest, film_size, frame_info, scene_defaults, scene_digest
 from farm.store import FrameStore, StoreError
-from tracer.shared import PORTABLE_ISA
 from tracer.runtime.xla_flags import local_isa
+from tracer.shared import PORTABLE_ISA
 
 if TYPE_CHECKING:
     import numpy as np
     from zarr.core.common import AccessModeLiteral
 
-    from cluster.group import GroupShape
-
 __all__ = ["prepare", "finished", "bind", "check_params", "check_local", "check_fits", "open_store", "group_shapes",
-           "frame_status"]
-
-# Members (JAX processes) and CPU devices a core of this machine takes in a local job.
-LOCAL_MEMBERS_PER_CORE, LOCAL_DEVICES_PER_CORE = 4, 16
+           "preflight_env", "frame_status", "LOCAL_MEMBERS_PER_CORE", "LOCAL_DEVICES_PER_CORE"]
 
 
 def check_params(spec: JobSpec) -> None:
@@ -67,7 +66,7 @@ def prepare(spec: JobSpec, create: bool = True, redo: Collection[int] = (), repl
     if replace or not FrameStore.exists(spec.store):
         if not create and not replace:
             raise StoreError(f"{spec.store}: no frame store here")
-        return _with_files(_create(_with_isa(spec, local_isa() if local else PORTABLE_ISA), digest, replace, lease),
+        return _with_files(_create(with_isa(spec, local_isa() if local else PORTABLE_ISA), digest, replace, lease),
                            scene)
     hashes = {spec.frames: digest}  # of the frames' scenes, by frame range
     spec, stored, store = _bind(spec, hashes)
@@ -126,13 +125,6 @@ def _edit(spec: JobSpec, stored: JobSpec, store: FrameStore, digest: str,
     return spec, store
 
 
-def _with_isa(spec: JobSpec, isa: str) -> JobSpec:
-    """``spec`` with ``isa`` as its CPU instruction-set level unless it names one."""
-    if spec.groups.platform != "cpu" or spec.groups.cpu_isa is not None:
-        return spec
-    return dataclasses.replace(spec, groups=dataclasses.replace(spec.groups, cpu_isa=isa))
-
-
 def _check_redo(spec: JobSpec, redo: Iterable[int]) -> None:
     for frame in redo:
         if not spec.frames[0] <= frame <= spec.frames[1]:
@@ -169,7 +161,7 @@ def _bind(spec: JobSpec, hashes: dict[tuple[int, int], str]) -> tuple[JobSpec, J
     # What the job does not say it takes from the store: its instruction-set level (AVX2 for stores made
     # before jobs had one, which were rendered with AVX2 code), its tree, its tile, and its AOVs and
     # filter (the store of a job with others is another job's, refused below by its identity).
-    spec = _with_isa(spec, stored.groups.cpu_isa or PORTABLE_ISA)
+    spec = with_isa(spec, stored.groups.cpu_isa or PORTABLE_ISA)
     spec = dataclasses.replace(spec, pass_size=spec.pass_size or stored.pass_size, chunk_passes=stored.chunk_passes,
                                tile=spec.tile or stored.tile,
                                aovs=spec.aovs or stored.aovs, rfilter=spec.rfilter or stored.rfilter).planned()
@@ -212,21 +204,6 @@ def open_store(url: str, mode: AccessModeLiteral = "r") -> tuple[JobSpec, FrameS
     return spec, store
 
 
-def group_shapes(spec: JobSpec, local: bool) -> list[GroupShape]:
-    """The worker groups of a job: ``groups.count`` groups of ``groups.hosts`` hosts each; on a
-    cluster, a job that names no groups gets one per node (``cluster.group.discover_shapes``)."""
-    from cluster.group import GroupShape, discover_shapes
-    g = spec.groups
-    if not local and dataclasses.replace(g.shape_only(), cpu_isa=None) == GroupsSpec():
-        return [dataclasses.replace(s, cpu_isa=g.cpu_isa) for s in discover_shapes()]
-    strategy = "PACK" if local else "STRICT_SPREAD"
-    devices = _devices_per_host(g, local)
-    shape = GroupShape(hosts=g.hosts, platform=g.platform, devices_per_host=devices,
-                       gpus_per_host=g.gpus_per_host, tpu_topology=g.tpu_topology, tpu_version=g.tpu_version,
-                       strategy=strategy, cpu_isa=g.cpu_isa)
-    return [shape] * g.count
-
-
 def tile_size(spec: JobSpec, store: FrameStore) -> tuple[int, int]:
     """(height, width) of the job's tasks' tiles (a planned job's): the job's tile, cut to a smaller frame."""
     assert spec.tile is not None, "the job is planned (JobSpec.planned)"
@@ -253,62 +230,6 @@ def first_task(spec: JobSpec, store: FrameStore) -> TileTask:
                     tile_y=0, tile_x=0, tile_h=th, tile_w=tw, first_pass=0, n_passes=spec.chunk_passes,
                     pass_size=spec.pass_size, channels=store.channels, chunk_passes=spec.chunk_passes,
                     job_samples=job_samples(spec, store))
-
-
-def preflight_env(spec: JobSpec, local: bool) -> dict[str, str] | None:
-    """The members' environment of a job whose work unit the driver's preflight child can
-    compile for them (``farm.scene_check.Preflight``): a local CPU job of one host per group, with
-    the compilation cache on; else None. Before ``prepare``, a job that names no instruction-set
-    level is taken to have this host's (a store of another level gives another environment:
-    ``prepare``'s spec then tells, and nothing is compiled ahead)."""
-    from cluster.bootstrap import cache_dir, worker_env
-    g = _with_isa(spec, local_isa()).groups
-    if not local or g.platform != "cpu" or g.hosts != 1 or cache_dir() is None:
-        return None
-    return worker_env(g.platform, _devices_per_host(g, local), isa=g.cpu_isa)  # as GroupShape.env() makes it
-
-
-def check_local(g: GroupsSpec, cores: int | None = None) -> None:
-    """Refuse (before Ray starts) groups that this machine's ``cores`` cannot run as a local job:
-    more members (JAX processes) or CPU devices than a few a core."""
-    cores = cores or os.cpu_count() or 1
-    members = g.count * g.hosts
-    if members > LOCAL_MEMBERS_PER_CORE * cores:
-        raise SpecError(f"groups.count x groups.hosts is {members} members: a local job on this machine's {cores} "
-                        f"core(s) takes at most {LOCAL_MEMBERS_PER_CORE * cores} (a JAX process each); "
-                        f"--address renders on a Ray cluster")
-    if g.devices_per_host is not None and members * g.devices_per_host > LOCAL_DEVICES_PER_CORE * cores:
-        raise SpecError(f"groups.devices_per_host: {members} member(s) x {g.devices_per_host} devices is more than "
-                        f"a local job on this machine's {cores} core(s) takes ({LOCAL_DEVICES_PER_CORE * cores})")
-
-
-def check_fits(shapes: Sequence[GroupShape], nodes: Sequence[Mapping[str, float]]) -> None:
-    """Refuse groups of ``shapes`` that the cluster's live ``nodes`` (each its Ray resources,
-    ``{"CPU": 8, "GPU": 2, ...}``) cannot hold, before any is made (Ray would wait for them)."""
-    for shape in {s: None for s in shapes}:
-        fitting = [n for n in nodes if all(n.get(r, 0) >= v for r, v in shape.bundle().items())]
-        if shape.strategy == "STRICT_SPREAD" and shape.hosts > len(fitting):
-            raise SpecError(f"groups.hosts is {shape.hosts}, one member a node: the cluster has {len(fitting)} "
-                            f"node(s) with {_bundle_text(shape.bundle())}")
-    for resource in sorted({r for s in shapes for r in s.bundle()}):
-        need = sum(s.hosts * s.bundle().get(resource, 0) for s in shapes)
-        have = sum(n.get(resource, 0) for n in nodes)
-        if need > have:
-            raise SpecError(f"groups.count x groups.hosts: {len(shapes)} group(s) of {shapes[0].hosts} member(s) "
-                            f"need {need:g} {resource}, the cluster has {have:g}")
-
-
-def _bundle_text(bundle: Mapping[str, float]) -> str:
-    return ", ".join(f"{v:g} {r}" for r, v in bundle.items())
-
-
-def _devices_per_host(g: GroupsSpec, local: bool) -> int | None:
-    """The CPU devices of each member: the job's count, or, for a local job, a device per core,
-    the cores split among every member (they share this machine's cores)."""
-    from cluster.bootstrap import local_devices_per_member
-    if local and g.devices_per_host is None and g.platform == "cpu":
-        return local_devices_per_member(g.count * g.hosts)
-    return g.devices_per_host
 
 
 def frame_status(store: FrameStore, spec: JobSpec, records: np.ndarray, frames: Sequence[int] | None = None,

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from farm import faults, signals
 from farm.errors import FarmError, first_line
-from farm.job import check_fits, group_shapes
+from farm.groups import check_fits, group_shapes
 from farm.seat import Seat
 
 if TYPE_CHECKING:
