@@ -134,18 +134,16 @@ _UNUSED_HEAD_PROCESSES = ("start_monitor", "start_log_monitor")
 _IDLE_AGENT = ("'the embedded Ray, farm.session: an idle dashboard agent'; import os, time; p = os.getppid(); "
                "all(time.sleep(1) or True for _ in iter(lambda: os.getppid() == p, False))")
 
-# Otherwise Ray's API server and, where its ports are told, the node's dashboard agent start at
-# this niceness above the driver's. Their start-up is some 2 CPU-seconds of imports, and a local
-# job's first minutes belong to the compile of its work unit (``farm.scene_check``), which runs
-# beside Ray's start: on 2 cores it took 7.8 s of wall time for 5.5 s alone. The raylet and the
-# workers, which render, keep the driver's priority (see above), and so does the runtime-env
-# agent: the raylet waits at most 15 s for its port and then aborts, and niced on a busy host
-# it missed that (six busy processes on 2 cores: three starts of three failed; a CI run's job
-# lost it once).
+# Otherwise Ray's API server starts at this niceness above the driver's. Its start-up is some
+# CPU-seconds of imports, and a local job's first minutes belong to the compile of its work unit
+# (``farm.scene_check``), which runs beside Ray's start: on 2 cores it took 7.8 s of wall time for
+# 5.5 s alone. The raylet and the workers, which render, keep the driver's priority (see above),
+# and so do the agents, whose ports the raylet waits for at most 15 s and then aborts: niced on a
+# busy host, the runtime-env agent missed that (six busy processes on 2 cores: three starts of
+# three failed; a CI run's job lost it once).
 _AGENT_NICENESS = 10
-# (Ray's PROCESS_TYPE_DASHBOARD, the API server, and _DASHBOARD_AGENT: the agent only where the
-# raylet is told its ports up front, ``_agent_ports_unused``; else the raylet waits for it too.)
-_NICED_SERVICES = ("dashboard", "dashboard_agent")
+_NICED_SERVICES = ("dashboard",)  # (Ray's PROCESS_TYPE_DASHBOARD: the API server)
+_DASHBOARD_AGENT = "dashboard_agent"  # (Ray's PROCESS_TYPE_DASHBOARD_AGENT)
 
 
 def _python_services(niceness: int, idle_agent: bool) -> contextlib.AbstractContextManager[None]:
@@ -157,14 +155,13 @@ def _python_services(niceness: int, idle_agent: bool) -> contextlib.AbstractCont
     from ray._private import services
 
     nice = shutil.which("nice")
-    services_niced = () if nice is None else _NICED_SERVICES if _unused_ports_can_be_told() else _NICED_SERVICES[:1]
 
     def started(build: Callable[..., list[str]]) -> Callable[..., list[str]]:
         def command(component: str, *args: Any, **kwargs: Any) -> list[str]:
-            if idle_agent and component == _NICED_SERVICES[1]:
+            if idle_agent and component == _DASHBOARD_AGENT:
                 return [sys.executable, "-S", "-I", "-c", _IDLE_AGENT]
             line = build(component, *args, **kwargs)
-            return [nice or "nice", "-n", str(niceness), *line] if component in services_niced else line
+            return [nice, "-n", str(niceness), *line] if nice and component in _NICED_SERVICES else line
         return command
 
     return _replaced(services, {"_build_python_executable_command_memory_profileable": started})

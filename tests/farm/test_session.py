@@ -38,9 +38,9 @@ def test_a_failed_start_is_raised_by_wait_as_one_line_and_leaves_the_dashboard_m
 
 @pytest.mark.parametrize("told", [True, False])
 def test_the_dashboard_agent_idles_where_the_raylet_is_told_its_ports(monkeypatch, told):
-    """The raylet aborts when an agent it waits for is slow to say its ports (15 s): the
-    runtime-env agent, always, and the dashboard agent unless its ports are told up front; then
-    the dashboard agent is an idle process (and the API server, niced, is not started)."""
+    """The raylet aborts when an agent it waits for is slow to say its ports (15 s): the agents
+    are never niced, and the dashboard agent is an idle process where its ports are told up front
+    (the API server, niced, is then not started)."""
     from ray._private import services
     assert session._unused_ports_can_be_told()  # (this Ray's: the embedded Ray's test below relies on it)
     monkeypatch.setattr(session, "_unused_ports_can_be_told", lambda: told)
