@@ -14,9 +14,9 @@ In one run, each in a fresh process:
    a loop in one process.
 
 Printed for each farm run: wall time from the process's start, start-up to the first dispatched
-task (and where it went: imports, the scene check, ``ray.init``, forming the group, waiting for the
-preflight's compilation ahead of the members), the members'
-XLA programs (compiled or loaded from the cache, and their seconds), and the steady state per
+task (a group's, or the preflight child's where it renders; and where it went: imports, the scene
+check, ``ray.init``, forming the group, waiting for the preflight's compilation ahead of the
+members), the job's XLA programs (compiled or loaded from the cache, and their seconds), and the steady state per
 frame (the time between the first and the last task's results, per frame rendered in it). For
 Mitsuba: wall time, the first frame (its JIT compile included) and the steady state per frame.
 Ratios are Mitsuba's time over ours (1.0: as fast as Mitsuba).
@@ -58,6 +58,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1"
 
 
+def after_import(hooks):
+    """Call ``hooks[name](module)`` once, as soon as the module ``name`` has been imported."""
+    import builtins
+    importing = builtins.__import__
+
+    def hooked(*args, **kwargs):
+        module = importing(*args, **kwargs)
+        done = lambda n: n in sys.modules and not getattr(sys.modules[n].__spec__, "_initializing", False)
+        for name in [n for n in hooks if done(n)]:
+            hooks.pop(name)(sys.modules[name])
+        return module
+    builtins.__import__ = hooked
+
+
 def farm_worker(argv):
     """Runs in its own process: ``farm render`` with time stamps at the start-up's steps."""
     t0 = time.monotonic()
@@ -78,21 +92,37 @@ def farm_worker(argv):
             return out
         setattr(owner, name, wrapped)
 
-    import ray
     sys.path.insert(0, str(ROOT))
-    from cluster import group
-    from farm import cli, scene_check, scheduler
+    from farm import cli, scene_check
 
     stamp("imports")
-    wrap(scene_check.Preflight, "checked", after="scene checked")
-    wrap(scene_check.Preflight, "wait", after="compiled ahead")
-    wrap(ray, "init", before="ray.init", after="ray ready")
-    wrap(group.WorkerGroup, "start", after="group formed")
-    wrap(group.WorkerGroup, "submit", before="first dispatch")
-    wrap(scheduler, "run_job", keep=True)
     task_times = []
-    result = group.WorkerGroup.result
-    group.WorkerGroup.result = lambda self, h: task_times.append(time.monotonic() - t0) or result(self, h)
+
+    def answered(answer):
+        ended, out = answer
+        if ended and out is not None:
+            task_times.append(time.monotonic() - t0)
+
+    def wrap_ray(ray):
+        wrap(ray, "init", before="ray.init", after="ray ready")
+
+    def wrap_group(group):
+        wrap(group.WorkerGroup, "start", after="group formed")
+        wrap(group.WorkerGroup, "submit", before="first dispatch")
+        result = group.WorkerGroup.result
+        group.WorkerGroup.result = lambda self, h: task_times.append(time.monotonic() - t0) or result(self, h)
+
+    # Ray and the groups' module are wrapped as the driver imports them, not imported here first:
+    # the driver starts its preflight child before it imports them (farm.cli).
+    after_import({"ray": wrap_ray, "cluster.group": wrap_group,
+                  "farm.scheduler": lambda scheduler: wrap(scheduler, "run_job", keep=True)})
+    wrap(scene_check.Preflight, "checked", after="scene checked")
+    compiled = scene_check.Preflight.compiled_within  # (the child's word that it has the program)
+    scene_check.Preflight.compiled_within = lambda self, t: (
+        lambda c: (c and stamp("compiled ahead")) or c)(compiled(self, t))
+    wrap(scene_check.Preflight, "send", before="first dispatch")  # (the child's first task, where it renders)
+    answer = scene_check.Preflight.answer
+    scene_check.Preflight.answer = lambda self, timeout_s: (lambda a: answered(a) or a)(answer(self, timeout_s))
     code = cli.main(argv)
     stamp("end")
     stats = results[-1][1].stats if results else {}
