@@ -80,7 +80,10 @@ def main():
                 records = FrameStore.open(str(store), mode="r").all_records()
                 if np.any(np.all(records["folded"].reshape(records.shape[0], -1) > 0, axis=1)):
                     first_frame = time.perf_counter() - t0
-            time.sleep(0.5)  # polling the store costs the farm CPU time: not too often
+            try:  # polling the store costs the farm CPU time: not too often (its end is seen at once)
+                proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
         if proc.returncode != 0:
             raise SystemExit(f"farm failed: {proc.stderr.read()[-2000:]}")
         return time.perf_counter() - t0, first_frame
