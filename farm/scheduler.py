@@ -436,14 +436,16 @@ class _JobRun:
         ended, answer = False, None
         if self.ahead_out is not None:
             ended, answer = ahead.answer(wait_s)
-            if not ended and time.monotonic() - self.ahead_out[2] > self.clock.limit(True):
+            # Its first task loads the scene and the program, as a group's first does (one standing
+            # in for the group renders the whole job: the rest are timed as a group's are).
+            if not ended and time.monotonic() - self.ahead_out[2] > self.clock.limit(self.rendered_ahead == 0):
                 ahead.stop()
                 ended = True
             if not ended:
                 return
         with guard or contextlib.nullcontext():
             if ended:
-                task, tile, _ = self.ahead_out
+                task, tile, sent = self.ahead_out
                 self.ahead_out = None
                 if answer is None:  # whatever it wrote never counts: the task goes back as it was
                     self.folds.drop(tile.out)
@@ -453,6 +455,7 @@ class _JobRun:
                 self.note_renderer(answer.get("renderer"))
                 self.ahead_compiles = answer.get("compiles") or self.ahead_compiles
                 self.folds.accept(task, tile.out, answer["crc"])
+                self.clock.add(time.monotonic() - sent)  # (as a group's task time counts)
                 self.rendered_ahead += 1
                 self.progress.done(self.units(task), task.key[0])
                 self.commit()  # (the tile's next chunk may go then)

@@ -24,19 +24,23 @@ from tests.helpers.hang_guard import hang_guard
 JOB = ("--frames", "0-2", "--spp", "8", "--res", "40x30", "--tile", "16", "--set", "angle=0:0,2:90")
 
 
-def _render(store, monkeypatch, ahead, kill_at=None, stands_in=True):
+def _render(store, monkeypatch, ahead, kill_at=None, stands_in=True, hang_at=None, args=()):
     """``farm render`` of JOB in this process, Ray started beside the preflight as the command
     does; the group forms only once the child has answered ``ahead`` tasks (or stopped taking
     them), and the answer to the child's next task waits for the group's first answer (the
     child takes none after it). ``kill_at``: the child is killed once it has written that task, before its answer
-    is read. ``stands_in=False``: the child renders beside the group, as where the job has
-    several groups. Returns (the number of tasks the store's log says the child rendered, its
+    is read. ``hang_at``: that task's answer never comes (the child is stopped after the task's
+    time limit). ``stands_in=False``: the child renders beside the group, as where the job has
+    several groups. ``args``: more of the command's. Returns (the number of tasks the store's log says the child rendered, its
     answers, the store's log)."""
     answered, enough, first = [], threading.Event(), threading.Event()
     answer_of, done = Preflight.answer, Preflight.done
     start_groups, collect = _JobRun.start_groups, _JobRun.collect
 
     def answering(self, timeout_s):
+        if len(answered) + 1 == hang_at:  # (its line is left unread)
+            time.sleep(min(timeout_s, 0.05))
+            return False, None
         if len(answered) >= ahead and not first.is_set():  # (this thread collects the group's answers too)
             time.sleep(min(timeout_s, 0.01))
             return False, None
@@ -73,7 +77,7 @@ def _render(store, monkeypatch, ahead, kill_at=None, stands_in=True):
     err = io.StringIO()
     with hang_guard(300), contextlib.redirect_stderr(err):
         try:
-            main(["render", ORBIT, *JOB, "--out", str(store), "--no-progress"])
+            main(["render", ORBIT, *JOB, *args, "--out", str(store), "--no-progress"])
         except SystemExit as e:
             assert e.code == 0, err.getvalue()[-3000:]
     monkeypatch.undo()
@@ -114,6 +118,20 @@ def test_a_task_whose_answer_was_lost_is_rendered_again_and_counted_once(tmp_pat
     store = tmp_path / "killed.zarr"
     n, answered, log = _render(store, monkeypatch, ahead=18, kill_at=3)
     assert n == len(answered) == 2, n
+    assert any("preflight process stopped with tasks left" in line for line in log), log
+    spec, _ = job.open_store(str(store))
+    for got, want in zip(exported(store, tmp_path), reference(spec), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_task_of_the_child_standing_in_is_timed_as_a_group_s_and_its_group_takes_the_rest(tmp_path, monkeypatch):
+    """Past its first task, the child's tasks get the job's task time limit (here 5 s), not a
+    first task's 600 s: the hung one is given up on, the child stopped, and the group forms and
+    renders it and the rest, each counted once."""
+    store = tmp_path / "hung.zarr"
+    began = time.monotonic()
+    n, answered, log = _render(store, monkeypatch, ahead=18, hang_at=4, args=("--task-timeout", "5"))
+    assert n == len(answered) == 3 and time.monotonic() - began < 240, n
     assert any("preflight process stopped with tasks left" in line for line in log), log
     spec, _ = job.open_store(str(store))
     for got, want in zip(exported(store, tmp_path), reference(spec), strict=True):
