@@ -401,6 +401,9 @@ class _JobRun:
         try:
             ahead.ray()
             if ahead.stands_in:
+                with lock:  # Ray is up: what the run waits for now is the child's program and first task
+                    if not self.rendered_ahead:
+                        self.progress.phase("compiling")
                 while renderer.is_alive():  # (a join with a timeout: a signal is heard meanwhile)
                     renderer.join(0.1)
                 if failed:
