@@ -93,9 +93,10 @@ def start_local_ray(num_cpus: int) -> None:
     # import fail; typeshed's sys.modules holds modules only.)
     sys.modules[_DASHBOARD_DEPS] = None  # type: ignore[assignment]
     idle = _unused_ports_can_be_told()  # (else the raylet waits for the agent's ports, and the agent for the API server)
+    told = threading.Event()  # set once the ports are told, before the raylet's command, the agent's with it, is made
     try:
         with _head_without(_UNUSED_HEAD_PROCESSES + (("start_api_server",) if idle else ())), \
-                _python_services(_AGENT_NICENESS, idle_agent=idle), _head_started_sooner(api_server=not idle):
+                _python_services(_AGENT_NICENESS, idle_agent=told), _head_started_sooner(api_server=not idle, told=told):
             # "local": always a new embedded Ray, never a cluster that happens to run on this machine.
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      logging_level=logging.ERROR, configure_logging=False)
@@ -146,8 +147,9 @@ _NICED_SERVICES = ("dashboard",)  # (Ray's PROCESS_TYPE_DASHBOARD: the API serve
 _DASHBOARD_AGENT = "dashboard_agent"  # (Ray's PROCESS_TYPE_DASHBOARD_AGENT)
 
 
-def _python_services(niceness: int, idle_agent: bool) -> contextlib.AbstractContextManager[None]:
-    """While the block runs, Ray's dashboard agent started as ``_IDLE_AGENT`` (``idle_agent``;
+def _python_services(niceness: int, idle_agent: threading.Event) -> contextlib.AbstractContextManager[None]:
+    """While the block runs, Ray's dashboard agent started as ``_IDLE_AGENT`` where ``idle_agent``
+    is set when Ray builds its command (the raylet was told its ports: ``_head_started_sooner``;
     Ray appends the agent's script and arguments, which it ignores), and its Python services of
     ``_NICED_SERVICES`` started under ``nice`` (where it is there to start them): Ray builds
     their command lines, and no worker's, with this function of its, whose first argument names
@@ -158,7 +160,7 @@ def _python_services(niceness: int, idle_agent: bool) -> contextlib.AbstractCont
 
     def started(build: Callable[..., list[str]]) -> Callable[..., list[str]]:
         def command(component: str, *args: Any, **kwargs: Any) -> list[str]:
-            if idle_agent and component == _DASHBOARD_AGENT:
+            if idle_agent.is_set() and component == _DASHBOARD_AGENT:
                 return [sys.executable, "-S", "-I", "-c", _IDLE_AGENT]
             line = build(component, *args, **kwargs)
             return [nice, "-n", str(niceness), *line] if nice and component in _NICED_SERVICES else line
@@ -167,10 +169,13 @@ def _python_services(niceness: int, idle_agent: bool) -> contextlib.AbstractCont
     return _replaced(services, {"_build_python_executable_command_memory_profileable": started})
 
 
-def _head_started_sooner(api_server: bool = True) -> contextlib.AbstractContextManager[None]:
+def _head_started_sooner(api_server: bool = True,
+                         told: threading.Event | None = None) -> contextlib.AbstractContextManager[None]:
     """Ray's head node with its raylet started beside its API server (``api_server``: where it
     starts one) rather than after it, and told up front the ports its minimal dashboard agent
-    leaves unused (``_agent_ports_unused``).
+    leaves unused (``_agent_ports_unused``; ``told`` is set where they were, before the
+    raylet's command is made: only then may the agent idle, for the raylet waits for ports
+    that nobody told it).
 
     ``Node.start_api_server`` starts the server and polls until it has published its address
     (its start-up of imports: 1.2 s of ``ray.init``'s 3.5 s on an idle 2-core AVX2 host); here it
@@ -205,7 +210,8 @@ def _head_started_sooner(api_server: bool = True) -> contextlib.AbstractContextM
     def beside(start: Callable[..., None]) -> Callable[..., None]:
         def begin(self: Any, *args: Any, **kwargs: Any) -> None:
             try:
-                _agent_ports_unused(self)
+                if _agent_ports_unused(self) and told is not None:
+                    told.set()
                 start(self, *args, **kwargs)
             finally:
                 failures: list[BaseException] = []
@@ -223,7 +229,7 @@ def _head_started_sooner(api_server: bool = True) -> contextlib.AbstractContextM
     return _replaced(node.Node, replacements)
 
 
-def _agent_ports_unused(node: Any) -> None:
+def _agent_ports_unused(node: Any) -> bool:
     """The ports of a minimal node's dashboard agent that nothing of an embedded Ray uses, written
     for the raylet as unused (-1) before it starts: the agent's HTTP server and metrics agent,
     which a minimal agent does not start (it writes -1 for them itself, later), and its metrics
@@ -231,15 +237,16 @@ def _agent_ports_unused(node: Any) -> None:
     for all three before it registers the node, and the agent writes the last of them only
     after importing every dashboard module it finds (0.7 s of its 1.7 s start-up, which
     ``ray.init`` waited for on an idle 2-core AVX2 host); the runtime-env agent's port, which
-    workers need, it still waits for."""
+    workers need, it still waits for. Returns whether it wrote them."""
     from ray import _raylet
 
     session_dir, node_id = getattr(node, "_session_dir", None), getattr(node, "_node_id", None)
     if not _unused_ports_can_be_told() or session_dir is None or node_id is None:
-        return  # a Ray that changed these: it waits for its agent, as it would
+        return False  # a Ray that changed these: it waits for its agent, as it would
     persist = getattr(_raylet, "persist_port")  # (Ray's stubs leave it out)
     for name in _UNUSED_PORT_NAMES:
         persist(session_dir, node_id, getattr(_raylet, name), -1)
+    return True
 
 
 _UNUSED_PORT_NAMES = ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME", "METRICS_EXPORT_PORT_NAME")

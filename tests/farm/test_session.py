@@ -44,7 +44,10 @@ def test_the_dashboard_agent_idles_where_the_raylet_is_told_its_ports(monkeypatc
     from ray._private import services
     assert session._unused_ports_can_be_told()  # (this Ray's: the embedded Ray's test below relies on it)
     monkeypatch.setattr(session, "_unused_ports_can_be_told", lambda: told)
-    with session._python_services(7, idle_agent=told):
+    ports_told = threading.Event()
+    if told:
+        ports_told.set()
+    with session._python_services(7, idle_agent=ports_told):
         build = services._build_python_executable_command_memory_profileable
         lines = {c: build(c, "s") for c in (ray_constants.PROCESS_TYPE_DASHBOARD, ray_constants.PROCESS_TYPE_DASHBOARD_AGENT,
                                            ray_constants.PROCESS_TYPE_RUNTIME_ENV_AGENT)}
@@ -52,6 +55,8 @@ def test_the_dashboard_agent_idles_where_the_raylet_is_told_its_ports(monkeypatc
     assert niced == {"dashboard"}, lines
     idle = lines["dashboard_agent"] == [sys.executable, "-S", "-I", "-c", session._IDLE_AGENT]
     assert idle == told and lines["runtime_env_agent"][0] == sys.executable, lines
+    # A node whose session or id this Ray keeps elsewhere is told nothing: its agent stays Ray's own.
+    assert session._agent_ports_unused(object()) is False
 
 
 def test_the_idle_agent_ends_once_its_parent_has_ended():
