@@ -43,19 +43,20 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
-import zarr
-from numpy.typing import ArrayLike
 from numcodecs import Zstd
-from zarr.codecs import BytesCodec, ZstdCodec
-from zarr.storage import LocalStore
+from numpy.typing import ArrayLike
 
 from farm.records import FIELD_COUNT, TileRecord
-from farm.store import writing_empty_chunks
 from farm.tree import fold, split_tail, state_channels, tail_block, tail_channels
 
 if TYPE_CHECKING:
+    import zarr
+
     from farm.planner import Task
     from farm.store import FrameStore
+
+# A member imports no Zarr (0.4 s of its first task) where it writes chunk files itself (``ChunkFile``):
+# this module's Zarr is the driver's, and a member's only where the store's codecs are others.
 
 __all__ = ["Slot", "Commits", "shared_root", "DispatchError"]
 
@@ -70,6 +71,8 @@ class DispatchError(Exception):
 
 def shared_root(store: FrameStore) -> str | None:
     """The store's folder where workers can write to it (a local filesystem store), else None."""
+    from zarr.storage import LocalStore
+
     return store.group.store.root.as_posix() if isinstance(store.group.store, LocalStore) else None
 
 
@@ -80,6 +83,9 @@ def _crc(block: np.ndarray) -> int:
 def _array(folder: str, run: int) -> zarr.Array:
     """The Zarr array at ``folder``, opened once per run (a run does not reshape the store)."""
     if (folder, run) not in _arrays:
+        import zarr
+
+        from farm.store import writing_empty_chunks
         _arrays[(folder, run)] = writing_empty_chunks(zarr.open_array(folder, mode="r+"))
     return _arrays[(folder, run)]
 
@@ -106,6 +112,8 @@ class ChunkFile:
 
     @classmethod
     def of(cls, array):
+        from zarr.codecs import BytesCodec, ZstdCodec
+
         codecs = array.metadata.codecs
         if not (len(codecs) == 2 and isinstance(codecs[0], BytesCodec) and isinstance(codecs[1], ZstdCodec)
                 and str(getattr(codecs[0].endian, "value", codecs[0].endian)) == "little"):
@@ -144,11 +152,13 @@ class Slot:
     aovs: int = 0       # the job's AOV channels, after the RGB (``tracer.io.aovs``)
     chunk_key: str | None = None  # the tile's chunk key in ``kind``'s array (``state/`` and ``tail/`` alike)
     files: tuple[ChunkFile, ChunkFile] | None = None  # (state's, tail's) ``ChunkFile``, or None: through zarr
+    dispatch_key: str | None = None  # the chunk key of ``index`` in the dispatch area (None: asked of Zarr)
 
     @property
     def path(self) -> str:
         """The chunk file this dispatch writes."""
-        return os.path.join(self._area, self._dispatch.metadata.encode_chunk_key((self.index, 0, 0, 0)))
+        key = self.dispatch_key or self._dispatch.metadata.encode_chunk_key((self.index, 0, 0, 0))
+        return os.path.join(self._area, key)
 
     @property
     def _area(self) -> str:
@@ -237,25 +247,25 @@ class Commits:
         self.next_index = run * 2 ** 32
         self.pending: list[_Written] = []  # _Written answers not yet committed
         self.pool = ThreadPoolExecutor(64)  # fsyncs of the folders renames land in, side by side
-        self._arrays = {kind: self._make_area(kind) for kind in ("state", "tail")}
+        self._areas = {kind: self._make_area(kind) for kind in ("state", "tail")}
+        self._arrays = {kind: getattr(store, kind) for kind in ("state", "tail")}
         files = tuple(ChunkFile.of(self._arrays[kind]) for kind in ("state", "tail"))
         same_keys = (self._arrays["state"].metadata.chunk_key_encoding
                      == self._arrays["tail"].metadata.chunk_key_encoding)
         self.files = files if None not in files and same_keys else None
 
     def _make_area(self, kind):
-        """The dispatch array of ``kind``, emptied (any chunk there is an orphan: nothing of
-        this run has been sent yet)."""
+        """The dispatch array of ``kind``, made anew, empty (any chunk there is an orphan: nothing
+        of this run has been sent yet)."""
         like = getattr(self.store, kind)
         area = self.store.group.require_group(_AREA)
         if kind in area:
             shutil.rmtree(os.path.join(self.root, _AREA, kind), ignore_errors=True)
         t = self.store.tile
-        area.create_array(kind, shape=(_INDEXES, t, t, like.shape[-1]), chunks=(1, t, t, like.shape[-1]),
-                          dtype="float32", fill_value=0.0, compressors=like.compressors,
-                          serializer=like.serializer, overwrite=True,
-                          chunk_key_encoding={"name": "default", "separator": "."})
-        return like
+        return area.create_array(kind, shape=(_INDEXES, t, t, like.shape[-1]), chunks=(1, t, t, like.shape[-1]),
+                                 dtype="float32", fill_value=0.0, compressors=like.compressors,
+                                 serializer=like.serializer, overwrite=True,
+                                 chunk_key_encoding={"name": "default", "separator": "."})
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -268,10 +278,12 @@ class Commits:
         record = TileRecord.of(self.records[task.line])
         self.next_index += 1
         start = record.tail_crc if task.continues else None
-        return Slot(root=self.root, kind="tail" if task.tail else "state", index=self.next_index, key=task.line,
+        kind = "tail" if task.tail else "state"
+        return Slot(root=self.root, kind=kind, index=self.next_index, key=task.line,
                     box=self.store.tile_box(*task.line[1:]), folded=record.folded,
                     base_crc=record.state_crc, start_crc=start, aovs=self.store.channels - 3,
-                    chunk_key=self._chunk_key("tail" if task.tail else "state", task.line), files=self.files)
+                    chunk_key=self._chunk_key(kind, task.line), files=self.files,
+                    dispatch_key=self._areas[kind].metadata.encode_chunk_key((self.next_index, 0, 0, 0)))
 
     def _chunk_key(self, kind: str, line: tuple[int, int, int]) -> str:
         """The tile's chunk key in ``kind``'s array."""
