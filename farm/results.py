@@ -17,7 +17,8 @@ unique in the store (the driver's lease epoch, or a random run number without a 
 folds onto (CRC-checked against the record the driver saw), folds (``farm.tree.fold``), writes
 the chunk at the slot's index, makes it durable (fsync of the file) and makes the folder the
 chunk lands in once committed, before it answers with the block's CRC. The slot is plain data pickled with the task: the worker imports
-``farm.tree`` and ``farm.results`` when it runs it (no JAX there), so ``cluster`` stays below ``farm``.
+``farm.tree`` and ``farm.results`` when it runs it (no JAX there, and no Zarr where it writes the
+chunk files itself: the slot names its dispatch key), so ``cluster`` stays below ``farm``.
 
 The driver commits in batches (``Commits.flush``): one lease check; the records naming the CRCs
 about to land where a tile has folded chunks already (``next_crc``: ``farm.store``'s protocol,
