@@ -325,7 +325,8 @@ def render(scene: Scene, spp: int | None = None, seed: int = 0, frame: int = 0, 
     shape = WorkShape(th, tw, pass_size, path_pool=path_pool,
                       passes_traced=trace_passes(chunk, pass_size, th, tw, film),
                       drain_phases=max(DRAIN_PHASES, drain_phases(spp * height * width)))
-    zeros = jnp.zeros((th, tw, channels), jnp.float32), jnp.zeros((th, tw), jnp.float32)
+    # Copied, not made by jnp.zeros, which compiles a small program a process (three: 0.1 s).
+    zeros = jax.device_put((np.zeros((th, tw, channels), np.float32), np.zeros((th, tw), np.float32)))
     folder = compilation_cache.default_folder()
     if folder is not None and scene.geometry.accel in compiled.SHARED_ACCELS:
         # Loaded whole where an earlier process compiled it (no tracing), else compiled and kept.

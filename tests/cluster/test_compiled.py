@@ -148,3 +148,34 @@ def test_a_member_waits_for_the_program_another_process_is_compiling(tmp_path, m
     monkeypatch.setattr(compiled, "save", lambda *a: None)
     assert compiled.program(other, str(tmp_path), (3,), {}, past_cache=False, awaiting=lambda: False) == "compiled"
     assert other.made == 1
+
+
+# A user's script: render the Cornell box; print how many programs XLA compiled, save the image.
+USER = """
+import sys, numpy as np
+from jax._src import monitoring
+compiles = []
+monitoring.register_event_duration_secs_listener(
+    lambda event, secs, **kw: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration" else None)
+import tracer
+image = tracer.render(tracer.load_scene(sys.argv[2], resolution=(16, 16)), spp=4)
+np.save(sys.argv[1], image)
+print("compiled", len(compiles))
+"""
+
+
+def test_a_warm_tracer_render_compiles_nothing(tmp_path):
+    """With the work unit saved whole by an earlier process, ``tracer.render`` in a new process
+    compiles no program at all, not even the small ones its accumulators' zeros once took (three,
+    0.1 s of every process's first render), and gives the same bits."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAXFARM_XLA_CACHE=str(tmp_path / "cache"))
+    outputs = []
+    for name in ("cold", "warm"):
+        result = subprocess.run([sys.executable, "-c", USER, str(tmp_path / f"{name}.npy"),
+                                 str(ROOT / "examples" / "cbox.xml")], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.append(result.stdout.split()[-2:])
+    assert outputs[0][0] == "compiled" and int(outputs[0][1]) >= 1
+    assert outputs[1] == ["compiled", "0"]
+    np.testing.assert_array_equal(np.load(tmp_path / "warm.npy"), np.load(tmp_path / "cold.npy"))
