@@ -46,7 +46,7 @@ from cluster.group import GroupError, GroupFailed, GroupShape, WorkerGroup
 from cluster.task import TileTask
 from farm import faults, signals, summary
 from farm.adaptive import Shot
-from farm.errors import FarmError
+from farm.errors import FarmError, first_line
 from farm.failures import Failures, Host, TaskClock, task_label
 from farm.folding import Folds
 from farm.job import job_samples, scene_ref, tile_size
@@ -113,9 +113,10 @@ class RenderAhead:
     ``stands_in``: it is what the job's groups would be, one group of one member on this host
     with the members' environment, on the same devices. Then no group forms while it renders
     (a second process on those devices would only share them), and the job's group forms only
-    if it stops with tasks left: it failed, was killed, or overran a task's time limit. A 16-frame
-    job of examples/orbit.xml on 2 cores had spent 4.6 of its 28 CPU-seconds on the start of a
-    member that rendered what the child would have."""
+    if it stops with tasks left: it failed, was killed, or overran a task's time limit. Ray's
+    failure to start fails the job only then: until then the child renders the job alone. A
+    16-frame job of examples/orbit.xml on 2 cores had spent 4.6 of its 28 CPU-seconds on the start
+    of a member that rendered what the child would have."""
 
     send: Callable[[TileTask], bool]
     answer: Callable[[float], tuple[bool, dict | None]]
@@ -397,11 +398,20 @@ class _JobRun:
 
         renderer = threading.Thread(target=render, name="render-ahead", daemon=True)
         renderer.start()
-        groups = []
+        groups, no_ray = [], None
         try:
-            ahead.ray()
+            try:
+                ahead.ray()
+            except Exception as e:  # noqa: BLE001  (Ray's start failed: it raises here)
+                # One standing in for the job's group needs Ray only to fall back on: a job that
+                # it can finish alone is not failed for Ray's sake (its error stands if it cannot).
+                if not ahead.stands_in:
+                    raise
+                no_ray = e
+                log(f"{first_line(e)}: the driver's preflight process renders the job alone, with nothing to "
+                    f"fall back on")
             if ahead.stands_in:
-                with lock:  # Ray is up: what the run waits for now is the child's program and first task
+                with lock:  # Ray is up (or failed): the run waits for the child's program and first task
                     if not self.rendered_ahead:
                         self.progress.phase("compiling")
                 while renderer.is_alive():  # (a join with a timeout: a signal is heard meanwhile)
@@ -410,6 +420,8 @@ class _JobRun:
                     raise failed[0]
                 if not (self.queue or self.parked):
                     return groups
+                if no_ray is not None:
+                    raise no_ray
                 self.log("the driver's preflight process stopped with tasks left: the job's group forms")
             with lock:
                 if not self.rendered_ahead:

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from farm import job, session
+from farm import faults, job, session
 from farm.cli import main
 from farm.scene_check import Preflight
 from farm.scheduler import _JobRun
@@ -136,3 +136,34 @@ def test_a_task_of_the_child_standing_in_is_timed_as_a_group_s_and_its_group_tak
     spec, _ = job.open_store(str(store))
     for got, want in zip(exported(store, tmp_path), reference(spec), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def _no_ray(address, groups):
+    raise faults.EnvironmentFault("the embedded Ray did not start: simulated (Ray's logs: nowhere)")
+
+
+def test_a_job_the_child_stands_in_for_is_rendered_where_ray_does_not_start(tmp_path, monkeypatch):
+    """Ray is the fallback of a child standing in for the job's one group: where it fails to
+    start, the child renders the whole job alone (said in the store's log), to the same bits."""
+    store = tmp_path / "no-ray.zarr"
+    monkeypatch.setattr(session, "_start", _no_ray)
+    n, answered, log = _render(store, monkeypatch, ahead=18)
+    assert n == len(answered) == 18, n
+    assert any("Ray did not start: simulated" in line and "renders the job alone" in line for line in log), log
+    spec, _ = job.open_store(str(store))
+    for got, want in zip(exported(store, tmp_path), reference(spec), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_where_ray_does_not_start_a_child_that_stops_with_tasks_left_fails_the_job_with_ray_s_error(tmp_path,
+                                                                                                      monkeypatch):
+    store = tmp_path / "no-ray-killed.zarr"
+    monkeypatch.setattr(session, "_start", _no_ray)
+    with pytest.raises(AssertionError) as failed:  # (_render's: the command's exit code was not 0)
+        _render(store, monkeypatch, ahead=18, kill_at=3)
+    errors = [line.strip() for line in str(failed.value).splitlines() if line.strip().startswith("error:")]
+    assert errors == ["error: the embedded Ray did not start: simulated (Ray's logs: nowhere)"], str(failed.value)
+    fs = FrameStore.open(str(store), "r")
+    records = fs.all_records()
+    # the two tasks the child answered before it was killed
+    assert int((records["tail_passes"] > 0).sum()) == 2, (records, fs.logs())
