@@ -153,13 +153,13 @@ class Slot:
     aovs: int = 0       # the job's AOV channels, after the RGB (``tracer.io.aovs``)
     chunk_key: str | None = None  # the tile's chunk key in ``kind``'s array (``state/`` and ``tail/`` alike)
     files: tuple[ChunkFile, ChunkFile] | None = None  # (state's, tail's) ``ChunkFile``, or None: through zarr
-    dispatch_key: str | None = None  # the chunk key of ``index`` in the dispatch area (None: asked of Zarr)
+    dispatch_key: str | None = None  # the chunk key of ``index`` in the dispatch area
 
     @property
     def path(self) -> str:
         """The chunk file this dispatch writes."""
-        key = self.dispatch_key or self._dispatch.metadata.encode_chunk_key((self.index, 0, 0, 0))
-        return os.path.join(self._area, key)
+        assert self.dispatch_key is not None  # (Commits.slot names it)
+        return os.path.join(self._area, self.dispatch_key)
 
     @property
     def _area(self) -> str:
