@@ -159,7 +159,8 @@ def _vertex(scene, state, uniforms, surface):
     more = surface.valid
     if scene.settings.max_depth >= 0:
         more = more & (state.depth + 1 < scene.settings.max_depth)
-    mat, frame = material_and_frame(scene, surface)
+    # Materialized: each (3, N) consumer fused with it looked the material up again for each row.
+    mat, frame = _stage(material_and_frame(scene, surface))
     return Vertex(uniforms=uniforms, surface=surface, more=more, mat=mat, frame=frame,
                   wi=vm.to_local(frame, -state.direction))
 

@@ -865,7 +865,8 @@ def surface_interaction(geometry: Geometry, o: jax.Array, d: jax.Array, hit: Hit
 def offset_p(p: jax.Array, ng: jax.Array, d: jax.Array) -> jax.Array:
     """Move p along ng by (1 + max|p|) RayEpsilon, to the side d points to (Mitsuba's offset_p)."""
     mag = (1.0 + vm.max_component(jnp.abs(p))) * RAY_EPSILON
-    mag = jnp.copysign(mag, vm.dot(ng, d))
+    # Materialized: fused into a (3, N) result, it was computed again for each of its rows.
+    mag = jax.lax.optimization_barrier(jnp.copysign(mag, vm.dot(ng, d)))
     return p + mag * ng
 
 
