@@ -241,13 +241,14 @@ def add_emission(scene: Scene, state: PathState, surface: Surface, radiance: jax
     scales the light-sampling pdf in that heuristic (the direct integrator's sample counts)."""
     ems, tex, si, d = scene.emitters, scene.textures, surface.si, state.direction
     visible = state.active & ~((state.depth == 0) & scene.settings.hide_emitters)
-    emitter = lanes.take(scene.shapes.emitter, surface.shape)
+    emitter = _stage(lanes.take(scene.shapes.emitter, surface.shape))
     hit_emitter = surface.valid & (emitter >= 0)
     # Mitsuba orients emission and its pdf by the shading normal.
     le, em_pdf = _stage((emitters.eval_surface(ems, tex, jnp.maximum(emitter, 0), surface.ns, d, si.uv),
                          emitters.pdf_direction(ems, state.prev_p, jnp.maximum(emitter, 0), si.p, surface.ns, d)))
-    mis = _emission_mis(state, em_pdf, light_share)
-    radiance = radiance + jnp.where(hit_emitter & visible, state.throughput * le * mis, 0.0)
+    # The weight and the mask once a lane, not once each of radiance's rows.
+    mis, seen = _stage((_emission_mis(state, em_pdf, light_share), hit_emitter & visible))
+    radiance = radiance + jnp.where(seen, state.throughput * le * mis, 0.0)
     if ems.environment >= 0:
         escaped = state.active & ~si.valid
         env = jnp.full_like(emitter, ems.environment)
@@ -299,7 +300,8 @@ def _add_light(scene, state, surface, light, evaluated, radiance, shares=None):
     else:  # as Mitsuba's direct.cpp, a delta light's sample is not averaged over the count
         light_share, bsdf_share, weight = shares
         mis_em = jnp.where(ds.is_delta, 1.0, power_heuristic(ds.pdf * light_share, bsdf_pdf * bsdf_share) * weight)
-    contribution = state.throughput * bsdf_value * em_weight * mis_em
+    # Materialized: the shadow ray's test and the sum below each read all its rows.
+    contribution = _stage(state.throughput * bsdf_value * em_weight * mis_em)
     # A sample that adds exactly nothing lit or not (a light below the surface, a BSDF that
     # reflects none of it towards the light) asks no shadow ray: 32% of orbit.xml's, 38% of
     # mesh.xml's, 15% of the Cornell box's. NaN compares unequal to 0: it still asks, and adds

@@ -702,7 +702,9 @@ def _triangle_surface(geo, hit):
     w = 1.0 - u - v
     e1, e2 = f["p1"] - f["p0"], f["p2"] - f["p0"]  # (float32 differences: exact as the host's)
     p = f["p0"] + u * e1 + v * e2
-    ng = vm.normalize(vm.cross(e1, e2))
+    # Materialized: its many (3, N) consumers (the shading normal, the partials' fallback) would
+    # each take the cross product again for each of their rows.
+    ng = jax.lax.optimization_barrier(vm.normalize(vm.cross(e1, e2)))
     ns = vm.normalize(f["n0"] * w + f["n1"] * u + f["n2"] * v)
     ns = vm.select(geo.has_normals[i], ns, ng)
     uv = f["uv0"] * w + f["uv1"] * u + f["uv2"] * v
