@@ -370,6 +370,10 @@ class _JobRun:
         answer is committed at once, as a group's; the phases go on as they would, but for the
         first task rendered, which makes it ``rendering``."""
         lock, stop = threading.Lock(), threading.Event()  # the lock: the store's notes and log, one writer at a time
+        # Set as the renderer ends, and waited for instead of a join: CPython 3.12 marks a thread
+        # dead whose join a signal interrupted (the stop's KeyboardInterrupt) while it still runs
+        # (python/cpython#90882), and the run's stop then raced the renderer for the child.
+        finished = threading.Event()
         failed: list[BaseException] = []
 
         def render():
@@ -391,6 +395,8 @@ class _JobRun:
                             raise Cancelled(f"cancelled; `farm resume {self.store.url}` goes on from here")
             except BaseException as e:  # (raised in the run's thread once the groups are formed)
                 failed.append(e)
+            finally:
+                finished.set()
 
         def log(line):
             with lock:
@@ -414,8 +420,8 @@ class _JobRun:
                 with lock:  # Ray is up (or failed): the run waits for the child's program and first task
                     if not self.rendered_ahead:
                         self.progress.phase("compiling")
-                while renderer.is_alive():  # (a join with a timeout: a signal is heard meanwhile)
-                    renderer.join(0.1)
+                while not finished.wait(0.1):  # (with a timeout: a signal is heard meanwhile)
+                    pass
                 if failed:
                     raise failed[0]
                 if not (self.queue or self.parked):
@@ -428,12 +434,12 @@ class _JobRun:
                     self.progress.phase("forming groups")
             groups = self.start_groups(log=log)
             stop.set()
-            renderer.join()
+            finished.wait()
             if failed:
                 raise failed[0]
         except BaseException:
             stop.set()
-            renderer.join()
+            finished.wait()
             self.stop_ahead(now=True)
             for group in groups:
                 group.teardown()
@@ -490,14 +496,15 @@ class _JobRun:
     def stop_ahead(self, now=False):
         """The child gets no more tasks (``now``: stopped, its task in hand dropped, as the run
         ends)."""
-        if self.ahead is None:
+        ahead = self.ahead
+        if ahead is None:
             return
         if now and self.ahead_out is not None:
-            self.ahead.stop()
+            ahead.stop()
             self.folds.drop(self.ahead_out[1].out)
             self.ahead_out = None
         if self.ahead_out is None:
-            self.ahead.done()
+            ahead.done()
             self.ahead = None
 
     def teardown(self, groups):

@@ -167,3 +167,50 @@ def test_where_ray_does_not_start_a_child_that_stops_with_tasks_left_fails_the_j
     records = fs.all_records()
     # the two tasks the child answered before it was killed
     assert int((records["tail_passes"] > 0).sum()) == 2, (records, fs.logs())
+
+
+def test_a_stop_while_the_child_renders_waits_for_its_renderer_and_resumes_to_the_same_bits(tmp_path, monkeypatch):
+    """A Ctrl-C while the child standing in for the group is answering a task: the run lets go of
+    the child only once its renderer thread has (a joined thread that the stop's
+    KeyboardInterrupt interrupted had been marked dead while it ran, python/cpython#90882, and
+    the stop raced it: "unexpected AttributeError", exit 70); it stops as a Ctrl-C does (exit
+    130), and the job resumes to the bits of an uninterrupted render."""
+    import _thread
+    assert threading.current_thread() is threading.main_thread()  # (where the KeyboardInterrupt goes)
+    store = tmp_path / "stopped.zarr"
+    answer_of, stop_ahead = Preflight.answer, _JobRun.stop_ahead
+    answered, answering_now, raced = [], threading.Event(), []
+
+    def answering(self, timeout_s):
+        ended, answer = answer_of(self, timeout_s)
+        if answer is not None:
+            answered.append(answer)
+            if len(answered) == 3:  # the stop comes while this answer is still being taken in
+                answering_now.set()
+                _thread.interrupt_main()
+                time.sleep(1.0)
+                answering_now.clear()
+        return ended, answer
+
+    def stopping(self, now=False):
+        if threading.current_thread() is threading.main_thread():
+            raced.append(answering_now.is_set())
+        return stop_ahead(self, now)
+
+    monkeypatch.setattr(Preflight, "answer", answering)
+    monkeypatch.setattr(_JobRun, "stop_ahead", stopping)
+    err = io.StringIO()
+    with hang_guard(300), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as stopped:
+        main(["render", ORBIT, *JOB, "--out", str(store), "--no-progress"])
+    monkeypatch.undo()
+    assert stopped.value.code == 130 and len(answered) == 3, err.getvalue()[-3000:]
+    assert raced and not any(raced), raced  # the run's own stops came after the renderer's
+    assert "unexpected" not in err.getvalue(), err.getvalue()[-3000:]
+    with hang_guard(300), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(["resume", str(store), "--no-progress"])
+        except SystemExit as e:
+            assert e.code == 0
+    spec, _ = job.open_store(str(store))
+    for got, want in zip(exported(store, tmp_path), reference(spec), strict=True):
+        np.testing.assert_array_equal(got, want)
