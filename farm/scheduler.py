@@ -496,15 +496,14 @@ class _JobRun:
     def stop_ahead(self, now=False):
         """The child gets no more tasks (``now``: stopped, its task in hand dropped, as the run
         ends)."""
-        ahead = self.ahead
-        if ahead is None:
+        if self.ahead is None:
             return
         if now and self.ahead_out is not None:
-            ahead.stop()
+            self.ahead.stop()
             self.folds.drop(self.ahead_out[1].out)
             self.ahead_out = None
         if self.ahead_out is None:
-            ahead.done()
+            self.ahead.done()
             self.ahead = None
 
     def teardown(self, groups):
